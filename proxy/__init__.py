@@ -1,0 +1,1 @@
+"""The tierproxy server: listeners, connection pairs, interceptors, remote reads, CLI."""

@@ -1,0 +1,1 @@
+"""Remote tier: storage managers, segment format, remote log metadata, caches, tiering."""
