@@ -1,0 +1,164 @@
+"""Remote storage in a local directory: the embedded default, like Kafka's LocalTieredStorage.
+
+Files sit under ``root`` at the same relative paths as the S3 keys (:mod:`storage.rsm.layout`),
+so a directory can be synced to a bucket as is. Each file is written to a hidden temporary
+file in the same directory, fsynced, and renamed into place, so a reader never sees a partly
+written file and a crash leaves the previous state (or a stray ``.tmp`` file, never a torn one).
+
+File I/O runs in the default thread pool (``asyncio.to_thread``): it blocks, and an event loop
+serving Kafka clients must not stall on a disk. One thread hop per call, not per file.
+
+Local errors (a full disk, permissions) are reported as non-retriable: unlike a network blip,
+they do not go away by waiting a few hundred milliseconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from storage.rsm.base import (
+    RemoteRangeError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    check_range,
+)
+from storage.rsm.layout import RemoteLayout
+
+__all__ = ["LocalRemoteStorage"]
+
+
+class LocalRemoteStorage:
+    """A :class:`~storage.rsm.base.RemoteStorageManager` over a directory tree."""
+
+    def __init__(self, root: str | os.PathLike[str], *, prefix: str = "") -> None:
+        self._root = Path(root)
+        self._layout = RemoteLayout(prefix=prefix)
+        self._closed = False
+
+    @property
+    def root(self) -> Path:
+        """The directory the layout's keys are relative to."""
+        return self._root
+
+    async def copy_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
+    ) -> None:
+        self._check_open()
+        files = [(self._layout.log_key(metadata), data.log)]
+        files += [(self._layout.index_key(metadata, t), data.file_for(t)) for t in IndexType]
+        try:
+            await asyncio.to_thread(self._write_files, files)
+        except OSError as err:
+            raise RemoteStorageError(
+                f"cannot store segment {metadata.segment_id.id} under {self._root}: {err}",
+                retriable=False,
+            ) from err
+
+    async def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
+    ) -> bytes:
+        self._check_open()
+        check_range(start, end)
+        if end == start:
+            return b""
+        key = self._layout.log_key(metadata)
+        return await self._read(key, start, end)
+
+    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        self._check_open()
+        key = self._layout.index_key(metadata, index_type)
+        return await self._read(key, 0, None)
+
+    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self._check_open()
+        keys = self._layout.segment_keys(metadata)
+        try:
+            deleted = await asyncio.to_thread(self._delete_files, keys)
+        except OSError as err:
+            raise RemoteStorageError(
+                f"cannot delete segment {metadata.segment_id.id} under {self._root}: {err}",
+                retriable=False,
+            ) from err
+        if not deleted:
+            raise RemoteResourceNotFoundError(
+                f"segment {self._layout.segment_prefix(metadata)}* not found under {self._root}"
+            )
+
+    async def close(self) -> None:
+        self._closed = True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RemoteStorageError("local remote storage is closed", retriable=False)
+
+    async def _read(self, key: str, start: int, end: int | None) -> bytes:
+        try:
+            return await asyncio.to_thread(self._read_range, key, start, end)
+        except FileNotFoundError as err:
+            raise RemoteResourceNotFoundError(f"{key} not found under {self._root}") from err
+        except OSError as err:
+            raise RemoteStorageError(
+                f"cannot read {key} under {self._root}: {err}", retriable=False
+            ) from err
+
+    def _read_range(self, key: str, start: int, end: int | None) -> bytes:
+        with open(self._root / key, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            if start > size:
+                raise RemoteRangeError(key=key, start=start, size=size)
+            stop = size if end is None else min(end, size)
+            file.seek(start)
+            return file.read(stop - start)
+
+    def _write_files(self, files: Sequence[tuple[str, bytes]]) -> None:
+        directories: set[Path] = set()
+        for key, content in files:
+            path = self._root / key
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _write_atomically(path, content)
+            directories.add(path.parent)
+        for directory in directories:
+            _fsync_directory(directory)
+
+    def _delete_files(self, keys: Sequence[str]) -> int:
+        deleted = 0
+        directories: set[Path] = set()
+        for key in keys:
+            path = self._root / key
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                continue
+            deleted += 1
+            directories.add(path.parent)
+        for directory in directories:
+            _fsync_directory(directory)
+        return deleted
+
+
+def _write_atomically(path: Path, content: bytes) -> None:
+    """Write ``content`` to ``path`` so that readers see either nothing or all of it."""
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        with open(temporary, "xb") as file:
+            file.write(content)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make renames and unlinks in ``directory`` durable (POSIX needs the directory synced)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

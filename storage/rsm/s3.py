@@ -1,0 +1,366 @@
+"""Remote storage on S3 (or any S3-compatible store: MinIO, SeaweedFS, ...) via aiobotocore.
+
+Every S3 request goes through :func:`storage.retry.call_with_retry` with the configured policy;
+botocore's own retries are switched off so that one policy, with Kafka's settings, governs.
+Errors are sorted into retriable (connection failures, timeouts, 5xx, throttling) and not
+(missing objects, denied access, bad requests) and surface as
+:class:`~storage.rsm.base.RemoteStorageError`.
+
+- Copy: the six files of a segment upload concurrently; a file above the multipart threshold
+  is sent in parts, a few at a time, each retried on its own, and the upload is aborted if it
+  cannot be completed, so no invisible parts are left to bill.
+- Ranged read: one ``GET`` with ``Range: bytes=a-b``. S3 answers 416 for a start at or past the
+  end; only then a ``HEAD`` learns the size, to tell "empty tail" from "beyond the end".
+- Delete: a ``LIST`` of the segment's key prefix (which also finds the leftovers of a failed
+  copy), then one ``DeleteObjects``; S3 deletes are silent about missing keys, so the listing is
+  what tells a missing segment apart.
+
+The client is created on first use (creating one needs the event loop) and holds a pool of at
+most ``remote.log.storage.s3.max.connections`` connections; further requests wait for one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any, TypeVar
+
+import aiohttp
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import (
+    ClientError,
+    HTTPClientError,
+    IncompleteReadError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
+
+from storage.config import ConfigError
+from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from storage.retry import SYSTEM_CLOCK, Clock, call_with_retry
+from storage.rsm.base import (
+    RemoteRangeError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    check_range,
+)
+from storage.rsm.config import RemoteStorageConfig
+from storage.rsm.layout import RemoteLayout
+
+__all__ = ["S3RemoteStorage"]
+
+T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
+
+_PART_UPLOAD_CONCURRENCY = 4
+"""Parts of one object in flight at once: enough to fill a link, while the copies of part
+bytes held in memory stay at 4 x part size per large object."""
+
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404", "NoSuchUpload"})
+_THROTTLING_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "InternalError",
+        "ServiceUnavailable",
+    }
+)
+_TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
+    BotoConnectionError,
+    HTTPClientError,
+    IncompleteReadError,
+    aiohttp.ClientError,
+    TimeoutError,
+    OSError,
+)
+
+_S3Call = Callable[[Any], Awaitable[T]]
+
+
+class S3RemoteStorage:
+    """A :class:`~storage.rsm.base.RemoteStorageManager` over one S3 bucket.
+
+    :param clock: time source of the retry loop (tests pass a fake one).
+    :raises ConfigError: when ``config`` names no bucket.
+    """
+
+    def __init__(self, config: RemoteStorageConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        if not config.s3_bucket:
+            raise ConfigError("remote.log.storage.s3.bucket is required for the s3 backend")
+        self._config = config
+        self._bucket = config.s3_bucket
+        self._layout = RemoteLayout(prefix=config.prefix)
+        self._policy = config.retry_policy()
+        self._clock = clock
+        self._exit_stack = AsyncExitStack()
+        self._client: Any = None
+        self._client_lock = asyncio.Lock()
+        self._closed = False
+
+    async def copy_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
+    ) -> None:
+        files = [(self._layout.log_key(metadata), data.log)]
+        files += [(self._layout.index_key(metadata, t), data.file_for(t)) for t in IndexType]
+        try:
+            async with asyncio.TaskGroup() as group:
+                for key, content in files:
+                    group.create_task(self._put(key, content))
+        except ExceptionGroup as errors:
+            raise _most_severe(errors) from errors
+
+    async def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
+    ) -> bytes:
+        check_range(start, end)
+        if end == start:
+            return b""
+        key = self._layout.log_key(metadata)
+        byte_range = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
+
+        async def get_range(client: Any) -> bytes:
+            try:
+                response = await client.get_object(Bucket=self._bucket, Key=key, Range=byte_range)
+            except ClientError as err:
+                if _status(err) != 416:
+                    raise
+                # Unsatisfiable: start is at or past the end. Only the size tells which.
+                head = await client.head_object(Bucket=self._bucket, Key=key)
+                size = int(head["ContentLength"])
+                if start == size:
+                    return b""
+                raise RemoteRangeError(key=key, start=start, size=size) from err
+            body = await _read_body(response)
+            if "ContentRange" not in response:
+                # The server ignored Range (RFC 9110 allows it) and sent the whole object.
+                if start > len(body):
+                    raise RemoteRangeError(key=key, start=start, size=len(body))
+                return body[start:end]
+            return body
+
+        return await self._request("read", key, get_range)
+
+    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        key = self._layout.index_key(metadata, index_type)
+
+        async def get(client: Any) -> bytes:
+            response = await client.get_object(Bucket=self._bucket, Key=key)
+            return await _read_body(response)
+
+        return await self._request("read", key, get)
+
+    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        prefix = self._layout.segment_prefix(metadata)
+
+        async def list_keys(client: Any) -> list[str]:
+            listing = await client.list_objects_v2(Bucket=self._bucket, Prefix=prefix)
+            return [entry["Key"] for entry in listing.get("Contents", ())]
+
+        keys = await self._request("list", prefix, list_keys)
+        if not keys:
+            raise RemoteResourceNotFoundError(f"segment s3://{self._bucket}/{prefix}* not found")
+
+        async def delete(client: Any) -> None:
+            objects = [{"Key": key} for key in keys]
+            result = await client.delete_objects(
+                Bucket=self._bucket, Delete={"Objects": objects, "Quiet": True}
+            )
+            if failures := result.get("Errors"):
+                failure = failures[0]
+                error = ClientError({"Error": failure}, "DeleteObjects")
+                raise _translate(error, "delete", failure.get("Key", prefix)) from error
+
+        await self._request("delete", prefix, delete)
+
+    async def close(self) -> None:
+        self._closed = True
+        await self._exit_stack.aclose()
+
+    async def _put(self, key: str, content: bytes) -> None:
+        if len(content) > self._config.s3_multipart_threshold_bytes:
+            await self._put_multipart(key, content)
+            return
+
+        async def put(client: Any) -> None:
+            await client.put_object(Bucket=self._bucket, Key=key, Body=content)
+
+        await self._request("write", key, put)
+
+    async def _put_multipart(self, key: str, content: bytes) -> None:
+        async def create(client: Any) -> str:
+            response = await client.create_multipart_upload(Bucket=self._bucket, Key=key)
+            return str(response["UploadId"])
+
+        upload_id = await self._request("start upload of", key, create)
+        try:
+            parts = await self._upload_parts(key, upload_id, content)
+
+            async def complete(client: Any) -> None:
+                await client.complete_multipart_upload(
+                    Bucket=self._bucket,
+                    Key=key,
+                    UploadId=upload_id,
+                    MultipartUpload={"Parts": parts},
+                )
+
+            await self._request("complete upload of", key, complete)
+        except BaseException:
+            await self._abort_upload(key, upload_id)
+            raise
+
+    async def _upload_parts(self, key: str, upload_id: str, content: bytes) -> list[dict[str, Any]]:
+        part_size = self._config.s3_part_size_bytes
+        slots = asyncio.Semaphore(_PART_UPLOAD_CONCURRENCY)
+
+        async def upload(number: int, offset: int) -> dict[str, Any]:
+            async with slots:
+                body = content[offset : offset + part_size]
+
+                async def send(client: Any) -> str:
+                    response = await client.upload_part(
+                        Bucket=self._bucket,
+                        Key=key,
+                        UploadId=upload_id,
+                        PartNumber=number,
+                        Body=body,
+                    )
+                    return str(response["ETag"])
+
+                etag = await self._request(f"upload part {number} of", key, send)
+                return {"PartNumber": number, "ETag": etag}
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    group.create_task(upload(number, offset))
+                    for number, offset in enumerate(range(0, len(content), part_size), start=1)
+                ]
+        except ExceptionGroup as errors:
+            raise _most_severe(errors) from errors
+        return [task.result() for task in tasks]
+
+    async def _abort_upload(self, key: str, upload_id: str) -> None:
+        """Best effort: a bucket lifecycle rule is the safety net for uploads we cannot abort."""
+        try:
+            client = await self._connected_client()
+            await client.abort_multipart_upload(Bucket=self._bucket, Key=key, UploadId=upload_id)
+        except Exception as err:
+            logger.warning(
+                "could not abort multipart upload of s3://%s/%s: %s", self._bucket, key, err
+            )
+
+    async def _request(self, action: str, key: str, call: _S3Call[T]) -> T:
+        """Run one S3 request with retries, translating every failure to RemoteStorageError."""
+        client = await self._connected_client()
+
+        async def attempt() -> T:
+            try:
+                return await call(client)
+            except RemoteStorageError:
+                raise
+            except Exception as err:
+                raise _translate(err, action, f"s3://{self._bucket}/{key}") from err
+
+        def log_retry(attempt_number: int, err: Exception, wait: float) -> None:
+            logger.info("attempt %d failed (%s); retrying in %.2f s", attempt_number, err, wait)
+
+        try:
+            return await call_with_retry(
+                attempt,
+                policy=self._policy,
+                is_retriable=_is_retriable,
+                clock=self._clock,
+                on_retry=log_retry,
+            )
+        except TimeoutError as err:
+            raise RemoteStorageError(
+                f"cannot {action} s3://{self._bucket}/{key}: no success within the retry "
+                f"deadline of {self._policy.deadline_ms} ms",
+                retriable=True,
+            ) from err
+
+    async def _connected_client(self) -> Any:
+        if self._closed:
+            raise RemoteStorageError("S3 remote storage is closed", retriable=False)
+        async with self._client_lock:
+            if self._client is None:
+                self._client = await self._exit_stack.enter_async_context(
+                    get_session().create_client("s3", **self._client_arguments())
+                )
+        return self._client
+
+    def _client_arguments(self) -> dict[str, Any]:
+        config = self._config
+        return {
+            "endpoint_url": config.s3_endpoint,
+            "region_name": config.s3_region,
+            "aws_access_key_id": config.s3_access_key_id,
+            "aws_secret_access_key": config.s3_secret_access_key,
+            "config": AioConfig(
+                max_pool_connections=config.s3_max_connections,
+                connect_timeout=config.s3_connect_timeout_ms / 1000,
+                read_timeout=config.s3_read_timeout_ms / 1000,
+                retries={"total_max_attempts": 1},
+                s3={"addressing_style": "path" if config.s3_path_style_access else "auto"},
+            ),
+        }
+
+
+async def _read_body(response: dict[str, Any]) -> bytes:
+    async with response["Body"] as body:
+        return bytes(await body.read())
+
+
+def _status(err: ClientError) -> int | None:
+    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return int(status) if status is not None else None
+
+
+def _translate(err: Exception, action: str, where: str) -> RemoteStorageError:
+    """Sort an S3/HTTP failure into not-found, retriable or permanent."""
+    if isinstance(err, ClientError):
+        code = str(err.response.get("Error", {}).get("Code", ""))
+        status = _status(err)
+        message = f"cannot {action} {where}: {code or status} {err}"
+        if code in _NOT_FOUND_CODES or (status == 404 and code != "NoSuchBucket"):
+            return RemoteResourceNotFoundError(message)
+        retriable = code in _THROTTLING_CODES or status == 429 or (status or 0) >= 500
+        return RemoteStorageError(message, retriable=retriable)
+    retriable = isinstance(err, _TRANSIENT_ERRORS)
+    return RemoteStorageError(f"cannot {action} {where}: {err!r}", retriable=retriable)
+
+
+def _is_retriable(err: Exception) -> bool:
+    return isinstance(err, RemoteStorageError) and err.retriable
+
+
+def _most_severe(errors: ExceptionGroup[Exception]) -> Exception:
+    """The error of a group of concurrent requests to report: a permanent one if any."""
+    leaves = _leaves(errors)
+    storage_errors = [err for err in leaves if isinstance(err, RemoteStorageError)]
+    for err in storage_errors:
+        if not err.retriable:
+            return err
+    return storage_errors[0] if storage_errors else leaves[0]
+
+
+def _leaves(group: BaseExceptionGroup[Exception]) -> list[Exception]:
+    leaves: list[Exception] = []
+    for err in group.exceptions:
+        if isinstance(err, BaseExceptionGroup):
+            leaves.extend(_leaves(err))
+        else:
+            leaves.append(err)
+    return leaves
