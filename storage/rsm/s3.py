@@ -25,7 +25,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 from aiobotocore.config import AioConfig
@@ -51,7 +51,7 @@ from storage.rsm.base import (
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.layout import RemoteLayout
 
-__all__ = ["S3RemoteStorage"]
+__all__ = ["S3Client", "S3RemoteStorage"]
 
 T = TypeVar("T")
 
@@ -86,17 +86,41 @@ _TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
 )
 
-_S3Call = Callable[[Any], Awaitable[T]]
+
+class S3Client(Protocol):
+    """The S3 operations used here, as an aiobotocore S3 client offers them (keyword
+    arguments and response dicts as in the S3 API); a seam for fakes in tests."""
+
+    async def get_object(self, **kwargs: Any) -> dict[str, Any]: ...
+    async def head_object(self, **kwargs: Any) -> dict[str, Any]: ...
+    async def put_object(self, **kwargs: Any) -> dict[str, Any]: ...
+    async def create_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
+    async def upload_part(self, **kwargs: Any) -> dict[str, Any]: ...
+    async def complete_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
+    async def abort_multipart_upload(self, **kwargs: Any) -> dict[str, Any]: ...
+    async def list_objects_v2(self, **kwargs: Any) -> dict[str, Any]: ...
+    async def delete_objects(self, **kwargs: Any) -> dict[str, Any]: ...
+
+
+_S3Call = Callable[[S3Client], Awaitable[T]]
 
 
 class S3RemoteStorage:
     """A :class:`~storage.rsm.base.RemoteStorageManager` over one S3 bucket.
 
     :param clock: time source of the retry loop (tests pass a fake one).
+    :param client: an S3 client to use instead of creating one from ``config``; its owner
+        closes it (:meth:`close` only closes a client created here).
     :raises ConfigError: when ``config`` names no bucket.
     """
 
-    def __init__(self, config: RemoteStorageConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        config: RemoteStorageConfig,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        client: S3Client | None = None,
+    ) -> None:
         if not config.s3_bucket:
             raise ConfigError("remote.log.storage.s3.bucket is required for the s3 backend")
         self._config = config
@@ -105,7 +129,7 @@ class S3RemoteStorage:
         self._policy = config.retry_policy()
         self._clock = clock
         self._exit_stack = AsyncExitStack()
-        self._client: Any = None
+        self._client = client
         self._client_lock = asyncio.Lock()
         self._closed = False
 
@@ -130,7 +154,7 @@ class S3RemoteStorage:
         key = self._layout.log_key(metadata)
         byte_range = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
 
-        async def get_range(client: Any) -> bytes:
+        async def get_range(client: S3Client) -> bytes:
             try:
                 response = await client.get_object(Bucket=self._bucket, Key=key, Range=byte_range)
             except ClientError as err:
@@ -155,7 +179,7 @@ class S3RemoteStorage:
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         key = self._layout.index_key(metadata, index_type)
 
-        async def get(client: Any) -> bytes:
+        async def get(client: S3Client) -> bytes:
             response = await client.get_object(Bucket=self._bucket, Key=key)
             return await _read_body(response)
 
@@ -164,7 +188,7 @@ class S3RemoteStorage:
     async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
         prefix = self._layout.segment_prefix(metadata)
 
-        async def list_keys(client: Any) -> list[str]:
+        async def list_keys(client: S3Client) -> list[str]:
             listing = await client.list_objects_v2(Bucket=self._bucket, Prefix=prefix)
             return [entry["Key"] for entry in listing.get("Contents", ())]
 
@@ -172,7 +196,7 @@ class S3RemoteStorage:
         if not keys:
             raise RemoteResourceNotFoundError(f"segment s3://{self._bucket}/{prefix}* not found")
 
-        async def delete(client: Any) -> None:
+        async def delete(client: S3Client) -> None:
             objects = [{"Key": key} for key in keys]
             result = await client.delete_objects(
                 Bucket=self._bucket, Delete={"Objects": objects, "Quiet": True}
@@ -193,13 +217,13 @@ class S3RemoteStorage:
             await self._put_multipart(key, content)
             return
 
-        async def put(client: Any) -> None:
+        async def put(client: S3Client) -> None:
             await client.put_object(Bucket=self._bucket, Key=key, Body=content)
 
         await self._request("write", key, put)
 
     async def _put_multipart(self, key: str, content: bytes) -> None:
-        async def create(client: Any) -> str:
+        async def create(client: S3Client) -> str:
             response = await client.create_multipart_upload(Bucket=self._bucket, Key=key)
             return str(response["UploadId"])
 
@@ -207,7 +231,7 @@ class S3RemoteStorage:
         try:
             parts = await self._upload_parts(key, upload_id, content)
 
-            async def complete(client: Any) -> None:
+            async def complete(client: S3Client) -> None:
                 await client.complete_multipart_upload(
                     Bucket=self._bucket,
                     Key=key,
@@ -228,7 +252,7 @@ class S3RemoteStorage:
             async with slots:
                 body = content[offset : offset + part_size]
 
-                async def send(client: Any) -> str:
+                async def send(client: S3Client) -> str:
                     response = await client.upload_part(
                         Bucket=self._bucket,
                         Key=key,
@@ -291,15 +315,18 @@ class S3RemoteStorage:
                 retriable=True,
             ) from err
 
-    async def _connected_client(self) -> Any:
+    async def _connected_client(self) -> S3Client:
         if self._closed:
             raise RemoteStorageError("S3 remote storage is closed", retriable=False)
+        if self._client is not None:
+            return self._client
         async with self._client_lock:
             if self._client is None:
-                self._client = await self._exit_stack.enter_async_context(
+                client: S3Client = await self._exit_stack.enter_async_context(
                     get_session().create_client("s3", **self._client_arguments())
                 )
-        return self._client
+                self._client = client
+            return self._client
 
     def _client_arguments(self) -> dict[str, Any]:
         config = self._config

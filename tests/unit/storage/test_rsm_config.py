@@ -1,0 +1,96 @@
+"""storage.rsm.config and factory: settings with Kafka's names, validation, backend choice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from storage.config import ConfigError, describe, from_settings
+from storage.retry import RetryPolicy
+from storage.rsm.config import RemoteStorageConfig
+from storage.rsm.factory import create_remote_storage
+from storage.rsm.local import LocalRemoteStorage
+from storage.rsm.s3 import S3RemoteStorage
+
+
+def test_defaults_are_the_local_backend_and_kafkas_retry_settings() -> None:
+    config = RemoteStorageConfig()
+    assert config.backend == "local"
+    assert config.retry_policy() == RetryPolicy(
+        backoff_ms=500, backoff_max_ms=30_000, jitter=0.2, max_attempts=5, deadline_ms=30_000
+    )
+
+
+def test_built_from_dotted_settings() -> None:
+    config = from_settings(
+        RemoteStorageConfig,
+        {
+            "remote.log.storage.backend": "s3",
+            "remote.log.storage.prefix": "prod",
+            "remote.log.storage.s3.bucket": "tiered",
+            "remote.log.storage.s3.endpoint": "http://127.0.0.1:8333",
+            "remote.log.storage.s3.path.style.access": True,
+            "remote.log.storage.s3.part.size.bytes": 8 * 1024 * 1024,
+            "remote.log.manager.task.retry.backoff.ms": 100,
+            "remote.log.manager.task.retry.jitter": 0,
+            "remote.log.storage.retry.deadline.ms": 5_000,
+        },
+    )
+    assert (config.backend, config.prefix, config.s3_bucket) == ("s3", "prod", "tiered")
+    assert config.s3_path_style_access is True
+    assert config.s3_part_size_bytes == 8 * 1024 * 1024
+    assert config.retry_policy().backoff_ms == 100
+    assert config.retry_policy().jitter == 0.0
+    assert config.retry_policy().deadline_ms == 5_000
+
+
+def test_retry_settings_carry_kafkas_names() -> None:
+    kafka_names = {info.key: info.kafka for info in describe(RemoteStorageConfig)}
+    for key in (
+        "remote.log.manager.task.retry.backoff.ms",
+        "remote.log.manager.task.retry.backoff.max.ms",
+        "remote.log.manager.task.retry.jitter",
+    ):
+        assert kafka_names[key] == key
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"remote.log.storage.backend": "hdfs"}, "backend"),
+        ({"remote.log.storage.backend": "s3"}, "bucket is required"),
+        ({"remote.log.storage.s3.part.size.bytes": 1024}, "at least 5242880"),
+        ({"remote.log.storage.s3.max.connections": 0}, "max.connections"),
+        ({"remote.log.storage.s3.access.key.id": "AKIA"}, "or neither"),
+        ({"remote.log.manager.task.retry.jitter": 0.7}, "jitter"),
+        ({"remote.log.storage.retry.max.attempts": 0}, "attempts"),
+        ({"remote.log.storage.s3.read.timeout.ms": "slow"}, "must be of type int"),
+    ],
+)
+def test_bad_settings_are_rejected_with_the_key_named(
+    settings: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        from_settings(RemoteStorageConfig, settings)
+
+
+def test_repr_hides_the_secret_key() -> None:
+    config = RemoteStorageConfig(s3_access_key_id="AKIAEXAMPLE", s3_secret_access_key="hunter2")
+    text = repr(config)
+    assert "hunter2" not in text
+    assert "AKIAEXAMPLE" in text
+    assert "s3_secret_access_key='***'" in text
+
+
+def test_factory_builds_the_local_backend_by_default(tmp_path: Path) -> None:
+    storage = create_remote_storage(RemoteStorageConfig(local_dir=str(tmp_path)))
+    assert isinstance(storage, LocalRemoteStorage)
+    assert storage.root == tmp_path
+
+
+async def test_factory_builds_s3_without_connecting() -> None:
+    config = RemoteStorageConfig(backend="s3", s3_bucket="tiered", s3_endpoint="http://127.0.0.1:9")
+    storage = create_remote_storage(config)
+    assert isinstance(storage, S3RemoteStorage)
+    await storage.close()

@@ -1,0 +1,223 @@
+"""storage.rsm.local: the local directory backend, round trips and ranged reads on a real disk."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from storage.model import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from storage.rsm.base import (
+    RemoteRangeError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
+from storage.rsm.layout import RemoteLayout
+from storage.rsm.local import LocalRemoteStorage
+
+TOPIC = TopicIdPartition(topic_id=uuid.uuid4(), topic="payments", partition=2)
+
+
+def new_metadata(start_offset: int = 100) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(
+        segment_id=RemoteLogSegmentId.generate(TOPIC),
+        start_offset=start_offset,
+        end_offset=start_offset + 99,
+        max_timestamp=1_700_000_000_000,
+        leader_epoch=3,
+        event_timestamp=1_700_000_000_000,
+        segment_leader_epochs=((3, start_offset),),
+        segment_size_in_bytes=0,
+        state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+    )
+
+
+def segment_data(log: bytes) -> LogSegmentData:
+    return LogSegmentData(
+        log=log,
+        offset_index=b"offset-index" * 3,
+        time_index=b"time-index" * 2,
+        transaction_index=b"",
+        producer_snapshot=b"producer-snapshot",
+        leader_epoch_checkpoint=b"0\n1\n3 100\n",
+    )
+
+
+LOG = os.urandom(64 * 1024 + 17)
+
+
+def files_under(root: Path) -> set[Path]:
+    return {path for path in root.rglob("*") if path.is_file()}
+
+
+async def test_copy_then_fetch_everything_back(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    metadata = new_metadata()
+    data = segment_data(LOG)
+    await storage.copy_log_segment(metadata, data)
+    assert await storage.fetch_log_segment(metadata, 0) == LOG
+    for index_type in IndexType:
+        assert await storage.fetch_index(metadata, index_type) == data.file_for(index_type)
+
+
+async def test_files_sit_at_the_layout_paths_with_no_temporaries_left(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path, prefix="cluster-a")
+    metadata = new_metadata()
+    await storage.copy_log_segment(metadata, segment_data(LOG))
+    expected = {tmp_path / key for key in RemoteLayout(prefix="cluster-a").segment_keys(metadata)}
+    assert files_under(tmp_path) == expected
+    assert (tmp_path / RemoteLayout(prefix="cluster-a").log_key(metadata)).read_bytes() == LOG
+
+
+@pytest.mark.parametrize(
+    ("start", "end"),
+    [
+        (0, None),
+        (0, 1),
+        (10, 20),
+        (len(LOG) - 1, None),
+        (len(LOG), None),
+        (len(LOG), len(LOG) + 100),
+        (100, len(LOG) * 2),
+        (5, 5),
+    ],
+)
+async def test_ranged_reads_equal_the_slice(tmp_path: Path, start: int, end: int | None) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    metadata = new_metadata()
+    await storage.copy_log_segment(metadata, segment_data(LOG))
+    assert await storage.fetch_log_segment(metadata, start, end) == LOG[start:end]
+
+
+def test_ranged_reads_at_random_boundaries_equal_the_slice(tmp_path: Path) -> None:
+    metadata = new_metadata()
+    with asyncio.Runner() as runner:
+        storage = LocalRemoteStorage(tmp_path)
+        runner.run(storage.copy_log_segment(metadata, segment_data(LOG)))
+
+        @settings(max_examples=150, deadline=None)
+        @given(
+            start=st.integers(min_value=0, max_value=len(LOG)),
+            length=st.none() | st.integers(min_value=0, max_value=len(LOG) + 1000),
+        )
+        def check(start: int, length: int | None) -> None:
+            end = None if length is None else start + length
+            assert runner.run(storage.fetch_log_segment(metadata, start, end)) == LOG[start:end]
+
+        check()
+
+
+async def test_start_beyond_the_end_is_a_range_error(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    metadata = new_metadata()
+    await storage.copy_log_segment(metadata, segment_data(b"0123456789"))
+    with pytest.raises(RemoteRangeError, match="beyond its size 10") as caught:
+        await storage.fetch_log_segment(metadata, 11, 20)
+    assert caught.value.retriable is False
+    assert (caught.value.start, caught.value.size) == (11, 10)
+
+
+@pytest.mark.parametrize(("start", "end"), [(-1, None), (5, 4)])
+async def test_impossible_ranges_are_the_callers_bug(
+    tmp_path: Path, start: int, end: int | None
+) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    with pytest.raises(ValueError):
+        await storage.fetch_log_segment(new_metadata(), start, end)
+
+
+async def test_empty_log_reads_empty(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    metadata = new_metadata()
+    await storage.copy_log_segment(metadata, segment_data(b""))
+    assert await storage.fetch_log_segment(metadata, 0) == b""
+    assert await storage.fetch_index(metadata, IndexType.TRANSACTION) == b""
+
+
+async def test_missing_segment_is_not_found_for_every_call(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    metadata = new_metadata()
+    with pytest.raises(RemoteResourceNotFoundError) as caught:
+        await storage.fetch_log_segment(metadata, 0, 10)
+    assert caught.value.retriable is False
+    with pytest.raises(RemoteResourceNotFoundError):
+        await storage.fetch_index(metadata, IndexType.OFFSET)
+    with pytest.raises(RemoteResourceNotFoundError):
+        await storage.delete_log_segment(metadata)
+
+
+async def test_delete_removes_every_file_then_reports_not_found(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    kept, deleted = new_metadata(0), new_metadata(100)
+    await storage.copy_log_segment(kept, segment_data(LOG))
+    await storage.copy_log_segment(deleted, segment_data(LOG))
+    await storage.delete_log_segment(deleted)
+    remaining = files_under(tmp_path)
+    assert remaining == {tmp_path / key for key in RemoteLayout().segment_keys(kept)}
+    with pytest.raises(RemoteResourceNotFoundError):
+        await storage.fetch_log_segment(deleted, 0)
+    with pytest.raises(RemoteResourceNotFoundError):
+        await storage.delete_log_segment(deleted)
+    assert await storage.fetch_log_segment(kept, 0) == LOG
+
+
+async def test_delete_removes_the_leftovers_of_a_partial_copy(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    metadata = new_metadata()
+    leftover = tmp_path / RemoteLayout().index_key(metadata, IndexType.TIMESTAMP)
+    leftover.parent.mkdir(parents=True)
+    leftover.write_bytes(b"partial")
+    await storage.delete_log_segment(metadata)
+    assert not leftover.exists()
+
+
+async def test_copy_attempts_of_one_segment_do_not_collide(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    first, retry = new_metadata(100), new_metadata(100)
+    await storage.copy_log_segment(first, segment_data(b"first attempt"))
+    await storage.copy_log_segment(retry, segment_data(b"second attempt"))
+    assert await storage.fetch_log_segment(first, 0) == b"first attempt"
+    assert await storage.fetch_log_segment(retry, 0) == b"second attempt"
+
+
+async def test_concurrent_reads_and_copies(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    segments = [new_metadata(offset) for offset in range(0, 1000, 100)]
+    await asyncio.gather(*(storage.copy_log_segment(m, segment_data(LOG)) for m in segments))
+    reads = await asyncio.gather(
+        *(storage.fetch_log_segment(m, 7 * i, 7 * i + 4096) for i, m in enumerate(segments))
+    )
+    assert reads == [LOG[7 * i : 7 * i + 4096] for i in range(len(segments))]
+
+
+async def test_a_failed_write_leaves_no_temporary_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_replace(source: object, target: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    storage = LocalRemoteStorage(tmp_path)
+    with pytest.raises(RemoteStorageError, match="No space left") as caught:
+        await storage.copy_log_segment(new_metadata(), segment_data(LOG))
+    assert caught.value.retriable is False
+    assert files_under(tmp_path) == set()
+
+
+async def test_calls_after_close_fail(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    await storage.close()
+    with pytest.raises(RemoteStorageError, match="closed"):
+        await storage.fetch_log_segment(new_metadata(), 0)
