@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import io
+from collections.abc import Callable
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from kio.serial import writers
 
 from protocol.errors import LocalProtocolError, ProtocolError
 from protocol.varint import (
@@ -123,3 +127,17 @@ def test_encoding_out_of_range_is_our_misuse(encode: object, value: int) -> None
     assert callable(encode)
     with pytest.raises(LocalProtocolError):
         encode(value)
+
+
+@given(INT32, INT64, st.integers(0, 2**32 - 1))
+def test_encodings_agree_with_kio(value32: int, value64: int, unsigned: int) -> None:
+    # kio implements the same Kafka primitives for the flexible protocol versions.
+    cases: list[tuple[Callable[..., None], int, bytes]] = [
+        (writers.write_signed_varint, value32, encode_varint(value32)),
+        (writers.write_signed_varlong, value64, encode_varlong(value64)),
+        (writers.write_unsigned_varint, unsigned, encode_unsigned_varint(unsigned)),
+    ]
+    for write, value, ours in cases:
+        out = io.BytesIO()
+        write(out, value)
+        assert out.getvalue() == ours
