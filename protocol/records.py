@@ -251,10 +251,13 @@ def parse_batch_header(buf: Buffer, position: int = 0) -> BatchHeader:
 
     Only the header is examined: the batch may extend past the end of ``buf``.
 
+    :raises LocalProtocolError: if ``position`` is negative.
     :raises LegacyMessageFormatError: if the magic byte is 0 or 1.
     :raises CorruptRecordBatchError: if the header is truncated, the magic is unknown, or
         the length, codec or record count cannot be right.
     """
+    if position < 0:
+        raise LocalProtocolError(f"negative batch position {position}")
     available = len(buf) - position
     if available > _MAGIC_OFFSET:
         _check_magic(buf[position + _MAGIC_OFFSET], position)
@@ -316,9 +319,12 @@ def iter_batches(buf: Buffer, start: int = 0) -> Iterator[tuple[int, BatchHeader
     so a partial trailing batch ends the iteration quietly, as in Kafka's
     ``ByteBufferLogInputStream``. CRCs are not checked here: see :func:`batch_crc_ok`.
 
+    :raises LocalProtocolError: if ``start`` is negative.
     :raises LegacyMessageFormatError: at a complete magic 0/1 message set.
     :raises CorruptRecordBatchError: at a size field no batch can have, or a bad header.
     """
+    if start < 0:
+        raise LocalProtocolError(f"negative batch position {start}")
     position = start
     end = len(buf)
     while end - position > _MAGIC_OFFSET:

@@ -289,6 +289,13 @@ def test_iter_batches_from_a_start_position() -> None:
     assert [(p, h.base_offset) for p, h in found] == [(len(first), 3)]
 
 
+def test_negative_positions_are_our_misuse() -> None:
+    with pytest.raises(LocalProtocolError):
+        parse_batch_header(simple_batch(0), -61)
+    with pytest.raises(LocalProtocolError):
+        list(iter_batches(simple_batch(0), -1))
+
+
 def test_iter_batches_over_nothing() -> None:
     assert list(iter_batches(b"")) == []
     assert list(iter_batches(b"\x00" * 16)) == []
