@@ -1,0 +1,122 @@
+"""``tierproxy serve``: run the proxy in front of a broker until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from proxy.config import ProxyConfig, load_settings, proxy_config
+from proxy.logs import configure
+from proxy.server import run_until_stopped
+from storage.config import ConfigError, describe
+
+__all__ = ["register", "run"]
+
+_DESCRIPTION = """\
+Run the wire-compatible Kafka proxy. Clients bootstrap to the proxy's address; every broker
+of the cluster gets its own proxy port (the listener's port + the broker's index, or the
+[[broker.map]] entries of the config file), and every response that names brokers is
+rewritten so that clients only ever connect through the proxy. Everything else passes
+through byte for byte, SASL included.
+
+Settings come from the TOML file given with --config (Kafka-style dotted names, listed
+below); the flags override the file."""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``serve`` subcommand."""
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the proxy in front of a Kafka broker",
+        description=_DESCRIPTION,
+        epilog=_settings_epilog(ProxyConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE", help="TOML file of settings (names below)"
+    )
+    parser.add_argument(
+        "--bootstrap",
+        metavar="HOST:PORT[,...]",
+        help="the broker(s) to front (bootstrap.servers)",
+    )
+    parser.add_argument(
+        "--listen",
+        metavar="[SCHEME://]HOST:PORT",
+        help="client-facing address; the port is the base port, broker i gets port + i; "
+        "port 0 gives every broker a free port (listeners)",
+    )
+    parser.add_argument(
+        "--advertised-host",
+        metavar="HOST",
+        help="host name clients are told to connect to (advertised.listeners)",
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on this port, 0 = off (metrics.port)",
+    )
+    parser.add_argument(
+        "--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="(log.level)"
+    )
+    parser.add_argument(
+        "--log-format", choices=("logfmt", "json"), help="one event per line (log.format)"
+    )
+    parser.set_defaults(handler=run)
+
+
+def _settings_epilog(config_class: type[Any]) -> str:
+    lines = ["settings (TOML keys, with defaults):"]
+    for info in describe(config_class):
+        default = repr(info.default) if info.default != "" else '""'
+        lines.append(f"  {info.key} = {default}")
+        lines.extend(textwrap.wrap(info.doc, 88, initial_indent=" " * 6, subsequent_indent=" " * 6))
+    return "\n".join(lines)
+
+
+def _overrides(args: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    if args.bootstrap:
+        overrides["bootstrap.servers"] = args.bootstrap
+    if args.listen:
+        overrides["listeners"] = args.listen
+    if args.advertised_host:
+        # Keep an advertised base port from the file; replace only the host.
+        current = str(base.get("advertised.listeners", "")).split("://")[-1]
+        port = current.rsplit(":", 1)[1] if current.count(":") == 1 else ""
+        overrides["advertised.listeners"] = (
+            f"{args.advertised_host}:{port}" if port else args.advertised_host
+        )
+    if args.metrics_port is not None:
+        overrides["metrics.port"] = args.metrics_port
+    if args.log_level:
+        overrides["log.level"] = args.log_level
+    if args.log_format:
+        overrides["log.format"] = args.log_format
+    return overrides
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of ``tierproxy serve``: load settings, then serve until a signal.
+
+    Returns 2 for invalid settings, 0 after a graceful shutdown.
+    """
+    try:
+        from_file = load_settings(args.config, {})
+        config = proxy_config(load_settings(args.config, _overrides(args, from_file)))
+    except ConfigError as err:
+        print(f"tierproxy serve: {err}", file=sys.stderr)
+        return 2
+    configure(config.log_level, config.log_format)
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(run_until_stopped(config))
+    return 0

@@ -1,0 +1,375 @@
+"""Settings of ``tierproxy serve``: where to listen, which broker to front, TLS, limits.
+
+Settings use Kafka's names where Kafka has one (``bootstrap.servers``, ``listeners``,
+``advertised.listeners``, ``socket.request.max.bytes``, ``ssl.*``, ``security.protocol``) so an
+operator can read the file like a ``server.properties``. TLS towards the broker takes the
+client-side names with an ``upstream.`` prefix, as the proxy is the broker's client there.
+
+An explicit broker address map is an array of tables::
+
+    [[broker.map]]
+    node.id = 1
+    listener = "0.0.0.0:19092"
+    advertised.listener = "proxy-1.example.com:19092"
+
+Brokers without an entry get ``listener base port + index`` (index in order of appearance).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from storage.config import ConfigError, check_unknown, flatten, from_settings, setting
+
+__all__ = [
+    "CONFIG_CLASSES",
+    "BrokerMapEntry",
+    "HostPort",
+    "Listener",
+    "ProxyConfig",
+    "load_settings",
+    "parse_host_port",
+    "parse_listener",
+]
+
+# Kafka's default for socket.request.max.bytes: a request larger than this is refused before
+# it is buffered, so one client cannot make the proxy hold an arbitrary amount of memory.
+DEFAULT_SOCKET_REQUEST_MAX_BYTES = 100 * 1024 * 1024
+
+# Write-buffer watermarks of each side of a connection pair. 1 MiB lets a whole default-sized
+# Fetch response (max.partition.fetch.bytes = 1 MiB) sit in the buffer without pausing the
+# broker side, while 200 idle connections still cost nothing (buffers are empty when idle).
+DEFAULT_HIGH_WATER_BYTES = 1024 * 1024
+DEFAULT_LOW_WATER_BYTES = 256 * 1024
+
+_SCHEMES = {"PLAINTEXT": False, "SASL_PLAINTEXT": False, "SSL": True, "SASL_SSL": True}
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+_LOG_FORMATS = ("logfmt", "json")
+_CLIENT_AUTH = ("none", "requested", "required")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class HostPort:
+    """A TCP address as written in Kafka settings."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Listener:
+    """A listener address with its Kafka security protocol (``SSL://host:port``)."""
+
+    security_protocol: str
+    address: HostPort
+
+    @property
+    def tls(self) -> bool:
+        """Whether the transport is TLS; SASL is end to end between client and broker."""
+        return _SCHEMES[self.security_protocol]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerMapEntry:
+    """An explicit proxy address for one broker, overriding port-per-broker."""
+
+    node_id: int
+    listener: HostPort
+    advertised: HostPort
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ProxyConfig:
+    """Everything ``tierproxy serve`` reads from the config file and its flags."""
+
+    bootstrap_servers: str = setting(
+        "bootstrap.servers",
+        "127.0.0.1:9092",
+        "Comma-separated host:port list of the broker(s) the proxy fronts; the proxy asks "
+        "them for the cluster's brokers at start and gives each a listener.",
+        kafka="bootstrap.servers",
+    )
+    listeners: str = setting(
+        "listeners",
+        "PLAINTEXT://127.0.0.1:9192",
+        "Where clients connect: [PLAINTEXT|SSL|SASL_PLAINTEXT|SASL_SSL://]host:port. The port "
+        "is the base port: broker number i (in order of appearance) gets port + i.",
+        kafka="listeners",
+    )
+    advertised_listeners: str = setting(
+        "advertised.listeners",
+        "",
+        "host[:port] clients are told to connect to (the port is the advertised base port). "
+        "Empty: the listener's host (this machine's name when it listens on all addresses).",
+        kafka="advertised.listeners",
+    )
+    broker_map: tuple[Mapping[str, Any], ...] = setting(
+        "broker.map",
+        (),
+        "Explicit addresses per broker: [[broker.map]] tables with node.id, listener and "
+        "advertised.listener; other brokers get port-per-broker addresses.",
+    )
+    socket_request_max_bytes: int = setting(
+        "socket.request.max.bytes",
+        DEFAULT_SOCKET_REQUEST_MAX_BYTES,
+        "Largest request frame accepted from a client; a larger one closes that connection.",
+        kafka="socket.request.max.bytes",
+    )
+    connection_setup_timeout_ms: int = setting(
+        "socket.connection.setup.timeout.ms",
+        10_000,
+        "How long to wait for the broker to accept the upstream connection of a client.",
+        kafka="socket.connection.setup.timeout.ms",
+    )
+    buffer_high_water_bytes: int = setting(
+        "connection.buffer.high.water.bytes",
+        DEFAULT_HIGH_WATER_BYTES,
+        "Stop reading one side of a connection pair while the other side has this many "
+        "bytes waiting to be written (back-pressure).",
+    )
+    buffer_low_water_bytes: int = setting(
+        "connection.buffer.low.water.bytes",
+        DEFAULT_LOW_WATER_BYTES,
+        "Resume reading once the other side's write buffer is back below this.",
+    )
+    shutdown_timeout_ms: int = setting(
+        "shutdown.timeout.ms",
+        10_000,
+        "On SIGTERM/SIGINT: how long in-flight requests may take to finish before the "
+        "remaining connections are cut.",
+    )
+    metrics_port: int = setting(
+        "metrics.port", 0, "Port of the Prometheus /metrics endpoint; 0 turns it off."
+    )
+    metrics_host: str = setting(
+        "metrics.host", "127.0.0.1", "Address the Prometheus endpoint binds to."
+    )
+    log_level: str = setting("log.level", "INFO", "DEBUG, INFO, WARNING or ERROR.")
+    log_format: str = setting(
+        "log.format", "logfmt", "logfmt or json: one event per line, with connection ids."
+    )
+    ssl_certificate_location: str = setting(
+        "ssl.certificate.location",
+        "",
+        "PEM certificate chain the proxy presents to clients on SSL listeners.",
+        kafka="ssl.certificate.location",
+    )
+    ssl_key_location: str = setting(
+        "ssl.key.location",
+        "",
+        "PEM private key of that certificate (may be the same file).",
+        kafka="ssl.key.location",
+    )
+    ssl_key_password: str = setting(
+        "ssl.key.password", "", "Password of the private key, if any.", kafka="ssl.key.password"
+    )
+    ssl_ca_location: str = setting(
+        "ssl.ca.location",
+        "",
+        "PEM CA bundle to verify client certificates with (see ssl.client.auth).",
+        kafka="ssl.ca.location",
+    )
+    ssl_client_auth: str = setting(
+        "ssl.client.auth",
+        "none",
+        "Client certificates on SSL listeners: none, requested or required.",
+        kafka="ssl.client.auth",
+    )
+    upstream_security_protocol: str = setting(
+        "upstream.security.protocol",
+        "PLAINTEXT",
+        "Transport to the broker: PLAINTEXT or SSL (SASL_* are the same transports; "
+        "the SASL exchange itself passes through from the client).",
+        kafka="security.protocol",
+    )
+    upstream_ssl_ca_location: str = setting(
+        "upstream.ssl.ca.location",
+        "",
+        "PEM CA bundle that signed the broker's certificate; empty: the system's CAs.",
+        kafka="ssl.ca.location",
+    )
+    upstream_ssl_certificate_location: str = setting(
+        "upstream.ssl.certificate.location",
+        "",
+        "PEM client certificate for brokers that require one.",
+        kafka="ssl.certificate.location",
+    )
+    upstream_ssl_key_location: str = setting(
+        "upstream.ssl.key.location",
+        "",
+        "PEM private key of the upstream client certificate.",
+        kafka="ssl.key.location",
+    )
+    upstream_ssl_key_password: str = setting(
+        "upstream.ssl.key.password",
+        "",
+        "Password of the upstream private key, if any.",
+        kafka="ssl.key.password",
+    )
+    upstream_ssl_endpoint_identification_algorithm: str = setting(
+        "upstream.ssl.endpoint.identification.algorithm",
+        "https",
+        "https: check that the broker's certificate names its host; empty: do not check.",
+        kafka="ssl.endpoint.identification.algorithm",
+    )
+
+    def __post_init__(self) -> None:
+        bootstrap_addresses(self)
+        parse_listener(self.listeners)
+        self.advertised_base()
+        self.explicit_brokers()
+        _require(self.socket_request_max_bytes > 0, "socket.request.max.bytes must be > 0")
+        _require(
+            0 < self.buffer_low_water_bytes <= self.buffer_high_water_bytes,
+            "connection.buffer.low.water.bytes must be > 0 and <= the high water mark",
+        )
+        _require(self.connection_setup_timeout_ms > 0, "socket.connection.setup.timeout.ms > 0")
+        _require(self.shutdown_timeout_ms >= 0, "shutdown.timeout.ms must be >= 0")
+        _require(0 <= self.metrics_port < 65536, "metrics.port must be 0..65535")
+        _require(self.log_level.upper() in _LOG_LEVELS, f"log.level must be one of {_LOG_LEVELS}")
+        _require(self.log_format in _LOG_FORMATS, f"log.format must be one of {_LOG_FORMATS}")
+        _require(
+            self.ssl_client_auth in _CLIENT_AUTH, f"ssl.client.auth must be one of {_CLIENT_AUTH}"
+        )
+        _require(
+            self.upstream_security_protocol in _SCHEMES,
+            f"upstream.security.protocol must be one of {tuple(_SCHEMES)}",
+        )
+        if self.listener.tls:
+            _require(
+                bool(self.ssl_certificate_location),
+                "an SSL listener needs ssl.certificate.location",
+            )
+
+    @property
+    def listener(self) -> Listener:
+        """The client-facing listener (its port is the base port)."""
+        return parse_listener(self.listeners)
+
+    @property
+    def upstream_tls(self) -> bool:
+        """Whether connections to the broker use TLS."""
+        return _SCHEMES[self.upstream_security_protocol]
+
+    def advertised_base(self) -> HostPort:
+        """The address advertised for the base port; other brokers add their index to it.
+
+        :raises ConfigError: when ``advertised.listeners`` cannot be parsed.
+        """
+        listen = self.listener.address
+        text = self.advertised_listeners.strip()
+        if not text:
+            host = listen.host if listen.host not in ("", "0.0.0.0", "::") else socket.getfqdn()
+            return HostPort(host=host, port=listen.port)
+        if "://" in text:
+            text = text.split("://", 1)[1]
+        if ":" not in text.rsplit("]", 1)[-1]:
+            return HostPort(host=text.strip("[]"), port=listen.port)
+        return parse_host_port(text)
+
+    def explicit_brokers(self) -> tuple[BrokerMapEntry, ...]:
+        """The ``[[broker.map]]`` entries, validated.
+
+        :raises ConfigError: for a malformed entry or a node id given twice.
+        """
+        entries: list[BrokerMapEntry] = []
+        for raw in self.broker_map:
+            unknown = set(raw) - {"node.id", "listener", "advertised.listener"}
+            _require(not unknown, f"broker.map: unknown keys {sorted(unknown)}")
+            _require(
+                isinstance(raw.get("node.id"), int) and "listener" in raw,
+                "broker.map entries need node.id (integer) and listener",
+            )
+            listener = parse_host_port(str(raw["listener"]))
+            advertised = raw.get("advertised.listener")
+            entries.append(
+                BrokerMapEntry(
+                    node_id=int(raw["node.id"]),
+                    listener=listener,
+                    advertised=parse_host_port(str(advertised)) if advertised else listener,
+                )
+            )
+        ids = [entry.node_id for entry in entries]
+        _require(len(ids) == len(set(ids)), "broker.map: a node.id appears twice")
+        return tuple(entries)
+
+
+# Every config class whose keys may appear in the proxy's TOML file; parts added later (the
+# tiered read path, remote storage) append theirs so unknown-key checks stay exact.
+CONFIG_CLASSES: tuple[type[Any], ...] = (ProxyConfig,)
+
+
+def load_settings(
+    path: Path | None,
+    overrides: Mapping[str, Any],
+    config_classes: Sequence[type[Any]] = CONFIG_CLASSES,
+) -> dict[str, Any]:
+    """Read the TOML file (if any), apply command-line overrides, reject unknown keys.
+
+    :raises ConfigError: for unreadable TOML or an unknown setting.
+    """
+    flat: dict[str, Any] = {}
+    if path is not None:
+        try:
+            flat = flatten(tomllib.loads(path.read_text(encoding="utf-8")))
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise ConfigError(f"cannot read config file {path}: {err}") from err
+    flat.update(overrides)
+    check_unknown(flat, config_classes)
+    return flat
+
+
+def proxy_config(flat: Mapping[str, Any]) -> ProxyConfig:
+    """Build the proxy's settings from the flat mapping :func:`load_settings` returns.
+
+    :raises ConfigError: for a wrong type or an invalid value.
+    """
+    return from_settings(ProxyConfig, flat)
+
+
+def bootstrap_addresses(config: ProxyConfig) -> tuple[HostPort, ...]:
+    """The ``bootstrap.servers`` addresses.
+
+    :raises ConfigError: when the list is empty or an entry is not host:port.
+    """
+    parts = [part.strip() for part in config.bootstrap_servers.split(",") if part.strip()]
+    _require(bool(parts), "bootstrap.servers must name at least one broker")
+    return tuple(parse_host_port(part.split("://", 1)[-1]) for part in parts)
+
+
+def parse_listener(text: str) -> Listener:
+    """Parse ``[SCHEME://]host:port`` as Kafka's ``listeners`` setting writes it.
+
+    :raises ConfigError: for an unknown scheme or a malformed address.
+    """
+    scheme, sep, rest = text.strip().partition("://")
+    if not sep:
+        scheme, rest = "PLAINTEXT", text.strip()
+    scheme = scheme.upper()
+    _require(scheme in _SCHEMES, f"listener {text!r}: scheme must be one of {tuple(_SCHEMES)}")
+    return Listener(security_protocol=scheme, address=parse_host_port(rest))
+
+
+def parse_host_port(text: str) -> HostPort:
+    """Parse ``host:port`` or ``[v6-host]:port``.
+
+    :raises ConfigError: when the port is missing or not a port number.
+    """
+    host, sep, port_text = text.strip().rpartition(":")
+    _require(bool(sep) and port_text.isdigit(), f"{text!r} is not host:port")
+    port = int(port_text)
+    _require(0 <= port < 65536, f"{text!r}: port out of range")
+    return HostPort(host=host.strip("[]"), port=port)
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise ConfigError(message)

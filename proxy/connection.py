@@ -1,0 +1,495 @@
+"""Connection pairs: a client connection and its own connection to the broker it addressed.
+
+Rules of this file (the only module that writes to transports):
+
+- Requests reach the broker in the order the client sent them, as the client's bytes unless
+  an interceptor rewrote them. The router (:mod:`proxy.router`) decides per frame; this file
+  only moves frames and keeps order.
+- Responses go back in request order (Kafka clients match them by position). Two queues
+  keep it: ``_ordered`` holds every request still owed a response, in client order;
+  ``_awaiting`` holds the forwarded ones, in the order the broker will answer them. A Produce
+  with ``acks=0`` gets no response and enters neither.
+- A raw response whose request heads ``_ordered`` streams through as it arrives, chunk by
+  chunk, never assembled in memory. Any other response is kept until everything before it
+  has been written; an intercepted one is assembled and handed to its exchange.
+- Back-pressure, uvicorn style: reading from a side pauses while the other side's write
+  buffer is above the high-water mark, and resumes below the low-water mark. Responses held
+  behind a slow one count too, so nothing buffers without bound.
+- Either side closing closes the pair, with one log line saying why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import ssl
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, cast
+
+from protocol.errors import RemoteProtocolError
+from protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrameSize
+from proxy.config import HostPort
+from proxy.interceptors.base import ConnectionInfo
+from proxy.logs import event
+from proxy.metrics import ProxyMetrics, api_name
+from proxy.router import InterceptedExchange, Router
+
+__all__ = ["ConnectionPair", "PairSettings"]
+
+_log = logging.getLogger("tierproxy.connection")
+
+_SIZE: Final = struct.Struct(">i")
+_SIZE_BYTES: Final = _SIZE.size
+
+# Hold reasons of the read gates.
+_CONNECTING: Final = "connecting"
+_PEER_BUFFER_FULL: Final = "peer-write-buffer-full"
+_HELD_RESPONSES: Final = "held-responses"
+_DRAINING: Final = "draining"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PairSettings:
+    """What every connection pair of a listener shares."""
+
+    upstream_ssl: ssl.SSLContext | None
+    max_request_bytes: int
+    high_water: int
+    low_water: int
+    connect_timeout: float
+
+
+class _ReadGate:
+    """Pauses reading from one transport while any hold is set (uvicorn's FlowControl)."""
+
+    __slots__ = ("_holds", "_transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self._holds: set[str] = set()
+
+    def hold(self, reason: str) -> None:
+        if not self._holds and not self._transport.is_closing():
+            self._transport.pause_reading()
+        self._holds.add(reason)
+
+    def release(self, reason: str) -> None:
+        if reason not in self._holds:
+            return
+        self._holds.discard(reason)
+        if not self._holds and not self._transport.is_closing():
+            self._transport.resume_reading()
+
+
+class _InFlight:
+    """A request still owed a response."""
+
+    __slots__ = ("api_key", "buffer", "exchange", "response", "size", "started", "streaming")
+
+    def __init__(self, api_key: int, exchange: InterceptedExchange | None) -> None:
+        self.api_key = api_key
+        self.exchange = exchange
+        self.started = time.perf_counter()
+        self.streaming = False
+        # Size of the broker's response frame, prefix included, once its prefix has arrived.
+        self.size = 0
+        # Bytes of the response received so far when it is not streamed.
+        self.buffer: bytearray | None = None
+        # The whole response frame (size prefix included) once it may be written.
+        self.response: bytes | bytearray | None = None
+
+
+class ConnectionPair(asyncio.Protocol):
+    """The client side's protocol; it opens and owns the matching upstream connection."""
+
+    def __init__(
+        self,
+        *,
+        connection_id: int,
+        node_id: int,
+        upstream: HostPort,
+        router: Router,
+        metrics: ProxyMetrics,
+        settings: PairSettings,
+        on_closed: Callable[[ConnectionPair], None],
+    ) -> None:
+        self.connection_id = connection_id
+        self._node_id = node_id
+        self._upstream_address = upstream
+        self._router = router
+        self._metrics = metrics
+        self._settings = settings
+        self._on_closed = on_closed
+        self._info = ConnectionInfo(connection_id=connection_id, client="?", node_id=node_id)
+        self._client: asyncio.Transport | None = None
+        self._upstream: asyncio.Transport | None = None
+        self._client_gate: _ReadGate | None = None
+        self._upstream_gate: _ReadGate | None = None
+        self._requests = FrameDecoder(settings.max_request_bytes)
+        self._ordered: deque[_InFlight] = deque()
+        self._awaiting: deque[_InFlight] = deque()
+        # The response being received from the broker: its size prefix, then its bytes.
+        self._size_prefix = bytearray()
+        self._receiving: _InFlight | None = None
+        self._remaining = 0
+        self._held_bytes = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        # Why the pair stops reading requests and closes once answered ("" while serving).
+        self._draining = ""
+        self._closed = False
+        self._done = asyncio.get_running_loop().create_future()
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether the pair has been closed (both transports closing)."""
+        return self._closed
+
+    async def wait_closed(self) -> None:
+        """Return once the pair is closed."""
+        await asyncio.shield(self._done)
+
+    def drain(self, reason: str = "shutdown") -> None:
+        """Stop reading requests and close once every response owed has been written."""
+        if self._closed or self._draining:
+            return
+        self._draining = reason
+        if self._client_gate is not None:
+            self._client_gate.hold(_DRAINING)
+        if not self._ordered and self._upstream is not None:
+            self._close(reason)
+
+    def abort(self, reason: str) -> None:
+        """Close both sides now, dropping unwritten data."""
+        self._close(reason, abort=True)
+
+    def _close(
+        self, reason: str, *, abort: bool = False, level: int = logging.INFO, **fields: Any
+    ) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        event(
+            _log,
+            level,
+            "connection.closed",
+            conn=self.connection_id,
+            node=self._node_id,
+            client=self._info.client,
+            reason=reason,
+            in_flight=len(self._ordered),
+            **fields,
+        )
+        for transport in (self._client, self._upstream):
+            if transport is not None:
+                if abort:
+                    transport.abort()
+                else:
+                    transport.close()
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+        self._ordered.clear()
+        self._awaiting.clear()
+        self._metrics.connection_closed()
+        self._done.set_result(None)
+        self._on_closed(self)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- client side (asyncio.Protocol) ------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        transport = cast(asyncio.Transport, transport)
+        self._client = transport
+        peer = transport.get_extra_info("peername")
+        client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._info = dataclasses.replace(self._info, client=client)
+        self._metrics.connection_opened()
+        transport.set_write_buffer_limits(self._settings.high_water, self._settings.low_water)
+        self._client_gate = _ReadGate(transport)
+        event(
+            _log,
+            logging.DEBUG,
+            "connection.opened",
+            conn=self.connection_id,
+            node=self._node_id,
+            client=client,
+            upstream=str(self._upstream_address),
+        )
+        self._spawn(self._connect_upstream())
+
+    def data_received(self, data: bytes) -> None:
+        self._requests.feed(data)
+        if self._upstream is None:
+            # Keep what came before the broker connection is up, and read no more until it
+            # is (pausing in connection_made is not enough: uvloop starts reading after it).
+            if self._client_gate is not None:
+                self._client_gate.hold(_CONNECTING)
+            return
+        self._process_requests()
+
+    def _process_requests(self) -> None:
+        while not self._closed:
+            frame = self._requests.next_frame()
+            if frame is None:
+                if self._draining and not self._ordered:
+                    self._close(self._draining)
+                return
+            if isinstance(frame, FrameTooLarge):
+                self._close(
+                    "request frame too large",
+                    level=logging.WARNING,
+                    size=frame.declared_size,
+                    limit=frame.limit,
+                )
+                return
+            if isinstance(frame, InvalidFrameSize):
+                self._close(
+                    "invalid request frame size", level=logging.WARNING, size=frame.declared_size
+                )
+                return
+            self._on_request(frame)
+
+    def eof_received(self) -> bool:
+        # The client will send nothing more but may still read: answer what it asked first.
+        self.drain("client finished sending")
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._close("client closed", error=str(exc) if exc else "")
+
+    def pause_writing(self) -> None:
+        if self._upstream_gate is not None:
+            self._upstream_gate.hold(_PEER_BUFFER_FULL)
+
+    def resume_writing(self) -> None:
+        if self._upstream_gate is not None:
+            self._upstream_gate.release(_PEER_BUFFER_FULL)
+
+    # -- upstream side -----------------------------------------------------------------
+
+    async def _connect_upstream(self) -> None:
+        address = self._upstream_address
+        context = self._settings.upstream_ssl
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._settings.connect_timeout):
+                transport, _ = await loop.create_connection(
+                    lambda: _UpstreamProtocol(self),
+                    address.host,
+                    address.port,
+                    ssl=context,
+                    server_hostname=address.host if context is not None else None,
+                )
+        except OSError as err:
+            self._metrics.upstream_error("connect")
+            self._close(
+                "broker unreachable",
+                level=logging.WARNING,
+                upstream=str(address),
+                error=str(err) or type(err).__name__,
+            )
+            return
+        if self._closed:
+            transport.close()
+
+    def _upstream_made(self, transport: asyncio.Transport) -> None:
+        self._upstream = transport
+        transport.set_write_buffer_limits(self._settings.high_water, self._settings.low_water)
+        self._upstream_gate = _ReadGate(transport)
+        if self._client_gate is not None:
+            self._client_gate.release(_CONNECTING)
+        self._process_requests()
+
+    def _upstream_lost(self, exc: Exception | None) -> None:
+        if not self._closed and self._ordered:
+            self._metrics.upstream_error("closed")
+        self._close("broker closed", error=str(exc) if exc else "")
+
+    def _upstream_pause_writing(self) -> None:
+        if self._client_gate is not None:
+            self._client_gate.hold(_PEER_BUFFER_FULL)
+
+    def _upstream_resume_writing(self) -> None:
+        if self._client_gate is not None:
+            self._client_gate.release(_PEER_BUFFER_FULL)
+
+    # -- requests ----------------------------------------------------------------------
+
+    def _on_request(self, frame: bytes) -> None:
+        try:
+            route = self._router.route(frame, self._info)
+        except RemoteProtocolError as err:
+            self._close(
+                "bad request", level=logging.WARNING, error=str(err), code=err.error_code.name
+            )
+            return
+        except Exception as err:
+            _log.exception("interceptor failed on a request", extra={"conn": self.connection_id})
+            self._close("interceptor error", level=logging.ERROR, error=repr(err))
+            return
+        self._metrics.request(route.api_key, len(frame) + _SIZE_BYTES)
+        exchange = route.exchange
+        forward = frame if exchange is None else exchange.forward
+        entry = _InFlight(route.api_key, exchange)
+        if forward is None:
+            self._ordered.append(entry)
+            self._spawn(self._finish(entry, None))
+            return
+        assert self._upstream is not None
+        self._upstream.writelines((_SIZE.pack(len(forward)), forward))
+        if route.expects_response:
+            self._ordered.append(entry)
+            self._awaiting.append(entry)
+
+    # -- responses ---------------------------------------------------------------------
+
+    def _upstream_data(self, data: bytes) -> None:
+        view = memoryview(data)
+        position, end = 0, len(data)
+        while position < end and not self._closed:
+            target = self._receiving
+            if target is None:
+                position = self._start_response(data, position)
+                continue
+            take = min(self._remaining, end - position)
+            chunk = data if take == end else view[position : position + take]
+            if target.streaming:
+                assert self._client is not None
+                self._client.write(chunk)
+            else:
+                assert target.buffer is not None
+                target.buffer += chunk
+            self._remaining -= take
+            position += take
+            if self._remaining == 0:
+                self._response_received(target)
+
+    def _start_response(self, data: bytes, position: int) -> int:
+        """Consume (part of) a size prefix; once whole, decide where the response goes."""
+        needed = _SIZE_BYTES - len(self._size_prefix)
+        self._size_prefix += data[position : position + needed]
+        position = min(position + needed, len(data))
+        if len(self._size_prefix) < _SIZE_BYTES:
+            return position
+        prefix = bytes(self._size_prefix)
+        self._size_prefix.clear()
+        (size,) = _SIZE.unpack(prefix)
+        if not self._awaiting or size < 0:
+            self._metrics.upstream_error("protocol")
+            self._close(
+                "broker sent an unexpected response",
+                level=logging.WARNING,
+                size=size,
+                awaiting=len(self._awaiting),
+            )
+            return len(data)
+        target = self._awaiting.popleft()
+        target.size = size + _SIZE_BYTES
+        target.streaming = target.exchange is None and self._ordered[0] is target
+        if target.streaming:
+            assert self._client is not None
+            self._client.write(prefix)
+        else:
+            target.buffer = bytearray(prefix) if target.exchange is None else bytearray()
+        self._receiving = target
+        self._remaining = size
+        if size == 0:
+            self._response_received(target)
+        return position
+
+    def _response_received(self, target: _InFlight) -> None:
+        self._receiving = None
+        if target.streaming:
+            self._ordered.popleft()
+            self._record(target, target.size)
+            self._flush()
+            return
+        buffer = target.buffer
+        assert buffer is not None
+        target.buffer = None
+        if target.exchange is None:
+            self._ready(target, buffer)
+        else:
+            self._spawn(self._finish(target, bytes(buffer)))
+
+    async def _finish(self, entry: _InFlight, payload: bytes | None) -> None:
+        assert entry.exchange is not None
+        try:
+            response = await entry.exchange.respond(payload)
+        except RemoteProtocolError as err:
+            self._metrics.upstream_error("protocol")
+            self._close(
+                "bad response", level=logging.WARNING, api=api_name(entry.api_key), error=str(err)
+            )
+            return
+        except Exception as err:
+            _log.exception("interceptor failed on a response", extra={"conn": self.connection_id})
+            self._close("interceptor error", level=logging.ERROR, error=repr(err))
+            return
+        if not self._closed:
+            self._ready(entry, _SIZE.pack(len(response)) + response)
+
+    def _ready(self, entry: _InFlight, frame: bytes | bytearray) -> None:
+        entry.response = frame
+        self._held_bytes += len(frame)
+        if self._held_bytes > self._settings.high_water and self._upstream_gate is not None:
+            self._upstream_gate.hold(_HELD_RESPONSES)
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write every response at the head of the queue that is ready."""
+        assert self._client is not None
+        while self._ordered and self._ordered[0].response is not None:
+            entry = self._ordered.popleft()
+            frame = entry.response
+            assert frame is not None
+            entry.response = None
+            self._client.write(frame)
+            self._held_bytes -= len(frame)
+            self._record(entry, len(frame))
+        if self._held_bytes <= self._settings.low_water and self._upstream_gate is not None:
+            self._upstream_gate.release(_HELD_RESPONSES)
+        if self._draining and not self._ordered:
+            self._close(self._draining)
+
+    def _record(self, entry: _InFlight, size: int) -> None:
+        self._metrics.response(entry.api_key, size, time.perf_counter() - entry.started)
+
+
+class _UpstreamProtocol(asyncio.Protocol):
+    """The broker side of a pair: hands everything to the pair."""
+
+    __slots__ = ("_pair",)
+
+    def __init__(self, pair: ConnectionPair) -> None:
+        self._pair = pair
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._pair._upstream_made(cast(asyncio.Transport, transport))
+
+    def data_received(self, data: bytes) -> None:
+        self._pair._upstream_data(data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._pair._upstream_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._pair._upstream_pause_writing()
+
+    def resume_writing(self) -> None:
+        self._pair._upstream_resume_writing()

@@ -1,0 +1,108 @@
+"""Broker addresses → proxy addresses, in every response that tells clients where brokers are.
+
+A client that learns a broker's own address connects to it directly and bypasses the proxy
+(a known failure of Kafka proxies that rewrite Metadata only). Addresses travel in:
+
+- Metadata ``brokers`` (every version);
+- FindCoordinator: ``node_id``/``host``/``port`` (v0-v3) or each of ``coordinators`` (v4+,
+  KIP-699 batching);
+- DescribeCluster ``brokers`` (brokers or, with KIP-919, controllers);
+- ``node_endpoints`` of Produce v10+ and Fetch v16+ (KIP-951: where a moved leader is).
+
+The :class:`AddressBook` gives each broker its proxy address and starts a listener for a
+broker seen for the first time before the response reaches the client.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
+
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
+from proxy.config import HostPort
+from proxy.interceptors.base import Call, Interceptor
+
+__all__ = ["AddressBook", "AddressRewriter", "BrokerAddress"]
+
+# First versions that carry KIP-951 node endpoints, and FindCoordinator's first batched one.
+_PRODUCE_NODE_ENDPOINTS: Final = 10
+_FETCH_NODE_ENDPOINTS: Final = 16
+_FIND_COORDINATOR_BATCHED: Final = 4
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerAddress:
+    """A broker as a response names it."""
+
+    node_id: int
+    address: HostPort
+
+
+class AddressBook(Protocol):
+    """Where clients should reach each broker through the proxy."""
+
+    async def advertise(self, brokers: Sequence[BrokerAddress]) -> Mapping[int, HostPort]:
+        """Return the proxy address of each broker (by node id).
+
+        Brokers not seen before get a listener, started before this returns.
+        """
+        ...
+
+
+def _from(versions: range, first: int) -> range:
+    return range(max(versions[0], first), versions[-1] + 1)
+
+
+def _rewrite_entries(entries: tuple[Any, ...], proxied: Mapping[int, HostPort]) -> tuple[Any, ...]:
+    return tuple(
+        dataclasses.replace(e, host=proxied[e.node_id].host, port=proxied[e.node_id].port)
+        if e.node_id in proxied
+        else e
+        for e in entries
+    )
+
+
+def _named(entries: tuple[Any, ...]) -> list[BrokerAddress]:
+    return [
+        BrokerAddress(node_id=int(e.node_id), address=HostPort(host=e.host, port=int(e.port)))
+        for e in entries
+        if e.node_id >= 0
+    ]
+
+
+def _entries_field(api_key: int, api_version: int) -> str | None:
+    """The response field listing brokers; ``None``: the response itself is one broker."""
+    if api_key in (ApiKey.METADATA, ApiKey.DESCRIBE_CLUSTER):
+        return "brokers"
+    if api_key in (ApiKey.PRODUCE, ApiKey.FETCH):
+        return "node_endpoints"
+    return "coordinators" if api_version >= _FIND_COORDINATOR_BATCHED else None
+
+
+class AddressRewriter(Interceptor):
+    """Rewrites broker addresses in responses to the proxy's addresses from ``book``."""
+
+    def __init__(self, book: AddressBook) -> None:
+        self._book = book
+
+    @property
+    def versions(self) -> Mapping[ApiKey, range]:
+        return {
+            ApiKey.METADATA: INTERCEPTED_VERSIONS[ApiKey.METADATA],
+            ApiKey.FIND_COORDINATOR: INTERCEPTED_VERSIONS[ApiKey.FIND_COORDINATOR],
+            ApiKey.DESCRIBE_CLUSTER: INTERCEPTED_VERSIONS[ApiKey.DESCRIBE_CLUSTER],
+            ApiKey.PRODUCE: _from(INTERCEPTED_VERSIONS[ApiKey.PRODUCE], _PRODUCE_NODE_ENDPOINTS),
+            ApiKey.FETCH: _from(INTERCEPTED_VERSIONS[ApiKey.FETCH], _FETCH_NODE_ENDPOINTS),
+        }
+
+    async def on_response(self, call: Call, response: Any) -> Any:
+        field = _entries_field(call.header.api_key, call.header.api_version)
+        entries = (response,) if field is None else getattr(response, field)
+        brokers = _named(entries)
+        if not brokers:
+            return response
+        rewritten = _rewrite_entries(entries, await self._book.advertise(brokers))
+        if field is None:
+            return rewritten[0]
+        return dataclasses.replace(response, **{field: rewritten})

@@ -1,0 +1,90 @@
+"""The interception points: how Kafka logic sees and changes the requests it cares about.
+
+An :class:`Interceptor` names the API versions it handles. For those, the proxy decodes the
+request and the response and hands them over; every other request passes through as raw
+bytes and is never decoded. Several interceptors may handle one API: requests go through
+them in registration order, responses in reverse order, like middleware.
+
+``on_request`` is synchronous on purpose: requests reach the broker in the order the client
+sent them with no queue in between, and every decision it needs (address maps, the remote
+log metadata cache) is in memory. ``on_response`` is a coroutine, so an interceptor may
+await remote reads before the response goes back; the connection still returns responses in
+request order, so a slow response holds back the ones after it (Kafka clients require it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from protocol.headers import RequestHeader
+from protocol.messages import ApiKey
+
+__all__ = ["Answer", "Call", "ConnectionInfo", "Interceptor"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ConnectionInfo:
+    """Which client connection a request came on, and which broker it fronts."""
+
+    connection_id: int
+    client: str
+    node_id: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Call:
+    """One intercepted request as the interceptors see it.
+
+    ``client_request`` is the body the client sent, ``request`` the one forwarded after every
+    ``on_request`` (the same object when nobody rewrote it). Both are ``None`` when no
+    interceptor of the chain asked for decoded requests (``needs_request``).
+    """
+
+    connection: ConnectionInfo
+    header: RequestHeader
+    client_request: Any
+    request: Any
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Answer:
+    """Returned by ``on_request`` to answer without asking the broker.
+
+    ``response`` then goes through the ``on_response`` chain as if the broker had sent it.
+    """
+
+    response: Any
+
+
+class Interceptor(Protocol):
+    """Kafka logic for some API versions; see the module docstring for the order of calls.
+
+    Subclass it to inherit the pass-through defaults of ``on_request``/``on_response``.
+    """
+
+    @property
+    def versions(self) -> Mapping[ApiKey, range]:
+        """The API versions to intercept; each must lie within ``INTERCEPTED_VERSIONS``."""
+        ...
+
+    @property
+    def needs_request(self) -> bool:
+        """Whether ``on_request``/``on_response`` read the decoded request.
+
+        ``False`` spares decoding requests for interceptors that only rewrite responses
+        (a Produce request's records are never decoded for address rewriting).
+        """
+        return False
+
+    def on_request(self, call: Call) -> Any | Answer:
+        """Return the request body to forward (``call.request`` unchanged), or an Answer."""
+        return call.request
+
+    async def on_response(self, call: Call, response: Any) -> Any:
+        """Return the response body for the client (``response`` itself when unchanged).
+
+        :raises RemoteProtocolError: to close the client connection with a log line.
+        """
+        return response

@@ -1,0 +1,162 @@
+"""Prometheus metrics of the proxy: connections, requests, bytes, latency, upstream errors.
+
+Each :class:`ProxyMetrics` owns its registry, so several proxies in one process (tests) do not
+collide. Per-API series are resolved once per API key and cached: the request path pays a
+dict lookup and two counter increments, not a label lookup.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import start_http_server
+
+from protocol.messages import ApiKey
+
+__all__ = ["MetricsServer", "ProxyMetrics", "api_name"]
+
+# Latency through the proxy, request forwarded to response written: from a sub-millisecond
+# pass-through up to Fetch long-polls (fetch.max.wait.ms, 500 ms by default) and slow remote reads.
+_LATENCY_BUCKETS: Final = (
+    0.0002,
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+
+
+def api_name(api_key: int) -> str:
+    """Label value for an API key: Kafka's name in snake case, or the number if unknown."""
+    try:
+        return ApiKey(api_key).name.lower()
+    except ValueError:
+        return str(api_key)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _ApiSeries:
+    requests: Counter
+    request_bytes: Counter
+    response_bytes: Counter
+    latency: Histogram
+
+
+class ProxyMetrics:
+    """The proxy's Prometheus series, in their own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._connections_active = Gauge(
+            "tierproxy_connections_active",
+            "Client connections currently open.",
+            registry=self.registry,
+        )
+        self._connections = Counter(
+            "tierproxy_connections",
+            "Client connections accepted.",
+            registry=self.registry,
+        )
+        self._requests = Counter(
+            "tierproxy_requests",
+            "Requests received from clients, per API.",
+            ["api"],
+            registry=self.registry,
+        )
+        self._request_bytes = Counter(
+            "tierproxy_request_bytes",
+            "Request bytes from clients to the broker, per API (frames with size prefix).",
+            ["api"],
+            registry=self.registry,
+        )
+        self._response_bytes = Counter(
+            "tierproxy_response_bytes",
+            "Response bytes from the broker to clients, per API (frames with size prefix).",
+            ["api"],
+            registry=self.registry,
+        )
+        self._latency = Histogram(
+            "tierproxy_request_latency_seconds",
+            "Time from receiving a request to writing its response, per API.",
+            ["api"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self._upstream_errors = Counter(
+            "tierproxy_upstream_errors",
+            "Failures talking to the broker: connect, reset, protocol.",
+            ["kind"],
+            registry=self.registry,
+        )
+        self._series: dict[int, _ApiSeries] = {}
+
+    def _for(self, api_key: int) -> _ApiSeries:
+        series = self._series.get(api_key)
+        if series is None:
+            name = api_name(api_key)
+            series = _ApiSeries(
+                requests=self._requests.labels(name),
+                request_bytes=self._request_bytes.labels(name),
+                response_bytes=self._response_bytes.labels(name),
+                latency=self._latency.labels(name),
+            )
+            self._series[api_key] = series
+        return series
+
+    def connection_opened(self) -> None:
+        """A client connection was accepted."""
+        self._connections.inc()
+        self._connections_active.inc()
+
+    def connection_closed(self) -> None:
+        """A client connection was closed (by either side)."""
+        self._connections_active.dec()
+
+    def request(self, api_key: int, size: int) -> None:
+        """A request frame of ``size`` bytes arrived from a client."""
+        series = self._for(api_key)
+        series.requests.inc()
+        series.request_bytes.inc(size)
+
+    def response(self, api_key: int, size: int, seconds: float) -> None:
+        """A response frame of ``size`` bytes went back, ``seconds`` after its request came."""
+        series = self._for(api_key)
+        series.response_bytes.inc(size)
+        series.latency.observe(seconds)
+
+    def upstream_error(self, kind: str) -> None:
+        """Talking to the broker failed (``kind``: connect, closed, protocol)."""
+        self._upstream_errors.labels(kind).inc()
+
+
+class MetricsServer:
+    """The ``/metrics`` HTTP endpoint, served by prometheus-client on its own thread.
+
+    A thread keeps scrapes off the event loop; it only reads counters.
+    """
+
+    def __init__(self, metrics: ProxyMetrics, host: str, port: int) -> None:
+        self._server, self._thread = start_http_server(port, addr=host, registry=metrics.registry)
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful when 0 asked for any free port)."""
+        return int(self._server.server_port)
+
+    def close(self) -> None:
+        """Stop serving and join the thread."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

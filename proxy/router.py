@@ -1,0 +1,278 @@
+"""Per request frame: pass it through as raw bytes, or run it through its interceptors.
+
+This is the Kafka side of a connection pair; :mod:`proxy.connection` only moves frames. A
+raw request costs one ``struct`` unpack (plus the ``acks`` of a Produce, which decides
+whether a response will come at all). An intercepted one is decoded, handed to its
+interceptor chain, and re-encoded only if an interceptor changed it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
+
+from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
+from protocol.headers import (
+    RequestHeader,
+    encode_response_header,
+    parse_request_header,
+    parse_response_header,
+    peek_request,
+    response_header_version,
+)
+from protocol.messages import (
+    INTERCEPTED_VERSIONS,
+    ApiKey,
+    ErrorCode,
+    decode_request,
+    decode_response,
+    encode_request,
+    encode_response,
+    nested_class,
+    produce_acks,
+    response_class,
+)
+from proxy.interceptors.base import Answer, Call, ConnectionInfo, Interceptor
+from proxy.logs import event
+
+__all__ = ["InterceptedExchange", "Route", "Router"]
+
+_log = logging.getLogger("tierproxy.router")
+
+_PRODUCE: Final = int(ApiKey.PRODUCE)
+_API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
+_INTERCEPTED: Final[Mapping[int, range]] = {int(key): v for key, v in INTERCEPTED_VERSIONS.items()}
+
+
+class InterceptedExchange(Protocol):
+    """One intercepted request in flight, as the connection pair drives it."""
+
+    @property
+    def forward(self) -> bytes | None:
+        """The request payload to send to the broker, or ``None`` if answered locally."""
+        ...
+
+    async def respond(self, payload: bytes | None) -> bytes:
+        """Turn the broker's response payload (``None`` if answered locally) into the client's.
+
+        :raises RemoteProtocolError: when the broker's response breaks the protocol.
+        """
+        ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Route:
+    """What to do with one request frame."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    expects_response: bool
+    exchange: InterceptedExchange | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Chain:
+    interceptors: tuple[Interceptor, ...]
+    needs_request: bool
+
+
+class Router:
+    """Routes request frames to raw pass-through or to the interceptors registered for them.
+
+    :raises LocalProtocolError: at construction, if an interceptor claims a version outside
+        ``INTERCEPTED_VERSIONS`` (the proxy could not have advertised or decoded it).
+    """
+
+    def __init__(self, interceptors: Sequence[Interceptor]) -> None:
+        chains: dict[tuple[int, int], list[Interceptor]] = {}
+        for interceptor in interceptors:
+            for api_key, versions in interceptor.versions.items():
+                allowed = INTERCEPTED_VERSIONS.get(api_key)
+                if allowed is None or not set(versions) <= set(allowed):
+                    raise LocalProtocolError(
+                        f"{type(interceptor).__name__} claims {api_key.name} versions "
+                        f"{versions} outside INTERCEPTED_VERSIONS"
+                    )
+                for version in versions:
+                    chains.setdefault((int(api_key), version), []).append(interceptor)
+        self._chains: Mapping[tuple[int, int], _Chain] = {
+            key: _Chain(
+                interceptors=tuple(chain),
+                needs_request=any(interceptor.needs_request for interceptor in chain),
+            )
+            for key, chain in chains.items()
+        }
+
+    def route(self, frame: bytes, connection: ConnectionInfo) -> Route:
+        """Decide how to handle one request frame (payload without its size prefix).
+
+        :raises RemoteProtocolError: for a frame too short for a header, a malformed header
+            or body of an intercepted API, or a version of an intercepted API the proxy
+            does not handle (it never advertised it).
+        """
+        api_key, api_version, correlation_id = peek_request(frame)
+        chain = self._chains.get((api_key, api_version))
+        if chain is None:
+            allowed = _INTERCEPTED.get(api_key)
+            if allowed is not None and api_version not in allowed:
+                if api_key == _API_VERSIONS and api_version > allowed[-1]:
+                    # KIP-511: answer a too-new ApiVersions with a v0 body naming the
+                    # versions we speak, so the client retries with one of them.
+                    return Route(
+                        api_key=api_key,
+                        api_version=api_version,
+                        correlation_id=correlation_id,
+                        expects_response=True,
+                        exchange=_ReadyAnswer(_unsupported_api_versions(correlation_id)),
+                    )
+                raise RemoteProtocolError(
+                    f"{ApiKey(api_key).name} v{api_version} is not handled by the proxy "
+                    f"(it advertises v{allowed[0]}-v{allowed[-1]})",
+                    KafkaError.UNSUPPORTED_VERSION,
+                )
+            expects = api_key != _PRODUCE or _produce_expects_response(frame, api_version)
+            return Route(
+                api_key=api_key,
+                api_version=api_version,
+                correlation_id=correlation_id,
+                expects_response=expects,
+                exchange=None,
+            )
+        header = parse_request_header(frame)
+        exchange = _ChainExchange(chain, header, frame, connection)
+        return Route(
+            api_key=api_key,
+            api_version=api_version,
+            correlation_id=correlation_id,
+            expects_response=(
+                api_key != _PRODUCE
+                or exchange.forward is None
+                or produce_acks(api_version, memoryview(frame)[header.size :]) != 0
+            ),
+            exchange=exchange,
+        )
+
+
+def _produce_expects_response(frame: bytes, api_version: int) -> bool:
+    header = parse_request_header(frame)
+    return produce_acks(api_version, memoryview(frame)[header.size :]) != 0
+
+
+class _ChainExchange:
+    """An exchange that goes through an interceptor chain."""
+
+    __slots__ = ("_answer", "_call", "_forward", "_interceptors")
+
+    def __init__(
+        self, chain: _Chain, header: RequestHeader, frame: bytes, connection: ConnectionInfo
+    ) -> None:
+        client_request: Any = None
+        if chain.needs_request:
+            client_request = decode_request(
+                header.api_key, header.api_version, memoryview(frame)[header.size :]
+            )
+        request = client_request
+        ran: list[Interceptor] = []
+        self._answer: Answer | None = None
+        for interceptor in chain.interceptors:
+            ran.append(interceptor)
+            outcome = interceptor.on_request(
+                Call(
+                    connection=connection,
+                    header=header,
+                    client_request=client_request,
+                    request=request,
+                )
+            )
+            if isinstance(outcome, Answer):
+                self._answer = outcome
+                break
+            request = outcome
+        self._interceptors = tuple(reversed(ran))
+        self._call = Call(
+            connection=connection, header=header, client_request=client_request, request=request
+        )
+        if self._answer is not None:
+            self._forward: bytes | None = None
+        elif request is client_request:
+            self._forward = frame
+        else:
+            self._forward = frame[: header.size] + encode_request(request)
+
+    @property
+    def forward(self) -> bytes | None:
+        return self._forward
+
+    async def respond(self, payload: bytes | None) -> bytes:
+        header = self._call.header
+        header_version = response_header_version(header.api_key, header.api_version)
+        if header_version is None:
+            raise LocalProtocolError(f"no response header version for {header}")
+        if payload is None:
+            if self._answer is None:
+                raise LocalProtocolError("a forwarded request needs the broker's response")
+            original = None
+            response = self._answer.response
+        else:
+            correlation_id, size = parse_response_header(payload, header_version)
+            if correlation_id != header.correlation_id:
+                raise RemoteProtocolError(
+                    f"broker answered correlation id {correlation_id}, "
+                    f"expected {header.correlation_id}"
+                )
+            try:
+                response = decode_response(
+                    header.api_key, header.api_version, memoryview(payload)[size:]
+                )
+            except RemoteProtocolError as err:
+                # Forwarding what the broker said is what a pass-through proxy would do;
+                # the client sees the same bytes it would have seen without the proxy.
+                event(
+                    _log,
+                    logging.WARNING,
+                    "response.undecodable",
+                    conn=self._call.connection.connection_id,
+                    api=header.api_key,
+                    version=header.api_version,
+                    error=str(err),
+                )
+                return payload
+            original = response
+        for interceptor in self._interceptors:
+            response = await interceptor.on_response(self._call, response)
+        if payload is not None and response is original:
+            return payload
+        return encode_response_header(header.correlation_id, header_version) + encode_response(
+            response
+        )
+
+
+class _ReadyAnswer:
+    """A response the router built without the broker or any interceptor."""
+
+    __slots__ = ("_payload",)
+
+    def __init__(self, payload: bytes) -> None:
+        self._payload = payload
+
+    @property
+    def forward(self) -> bytes | None:
+        return None
+
+    async def respond(self, payload: bytes | None) -> bytes:
+        return self._payload
+
+
+def _unsupported_api_versions(correlation_id: int) -> bytes:
+    """Kafka's answer to an ApiVersions version it does not know (``ApiVersionsRequest.
+    getErrorResponse``): a v0 body with UNSUPPORTED_VERSION and the ApiVersions range only."""
+    versions = INTERCEPTED_VERSIONS[ApiKey.API_VERSIONS]
+    body_class = response_class(_API_VERSIONS, 0)
+    entry = nested_class(body_class, "api_keys")(
+        api_key=_API_VERSIONS, min_version=versions[0], max_version=versions[-1]
+    )
+    body = body_class(error_code=ErrorCode(int(KafkaError.UNSUPPORTED_VERSION)), api_keys=(entry,))
+    return encode_response_header(correlation_id, 0) + encode_response(body)

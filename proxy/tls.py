@@ -1,0 +1,61 @@
+"""TLS contexts for both sides of the proxy, built from the ``ssl.*`` settings.
+
+Clients terminate TLS at the proxy (the proxy presents its own certificate) and the proxy
+opens its own TLS session to the broker. SASL runs inside those sessions, end to end between
+client and broker, so the proxy needs no credentials.
+"""
+
+from __future__ import annotations
+
+import ssl
+
+from proxy.config import ProxyConfig
+
+__all__ = ["server_context", "upstream_context"]
+
+_CLIENT_AUTH = {
+    "none": ssl.CERT_NONE,
+    "requested": ssl.CERT_OPTIONAL,
+    "required": ssl.CERT_REQUIRED,
+}
+
+
+def server_context(config: ProxyConfig) -> ssl.SSLContext | None:
+    """The context of SSL/SASL_SSL listeners, or ``None`` for plaintext ones.
+
+    :raises OSError: when a certificate or key file cannot be read.
+    :raises ssl.SSLError: when they do not form a valid key pair.
+    """
+    if not config.listener.tls:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(
+        config.ssl_certificate_location,
+        config.ssl_key_location or None,
+        config.ssl_key_password or None,
+    )
+    context.verify_mode = _CLIENT_AUTH[config.ssl_client_auth]
+    if config.ssl_ca_location:
+        context.load_verify_locations(cafile=config.ssl_ca_location)
+    return context
+
+
+def upstream_context(config: ProxyConfig) -> ssl.SSLContext | None:
+    """The context for connections to the broker, or ``None`` for plaintext.
+
+    :raises OSError: when a CA, certificate or key file cannot be read.
+    :raises ssl.SSLError: when they are not valid.
+    """
+    if not config.upstream_tls:
+        return None
+    context = ssl.create_default_context(
+        ssl.Purpose.SERVER_AUTH, cafile=config.upstream_ssl_ca_location or None
+    )
+    context.check_hostname = config.upstream_ssl_endpoint_identification_algorithm == "https"
+    if config.upstream_ssl_certificate_location:
+        context.load_cert_chain(
+            config.upstream_ssl_certificate_location,
+            config.upstream_ssl_key_location or None,
+            config.upstream_ssl_key_password or None,
+        )
+    return context
