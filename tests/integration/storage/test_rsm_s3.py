@@ -1,0 +1,270 @@
+"""storage.rsm.s3 against a real S3 server (SeaweedFS from the harness, or S3_ENDPOINT).
+
+Round trips of all six files, multipart uploads, ranged reads at random boundaries, not-found
+semantics, and an outage: SeaweedFS is stopped mid-test and calls must fail with a retriable
+error within the retry deadline, then succeed once it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
+
+import pytest
+from aiobotocore.session import get_session
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from storage.model import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from storage.rsm.base import (
+    RemoteRangeError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+)
+from storage.rsm.config import RemoteStorageConfig
+from storage.rsm.layout import RemoteLayout
+from storage.rsm.s3 import S3RemoteStorage
+
+pytestmark = pytest.mark.integration
+
+MIB = 1024 * 1024
+PART = 5 * MIB
+TOPIC = TopicIdPartition(topic_id=uuid.uuid4(), topic="it-rsm", partition=4)
+DEADLINE_MS = 3_000
+
+
+def new_metadata(start_offset: int = 0) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(
+        segment_id=RemoteLogSegmentId.generate(TOPIC),
+        start_offset=start_offset,
+        end_offset=start_offset + 999,
+        max_timestamp=0,
+        leader_epoch=0,
+        event_timestamp=0,
+        segment_leader_epochs=((0, start_offset),),
+        segment_size_in_bytes=0,
+        state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+    )
+
+
+def segment_data(log: bytes) -> LogSegmentData:
+    return LogSegmentData(
+        log=log,
+        offset_index=os.urandom(800),
+        time_index=os.urandom(1200),
+        transaction_index=b"",
+        producer_snapshot=os.urandom(90),
+        leader_epoch_checkpoint=b"0\n1\n0 0\n",
+    )
+
+
+@pytest.fixture
+def config(s3: Any, s3_bucket: str) -> RemoteStorageConfig:
+    return RemoteStorageConfig(
+        backend="s3",
+        prefix="it",
+        s3_bucket=s3_bucket,
+        s3_endpoint=s3.endpoint_url,
+        s3_region=s3.region,
+        s3_access_key_id=s3.access_key,
+        s3_secret_access_key=s3.secret_key,
+        s3_path_style_access=True,
+        s3_multipart_threshold_bytes=PART,
+        s3_part_size_bytes=PART,
+        s3_connect_timeout_ms=1_000,
+        s3_read_timeout_ms=2_000,
+        retry_backoff_ms=50,
+        retry_backoff_max_ms=500,
+        retry_max_attempts=100,
+        retry_deadline_ms=DEADLINE_MS,
+    )
+
+
+@pytest.fixture
+async def storage(config: RemoteStorageConfig) -> AsyncIterator[S3RemoteStorage]:
+    rsm = S3RemoteStorage(config)
+    yield rsm
+    await rsm.close()
+
+
+async def list_keys(config: RemoteStorageConfig, **extra: Any) -> list[str]:
+    async with raw_client(config) as client:
+        listing = await client.list_objects_v2(Bucket=config.s3_bucket, **extra)
+        return sorted(entry["Key"] for entry in listing.get("Contents", ()))
+
+
+def raw_client(config: RemoteStorageConfig) -> Any:
+    return get_session().create_client(
+        "s3",
+        endpoint_url=config.s3_endpoint,
+        region_name=config.s3_region,
+        aws_access_key_id=config.s3_access_key_id,
+        aws_secret_access_key=config.s3_secret_access_key,
+    )
+
+
+async def test_copy_fetch_delete_round_trip(
+    storage: S3RemoteStorage, config: RemoteStorageConfig
+) -> None:
+    metadata = new_metadata(1_000)
+    data = segment_data(os.urandom(300_000))
+    await storage.copy_log_segment(metadata, data)
+
+    assert await list_keys(config) == sorted(RemoteLayout(prefix="it").segment_keys(metadata))
+    assert await storage.fetch_log_segment(metadata, 0) == data.log
+    for index_type in IndexType:
+        assert await storage.fetch_index(metadata, index_type) == data.file_for(index_type)
+
+    await storage.delete_log_segment(metadata)
+    assert await list_keys(config) == []
+    with pytest.raises(RemoteResourceNotFoundError):
+        await storage.fetch_log_segment(metadata, 0)
+    with pytest.raises(RemoteResourceNotFoundError):
+        await storage.fetch_index(metadata, IndexType.OFFSET)
+    with pytest.raises(RemoteResourceNotFoundError):
+        await storage.delete_log_segment(metadata)
+
+
+async def test_delete_leaves_other_segments_of_the_partition(
+    storage: S3RemoteStorage, config: RemoteStorageConfig
+) -> None:
+    kept, deleted = new_metadata(0), new_metadata(0)
+    await storage.copy_log_segment(kept, segment_data(b"kept"))
+    await storage.copy_log_segment(deleted, segment_data(b"deleted"))
+    await storage.delete_log_segment(deleted)
+    assert await list_keys(config) == sorted(RemoteLayout(prefix="it").segment_keys(kept))
+    assert await storage.fetch_log_segment(kept, 0) == b"kept"
+
+
+async def test_delete_removes_the_leftovers_of_a_partial_copy(
+    storage: S3RemoteStorage, config: RemoteStorageConfig
+) -> None:
+    metadata = new_metadata()
+    leftover = RemoteLayout(prefix="it").index_key(metadata, IndexType.TIMESTAMP)
+    async with raw_client(config) as client:
+        await client.put_object(Bucket=config.s3_bucket, Key=leftover, Body=b"partial")
+    await storage.delete_log_segment(metadata)
+    assert await list_keys(config) == []
+
+
+async def test_large_log_goes_up_in_parts_and_reads_back(
+    storage: S3RemoteStorage, config: RemoteStorageConfig
+) -> None:
+    metadata = new_metadata()
+    log = os.urandom(2 * PART + 12_345)
+    await storage.copy_log_segment(metadata, segment_data(log))
+    async with raw_client(config) as client:
+        head = await client.head_object(
+            Bucket=config.s3_bucket, Key=RemoteLayout(prefix="it").log_key(metadata)
+        )
+    # A multipart object's ETag ends in "-<number of parts>".
+    assert head["ETag"].strip('"').endswith("-3")
+    assert head["ContentLength"] == len(log)
+    assert await storage.fetch_log_segment(metadata, 0) == log
+    assert (
+        await storage.fetch_log_segment(metadata, PART - 10, PART + 10)
+        == log[PART - 10 : PART + 10]
+    )
+    async with raw_client(config) as client:
+        uploads = await client.list_multipart_uploads(Bucket=config.s3_bucket)
+    assert uploads.get("Uploads", []) == []
+
+
+def test_ranged_reads_at_random_boundaries_equal_the_slice(config: RemoteStorageConfig) -> None:
+    metadata = new_metadata()
+    log = os.urandom(PART + 54_321)
+    with asyncio.Runner() as runner:
+        rsm = S3RemoteStorage(config)
+        try:
+            runner.run(rsm.copy_log_segment(metadata, segment_data(log)))
+
+            @settings(
+                max_examples=40,
+                deadline=None,
+                suppress_health_check=[HealthCheck.too_slow],
+            )
+            @given(
+                start=st.integers(min_value=0, max_value=len(log)),
+                length=st.none() | st.integers(min_value=0, max_value=len(log) + 1000),
+            )
+            def check(start: int, length: int | None) -> None:
+                end = None if length is None else start + length
+                assert runner.run(rsm.fetch_log_segment(metadata, start, end)) == log[start:end]
+
+            check()
+        finally:
+            runner.run(rsm.close())
+
+
+async def test_range_edges(storage: S3RemoteStorage) -> None:
+    metadata, empty = new_metadata(), new_metadata(10)
+    await storage.copy_log_segment(metadata, segment_data(b"0123456789"))
+    await storage.copy_log_segment(empty, segment_data(b""))
+
+    assert await storage.fetch_log_segment(metadata, 7, 1_000) == b"789"
+    assert await storage.fetch_log_segment(metadata, 10) == b""
+    assert await storage.fetch_log_segment(metadata, 3, 3) == b""
+    with pytest.raises(RemoteRangeError, match="beyond its size 10") as caught:
+        await storage.fetch_log_segment(metadata, 11)
+    assert caught.value.retriable is False
+    assert await storage.fetch_log_segment(empty, 0) == b""
+    assert await storage.fetch_index(empty, IndexType.TRANSACTION) == b""
+
+
+async def test_missing_bucket_is_a_permanent_error(config: RemoteStorageConfig) -> None:
+    rsm = S3RemoteStorage(dataclasses.replace(config, s3_bucket="no-such-bucket"))
+    try:
+        with pytest.raises(RemoteStorageError) as caught:
+            await rsm.fetch_log_segment(new_metadata(), 0)
+        assert caught.value.retriable is False
+        assert not isinstance(caught.value, RemoteResourceNotFoundError)
+    finally:
+        await rsm.close()
+
+
+async def test_outage_gives_retriable_errors_within_the_deadline_then_recovers(
+    storage: S3RemoteStorage, seaweedfs: Any
+) -> None:
+    metadata = new_metadata()
+    data = segment_data(os.urandom(100_000))
+    await storage.copy_log_segment(metadata, data)
+
+    seaweedfs.stop()
+    try:
+        outcomes = await asyncio.gather(
+            timed(storage.fetch_log_segment(metadata, 0, 100)),
+            timed(storage.fetch_index(metadata, IndexType.OFFSET)),
+            timed(storage.copy_log_segment(new_metadata(), data)),
+            timed(storage.delete_log_segment(metadata)),
+        )
+        for error, elapsed in outcomes:
+            assert isinstance(error, RemoteStorageError), error
+            assert error.retriable is True
+            assert elapsed < DEADLINE_MS / 1000 + 1.0
+    finally:
+        seaweedfs.start()
+
+    assert await storage.fetch_log_segment(metadata, 0) == data.log
+    await storage.delete_log_segment(metadata)
+
+
+async def timed(call: Awaitable[object]) -> tuple[BaseException | None, float]:
+    """The error ``call`` raised (None if it succeeded) and the seconds it took."""
+    started = time.monotonic()
+    try:
+        await call
+    except Exception as err:
+        return err, time.monotonic() - started
+    return None, time.monotonic() - started
