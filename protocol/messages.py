@@ -171,9 +171,9 @@ def _kio_versions(api_key: ApiKey) -> range:
 
 INTERCEPTED_VERSIONS: Final[Mapping[ApiKey, range]] = MappingProxyType(
     {
-        # The read path: up to the newest versions Kafka 4.0 speaks. kio starts Fetch at
-        # v4 and OffsetForLeaderEpoch at v2, the oldest versions Kafka 4 still accepts
-        # (KIP-896 removed the rest, and no client fetches with them since Kafka 0.11).
+        # The read path, up to the newest versions Kafka 4.0 speaks. kio has no schemas
+        # below Fetch v4 and OffsetForLeaderEpoch v2 (Kafka 4 removed them, KIP-896), so
+        # the proxy never advertises those.
         ApiKey.FETCH: range(4, 18),
         ApiKey.LIST_OFFSETS: range(1, 11),
         ApiKey.OFFSET_FOR_LEADER_EPOCH: range(2, 5),
