@@ -91,7 +91,8 @@ class RemoteStorageManager(Protocol):
     ) -> bytes:
         """Bytes ``[start, end)`` of the segment's ``.log``; ``end`` is capped at its size.
 
-        ``end=None`` reads to the end; ``start`` equal to the size gives ``b""``.
+        ``end=None`` reads to the end; ``start`` equal to the size gives ``b""``, and so does
+        an empty range (``end == start``), without touching storage.
 
         :raises ValueError: for a negative ``start`` or ``end < start`` (caller's bug).
         :raises RemoteRangeError: when ``start`` lies beyond the object's size.

@@ -204,7 +204,8 @@ class S3RemoteStorage:
             if failures := result.get("Errors"):
                 failure = failures[0]
                 error = ClientError({"Error": failure}, "DeleteObjects")
-                raise _translate(error, "delete", failure.get("Key", prefix)) from error
+                where = f"s3://{self._bucket}/{failure.get('Key', prefix)}"
+                raise _translate(error, "delete", where) from error
 
         await self._request("delete", prefix, delete)
 
