@@ -1,0 +1,317 @@
+"""The chunk cache: fixed-size ranges of remote ``.log`` objects, shared by every reader.
+
+A remote read costs a round trip to object storage (tens of milliseconds) whatever its
+size, while a catch-up consumer asks for one fetch's worth (about 1 MiB) at a time. Reading
+aligned chunks (4 MiB by default, as Aiven's tiered-storage plugin does) turns four such
+fetches into one GET, and lets every consumer of the same range share it:
+
+- a chunk is ``[i * chunk_bytes, (i + 1) * chunk_bytes)`` of one segment copy's ``.log``,
+  keyed by the copy's id (never reused, so an entry is never stale);
+- memory is an LRU bounded by the total bytes held (cachetools ``LRUCache`` sized by
+  ``len``);
+- single flight: concurrent misses for one chunk share one GET; a GET whose callers all
+  gave up (a purgatory timeout) still completes and warms the cache;
+- sequential read-ahead: a read of chunk ``i`` that follows chunk ``i - 1`` (or starts
+  the segment) also loads the next ``prefetch_chunks`` chunks in the background, so a
+  catch-up consumer finds its next fetch in memory; at most ``max_prefetch_inflight``
+  prefetches run at once, so read-ahead never crowds out reads someone waits for;
+- an optional disk tier: every chunk loaded from remote storage is also written to a
+  directory (atomically), bounded by ``disk_max_bytes``, so a restarted proxy and chunks
+  evicted from memory are served without a GET.
+
+The counters are plain ints; the proxy exports them (storage never imports Prometheus).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from cachetools import LRUCache
+
+from storage.model import RemoteLogSegmentMetadata
+from storage.rsm.base import RemoteStorageManager
+
+__all__ = ["DEFAULT_CHUNK_BYTES", "ChunkCache"]
+
+DEFAULT_CHUNK_BYTES: Final = 4 * 1024 * 1024
+"""Four default fetches (``max.partition.fetch.bytes`` = 1 MiB) per GET; small enough that
+a miss for a random read does not cost much more than the read itself."""
+_RECENT_READS: Final = 4096
+"""Chunks remembered as recently read, to tell sequential readers from random ones; a
+few thousand covers every concurrent catch-up consumer a proxy serves."""
+_TMP_SUFFIX: Final = ".tmp"
+_SUFFIX: Final = ".chunk"
+
+_Key = tuple[uuid.UUID, int]
+
+
+class _SizedLRU(LRUCache[_Key, bytes]):
+    """An LRU of chunk bytes that reports the keys it evicts."""
+
+    def __init__(self, max_bytes: int, on_evict: Callable[[_Key], None]) -> None:
+        super().__init__(max_bytes, len)
+        self._on_evict = on_evict
+
+    def popitem(self) -> tuple[_Key, bytes]:
+        key, value = super().popitem()
+        self._on_evict(key)
+        return key, value
+
+
+class _DiskIndex(LRUCache[_Key, int]):
+    """Sizes of the chunk files on disk, LRU; evicting a key deletes its file."""
+
+    def __init__(self, max_bytes: int, remove: Callable[[_Key], None]) -> None:
+        super().__init__(max_bytes, lambda size: size)
+        self._remove = remove
+
+    def popitem(self) -> tuple[_Key, int]:
+        key, size = super().popitem()
+        self._remove(key)
+        return key, size
+
+
+class ChunkCache:
+    """Byte ranges of remote segments, read through aligned chunks held in memory."""
+
+    def __init__(
+        self,
+        rsm: RemoteStorageManager,
+        *,
+        max_bytes: int,
+        chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+        prefetch_chunks: int = 0,
+        max_prefetch_inflight: int = 4,
+        disk_dir: str | os.PathLike[str] | None = None,
+        disk_max_bytes: int = 0,
+    ) -> None:
+        """Create an empty cache (the disk tier, if any, keeps what an earlier run left).
+
+        :param max_bytes: memory bound; chunks larger than it are served but not kept.
+        :param prefetch_chunks: chunks read ahead of a sequential reader (0 turns it off).
+        :param disk_dir: directory of the disk tier; files of another chunk size are
+            ignored (they live in a sibling directory named for their chunk size).
+        :raises ValueError: for a chunk size below one byte or negative bounds.
+        """
+        if chunk_bytes < 1 or max_bytes < 0 or prefetch_chunks < 0 or disk_max_bytes < 0:
+            raise ValueError("chunk_bytes must be positive and the bounds not negative")
+        self._rsm = rsm
+        self.chunk_bytes = chunk_bytes
+        self._prefetch_chunks = prefetch_chunks
+        self._prefetch_slots = max(1, max_prefetch_inflight)
+        self._memory = _SizedLRU(max_bytes, self._evicted)
+        self._inflight: dict[_Key, asyncio.Task[bytes]] = {}
+        self._prefetching: set[_Key] = set()
+        self._recent: LRUCache[_Key, None] = LRUCache(_RECENT_READS)
+        self._background: set[asyncio.Task[None]] = set()
+        self._dir: Path | None = None
+        self._disk: _DiskIndex | None = None
+        self.hits = 0
+        self.misses = 0
+        self.evictions = 0
+        self.prefetches = 0
+        """Chunks loaded by read-ahead (counted when the load starts)."""
+        self.disk_hits = 0
+        if disk_dir is not None and disk_max_bytes > 0:
+            self._dir = Path(disk_dir, f"chunks-{chunk_bytes}")
+            self._dir.mkdir(parents=True, exist_ok=True)
+            self._disk = _DiskIndex(disk_max_bytes, self._remove_file)
+            self._load_disk_index(self._dir, self._disk)
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of chunks currently held in memory."""
+        return int(self._memory.currsize)
+
+    def __len__(self) -> int:
+        return len(self._memory)
+
+    async def read(self, metadata: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the segment's ``.log``, through the cache.
+
+        ``end`` is capped at the segment's size; fewer bytes come back if the object is
+        shorter than its metadata says. The chunks of one read load in parallel.
+
+        :raises ValueError: for a negative ``start`` or ``end < start`` (caller's bug).
+        :raises RemoteResourceNotFoundError: when the segment is gone from remote storage.
+        :raises RemoteStorageError: for other storage failures (nothing is cached).
+        """
+        if start < 0 or end < start:
+            raise ValueError(f"invalid range [{start}, {end})")
+        end = min(end, metadata.segment_size_in_bytes)
+        if start >= end:
+            return b""
+        size = self.chunk_bytes
+        first, last = start // size, (end - 1) // size
+        segment = metadata.segment_id.id
+        if first == last:
+            chunks = [await self._chunk(metadata, first)]
+        else:
+            chunks = await asyncio.gather(
+                *(self._chunk(metadata, index) for index in range(first, last + 1))
+            )
+        self._after_read(metadata, segment, first, last)
+        parts = []
+        for index, chunk in zip(range(first, last + 1), chunks, strict=True):
+            base = index * size
+            parts.append(chunk[max(start - base, 0) : end - base])
+            if len(chunk) < size:
+                break  # the object ends here
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def prefetch(self, metadata: RemoteLogSegmentMetadata, position: int) -> None:
+        """Load the chunks from the one holding ``position`` in the background.
+
+        The remote reader calls this for the next segment when a read reaches the end of
+        one, so a catch-up consumer crosses segment boundaries without a cold GET.
+        """
+        first = position // self.chunk_bytes
+        for index in range(first, first + max(self._prefetch_chunks, 1)):
+            self._start_prefetch(metadata, index)
+
+    async def close(self) -> None:
+        """Cancel loads still in flight and wait for them to finish."""
+        tasks: list[asyncio.Task[Any]] = [*self._inflight.values(), *self._background]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    # -- internals ----------------------------------------------------------------------
+
+    async def _chunk(self, metadata: RemoteLogSegmentMetadata, index: int) -> bytes:
+        key = (metadata.segment_id.id, index)
+        data = self._memory.get(key)
+        if data is not None:
+            self.hits += 1
+            return data
+        self.misses += 1
+        return await asyncio.shield(self._load_task(metadata, key))
+
+    def _load_task(self, metadata: RemoteLogSegmentMetadata, key: _Key) -> asyncio.Task[bytes]:
+        task = self._inflight.get(key)
+        if task is None:
+            task = asyncio.create_task(self._load(metadata, key), name=f"chunk-{key[0]}-{key[1]}")
+            self._inflight[key] = task
+            task.add_done_callback(lambda done: self._settled(key, done))
+        return task
+
+    def _after_read(
+        self, metadata: RemoteLogSegmentMetadata, segment: uuid.UUID, first: int, last: int
+    ) -> None:
+        sequential = first == 0 or (segment, first - 1) in self._recent
+        for index in range(first, last + 1):
+            self._recent[(segment, index)] = None
+        if sequential and self._prefetch_chunks:
+            for index in range(last + 1, last + 1 + self._prefetch_chunks):
+                self._start_prefetch(metadata, index)
+
+    def _start_prefetch(self, metadata: RemoteLogSegmentMetadata, index: int) -> None:
+        if index * self.chunk_bytes >= metadata.segment_size_in_bytes:
+            return
+        key = (metadata.segment_id.id, index)
+        if key in self._memory or key in self._inflight:
+            return
+        if len(self._prefetching) >= self._prefetch_slots:
+            return
+        self.prefetches += 1
+        self._prefetching.add(key)
+        task = self._load_task(metadata, key)
+        task.add_done_callback(lambda _done: self._prefetching.discard(key))
+
+    async def _load(self, metadata: RemoteLogSegmentMetadata, key: _Key) -> bytes:
+        data = await self._read_disk(key)
+        if data is None:
+            start = key[1] * self.chunk_bytes
+            end = min(start + self.chunk_bytes, metadata.segment_size_in_bytes)
+            data = await self._rsm.fetch_log_segment(metadata, start, end)
+            self._write_disk(key, data)
+        else:
+            self.disk_hits += 1
+        if len(data) <= self._memory.maxsize:
+            self._memory[key] = data
+        return data
+
+    def _settled(self, key: _Key, task: asyncio.Task[bytes]) -> None:
+        if self._inflight.get(key) is task:
+            del self._inflight[key]
+        if not task.cancelled():
+            # Mark the error retrieved: the waiters that saw it may all have gone.
+            task.exception()
+
+    def _evicted(self, _key: _Key) -> None:
+        self.evictions += 1
+
+    # -- disk tier ------------------------------------------------------------------------
+
+    def _path(self, key: _Key) -> Path:
+        assert self._dir is not None
+        return self._dir / f"{key[0]}-{key[1]}{_SUFFIX}"
+
+    async def _read_disk(self, key: _Key) -> bytes | None:
+        if self._disk is None or self._disk.get(key) is None:
+            return None
+        path = self._path(key)
+        try:
+            return await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError:
+            self._disk.pop(key, None)
+            return None
+
+    def _write_disk(self, key: _Key, data: bytes) -> None:
+        if self._disk is None or len(data) > self._disk.maxsize or key in self._disk:
+            return
+        path = self._path(key)
+        task = asyncio.create_task(self._store(key, path, data), name=f"chunk-store-{key[0]}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _store(self, key: _Key, path: Path, data: bytes) -> None:
+        assert self._disk is not None
+        try:
+            await asyncio.to_thread(_write_atomically, path, data)
+        except OSError:
+            return  # a full or failing disk only costs the disk tier, never a read
+        self._disk[key] = len(data)
+
+    def _remove_file(self, key: _Key) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self._path(key).unlink()
+
+    @staticmethod
+    def _load_disk_index(directory: Path, disk: _DiskIndex) -> None:
+        """Register what an earlier run left, oldest first; drop leftovers of torn writes."""
+        found = []
+        for path in directory.iterdir():
+            if path.suffix != _SUFFIX:
+                path.unlink()
+                continue
+            segment, _, index = path.stem.rpartition("-")
+            try:
+                key = (uuid.UUID(segment), int(index))
+            except ValueError:
+                path.unlink()
+                continue
+            stat = path.stat()
+            if stat.st_size > disk.maxsize:
+                path.unlink()
+                continue
+            found.append((stat.st_mtime, key, stat.st_size))
+        for _mtime, key, size in sorted(found):
+            disk[key] = size
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so readers see the whole file or none."""
+    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{_TMP_SUFFIX}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()

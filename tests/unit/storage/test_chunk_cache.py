@@ -1,0 +1,288 @@
+"""ChunkCache against a fake storage manager: ranges, LRU by bytes, single flight,
+read-ahead, disk tier, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.metadata_records import RemoteLogSegmentState
+from storage.chunk_cache import ChunkCache
+from storage.model import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    TopicIdPartition,
+)
+from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
+
+TP = TopicIdPartition(topic_id=uuid.uuid4(), topic="t", partition=0)
+
+
+def segment(size: int) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(
+        segment_id=RemoteLogSegmentId.generate(TP),
+        start_offset=0,
+        end_offset=99,
+        max_timestamp=0,
+        leader_epoch=0,
+        event_timestamp=0,
+        segment_leader_epochs=((0, 0),),
+        segment_size_in_bytes=size,
+        state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+    )
+
+
+def content(metadata: RemoteLogSegmentMetadata) -> bytes:
+    seed = metadata.segment_id.id.bytes
+    size = metadata.segment_size_in_bytes
+    return (seed * (size // len(seed) + 1))[:size]
+
+
+class FakeStorage:
+    """Serves ``content(metadata)`` ranges; records GETs; can block or fail."""
+
+    def __init__(self) -> None:
+        self.gets: list[tuple[uuid.UUID, int, int | None]] = []
+        self.gate: asyncio.Event | None = None
+        self.error: RemoteStorageError | None = None
+        self.truncate_to: int | None = None
+
+    async def copy_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
+    ) -> None:
+        raise NotImplementedError
+
+    async def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
+    ) -> bytes:
+        self.gets.append((metadata.segment_id.id, start, end))
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.error is not None:
+            raise self.error
+        data = content(metadata)
+        if self.truncate_to is not None:
+            data = data[: self.truncate_to]
+        return data[start:end]
+
+    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        raise NotImplementedError
+
+    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        return None
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    size=st.integers(1, 500),
+    chunk=st.integers(1, 64),
+    ranges=st.lists(st.tuples(st.integers(0, 520), st.integers(0, 80)), min_size=1, max_size=6),
+)
+def test_any_range_reads_the_same_bytes_as_the_object(
+    size: int, chunk: int, ranges: list[tuple[int, int]]
+) -> None:
+    async def run() -> None:
+        meta = segment(size)
+        cache = ChunkCache(FakeStorage(), max_bytes=3 * chunk, chunk_bytes=chunk)
+        for start, length in ranges:
+            assert (
+                await cache.read(meta, start, start + length)
+                == content(meta)[start : start + length]
+            )
+        assert cache.size_bytes <= 3 * chunk
+
+    asyncio.run(run())
+
+
+async def test_chunks_are_aligned_and_read_once() -> None:
+    storage = FakeStorage()
+    meta = segment(100)
+    cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=32)
+    assert await cache.read(meta, 10, 40) == content(meta)[10:40]
+    assert await cache.read(meta, 0, 64) == content(meta)[0:64]
+    assert sorted((s, e) for _, s, e in storage.gets) == [(0, 32), (32, 64)]
+    assert (cache.hits, cache.misses) == (2, 2)
+    assert await cache.read(meta, 90, 500) == content(meta)[90:100]
+    assert storage.gets[-1][1:] == (96, 100)
+
+
+async def test_lru_by_bytes_evicts_least_recently_used() -> None:
+    storage = FakeStorage()
+    meta = segment(100)
+    cache = ChunkCache(storage, max_bytes=64, chunk_bytes=32)
+    await cache.read(meta, 0, 1)
+    await cache.read(meta, 32, 33)
+    await cache.read(meta, 0, 1)  # chunk 0 is now the most recent
+    await cache.read(meta, 64, 65)
+    assert cache.evictions == 1
+    assert cache.size_bytes == 64
+    gets = len(storage.gets)
+    await cache.read(meta, 0, 1)
+    assert len(storage.gets) == gets
+    await cache.read(meta, 32, 33)
+    assert len(storage.gets) == gets + 1
+
+
+async def test_concurrent_readers_share_one_get() -> None:
+    storage = FakeStorage()
+    storage.gate = asyncio.Event()
+    meta = segment(100)
+    cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=100)
+    readers = [asyncio.create_task(cache.read(meta, i, i + 10)) for i in range(5)]
+    await settle()
+    storage.gate.set()
+    results = await asyncio.gather(*readers)
+    assert results == [content(meta)[i : i + 10] for i in range(5)]
+    assert len(storage.gets) == 1
+
+
+async def test_a_cancelled_reader_does_not_cancel_the_get() -> None:
+    storage = FakeStorage()
+    storage.gate = asyncio.Event()
+    meta = segment(100)
+    cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=100)
+    reader = asyncio.create_task(cache.read(meta, 0, 10))
+    await settle()
+    reader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    storage.gate.set()
+    await settle()
+    assert len(cache) == 1
+    assert await cache.read(meta, 0, 10) == content(meta)[:10]
+    assert len(storage.gets) == 1
+
+
+async def test_errors_reach_every_waiter_and_are_not_cached() -> None:
+    storage = FakeStorage()
+    storage.gate = asyncio.Event()
+    storage.error = RemoteStorageError("down", retriable=True)
+    meta = segment(100)
+    cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=100)
+    readers = [asyncio.create_task(cache.read(meta, 0, 10)) for _ in range(3)]
+    await settle()
+    storage.gate.set()
+    results = await asyncio.gather(*readers, return_exceptions=True)
+    assert all(isinstance(r, RemoteStorageError) for r in results)
+    storage.error = None
+    assert await cache.read(meta, 0, 10) == content(meta)[:10]
+    assert len(storage.gets) == 2
+
+
+async def test_a_missing_segment_raises_not_found() -> None:
+    storage = FakeStorage()
+    storage.error = RemoteResourceNotFoundError("gone")
+    cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=100)
+    with pytest.raises(RemoteResourceNotFoundError):
+        await cache.read(segment(100), 0, 10)
+
+
+async def test_a_short_object_ends_the_read() -> None:
+    storage = FakeStorage()
+    storage.truncate_to = 40
+    meta = segment(100)
+    cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=32)
+    assert await cache.read(meta, 20, 90) == content(meta)[20:40]
+
+
+async def test_invalid_ranges_are_refused() -> None:
+    cache = ChunkCache(FakeStorage(), max_bytes=1000, chunk_bytes=32)
+    with pytest.raises(ValueError, match="invalid range"):
+        await cache.read(segment(100), -1, 10)
+    with pytest.raises(ValueError, match="invalid range"):
+        await cache.read(segment(100), 10, 9)
+    assert await cache.read(segment(100), 100, 200) == b""
+    with pytest.raises(ValueError, match="positive"):
+        ChunkCache(FakeStorage(), max_bytes=10, chunk_bytes=0)
+
+
+async def test_sequential_reads_prefetch_the_next_chunks() -> None:
+    storage = FakeStorage()
+    meta = segment(320)
+    cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=32, prefetch_chunks=2)
+    await cache.read(meta, 0, 10)
+    await settle()
+    assert sorted(s for _, s, _ in storage.gets) == [0, 32, 64]
+    assert cache.prefetches == 2
+    await cache.read(meta, 32, 40)
+    await settle()
+    assert sorted(s for _, s, _ in storage.gets) == [0, 32, 64, 96]
+    assert cache.hits == 1
+
+
+async def test_random_reads_do_not_prefetch() -> None:
+    storage = FakeStorage()
+    meta = segment(320)
+    cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=32, prefetch_chunks=2)
+    await cache.read(meta, 200, 210)
+    await settle()
+    assert [s for _, s, _ in storage.gets] == [192]
+    assert cache.prefetches == 0
+
+
+async def test_prefetch_is_bounded_and_stops_at_the_segment_end() -> None:
+    storage = FakeStorage()
+    storage.gate = asyncio.Event()
+    meta = segment(96)
+    cache = ChunkCache(
+        storage, max_bytes=1000, chunk_bytes=32, prefetch_chunks=5, max_prefetch_inflight=1
+    )
+    cache.prefetch(meta, 0)
+    await settle()
+    assert [s for _, s, _ in storage.gets] == [0]
+    storage.gate.set()
+    await settle()
+    cache.prefetch(meta, 40)
+    await settle()
+    assert sorted(s for _, s, _ in storage.gets) == [0, 32]
+    await settle()
+    cache.prefetch(meta, 64)
+    cache.prefetch(meta, 96)
+    await settle()
+    assert sorted(s for _, s, _ in storage.gets) == [0, 32, 64]
+    await cache.close()
+
+
+async def test_disk_tier_serves_evicted_chunks_and_survives_restarts(tmp_path: Path) -> None:
+    storage = FakeStorage()
+    meta = segment(100)
+    cache = ChunkCache(storage, max_bytes=32, chunk_bytes=32, disk_dir=tmp_path, disk_max_bytes=64)
+    await cache.read(meta, 0, 10)
+    await cache.read(meta, 32, 40)
+    await settle()
+    await cache.close()
+    files = sorted(p.name for p in (tmp_path / "chunks-32").iterdir())
+    assert files == [f"{meta.segment_id.id}-0.chunk", f"{meta.segment_id.id}-1.chunk"]
+    gets = len(storage.gets)
+    assert await cache.read(meta, 0, 10) == content(meta)[:10]
+    assert cache.disk_hits == 1
+    assert len(storage.gets) == gets
+
+    (tmp_path / "chunks-32" / "leftover.chunk.ab.tmp").write_bytes(b"x")
+    (tmp_path / "chunks-32" / "garbage.chunk").write_bytes(b"x")
+    restarted = ChunkCache(
+        storage, max_bytes=32, chunk_bytes=32, disk_dir=tmp_path, disk_max_bytes=64
+    )
+    assert await restarted.read(meta, 32, 40) == content(meta)[32:40]
+    assert restarted.disk_hits == 1
+    assert len(storage.gets) == gets
+    assert sorted(p.name for p in (tmp_path / "chunks-32").iterdir()) == files
+    await restarted.read(meta, 64, 70)
+    await settle()
+    await restarted.close()
+    assert len(list((tmp_path / "chunks-32").iterdir())) == 2
