@@ -1,0 +1,100 @@
+"""Settings of the tiering pipeline itself (the per-topic policy is in :mod:`.policy`)."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage.config import ConfigError, setting
+
+__all__ = ["TieringConfig"]
+
+_MIB = 1024 * 1024
+_LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TieringConfig:
+    """How ``tierproxy tier`` reaches the broker and divides the work.
+
+    :raises ConfigError: for sizes or intervals out of range.
+    """
+
+    bootstrap_servers: str = setting(
+        "bootstrap.servers",
+        "127.0.0.1:9092",
+        "The broker(s) whose topics are tiered: comma-separated host:port.",
+        kafka="bootstrap.servers",
+    )
+    client_id: str = setting(
+        "tiering.client.id",
+        "tierproxy-tiering",
+        "Client id of the pipeline's connections to the broker (shows in broker logs and quotas).",
+    )
+    broker_kind: str = setting(
+        "tiering.broker.kind",
+        "auto",
+        'What the broker is: "auto" (detect from ApiVersions), "kafka", "tansu" or "other". '
+        "Tansu never receives DeleteRecords (it drops the connection).",
+    )
+    task_interval_ms: int = setting(
+        "remote.log.manager.task.interval.ms",
+        30_000,
+        "Pause between two cycles of `tierproxy tier` without --once.",
+        kafka="remote.log.manager.task.interval.ms",
+    )
+    copy_max_bytes_per_second: int = setting(
+        "remote.log.manager.copy.max.bytes.per.second",
+        _LONG_MAX,
+        "Cap on the bytes per second that copy tasks read from the broker, shared by all "
+        "tasks of a cycle (KIP-956).",
+        kafka="remote.log.manager.copy.max.bytes.per.second",
+    )
+    fetch_max_bytes: int = setting(
+        "tiering.fetch.max.bytes",
+        8 * _MIB,
+        "Largest Fetch response a copy task asks the broker for.",
+    )
+    task_max_bytes: int = setting(
+        "tiering.task.max.bytes",
+        128 * _MIB,
+        "About how many bytes one fetch task reads; larger backlogs of a partition are split "
+        "into several tasks so that every core works.",
+    )
+    request_timeout_ms: int = setting(
+        "tiering.request.timeout.ms",
+        30_000,
+        "Time allowed for one request to the broker.",
+    )
+    spill_dir: str = setting(
+        "tiering.spill.dir",
+        "",
+        "Directory where fetch tasks keep the ranges they read until the segments are "
+        "uploaded; empty: a tierproxy directory under the system's temporary directory.",
+    )
+
+    def __post_init__(self) -> None:
+        if self.broker_kind not in ("auto", "kafka", "tansu", "other"):
+            raise ConfigError(
+                'tiering.broker.kind must be "auto", "kafka", "tansu" or "other", '
+                f"not {self.broker_kind!r}"
+            )
+        for key, value in (
+            ("remote.log.manager.task.interval.ms", self.task_interval_ms),
+            ("remote.log.manager.copy.max.bytes.per.second", self.copy_max_bytes_per_second),
+            ("tiering.fetch.max.bytes", self.fetch_max_bytes),
+            ("tiering.task.max.bytes", self.task_max_bytes),
+            ("tiering.request.timeout.ms", self.request_timeout_ms),
+        ):
+            if value < 1:
+                raise ConfigError(f"{key} must be at least 1, not {value}")
+        if not self.bootstrap_servers.strip():
+            raise ConfigError("bootstrap.servers must name at least one broker")
+
+    @property
+    def spill_root(self) -> Path:
+        """Where fetch tasks keep what they read (on each executor's own disk)."""
+        if self.spill_dir:
+            return Path(self.spill_dir)
+        return Path(tempfile.gettempdir()) / "tierproxy-tiering"
