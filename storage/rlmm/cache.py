@@ -1,0 +1,881 @@
+"""The remote log metadata cache: what ``__remote_log_metadata`` says, ready for lookups.
+
+Kafka's ``RemoteLogMetadataCache`` keeps, per partition, a map from leader epoch to an
+offset → segment-id map, plus unreferenced segments. This cache answers the same questions
+from a compact per-partition store (:mod:`storage.rlmm.store`, about 85 bytes per segment)
+and reads the leader epochs of each segment when it needs them:
+
+Which copy serves an offset
+    A segment *serves* offset ``o`` under a lineage (a leader-epoch history) when it is
+    COPY_SEGMENT_FINISHED, covers ``o``, and its own epochs say that ``o`` was written in
+    the epoch the lineage gives for ``o``. A leader never rewrites an offset within its
+    epoch, so every serving copy holds the same record; copies that fail the test hold a
+    truncated leader's records (KIP-405 scenarios 3-5) and are never chosen. A reader goes
+    on from ``o`` to the following offsets of the same copy, so copies that agree with the
+    lineage from ``o`` to their end come first; among equals the one starting last wins
+    (ties: the one that arrived last). When only a partly truncated copy serves ``o``,
+    :func:`agreeing_end` tells the reader where to stop.
+
+The cache's own lineage
+    ``lineage(tp)`` merges the epochs of a chain of FINISHED segments. The chain starts at
+    the *tip*, the segment with the highest (last epoch, end offset, start offset, arrival)
+    — a copy whose last epoch is lower but whose end is higher was written by a leader
+    that a later epoch truncated. Walking back from offset ``s`` whose epoch is ``e``, the
+    predecessor is the FINISHED segment starting below ``s`` with the highest (last offset
+    below ``s``, epoch there, start offset, arrival) whose epoch there is ``<= e``: a later
+    epoch cannot precede an earlier one. Segment metadata carries only the epochs inside
+    each segment, so when two truncated histories meet exactly at a segment boundary the
+    higher epoch is taken; a caller that knows the broker's epoch history should pass that
+    instead.
+    Remote log start and end offsets are the ends of this chain.
+
+Costs: offset lookups bisect the start-offset index and look back only as far as the
+longest segment; the chain is kept up to date when a copy extends the tip or retention
+removes the head (the common events) and rebuilt lazily otherwise.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import uuid
+from array import array
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+from protocol.indexes.leader_epoch_checkpoint import EpochEntry
+from protocol.metadata_records import (
+    DeletePartitionStateRecord,
+    MetadataRecord,
+    RemoteLogSegmentMetadataRecord,
+    RemoteLogSegmentMetadataUpdateRecord,
+)
+from storage.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+)
+from storage.rlmm.state import (
+    InvalidStateTransitionError,
+    RemoteLogMetadataError,
+    check_partition_transition,
+    check_segment_transition,
+    check_segment_update,
+)
+from storage.rlmm.store import DEAD, EpochRange, PartitionSegments, clipped_ranges
+
+__all__ = [
+    "InvalidSegmentMetadataError",
+    "PartitionDeleteStatus",
+    "RemoteLogMetadataCache",
+    "agreeing_end",
+]
+
+_FINISHED = int(RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+_INT32_MAX = (1 << 31) - 1
+_INT64_MAX = (1 << 63) - 1
+_StateT = TypeVar("_StateT", RemoteLogSegmentState, RemotePartitionDeleteState)
+
+
+class InvalidSegmentMetadataError(RemoteLogMetadataError):
+    """Segment metadata that cannot describe a real segment (offsets, epochs or size)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionDeleteStatus:
+    """The last DeletePartitionStateRecord applied to a partition."""
+
+    state: RemotePartitionDeleteState
+    epoch: int
+    event_timestamp: int
+
+
+class _Partition:
+    """One partition's segments, delete status, chain (lineage) and per-epoch highest offsets."""
+
+    __slots__ = ("_chain", "_highest", "_highest_dirty", "_lineage", "delete_status", "seg", "tp")
+
+    def __init__(self, tp: TopicIdPartition) -> None:
+        self.tp = tp
+        self.seg = PartitionSegments()
+        self.delete_status: PartitionDeleteStatus | None = None
+        self._chain: array[int] | None = array("i")
+        """Slots of the lineage chain, head to tip; ``None`` when it must be rebuilt."""
+        self._lineage: list[tuple[int, int]] = []
+        self._highest: dict[int, int] = {}
+        self._highest_dirty = False
+
+    # -- state changes ------------------------------------------------------------------
+
+    def insert(self, metadata: RemoteLogSegmentMetadata) -> None:
+        slot = self.seg.insert(metadata)
+        if metadata.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+            self._finished(slot)
+
+    def set_state(
+        self, slot: int, state: RemoteLogSegmentState, leader_epoch: int, event_timestamp: int
+    ) -> None:
+        seg = self.seg
+        before = seg.state[slot]
+        if state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
+            seg.remove(slot)  # only DELETE_SEGMENT_STARTED leads here: never readable now
+            return
+        seg.state[slot] = int(state)
+        seg.leader_epoch[slot] = leader_epoch
+        seg.event_timestamp[slot] = event_timestamp
+        if before != _FINISHED and state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+            self._finished(slot)
+        elif before == _FINISHED and state != RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
+            self._unfinished(slot)
+
+    def _finished(self, slot: int) -> None:
+        """``slot`` just became readable: extend the chain and the per-epoch highs."""
+        if not self._highest_dirty:
+            for epoch, _, last in self.seg.ranges(slot):
+                if last > self._highest.get(epoch, -1):
+                    self._highest[epoch] = last
+        chain = self._chain
+        if chain is None:
+            return
+        if not chain:
+            self._chain = array("i", [slot])
+            self._lineage = _merge([], self._ranges_upto(slot, self.seg.end[slot]))
+            return
+        seg, tip = self.seg, chain[-1]
+        if seg.start[slot] <= seg.end[tip]:
+            self._chain = None  # may be chosen anywhere in the walk
+        elif self._tip_key(slot) > self._tip_key(tip):
+            step = self._step(seg.start[slot], _first_epoch(seg, slot))
+            if step == tip:
+                chain.append(slot)
+                self._lineage = _merge(self._lineage, self._ranges_upto(slot, seg.end[slot]))
+            else:
+                self._chain = None
+        # Otherwise it starts after the tip but is no tip itself: a truncated leader's late
+        # copy, never visited by a walk that only looks below the tip's start.
+
+    def _unfinished(self, slot: int) -> None:
+        """``slot`` is no longer readable: drop it from the chain and the per-epoch highs."""
+        for epoch, _, last in self.seg.ranges(slot):
+            if self._highest.get(epoch) == last:
+                self._highest_dirty = True
+        chain = self._chain
+        if chain is None:
+            return
+        position = _chain_position(chain, self.seg, slot)
+        if position is None:
+            return  # never chosen, so no choice of the walk changes
+        if position != 0 or len(chain) == 1:
+            self._chain = None
+            return
+        del chain[0]
+        head_start = self.seg.start[chain[0]]
+        lineage = self._lineage
+        split = bisect.bisect_right([o for _, o in lineage], head_start)
+        self._lineage = [(lineage[split - 1][0], head_start), *lineage[split:]]
+        self._extend_back()
+
+    # -- lineage ------------------------------------------------------------------------
+
+    def lineage(self) -> list[tuple[int, int]]:
+        if self._chain is None:
+            self._rebuild_chain()
+        return self._lineage
+
+    def chain(self) -> array[int]:
+        if self._chain is None:
+            self._rebuild_chain()
+        assert self._chain is not None
+        return self._chain
+
+    def _rebuild_chain(self) -> None:
+        seg = self.seg
+        tip = None
+        tip_key = None
+        for slot in seg.live():
+            if seg.state[slot] == _FINISHED:
+                key = self._tip_key(slot)
+                if tip_key is None or key >= tip_key:  # later in the index wins ties
+                    tip, tip_key = slot, key
+        self._chain = array("i")
+        self._lineage = []
+        if tip is None:
+            return
+        self._chain.append(tip)
+        self._lineage = _merge([], self._ranges_upto(tip, seg.end[tip]))
+        self._extend_back()
+
+    def _extend_back(self) -> None:
+        """Prepend predecessors to the chain until none is left."""
+        chain = self._chain
+        assert chain is not None
+        seg = self.seg
+        prefix: list[int] = []
+        head = chain[0]
+        while True:
+            previous = self._step(seg.start[head], _first_epoch(seg, head))
+            if previous is None:
+                break
+            prefix.append(previous)
+            ranges = self._ranges_upto(previous, seg.start[head] - 1)
+            self._lineage = _merge(_merge([], ranges), [(e, o, o) for e, o in self._lineage])
+            head = previous
+        if prefix:
+            prefix.reverse()
+            self._chain = array("i", prefix) + chain
+
+    def _step(self, start: int, epoch: int) -> int | None:
+        """The chain predecessor of offset ``start`` written in ``epoch`` (see module doc)."""
+        seg = self.seg
+        index, starts, ends, states = seg.index, seg.start, seg.end, seg.state
+        best: int | None = None
+        best_key = (-1, -1)
+        position = seg.position_from(start) - 1
+        while position >= seg.front:
+            slot = index[position]
+            position -= 1
+            if best is not None and starts[slot] + seg.max_len < best_key[0]:
+                break
+            if states[slot] != _FINISHED:
+                continue
+            last = min(ends[slot], start - 1)
+            last_epoch = seg.epoch_at(slot, last)
+            if last_epoch is None or last_epoch > epoch:
+                continue
+            key = (last, last_epoch)
+            if key > best_key:  # scanning backwards: on a tie the later arrival stays
+                best, best_key = slot, key
+        return best
+
+    def _tip_key(self, slot: int) -> tuple[int, int, int]:
+        seg = self.seg
+        end = seg.end[slot]
+        last_epoch = seg.epoch_at(slot, end)
+        return (-1 if last_epoch is None else last_epoch, end, seg.start[slot])
+
+    def _ranges_upto(self, slot: int, last: int) -> list[tuple[int, int, int]]:
+        return [(e, a, min(b, last)) for e, a, b in self.seg.ranges(slot) if a <= last]
+
+    # -- lookups ------------------------------------------------------------------------
+
+    def find(self, epoch: int, offset: int, lineage: _LineageView | None = None) -> int | None:
+        """The slot serving ``offset`` written in ``epoch`` (see module doc), or ``None``."""
+        seg = self.seg
+        index, starts, ends, states = seg.index, seg.start, seg.end, seg.state
+        lowest = offset - seg.max_len
+        fallback = None
+        position = seg.position_after(offset) - 1
+        while position >= seg.front:
+            slot = index[position]
+            position -= 1
+            if starts[slot] < lowest:
+                break
+            if (
+                states[slot] == _FINISHED
+                and ends[slot] >= offset
+                and seg.epoch_at(slot, offset) == epoch
+            ):
+                if lineage is None or lineage.agrees(seg.ranges(slot), offset):
+                    return slot
+                if fallback is None:
+                    fallback = slot
+        return fallback
+
+    def highest(self, epoch: int) -> int | None:
+        if self._highest_dirty:
+            self._highest = {}
+            for slot in self.seg.live():
+                if self.seg.state[slot] == _FINISHED:
+                    for range_epoch, _, last in self.seg.ranges(slot):
+                        if last > self._highest.get(range_epoch, -1):
+                            self._highest[range_epoch] = last
+            self._highest_dirty = False
+        return self._highest.get(epoch)
+
+    def referenced(self, slot: int, lineage: _LineageView) -> bool:
+        """Whether :meth:`find` under ``lineage`` returns ``slot`` for at least one offset.
+
+        Which copy is chosen can only change where a copy starts or ends, where a copy's or
+        the lineage's epoch changes, so trying those points inside the segment suffices.
+        """
+        seg = self.seg
+        first, last = seg.start[slot], seg.end[slot]
+        points = {a for _, a, _ in seg.ranges(slot)}
+        points.update(o for o in lineage.starts if first <= o <= last)
+        position = seg.position_from(first - seg.max_len)
+        while position < len(seg.index):
+            other = seg.index[position]
+            position += 1
+            if seg.start[other] > last:
+                break
+            if seg.state[other] == DEAD:
+                continue
+            points.update(a for _, a, _ in seg.ranges(other) if first <= a <= last)
+            if first <= seg.end[other] + 1 <= last:
+                points.add(seg.end[other] + 1)
+        for point in points:
+            epoch = lineage.epoch_at(point)
+            if epoch is not None and self.find(epoch, point, lineage) == slot:
+                return True
+        return False
+
+
+class _LineageView:
+    """A leader-epoch history prepared for repeated epoch lookups."""
+
+    __slots__ = ("epochs", "starts")
+
+    def __init__(self, entries: Iterable[tuple[int, int]]) -> None:
+        self.epochs: list[int] = []
+        self.starts: list[int] = []
+        for epoch, start in entries:
+            self.epochs.append(epoch)
+            self.starts.append(start)
+
+    @classmethod
+    def of(cls, lineage: Sequence[EpochEntry]) -> _LineageView:
+        return cls((e.epoch, e.start_offset) for e in lineage)
+
+    def epoch_at(self, offset: int) -> int | None:
+        position = bisect.bisect_right(self.starts, offset)
+        return self.epochs[position - 1] if position else None
+
+    def agreeing_end(self, ranges: Sequence[EpochRange], offset: int) -> int:
+        """The last offset from ``offset`` on up to which ``ranges`` agree with the lineage
+        (``offset - 1`` if they disagree at ``offset`` already)."""
+        for epoch, first, last in ranges:
+            if last < offset:
+                continue
+            begin = max(first, offset)
+            if self.epoch_at(begin) != epoch:
+                return begin - 1
+            position = bisect.bisect_right(self.starts, begin)
+            if position < len(self.starts) and self.starts[position] <= last:
+                return self.starts[position] - 1  # the lineage moves to another epoch inside
+        return ranges[-1][2]
+
+    def agrees(self, ranges: Sequence[EpochRange], offset: int) -> bool:
+        """Whether ``ranges`` agree with the lineage from ``offset`` to their end."""
+        return self.agreeing_end(ranges, offset) == ranges[-1][2]
+
+
+class RemoteLogMetadataCache:
+    """Every partition's remote segments and delete state, as the metadata topic built them.
+
+    Events come in through :meth:`apply` (or the typed :meth:`add_segment`,
+    :meth:`update_segment`, :meth:`update_partition_delete`); an event that breaks the state
+    machine of :mod:`storage.rlmm.state` raises :class:`InvalidStateTransitionError`,
+    changes nothing, and is counted in :attr:`invalid_transitions`. Not thread-safe: one
+    event loop owns it.
+    """
+
+    def __init__(self) -> None:
+        self._topics: dict[uuid.UUID, dict[int, _Partition]] = {}
+        self._topic_ids_by_name: dict[str, list[uuid.UUID]] = {}
+        """Topic ids seen for each name, oldest first (a re-created topic gets a new id)."""
+        self._segment_count = 0
+        self.invalid_transitions = 0
+
+    # -- events -------------------------------------------------------------------------
+
+    def apply(self, record: MetadataRecord) -> None:
+        """Apply one decoded ``__remote_log_metadata`` record.
+
+        :raises InvalidStateTransitionError: if the record breaks the state machine.
+        :raises InvalidSegmentMetadataError: if a new segment's metadata is impossible.
+        """
+        if isinstance(record, RemoteLogSegmentMetadataRecord):
+            self.add_segment(_metadata_of(record))
+        elif isinstance(record, RemoteLogSegmentMetadataUpdateRecord):
+            self.update_segment(
+                _segment_id_of(record),
+                record.state,
+                leader_epoch=record.leader_epoch,
+                event_timestamp=record.event_timestamp,
+            )
+        else:
+            self.update_partition_delete(
+                _tp_of(record),
+                record.state,
+                epoch=record.epoch,
+                event_timestamp=record.event_timestamp,
+            )
+
+    def check(self, record: MetadataRecord) -> None:
+        """Raise what :meth:`apply` would raise for ``record``, without applying it.
+
+        Writers call this before publishing, so that a mistake reaches them instead of
+        being skipped by every consumer. A refusal counts in :attr:`invalid_transitions`.
+
+        :raises InvalidStateTransitionError: if the record breaks the state machine.
+        :raises InvalidSegmentMetadataError: if a new segment's metadata is impossible.
+        """
+        if isinstance(record, RemoteLogSegmentMetadataRecord):
+            self._check_add(_metadata_of(record))
+        elif isinstance(record, RemoteLogSegmentMetadataUpdateRecord):
+            self._check_update(_segment_id_of(record), record.state)
+        else:
+            self._check_partition(_tp_of(record), record.state)
+
+    def add_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """A copy attempt starts (COPY_SEGMENT_STARTED); a repeat of a known one updates it.
+
+        :raises InvalidStateTransitionError: if the state may not follow the current one.
+        :raises InvalidSegmentMetadataError: if a new segment's metadata is impossible.
+        """
+        partition, slot = self._check_add(metadata)
+        if partition is not None and slot is not None:
+            self._set_state(
+                partition, slot, metadata.state, metadata.leader_epoch, metadata.event_timestamp
+            )
+        else:
+            self._partition(metadata.topic_id_partition).insert(metadata)
+            self._segment_count += 1
+
+    def update_segment(
+        self,
+        segment_id: RemoteLogSegmentId,
+        state: RemoteLogSegmentState,
+        *,
+        leader_epoch: int,
+        event_timestamp: int,
+    ) -> None:
+        """Move a known segment to ``state``; DELETE_SEGMENT_FINISHED forgets it.
+
+        :raises InvalidStateTransitionError: if the segment is unknown or ``state`` may not
+            follow its current one.
+        """
+        partition, slot = self._check_update(segment_id, state)
+        self._set_state(partition, slot, state, leader_epoch, event_timestamp)
+
+    def update_partition_delete(
+        self,
+        tp: TopicIdPartition,
+        state: RemotePartitionDeleteState,
+        *,
+        epoch: int,
+        event_timestamp: int,
+    ) -> None:
+        """Record a partition deletion step; DELETE_PARTITION_FINISHED forgets the partition
+        and its segments, as Kafka's store does.
+
+        :raises InvalidStateTransitionError: if ``state`` may not follow the current one.
+        """
+        self._check_partition(tp, state)
+        if state == RemotePartitionDeleteState.DELETE_PARTITION_FINISHED:
+            self._drop(tp)
+        else:
+            self._partition(tp).delete_status = PartitionDeleteStatus(
+                state=state, epoch=epoch, event_timestamp=event_timestamp
+            )
+
+    def restore_partition(
+        self,
+        tp: TopicIdPartition,
+        segments: Iterable[RemoteLogSegmentMetadata],
+        delete_status: PartitionDeleteStatus | None,
+    ) -> None:
+        """Load a partition's materialised state (from a snapshot) without replaying events.
+
+        ``segments`` come in the order :meth:`segments` lists them, which keeps the arrival
+        order of copies with equal start offsets.
+
+        :raises InvalidSegmentMetadataError: if a segment is impossible or already known.
+        """
+        partition = self._partition(tp)
+        for metadata in segments:
+            if metadata.state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
+                raise InvalidSegmentMetadataError(f"{_describe(metadata.segment_id)} is deleted")
+            _validate(metadata)
+            if partition.seg.find(metadata.segment_id.id) is not None:
+                raise InvalidSegmentMetadataError(f"{_describe(metadata.segment_id)} is repeated")
+            partition.insert(metadata)
+            self._segment_count += 1
+        partition.delete_status = delete_status
+
+    def drop_partition(self, tp: TopicIdPartition) -> None:
+        """Forget a partition entirely (before re-reading its metadata from the topic)."""
+        self._drop(tp)
+
+    # -- lookups ------------------------------------------------------------------------
+
+    def segment(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentMetadata | None:
+        """The current metadata of one copy, or ``None`` once deleted or if never seen."""
+        partition, slot = self._locate(segment_id)
+        if partition is None or slot is None:
+            return None
+        return partition.seg.metadata(slot, partition.tp)
+
+    def segment_state(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentState | None:
+        """The state of one copy, or ``None`` once deleted or if never seen."""
+        partition, slot = self._locate(segment_id)
+        if partition is None or slot is None:
+            return None
+        return RemoteLogSegmentState(partition.seg.state[slot])
+
+    def segment_for(
+        self, tp: TopicIdPartition, offset: int, lineage: Sequence[EpochEntry]
+    ) -> RemoteLogSegmentMetadata | None:
+        """The readable copy holding ``offset`` as the leader-epoch history ``lineage`` wrote it.
+
+        ``lineage`` is the partition's epoch history (the broker's, or :meth:`lineage`).
+        Copies from truncated leaders (KIP-405 scenarios 3-5) are never returned; ``None``
+        when the lineage does not cover ``offset`` or no readable copy holds it.
+        """
+        view = _LineageView.of(lineage)
+        epoch = view.epoch_at(offset)
+        partition = self._find_partition(tp)
+        if epoch is None or partition is None:
+            return None
+        slot = partition.find(epoch, offset, view)
+        return None if slot is None else partition.seg.metadata(slot, partition.tp)
+
+    def segment_for_epoch(
+        self, tp: TopicIdPartition, epoch: int, offset: int
+    ) -> RemoteLogSegmentMetadata | None:
+        """The readable copy holding ``offset`` written in ``epoch`` (Kafka's
+        ``remoteLogSegmentMetadata(topicIdPartition, epoch, offset)``)."""
+        partition = self._find_partition(tp)
+        if partition is None:
+            return None
+        slot = partition.find(epoch, offset)
+        return None if slot is None else partition.seg.metadata(slot, partition.tp)
+
+    def segment_for_timestamp(
+        self, tp: TopicIdPartition, timestamp: int, lineage: Sequence[EpochEntry]
+    ) -> RemoteLogSegmentMetadata | None:
+        """The first readable copy on ``lineage``, by start offset, with a record at or after
+        ``timestamp`` (its max timestamp is ``>= timestamp``), for ListOffsets by time.
+
+        Only copies whose every offset agrees with ``lineage`` count: a truncated leader's
+        records must not answer a time query. Linear in the partition's segments.
+        """
+        partition = self._find_partition(tp)
+        if partition is None:
+            return None
+        view = _LineageView.of(lineage)
+        seg = partition.seg
+        for slot in seg.live():
+            if (
+                seg.state[slot] == _FINISHED
+                and seg.max_timestamp[slot] >= timestamp
+                and view.agrees(seg.ranges(slot), seg.start[slot])
+            ):
+                return seg.metadata(slot, partition.tp)
+        return None
+
+    def highest_offset_for_epoch(self, tp: TopicIdPartition, epoch: int) -> int | None:
+        """The highest offset written in ``epoch`` held by a readable copy, or ``None``.
+
+        A new leader resumes copying after it (KIP-405 "Follower to leader transition").
+        Unlike Kafka, copies being deleted no longer count: the cache keeps no memory of a
+        segment beyond its metadata, so the answer is the same after a snapshot restart.
+        """
+        partition = self._find_partition(tp)
+        return None if partition is None else partition.highest(epoch)
+
+    def remote_log_start_offset(self, tp: TopicIdPartition) -> int | None:
+        """The first offset of the remote log (start of the lineage chain), or ``None``."""
+        partition = self._find_partition(tp)
+        if partition is None:
+            return None
+        chain = partition.chain()
+        return partition.seg.start[chain[0]] if chain else None
+
+    def remote_log_end_offset(self, tp: TopicIdPartition) -> int | None:
+        """The last offset of the remote log (end of the lineage tip, inclusive), or ``None``."""
+        partition = self._find_partition(tp)
+        if partition is None:
+            return None
+        chain = partition.chain()
+        return partition.seg.end[chain[-1]] if chain else None
+
+    def lineage(self, tp: TopicIdPartition) -> tuple[EpochEntry, ...]:
+        """The leader-epoch history of the remote log, for lookups and OffsetForLeaderEpoch."""
+        partition = self._find_partition(tp)
+        if partition is None:
+            return ()
+        return tuple(EpochEntry(epoch=e, start_offset=o) for e, o in partition.lineage())
+
+    def segments(
+        self, tp: TopicIdPartition, states: Collection[RemoteLogSegmentState] | None = None
+    ) -> list[RemoteLogSegmentMetadata]:
+        """The partition's copies (optionally only those in ``states``) by start offset,
+        copies with equal starts in arrival order."""
+        partition = self._find_partition(tp)
+        if partition is None:
+            return []
+        seg = partition.seg
+        wanted = None if states is None else {int(s) for s in states}
+        return [
+            seg.metadata(slot, partition.tp)
+            for slot in seg.live()
+            if wanted is None or seg.state[slot] in wanted
+        ]
+
+    def segments_for_epoch(
+        self, tp: TopicIdPartition, epoch: int
+    ) -> list[RemoteLogSegmentMetadata]:
+        """The copies holding offsets of ``epoch``, in any live state, by start offset
+        (Kafka's ``listRemoteLogSegments(topicIdPartition, leaderEpoch)``)."""
+        partition = self._find_partition(tp)
+        if partition is None:
+            return []
+        seg = partition.seg
+        return [
+            seg.metadata(slot, partition.tp)
+            for slot in seg.live()
+            if any(e == epoch for e, _, _ in seg.ranges(slot))
+        ]
+
+    def unreferenced_segments(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """Copies no read will use: unfinished or being deleted, or finished but never
+        chosen under :meth:`lineage` (duplicates and truncated leaders' copies). These are
+        what a cleaner may delete."""
+        partition = self._find_partition(tp)
+        if partition is None:
+            return []
+        seg = partition.seg
+        lineage = _LineageView(partition.lineage())
+        return [
+            seg.metadata(slot, partition.tp)
+            for slot in seg.live()
+            if seg.state[slot] != _FINISHED or not partition.referenced(slot, lineage)
+        ]
+
+    def delete_status(self, tp: TopicIdPartition) -> PartitionDeleteStatus | None:
+        """The partition's deletion state, ``None`` if it is not being deleted."""
+        partition = self._find_partition(tp)
+        return None if partition is None else partition.delete_status
+
+    def partitions(self) -> list[TopicIdPartition]:
+        """Every partition the cache holds metadata for."""
+        return [p.tp for parts in self._topics.values() for p in parts.values()]
+
+    def topic_id_partition(self, topic: str, partition: int) -> TopicIdPartition | None:
+        """The partition ``topic-partition`` of the newest topic id seen for ``topic``.
+
+        After a topic is deleted and re-created, the older id's segments belong to a
+        different topic and must not answer for the new one.
+        """
+        ids = self._topic_ids_by_name.get(topic)
+        if not ids:
+            return None
+        found = self._topics[ids[-1]].get(partition)
+        return None if found is None else found.tp
+
+    def topic_id_partition_by_id(
+        self, topic_id: uuid.UUID, partition: int
+    ) -> TopicIdPartition | None:
+        """The partition of ``topic_id``, if the cache holds metadata for it."""
+        found = self._topics.get(topic_id, {}).get(partition)
+        return None if found is None else found.tp
+
+    def __len__(self) -> int:
+        """The number of segment copies held (every state but DELETE_SEGMENT_FINISHED)."""
+        return self._segment_count
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _find_partition(self, tp: TopicIdPartition) -> _Partition | None:
+        return self._topics.get(tp.topic_id, {}).get(tp.partition)
+
+    def _partition(self, tp: TopicIdPartition) -> _Partition:
+        partitions = self._topics.setdefault(tp.topic_id, {})
+        found = partitions.get(tp.partition)
+        if found is None:
+            found = partitions[tp.partition] = _Partition(tp)
+            ids = self._topic_ids_by_name.setdefault(tp.topic, [])
+            if tp.topic_id not in ids:
+                ids.append(tp.topic_id)
+        return found
+
+    def _drop(self, tp: TopicIdPartition) -> None:
+        partitions = self._topics.get(tp.topic_id)
+        if partitions is None or tp.partition not in partitions:
+            return
+        dropped = partitions.pop(tp.partition)
+        self._segment_count -= len(dropped.seg)
+        if not partitions:
+            del self._topics[tp.topic_id]
+            ids = self._topic_ids_by_name[dropped.tp.topic]
+            ids.remove(tp.topic_id)
+            if not ids:
+                del self._topic_ids_by_name[dropped.tp.topic]
+
+    def _locate(self, segment_id: RemoteLogSegmentId) -> tuple[_Partition | None, int | None]:
+        partition = self._find_partition(segment_id.topic_id_partition)
+        if partition is None:
+            return None, None
+        return partition, partition.seg.find(segment_id.id)
+
+    def _set_state(
+        self,
+        partition: _Partition,
+        slot: int,
+        state: RemoteLogSegmentState,
+        leader_epoch: int,
+        event_timestamp: int,
+    ) -> None:
+        partition.set_state(slot, state, leader_epoch, event_timestamp)
+        if state == RemoteLogSegmentState.DELETE_SEGMENT_FINISHED:
+            self._segment_count -= 1
+
+    def _check_add(
+        self, metadata: RemoteLogSegmentMetadata
+    ) -> tuple[_Partition | None, int | None]:
+        partition, slot = self._locate(metadata.segment_id)
+        current = None
+        if partition is not None and slot is not None:
+            current = RemoteLogSegmentState(partition.seg.state[slot])
+        self._counted(
+            check_segment_transition, _describe(metadata.segment_id), current, metadata.state
+        )
+        if current is None:
+            _validate(metadata)
+        return partition, slot
+
+    def _check_update(
+        self, segment_id: RemoteLogSegmentId, state: RemoteLogSegmentState
+    ) -> tuple[_Partition, int]:
+        partition, slot = self._locate(segment_id)
+        current = None
+        if partition is not None and slot is not None:
+            current = RemoteLogSegmentState(partition.seg.state[slot])
+        self._counted(check_segment_update, _describe(segment_id), current, state)
+        assert partition is not None and slot is not None  # an unknown segment was refused
+        return partition, slot
+
+    def _check_partition(self, tp: TopicIdPartition, state: RemotePartitionDeleteState) -> None:
+        partition = self._find_partition(tp)
+        status = None if partition is None else partition.delete_status
+        current = None if status is None else status.state
+        self._counted(check_partition_transition, f"partition {tp} ({tp.topic_id})", current, state)
+
+    def _counted(
+        self,
+        check: Callable[[str, _StateT | None, _StateT], None],
+        subject: str,
+        current: _StateT | None,
+        target: _StateT,
+    ) -> None:
+        try:
+            check(subject, current, target)
+        except InvalidStateTransitionError:
+            self.invalid_transitions += 1
+            raise
+
+
+def agreeing_end(
+    metadata: RemoteLogSegmentMetadata, offset: int, lineage: Sequence[EpochEntry]
+) -> int:
+    """The last offset of ``metadata`` from ``offset`` on that ``lineage`` agrees with.
+
+    :meth:`RemoteLogMetadataCache.segment_for` prefers copies that agree with the lineage
+    to their end, but when only a copy that a later unclean election truncated holds the
+    offset, a reader must stop here instead of serving the truncated leader's records.
+    Returns ``offset - 1`` if the copy disagrees at ``offset`` itself.
+    """
+    ranges = clipped_ranges(
+        metadata.segment_leader_epochs, metadata.start_offset, metadata.end_offset
+    )
+    if not ranges or offset > metadata.end_offset:
+        return offset - 1
+    return _LineageView.of(lineage).agreeing_end(ranges, offset)
+
+
+def _validate(metadata: RemoteLogSegmentMetadata) -> None:
+    """Refuse metadata that cannot describe a segment, before any of it reaches the store."""
+    what = _describe(metadata.segment_id)
+    if not 0 <= metadata.start_offset <= metadata.end_offset <= _INT64_MAX:
+        raise InvalidSegmentMetadataError(
+            f"{what} has offsets {metadata.start_offset}..{metadata.end_offset}"
+        )
+    if not 0 <= metadata.segment_size_in_bytes <= _INT32_MAX:
+        raise InvalidSegmentMetadataError(f"{what} has size {metadata.segment_size_in_bytes}")
+    for name, value, limit in (
+        ("leader epoch", metadata.leader_epoch, _INT32_MAX),
+        ("max timestamp", metadata.max_timestamp, _INT64_MAX),
+        ("event timestamp", metadata.event_timestamp, _INT64_MAX),
+    ):
+        if not -limit - 1 <= value <= limit:
+            raise InvalidSegmentMetadataError(f"{what} has {name} {value} out of range")
+    epochs = metadata.segment_leader_epochs
+    if not epochs or not 0 <= epochs[0][1] <= metadata.start_offset:
+        raise InvalidSegmentMetadataError(
+            f"{what} has leader epochs {epochs!r} that do not cover its start offset "
+            f"{metadata.start_offset}"
+        )
+    pairs = itertools.pairwise(epochs)
+    if any(
+        b_epoch <= a_epoch or b_offset < a_offset
+        for (a_epoch, a_offset), (b_epoch, b_offset) in pairs
+    ):
+        raise InvalidSegmentMetadataError(f"{what} has leader epochs {epochs!r} not ascending")
+    if epochs[0][0] < 0 or epochs[-1][0] > _INT32_MAX or epochs[-1][1] > _INT64_MAX:
+        raise InvalidSegmentMetadataError(f"{what} has leader epochs {epochs!r} out of range")
+
+
+def _describe(segment_id: RemoteLogSegmentId) -> str:
+    tp = segment_id.topic_id_partition
+    return f"segment {segment_id.id} of {tp} ({tp.topic_id})"
+
+
+def _first_epoch(seg: PartitionSegments, slot: int) -> int:
+    epoch = seg.epoch_at(slot, seg.start[slot])
+    assert epoch is not None  # validated: the first epoch covers the start offset
+    return epoch
+
+
+def _chain_position(chain: array[int], seg: PartitionSegments, slot: int) -> int | None:
+    """Where ``slot`` sits in the chain (whose start offsets strictly increase), if at all."""
+    position = bisect.bisect_left(chain, seg.start[slot], key=seg.start.__getitem__)
+    if position < len(chain) and chain[position] == slot:
+        return position
+    return None
+
+
+def _merge(
+    entries: list[tuple[int, int]], ranges: list[tuple[int, int, int]]
+) -> list[tuple[int, int]]:
+    """``entries`` followed by the epochs of ``ranges``, an epoch continuing across the join."""
+    merged = list(entries)
+    for epoch, first, _ in ranges:
+        if merged and merged[-1][0] == epoch:
+            continue
+        merged.append((epoch, first))
+    return merged
+
+
+def _metadata_of(record: RemoteLogSegmentMetadataRecord) -> RemoteLogSegmentMetadata:
+    return RemoteLogSegmentMetadata(
+        segment_id=_segment_id_of(record),
+        start_offset=record.start_offset,
+        end_offset=record.end_offset,
+        max_timestamp=record.max_timestamp,
+        leader_epoch=record.leader_epoch,
+        event_timestamp=record.event_timestamp,
+        segment_leader_epochs=record.segment_leader_epochs,
+        segment_size_in_bytes=record.segment_size_in_bytes,
+        state=record.state,
+    )
+
+
+def _segment_id_of(
+    record: RemoteLogSegmentMetadataRecord | RemoteLogSegmentMetadataUpdateRecord,
+) -> RemoteLogSegmentId:
+    return RemoteLogSegmentId(
+        topic_id_partition=TopicIdPartition(
+            topic_id=record.topic_id, topic=record.topic, partition=record.partition
+        ),
+        id=record.segment_id,
+    )
+
+
+def _tp_of(record: DeletePartitionStateRecord) -> TopicIdPartition:
+    return TopicIdPartition(
+        topic_id=record.topic_id, topic=record.topic, partition=record.partition
+    )

@@ -1,0 +1,294 @@
+"""The metadata cache against a brute-force model, on random segment histories.
+
+Two kinds of history: arbitrary copies with arbitrary epochs (anything the schema allows),
+and simulated partitions whose leaders change cleanly or uncleanly (truncating the log)
+while copies, duplicate copies, failed copies and retention deletes happen. After every
+event the cache must agree with :class:`ReferenceCache` on the lineage, and at the end on
+every lookup; a cache rebuilt from its own segment list (what a snapshot restores) must
+give the same answers as the one that saw every event.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.indexes.leader_epoch_checkpoint import EpochEntry
+from storage.model import RemoteLogSegmentMetadata, RemoteLogSegmentState
+from storage.rlmm.cache import RemoteLogMetadataCache, agreeing_end
+from storage.rlmm.state import InvalidStateTransitionError
+from storage.rlmm.store import clipped_ranges
+from tests.unit.storage.rlmm.reference import TP, ReferenceCache, S, seg
+
+OFFSETS = range(0, 64)
+EPOCHS = range(0, 9)
+
+
+@dataclass(frozen=True)
+class Add:
+    metadata: RemoteLogSegmentMetadata
+
+
+@dataclass(frozen=True)
+class Update:
+    pick: int
+    """Index (modulo) into the segments added so far."""
+    state: RemoteLogSegmentState
+
+
+Event = Add | Update
+
+
+@st.composite
+def arbitrary_segments(draw: st.DrawFn) -> RemoteLogSegmentMetadata:
+    start = draw(st.integers(0, 40))
+    end = start + draw(st.integers(0, 10))
+    epochs = sorted(draw(st.sets(st.sampled_from(EPOCHS), min_size=1, max_size=3)))
+    first = draw(st.integers(max(0, start - 4), start))
+    rest = sorted(
+        draw(
+            st.lists(
+                st.integers(first, end + 2), min_size=len(epochs) - 1, max_size=len(epochs) - 1
+            )
+        )
+    )
+    offsets = [first, *rest]
+    return seg(
+        start,
+        end,
+        tuple(zip(epochs, offsets, strict=True)),
+        max_timestamp=draw(st.integers(0, 100)),
+    )
+
+
+@st.composite
+def arbitrary_histories(draw: st.DrawFn) -> list[Event]:
+    events: list[Event] = []
+    for _ in range(draw(st.integers(1, 30))):
+        if draw(st.integers(0, 2)) == 0 or not events:
+            events.append(Add(draw(arbitrary_segments())))
+        else:
+            events.append(Update(draw(st.integers(0, 1000)), draw(st.sampled_from(list(S)))))
+    return events
+
+
+@dataclass(frozen=True)
+class Simulation:
+    events: list[Event]
+    log: list[int]
+    """The epoch of each offset of the final leader's log."""
+
+    def leader_lineage(self) -> tuple[EpochEntry, ...]:
+        entries: list[EpochEntry] = []
+        for offset, epoch in enumerate(self.log):
+            if not entries or entries[-1].epoch != epoch:
+                entries.append(EpochEntry(epoch=epoch, start_offset=offset))
+        return tuple(entries)
+
+
+@st.composite
+def simulated_histories(draw: st.DrawFn) -> Simulation:
+    """A partition whose leaders change, sometimes uncleanly, while a copier follows it."""
+    log: list[int] = []  # epoch of each offset in the current leader's log
+    epoch = 0
+    copied_to = 0  # next offset the copier wants
+    events: list[Event] = []
+    added: list[RemoteLogSegmentMetadata] = []
+    for _ in range(draw(st.integers(1, 40))):
+        action = draw(
+            st.sampled_from(
+                [
+                    "append",
+                    "append",
+                    "elect",
+                    "unclean",
+                    "copy",
+                    "copy",
+                    "duplicate",
+                    "fail",
+                    "expire",
+                ]
+            )
+        )
+        if action == "append":
+            log.extend([epoch] * draw(st.integers(1, 6)))
+        elif action == "elect":
+            epoch += 1
+        elif action == "unclean" and log:
+            log = log[: draw(st.integers(0, len(log)))]
+            epoch += 1
+            copied_to = min(copied_to, len(log))
+        elif action in ("copy", "duplicate", "fail") and log:
+            first = draw(st.integers(0, len(log) - 1)) if action == "duplicate" else copied_to
+            if first >= len(log):
+                continue
+            last = draw(st.integers(first, min(len(log) - 1, first + 7)))
+            metadata = seg(first, last, _epochs_of(log, first, last), max_timestamp=last)
+            events.append(Add(metadata))
+            added.append(metadata)
+            if action != "fail":
+                events.append(Update(len(added) - 1, S.COPY_SEGMENT_FINISHED))
+                copied_to = max(copied_to, last + 1)
+            elif draw(st.booleans()):
+                events.append(Update(len(added) - 1, S.DELETE_SEGMENT_STARTED))
+        elif action == "expire" and added:
+            oldest = min(range(len(added)), key=lambda i: added[i].start_offset)
+            events.append(Update(oldest, S.DELETE_SEGMENT_STARTED))
+            if draw(st.booleans()):
+                events.append(Update(oldest, S.DELETE_SEGMENT_FINISHED))
+    return Simulation(events, log)
+
+
+def _epochs_of(log: list[int], first: int, last: int) -> tuple[tuple[int, int], ...]:
+    entries: list[tuple[int, int]] = []
+    for offset in range(first, last + 1):
+        if not entries or entries[-1][0] != log[offset]:
+            entries.append((log[offset], offset))
+    return tuple(entries)
+
+
+@st.composite
+def lineages(draw: st.DrawFn) -> tuple[EpochEntry, ...]:
+    epochs = sorted(draw(st.sets(st.sampled_from(EPOCHS), min_size=1, max_size=4)))
+    starts = sorted(draw(st.sets(st.integers(0, 50), min_size=len(epochs), max_size=len(epochs))))
+    return tuple(EpochEntry(epoch=e, start_offset=o) for e, o in zip(epochs, starts, strict=True))
+
+
+def replay(events: list[Event]) -> tuple[RemoteLogMetadataCache, ReferenceCache]:
+    cache = RemoteLogMetadataCache()
+    model = ReferenceCache()
+    added: list[RemoteLogSegmentMetadata] = []
+    refused = 0
+    for event in events:
+        if isinstance(event, Add):
+            added.append(event.metadata)
+            expected = model.add(event.metadata)
+            outcome = _outcome(cache.add_segment, event.metadata)
+        else:
+            target = added[event.pick % len(added)]
+            expected = model.update(target.segment_id.id, event.state)
+            outcome = _outcome(
+                cache.update_segment,
+                target.segment_id,
+                event.state,
+                leader_epoch=0,
+                event_timestamp=0,
+            )
+        assert outcome == expected, event
+        refused += not expected
+        assert cache.lineage(TP) == model.lineage()
+    assert cache.invalid_transitions == refused
+    return cache, model
+
+
+def _outcome(action: Callable[..., None], *args: object, **kwargs: object) -> bool:
+    try:
+        action(*args, **kwargs)
+    except InvalidStateTransitionError:
+        return False
+    return True
+
+
+def ident(metadata: RemoteLogSegmentMetadata | None) -> uuid.UUID | None:
+    return None if metadata is None else metadata.segment_id.id
+
+
+def assert_agrees(
+    cache: RemoteLogMetadataCache, model: ReferenceCache, other: tuple[EpochEntry, ...]
+) -> None:
+    assert [(m.segment_id.id, m.state) for m in cache.segments(TP)] == [
+        (c.metadata.segment_id.id, c.metadata.state) for c in model.ordered()
+    ]
+    own = model.lineage()
+    assert cache.lineage(TP) == own
+    assert (
+        cache.remote_log_start_offset(TP),
+        cache.remote_log_end_offset(TP),
+    ) == model.start_and_end()
+    for history in (own, other):
+        for offset in OFFSETS:
+            assert ident(cache.segment_for(TP, offset, history)) == ident(
+                model.segment_for(offset, history)
+            )
+        for timestamp in (0, 17, 50, 99):
+            assert ident(cache.segment_for_timestamp(TP, timestamp, history)) == ident(
+                model.segment_for_timestamp(timestamp, history)
+            )
+    for epoch in EPOCHS:
+        assert cache.highest_offset_for_epoch(TP, epoch) == model.highest(epoch)
+        for offset in OFFSETS[::3]:
+            assert ident(cache.segment_for_epoch(TP, epoch, offset)) == ident(
+                model.segment_for_epoch(epoch, offset)
+            )
+    assert [m.segment_id.id for m in cache.unreferenced_segments(TP)] == [
+        m.segment_id.id for m in model.unreferenced()
+    ]
+
+
+def restored(cache: RemoteLogMetadataCache) -> RemoteLogMetadataCache:
+    fresh = RemoteLogMetadataCache()
+    for tp in cache.partitions():
+        fresh.restore_partition(tp, cache.segments(tp), cache.delete_status(tp))
+    return fresh
+
+
+@settings(max_examples=150, deadline=None)
+@given(events=arbitrary_histories(), other=lineages())
+def test_arbitrary_histories_match_the_model(
+    events: list[Event], other: tuple[EpochEntry, ...]
+) -> None:
+    cache, model = replay(events)
+    assert_agrees(cache, model, other)
+    assert_agrees(restored(cache), model, other)
+
+
+@settings(max_examples=150, deadline=None)
+@given(simulation=simulated_histories(), other=lineages())
+def test_simulated_partitions_match_the_model(
+    simulation: Simulation, other: tuple[EpochEntry, ...]
+) -> None:
+    cache, model = replay(simulation.events)
+    assert_agrees(cache, model, other)
+    assert_agrees(cache, model, simulation.leader_lineage())
+    assert_agrees(restored(cache), model, other)
+
+
+@settings(max_examples=100, deadline=None)
+@given(simulation=simulated_histories())
+def test_readers_get_exactly_the_leaders_records(simulation: Simulation) -> None:
+    """A record is identified by (epoch, offset): a leader writes each offset once in its
+    epoch. Under the final leader's lineage, every offset that some finished copy holds as
+    the leader wrote it is served, and a reader going on from it up to ``agreeing_end``
+    reads only the leader's records, never a truncated leader's."""
+    cache, model = replay(simulation.events)
+    log = simulation.log
+    leader = simulation.leader_lineage()
+    for offset in range(len(log)):
+        held = any(
+            c.metadata.start_offset <= offset <= c.metadata.end_offset
+            and dict(_per_offset(c.metadata)).get(offset) == log[offset]
+            for c in model.finished()
+        )
+        found = cache.segment_for(TP, offset, leader)
+        assert (found is not None) == held
+        if found is None:
+            continue
+        served = dict(_per_offset(found))
+        stop = min(agreeing_end(found, offset, leader), len(log) - 1)
+        assert stop >= offset
+        assert all(served[o] == log[o] for o in range(offset, stop + 1))
+
+
+def _per_offset(metadata: RemoteLogSegmentMetadata) -> list[tuple[int, int]]:
+    """``(offset, epoch)`` for every offset of the copy."""
+    return [
+        (offset, epoch)
+        for epoch, first, last in clipped_ranges(
+            metadata.segment_leader_epochs, metadata.start_offset, metadata.end_offset
+        )
+        for offset in range(first, last + 1)
+    ]
