@@ -1,0 +1,281 @@
+"""Flat-file snapshots of the metadata cache and committed offsets, for fast restarts.
+
+KIP-405 ("RemoteLogMetadataManager implemented with an internal topic") keeps, per user
+partition, a flat file ``<magic><topic-id><metadata-topic-offset><entries>`` with the
+materialised segments, and a file ``_rlmm_committed_offsets`` with one
+``<partition> <offset>`` line per metadata topic partition. A restarted manager loads the
+files and consumes only the tail of the topic. The encodings are those of
+:mod:`protocol.metadata_records`; this module adds the files around them:
+
+- ``<dir>/<topic>-<partition>/remote_log_snapshot.<topic id>``: the flat file followed by a
+  CRC32C of everything before it (4 bytes, big endian), so that a truncated or damaged file
+  is detected rather than half loaded. The topic id is in the name because a re-created
+  topic reuses the name while the old one's remote data may still be being deleted.
+- ``<dir>/_rlmm_committed_offsets``: offsets are the *last applied* offset of each metadata
+  partition, so consumption resumes at the next one.
+
+Every file is written to a temporary name, fsynced, renamed over the old one and the
+directory fsynced, so a crash leaves either the old or the new file. Snapshots are written
+before the committed offsets: a snapshot may be newer than the committed offsets (its own
+header says how far it reaches, and older records for its partition are skipped on
+replay), never older. A snapshot that fails its checksum or does not decode is dropped with
+a warning, and its metadata partition is replayed from the beginning; the other snapshots
+of that metadata partition still skip what they hold.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import crc32c
+
+from protocol.metadata_records import (
+    DeletePartitionStateRecordStored,
+    FlatFileSnapshot,
+    MetadataRecordError,
+    RemoteLogSegmentMetadataRecordStored,
+    StoredMetadataRecord,
+    decode_committed_offsets,
+    decode_flat_file,
+    encode_committed_offsets,
+    encode_flat_file,
+)
+from protocol.murmur2 import metadata_partition_for
+from storage.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
+from storage.rlmm.cache import PartitionDeleteStatus, RemoteLogMetadataCache
+from storage.rlmm.state import RemoteLogMetadataError
+
+__all__ = [
+    "COMMITTED_OFFSETS_FILE",
+    "SNAPSHOT_FILE_PREFIX",
+    "PartitionKey",
+    "Restored",
+    "SnapshotStore",
+]
+
+log = logging.getLogger(__name__)
+
+COMMITTED_OFFSETS_FILE = "_rlmm_committed_offsets"
+"""KIP-405's name for the committed offsets file."""
+SNAPSHOT_FILE_PREFIX = "remote_log_snapshot."
+_CHECKSUM = struct.Struct(">I")
+_TMP_SUFFIX = ".tmp"
+
+PartitionKey = tuple[uuid.UUID, int]
+"""``(topic id, partition)``: how metadata records name a user partition."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Restored:
+    """What loading the snapshots restored, and where consumption must resume."""
+
+    applied_through: dict[PartitionKey, int]
+    """Per restored user partition, the metadata topic offset its snapshot reflects:
+    records for it at or below that offset are already in the cache."""
+    resume_after: dict[int, int]
+    """Per metadata partition, the last offset already applied; a partition missing here
+    is read from its beginning."""
+
+
+class SnapshotStore:
+    """The snapshot directory of one metadata topic (``partition_count`` partitions)."""
+
+    def __init__(self, directory: Path, partition_count: int) -> None:
+        self.directory = directory
+        self.partition_count = partition_count
+
+    def load(self, cache: RemoteLogMetadataCache) -> Restored:
+        """Restore every readable snapshot into ``cache`` (which must be empty).
+
+        Never fails on bad files: a damaged snapshot or committed offsets file is logged,
+        ignored, and its metadata partitions are replayed from the beginning.
+        """
+        committed = self._load_committed()
+        applied: dict[PartitionKey, int] = {}
+        replay: set[int] = set()
+        if not self.directory.is_dir():
+            return Restored(applied_through={}, resume_after={})
+        for path in sorted(self.directory.glob(f"*/{SNAPSHOT_FILE_PREFIX}*")):
+            name = path.parent.name
+            topic, _, number = name.rpartition("-")
+            if not topic or not number.isdigit():
+                log.warning("ignoring snapshot %s: directory is not <topic>-<partition>", path)
+                continue
+            partition = int(number)
+            try:
+                snapshot = _read_snapshot(path)
+            except (OSError, MetadataRecordError) as err:
+                replay.add(self._rebuild(path, name, err))
+                continue
+            tp = TopicIdPartition(topic_id=snapshot.topic_id, topic=topic, partition=partition)
+            segments, status = _materialise(tp, snapshot.entries)
+            try:
+                cache.restore_partition(tp, segments, status)
+            except RemoteLogMetadataError as err:
+                cache.drop_partition(tp)
+                replay.add(self._rebuild(path, name, err))
+                continue
+            applied[(tp.topic_id, partition)] = snapshot.metadata_topic_offset
+        resume = {m: offset for m, offset in committed.items() if m not in replay}
+        return Restored(applied_through=applied, resume_after=resume)
+
+    def save(
+        self,
+        cache: RemoteLogMetadataCache,
+        positions: Mapping[int, int],
+        changed: Iterable[TopicIdPartition],
+    ) -> None:
+        """Write the snapshots of ``changed`` partitions, then the committed offsets.
+
+        :raises OSError: if the directory cannot be written.
+        """
+        self.write(self.plan(cache, positions, changed))
+
+    def plan(
+        self,
+        cache: RemoteLogMetadataCache,
+        positions: Mapping[int, int],
+        changed: Iterable[TopicIdPartition],
+    ) -> list[tuple[Path, bytes | None]]:
+        """The files :meth:`write` must write (``None``: delete), encoded from ``cache`` now.
+
+        ``positions`` maps each metadata partition to the last offset applied to ``cache``.
+        A changed partition the cache no longer holds (its deletion finished) loses its
+        file. Encoding reads the cache, so it runs where the cache lives; the blocking
+        writes can then run in a thread.
+        """
+        files: list[tuple[Path, bytes | None]] = []
+        for tp in changed:
+            path = self.directory / str(tp) / f"{SNAPSHOT_FILE_PREFIX}{tp.topic_id.hex}"
+            if cache.topic_id_partition_by_id(tp.topic_id, tp.partition) is None:
+                files.append((path, None))
+            else:
+                position = positions.get(metadata_partition_for(str(tp), self.partition_count), -1)
+                files.append((path, _encode_snapshot(cache, tp, position)))
+        text = encode_committed_offsets({m: o for m, o in positions.items() if o >= 0})
+        files.append((self.directory / COMMITTED_OFFSETS_FILE, text.encode()))
+        return files
+
+    def write(self, files: Iterable[tuple[Path, bytes | None]]) -> None:
+        """Write (atomically) or delete each planned file, in order.
+
+        :raises OSError: if the directory cannot be written.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        for path, data in files:
+            if data is None:
+                path.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):
+                    path.parent.rmdir()  # only if no other topic id's snapshot is left
+            else:
+                path.parent.mkdir(exist_ok=True)
+                _write_atomically(path, data)
+
+    def _rebuild(self, path: Path, name: str, err: Exception) -> int:
+        """Log why a snapshot is dropped; the metadata partition to replay from the start."""
+        log.warning(
+            "snapshot %s is unreadable (%s); rebuilding %s from the metadata topic", path, err, name
+        )
+        return metadata_partition_for(name, self.partition_count)
+
+    def _load_committed(self) -> dict[int, int]:
+        path = self.directory / COMMITTED_OFFSETS_FILE
+        try:
+            return decode_committed_offsets(path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, UnicodeDecodeError, MetadataRecordError) as err:
+            log.warning("%s is unreadable (%s); replaying the metadata topic", path, err)
+            return {}
+
+
+def _encode_snapshot(cache: RemoteLogMetadataCache, tp: TopicIdPartition, position: int) -> bytes:
+    entries: list[StoredMetadataRecord] = [
+        RemoteLogSegmentMetadataRecordStored(
+            segment_id=m.segment_id.id,
+            start_offset=m.start_offset,
+            end_offset=m.end_offset,
+            leader_epoch=m.leader_epoch,
+            max_timestamp=m.max_timestamp,
+            event_timestamp=m.event_timestamp,
+            segment_leader_epochs=m.segment_leader_epochs,
+            segment_size_in_bytes=m.segment_size_in_bytes,
+            state=m.state,
+        )
+        for m in cache.segments(tp)
+    ]
+    status = cache.delete_status(tp)
+    if status is not None:
+        entries.append(
+            DeletePartitionStateRecordStored(
+                epoch=status.epoch, event_timestamp=status.event_timestamp, state=status.state
+            )
+        )
+    body = encode_flat_file(
+        FlatFileSnapshot(
+            topic_id=tp.topic_id, metadata_topic_offset=position, entries=tuple(entries)
+        )
+    )
+    return body + _CHECKSUM.pack(crc32c.crc32c(body))
+
+
+def _read_snapshot(path: Path) -> FlatFileSnapshot:
+    data = path.read_bytes()
+    if len(data) < _CHECKSUM.size:
+        raise MetadataRecordError(f"{len(data)} bytes is too short for a snapshot")
+    body = memoryview(data)[: -_CHECKSUM.size]
+    (expected,) = _CHECKSUM.unpack_from(data, len(body))
+    if crc32c.crc32c(body) != expected:
+        raise MetadataRecordError("checksum mismatch (truncated or damaged)")
+    snapshot = decode_flat_file(body)
+    if path.name != f"{SNAPSHOT_FILE_PREFIX}{snapshot.topic_id.hex}":
+        raise MetadataRecordError(f"holds topic id {snapshot.topic_id}, not the one its name says")
+    return snapshot
+
+
+def _materialise(
+    tp: TopicIdPartition, entries: Iterable[StoredMetadataRecord]
+) -> tuple[list[RemoteLogSegmentMetadata], PartitionDeleteStatus | None]:
+    segments = []
+    status = None
+    for entry in entries:
+        if isinstance(entry, DeletePartitionStateRecordStored):
+            status = PartitionDeleteStatus(
+                state=entry.state, epoch=entry.epoch, event_timestamp=entry.event_timestamp
+            )
+            continue
+        segments.append(
+            RemoteLogSegmentMetadata(
+                segment_id=RemoteLogSegmentId(topic_id_partition=tp, id=entry.segment_id),
+                start_offset=entry.start_offset,
+                end_offset=entry.end_offset,
+                max_timestamp=entry.max_timestamp,
+                leader_epoch=entry.leader_epoch,
+                event_timestamp=entry.event_timestamp,
+                segment_leader_epochs=entry.segment_leader_epochs,
+                segment_size_in_bytes=entry.segment_size_in_bytes,
+                state=entry.state,
+            )
+        )
+    return segments, status
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    temporary = path.with_name(path.name + _TMP_SUFFIX)
+    with open(temporary, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

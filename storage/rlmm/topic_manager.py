@@ -1,0 +1,414 @@
+"""The topic-based remote log metadata manager: KIP-405's default RLMM, over aiokafka.
+
+Everything tierproxy knows about remote segments is in one topic (``__remote_log_metadata``
+by default). Every proxy and the pipeline run one manager: it consumes every partition of
+the topic into a :class:`RemoteLogMetadataCache` and publishes new events to it.
+
+- ``start()`` creates the topic if it is missing (partitions, replication factor,
+  ``retention.ms``, ``cleanup.policy=delete``; an existing topic must have the configured
+  partition count, or writers would hash user partitions to different places), loads the
+  snapshots, and consumes until caught up with the topic's end.
+- ``publish(record)`` checks the record against the cache first (a writer's mistake is
+  raised to the writer, not skipped by every reader), produces it with a null key to
+  partition ``murmur2("topic-partition") mod partitions`` with ``acks=all``, and returns
+  once the consumer has applied it — read your writes, as Kafka's
+  ``ConsumerManager.waitTillConsumptionCatchesUp``. If another writer's record got there
+  first and made this one invalid, the consumer's refusal is raised.
+- A consumer task applies records in offset order. Undecodable records and refused events
+  are logged and skipped (and counted), as Kafka's consumer task does, so one bad record
+  never stops the cache.
+- With ``remote.log.metadata.snapshot.dir`` set, changed partitions are written there every
+  ``remote.log.metadata.snapshot.interval.ms`` and on ``close()``; ``start()`` loads them
+  and reads only the tail of the topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError
+
+from protocol.errors import KafkaError as KafkaErrorCode
+from protocol.metadata_records import (
+    MetadataRecord,
+    MetadataRecordError,
+    decode_metadata_record,
+    encode_metadata_record,
+)
+from protocol.murmur2 import metadata_partition_for
+from storage.model import TopicIdPartition
+from storage.rlmm.cache import RemoteLogMetadataCache
+from storage.rlmm.config import RemoteLogMetadataConfig
+from storage.rlmm.snapshot import PartitionKey, SnapshotStore
+from storage.rlmm.state import RemoteLogMetadataError
+
+__all__ = ["MetadataTopicError", "TopicBasedRemoteLogMetadataManager"]
+
+log = logging.getLogger(__name__)
+
+_FETCH_MAX_WAIT_MS = 100
+"""Long-poll bound of the consumer: a publish waits for its own record to come back, so
+this bounds the added latency on brokers that do not answer a fetch as soon as data
+arrives."""
+_REFUSALS_KEPT = 1024
+"""Refusals remembered for publishers that register after the consumer applied their
+record (the producer's acknowledgement can arrive after the consumer fetched it)."""
+_RETRY_BACKOFF_S = 0.5
+_T = TypeVar("_T")
+
+
+class MetadataTopicError(RemoteLogMetadataError):
+    """The metadata topic cannot be used: it could not be created, or its partition count
+    differs from the configured one."""
+
+
+class TopicBasedRemoteLogMetadataManager:
+    """Publishes and consumes KIP-405 metadata records; owns the cache they build.
+
+    Use as an async context manager, or call :meth:`start` and :meth:`close`.
+    ``client_options`` go to every aiokafka client (security settings, client id, ...).
+    """
+
+    def __init__(
+        self,
+        config: RemoteLogMetadataConfig,
+        *,
+        bootstrap_servers: str,
+        client_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.config = config
+        self.cache = RemoteLogMetadataCache()
+        self.skipped_records = 0
+        """Records the consumer could not decode or apply."""
+        self._bootstrap = bootstrap_servers
+        self._options = dict(client_options or {})
+        self._partition_count = config.topic_partitions
+        self._snapshots = (
+            SnapshotStore(Path(config.snapshot_dir), config.topic_partitions)
+            if config.snapshot_dir
+            else None
+        )
+        self._producer: AIOKafkaProducer | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._consume_task: asyncio.Task[None] | None = None
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self._applied: dict[int, int] = {}
+        """Last applied offset per metadata partition."""
+        self._skip_through: dict[PartitionKey, int] = {}
+        self._changed: set[TopicIdPartition] = set()
+        self._waiters: dict[int, list[tuple[int, asyncio.Future[None]]]] = {}
+        self._refusals: collections.OrderedDict[tuple[int, int], Exception] = (
+            collections.OrderedDict()
+        )
+        self._progress = asyncio.Event()
+
+    async def __aenter__(self) -> TopicBasedRemoteLogMetadataManager:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def partition_count(self) -> int:
+        """Partitions of the metadata topic."""
+        return self._partition_count
+
+    async def start(self) -> None:
+        """Create the topic if needed, load snapshots, and catch up with the topic.
+
+        :raises MetadataTopicError: if the topic cannot be created or has another
+            partition count than configured.
+        :raises TimeoutError: if this takes longer than
+            ``remote.log.metadata.initialization.timeout.ms``.
+        """
+        async with asyncio.timeout(self.config.initialization_timeout_ms / 1000):
+            await self._ensure_topic()
+            resume_after: dict[int, int] = {}
+            if self._snapshots is not None:
+                restored = self._snapshots.load(self.cache)
+                self._skip_through = restored.applied_through
+                resume_after = restored.resume_after
+                log.info(
+                    "loaded %d segments of %d partitions from %s",
+                    len(self.cache),
+                    len(restored.applied_through),
+                    self.config.snapshot_dir,
+                )
+            self._producer = AIOKafkaProducer(
+                bootstrap_servers=self._bootstrap, acks="all", **self._options
+            )
+            await self._producer.start()
+            self._consumer = AIOKafkaConsumer(
+                bootstrap_servers=self._bootstrap,
+                group_id=None,
+                enable_auto_commit=False,
+                auto_offset_reset="earliest",
+                fetch_max_wait_ms=_FETCH_MAX_WAIT_MS,
+                **self._options,
+            )
+            await self._consumer.start()
+            partitions = [self._topic_partition(p) for p in range(self._partition_count)]
+            self._consumer.assign(partitions)
+            for tp in partitions:
+                if tp.partition in resume_after:
+                    self._applied[tp.partition] = resume_after[tp.partition]
+                    self._consumer.seek(tp, resume_after[tp.partition] + 1)
+                else:
+                    await self._consumer.seek_to_beginning(tp)
+            self._consume_task = asyncio.create_task(self._consume(), name="rlmm-consumer")
+            await self.wait_until_caught_up()
+        if self._snapshots is not None:
+            self._snapshot_task = asyncio.create_task(self._snapshot_loop(), name="rlmm-snapshots")
+
+    async def publish(self, record: MetadataRecord) -> None:
+        """Publish ``record`` and wait until this manager's cache has applied it.
+
+        :raises InvalidStateTransitionError: if the record breaks the state machine (before
+            anything is produced, or when the consumer refuses it).
+        :raises InvalidSegmentMetadataError: if a new segment's metadata is impossible.
+        :raises KafkaError: if producing fails.
+        :raises TimeoutError: if the record does not come back within
+            ``remote.log.metadata.consume.wait.ms``.
+        """
+        producer = _started(self._producer)
+        self.cache.check(record)
+        partition = metadata_partition_for(
+            f"{record.topic}-{record.partition}", self._partition_count
+        )
+        async with asyncio.timeout(self.config.consume_wait_ms / 1000):
+            sent = await producer.send_and_wait(
+                self.config.topic_name,
+                value=encode_metadata_record(record),
+                key=None,
+                partition=partition,
+            )
+            await self._applied_through(partition, sent.offset)
+
+    async def wait_until_caught_up(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (the RLMM contract takes a timeout, like Kafka's)
+        """Wait until every record in the topic now has been applied to the cache.
+
+        The end of each partition is the larger of ListOffsets' latest offset and the high
+        watermark of the consumer's fetches (some brokers answer ListOffsets with the last
+        batch's base offset).
+
+        :raises TimeoutError: after ``timeout`` seconds (``None``: no limit).
+        """
+        consumer = _started(self._consumer)
+        partitions = [self._topic_partition(p) for p in range(self._partition_count)]
+        async with asyncio.timeout(timeout):
+            ends = await consumer.end_offsets(partitions)
+            for tp in partitions:
+                while consumer.highwater(tp) is None:
+                    await self._next_progress()
+                end = max(ends[tp], consumer.highwater(tp) or 0)
+                while await consumer.position(tp) < end:
+                    await self._next_progress()
+
+    async def snapshot(self) -> None:
+        """Write the snapshots of changed partitions and the committed offsets now.
+
+        :raises OSError: if the snapshot directory cannot be written.
+        """
+        if self._snapshots is None:
+            return
+        changed, self._changed = self._changed, set()
+        files = self._snapshots.plan(self.cache, dict(self._applied), changed)
+        try:
+            await asyncio.to_thread(self._snapshots.write, files)
+        except OSError:
+            self._changed |= changed
+            raise
+
+    async def close(self) -> None:
+        """Stop consuming, write a last snapshot, and close the Kafka clients."""
+        for task in (self._snapshot_task, self._consume_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._snapshot_task = self._consume_task = None
+        for waiters in self._waiters.values():
+            for _, future in waiters:
+                if not future.done():
+                    future.set_exception(RemoteLogMetadataError("the metadata manager closed"))
+        self._waiters.clear()
+        if self._snapshots is not None and self._consumer is not None:
+            try:
+                await self.snapshot()
+            except OSError:
+                log.exception("could not write the final metadata snapshot")
+        for client in (self._producer, self._consumer):
+            if client is not None:
+                await client.stop()
+        self._producer = self._consumer = None
+
+    # -- internals ------------------------------------------------------------------------
+
+    async def _ensure_topic(self) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, **self._options)
+        await admin.start()
+        try:
+            count = await self._partitions_of(admin)
+            if count is None:
+                await self._create_topic(admin)
+                count = await self._partitions_of(admin)
+                while count is None:  # metadata of a new topic may lag behind its creation
+                    await asyncio.sleep(_RETRY_BACKOFF_S / 5)
+                    count = await self._partitions_of(admin)
+        finally:
+            await admin.close()
+        if count != self.config.topic_partitions:
+            raise MetadataTopicError(
+                f"metadata topic {self.config.topic_name!r} has {count} partitions but "
+                f"remote.log.metadata.topic.partitions is {self.config.topic_partitions}; "
+                "writers would place records in different partitions"
+            )
+
+    async def _partitions_of(self, admin: AIOKafkaAdminClient) -> int | None:
+        # Describe every topic: describing one by name may auto-create it with defaults.
+        for topic in await admin.describe_topics():
+            if topic["topic"] == self.config.topic_name and topic["error_code"] == 0:
+                return len(topic["partitions"]) or None
+        return None
+
+    async def _create_topic(self, admin: AIOKafkaAdminClient) -> None:
+        config = self.config
+        response = await admin.create_topics(
+            [
+                NewTopic(
+                    config.topic_name,
+                    config.topic_partitions,
+                    config.topic_replication_factor,
+                    topic_configs={
+                        "retention.ms": str(config.topic_retention_ms),
+                        "cleanup.policy": "delete",
+                    },
+                )
+            ]
+        )
+        for error in response.to_object()["topic_errors"]:
+            code = error["error_code"]
+            if code in (KafkaErrorCode.NONE, KafkaErrorCode.TOPIC_ALREADY_EXISTS):
+                continue
+            raise MetadataTopicError(
+                f"cannot create metadata topic {config.topic_name!r}: "
+                f"{_error_name(code)} {error.get('error_message') or ''}".rstrip()
+            )
+        log.info(
+            "created metadata topic %s (%d partitions, replication factor %d)",
+            config.topic_name,
+            config.topic_partitions,
+            config.topic_replication_factor,
+        )
+
+    async def _consume(self) -> None:
+        consumer = _started(self._consumer)
+        while True:
+            try:
+                batches = await consumer.getmany(timeout_ms=_FETCH_MAX_WAIT_MS * 5)
+            except KafkaError as err:
+                log.warning("metadata consumer: %s; retrying", err)
+                await asyncio.sleep(_RETRY_BACKOFF_S)
+                continue
+            for tp, messages in batches.items():
+                for message in messages:
+                    self._apply(tp.partition, message.offset, message.value)
+                self._wake(tp.partition)
+            self._progress.set()
+            self._progress = asyncio.Event()
+
+    def _apply(self, partition: int, offset: int, value: bytes | None) -> None:
+        self._applied[partition] = offset
+        try:
+            record = decode_metadata_record(value or b"")
+        except MetadataRecordError as err:
+            self.skipped_records += 1
+            log.warning("skipping metadata record %d@%d: %s", partition, offset, err)
+            return
+        if offset <= self._skip_through.get((record.topic_id, record.partition), -1):
+            return  # already in the partition's snapshot
+        try:
+            self.cache.apply(record)
+        except RemoteLogMetadataError as err:
+            self.skipped_records += 1
+            self._refusals[(partition, offset)] = err
+            if len(self._refusals) > _REFUSALS_KEPT:
+                self._refusals.popitem(last=False)
+            log.warning("skipping metadata record %d@%d: %s", partition, offset, err)
+            return
+        self._changed.add(
+            TopicIdPartition(
+                topic_id=record.topic_id, topic=record.topic, partition=record.partition
+            )
+        )
+
+    def _wake(self, partition: int) -> None:
+        applied = self._applied.get(partition, -1)
+        waiting = self._waiters.get(partition)
+        if not waiting:
+            return
+        remaining = []
+        for offset, future in waiting:
+            if offset > applied:
+                remaining.append((offset, future))
+            elif not future.done():
+                refusal = self._refusals.get((partition, offset))
+                if refusal is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(refusal)
+        self._waiters[partition] = remaining
+
+    async def _applied_through(self, partition: int, offset: int) -> None:
+        if self._applied.get(partition, -1) < offset:
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.setdefault(partition, []).append((offset, future))
+            await future
+            return
+        refusal = self._refusals.get((partition, offset))
+        if refusal is not None:
+            raise refusal
+
+    async def _next_progress(self) -> None:
+        await self._progress.wait()
+
+    async def _snapshot_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.snapshot_interval_ms / 1000)
+            if not self._changed:
+                continue
+            try:
+                await self.snapshot()
+            except OSError:
+                log.exception("could not write metadata snapshots; retrying later")
+
+    def _topic_partition(self, partition: int) -> TopicPartition:
+        return TopicPartition(self.config.topic_name, partition)
+
+
+def _started(client: _T | None) -> _T:
+    if client is None:
+        raise RemoteLogMetadataError("the metadata manager is not started")
+    return client
+
+
+def _error_name(code: int) -> str:
+    try:
+        return KafkaErrorCode(code).name
+    except ValueError:
+        return f"error {code}"
