@@ -1,0 +1,418 @@
+"""The remote log reader: what a Fetch or a ListOffsets by time gets from the remote tier.
+
+Kafka's ``RemoteLogManager.read`` and ``findOffsetByTimestamp``, over tierproxy's caches:
+
+Which segment
+    The leader-epoch lineage (the broker's history; by default the remote tier's own, from
+    the metadata cache) says which epoch wrote the fetch offset, and the metadata cache
+    returns the copy that holds the offset *as written in that epoch*. Copies left by
+    truncated leaders (KIP-405 scenarios 3-5) are never read. Like Kafka, one read returns
+    batches of one segment; when the offset falls in a gap at a segment's end, the next
+    segment on the lineage answers.
+
+Which bytes
+    The offset index (from the index cache) gives a position at or before the batch that
+    holds the offset; :func:`storage.segment.reader.read_batches` returns whole batches
+    from there, within ``max_bytes`` but at least one, reading the ``.log`` through the
+    chunk cache. A read that reaches the last chunk of a segment prefetches the next
+    segment's first chunk, so catch-up consumers cross segment boundaries warm.
+
+Aborted transactions (READ_COMMITTED)
+    Collected from the transaction indexes of this segment and the following ones on the
+    lineage until an entry's last stable offset reaches the end of the returned data
+    (``TransactionIndex.collectAbortedTxns``). Kafka goes on into the local log's indexes
+    when the remote ones end first; the proxy cannot read the broker's, so it uses the
+    producer snapshot of the last remote segment instead: a transaction still open there
+    may be aborted by a marker the remote tier does not hold, so the data returned stops
+    before the first offset of the earliest such transaction (a "remote last stable
+    offset"). A read that would start at or after it raises
+    :class:`UnresolvedTransactionError`.
+
+Errors
+    :class:`OffsetNotInRemoteError` when no readable copy holds the offset (the caller
+    answers OFFSET_OUT_OF_RANGE or asks the broker); the storage errors of
+    :mod:`storage.rsm.base` pass through (``RemoteResourceNotFoundError`` when a segment was
+    deleted between the metadata lookup and the read); ``CorruptIndexError`` and
+    ``CorruptRecordBatchError`` when an object is damaged.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import cramjam
+
+from protocol.indexes.leader_epoch_checkpoint import EpochEntry, epoch_for_offset
+from protocol.indexes.offset_index import OffsetIndex
+from protocol.indexes.producer_snapshot import NO_TXN, parse_producer_snapshot
+from protocol.indexes.time_index import TimeIndex
+from protocol.indexes.transaction_index import (
+    AbortedTxn,
+    collect_aborted_txns,
+    parse_transaction_index,
+)
+from protocol.records import (
+    BATCH_HEADER_SIZE,
+    BatchHeader,
+    Compression,
+    CorruptRecordBatchError,
+    TimestampType,
+    iter_batches,
+    parse_batch_header,
+)
+from protocol.varint import VarintError, decode_varint, decode_varlong
+from storage.chunk_cache import ChunkCache
+from storage.index_cache import RemoteIndexCache
+from storage.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
+from storage.segment.reader import read_batches
+
+__all__ = [
+    "OffsetNotInRemoteError",
+    "RemoteLogReader",
+    "RemoteRecords",
+    "RemoteSegmentLookup",
+    "TimestampAndOffset",
+    "UnresolvedTransactionError",
+]
+
+_SCAN_BYTES: Final = 256 * 1024
+"""Bytes scanned per step when looking for a timestamp (reads go through the chunk cache,
+so a step costs at most one GET)."""
+_XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_SIZE: Final = 16
+_INT32: Final = struct.Struct(">i")
+
+
+class RemoteSegmentLookup(Protocol):
+    """What the reader asks the remote log metadata cache (``RemoteLogMetadataCache``)."""
+
+    def segment_for(
+        self, tp: TopicIdPartition, offset: int, lineage: Sequence[EpochEntry]
+    ) -> RemoteLogSegmentMetadata | None: ...
+
+    def segment_for_timestamp(
+        self, tp: TopicIdPartition, timestamp: int, lineage: Sequence[EpochEntry]
+    ) -> RemoteLogSegmentMetadata | None: ...
+
+    def lineage(self, tp: TopicIdPartition) -> tuple[EpochEntry, ...]: ...
+
+
+class OffsetNotInRemoteError(LookupError):
+    """No readable remote segment holds the offset under the lineage."""
+
+
+class UnresolvedTransactionError(Exception):
+    """The data at the fetch offset belongs to a transaction whose outcome the remote tier
+    does not hold yet (its marker is still only in the broker's local log)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteRecords:
+    """Whole batches from one remote segment."""
+
+    records: bytes
+    """Batches from the one holding the fetch offset; empty only when ``max_offset``
+    excluded even the first."""
+    segment: RemoteLogSegmentMetadata
+    aborted: tuple[AbortedTxn, ...]
+    """Aborted transactions overlapping the returned range (READ_COMMITTED reads only)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimestampAndOffset:
+    """A ListOffsets answer: the first record at or after a timestamp."""
+
+    timestamp: int
+    offset: int
+    leader_epoch: int | None
+
+
+class RemoteLogReader:
+    """Reads whole batches and timestamps from the remote tier through the caches."""
+
+    def __init__(
+        self, *, metadata: RemoteSegmentLookup, indexes: RemoteIndexCache, chunks: ChunkCache
+    ) -> None:
+        self._metadata = metadata
+        self._indexes = indexes
+        self._chunks = chunks
+
+    async def read(
+        self,
+        tp: TopicIdPartition,
+        fetch_offset: int,
+        max_bytes: int,
+        *,
+        lineage: Sequence[EpochEntry] | None = None,
+        max_offset: int | None = None,
+        read_committed: bool = False,
+    ) -> RemoteRecords:
+        """Whole batches from the one holding ``fetch_offset``, within ``max_bytes`` (but at
+        least one batch), from one segment.
+
+        :param lineage: the partition's leader-epoch history; the remote tier's own by
+            default.
+        :param max_offset: batches starting at or after it are left out (the broker's high
+            watermark, or its last stable offset for READ_COMMITTED).
+        :raises OffsetNotInRemoteError: when no readable copy holds ``fetch_offset``.
+        :raises UnresolvedTransactionError: (READ_COMMITTED) see the module docstring.
+        :raises RemoteStorageError: when remote storage fails (``RemoteResourceNotFoundError``
+            if the segment was deleted meanwhile).
+        :raises CorruptIndexError: if an index file is damaged.
+        :raises CorruptRecordBatchError: if the ``.log`` object is damaged.
+        """
+        if lineage is None:
+            lineage = self._metadata.lineage(tp)
+        segment = self._metadata.segment_for(tp, fetch_offset, lineage)
+        while True:
+            if segment is None:
+                raise OffsetNotInRemoteError(f"offset {fetch_offset} of {tp} is not in remote")
+            records = await self._read_segment(segment, fetch_offset, max_bytes)
+            if records:
+                break
+            # The segment ends in a gap before the offset: the next one on the lineage holds it.
+            segment = self._metadata.segment_for(tp, segment.end_offset + 1, lineage)
+        if max_offset is not None:
+            records = _before(records, max_offset)
+        aborted: tuple[AbortedTxn, ...] = ()
+        if read_committed and records:
+            records, aborted = await self._committed(tp, segment, fetch_offset, records, lineage)
+        return RemoteRecords(records=records, segment=segment, aborted=aborted)
+
+    async def find_offset_by_timestamp(
+        self,
+        tp: TopicIdPartition,
+        timestamp: int,
+        *,
+        lineage: Sequence[EpochEntry] | None = None,
+    ) -> TimestampAndOffset | None:
+        """The first remote record whose timestamp is at or after ``timestamp``.
+
+        ``None`` when no readable segment on the lineage has such a record (the broker's
+        local log may). The leader epoch comes from the segment's own epochs.
+
+        :raises RemoteStorageError: when remote storage fails.
+        :raises CorruptIndexError: if an index file is damaged.
+        :raises CorruptRecordBatchError: if the ``.log`` object is damaged.
+        """
+        if lineage is None:
+            lineage = self._metadata.lineage(tp)
+        segment = self._metadata.segment_for_timestamp(tp, timestamp, lineage)
+        while segment is not None:
+            found = await self._find_in_segment(segment, timestamp)
+            if found is not None:
+                offset, record_timestamp = found
+                epochs = [
+                    EpochEntry(epoch=e, start_offset=o) for e, o in segment.segment_leader_epochs
+                ]
+                return TimestampAndOffset(
+                    timestamp=record_timestamp,
+                    offset=offset,
+                    leader_epoch=epoch_for_offset(epochs, offset),
+                )
+            # The segment's max timestamp is only a bound; look at the next one.
+            next_segment = self._metadata.segment_for(tp, segment.end_offset + 1, lineage)
+            while next_segment is not None and next_segment.max_timestamp < timestamp:
+                next_segment = self._metadata.segment_for(tp, next_segment.end_offset + 1, lineage)
+            segment = next_segment
+        return None
+
+    # -- reading batches ---------------------------------------------------------------
+
+    async def _read_segment(
+        self, segment: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int
+    ) -> bytes:
+        index = OffsetIndex(
+            await self._indexes.get(segment, IndexType.OFFSET), base_offset=segment.start_offset
+        )
+        target = max(fetch_offset, segment.start_offset)
+        records = await read_batches(
+            fetch=lambda start, end: self._chunks.read(segment, start, end),
+            offset_index=index,
+            target_offset=target,
+            max_bytes=max_bytes,
+            segment_size=segment.segment_size_in_bytes,
+        )
+        position = index.lookup(target).position
+        if position + len(records) + self._chunks.chunk_bytes >= segment.segment_size_in_bytes:
+            self._prefetch_next(segment)
+        return records
+
+    def _prefetch_next(self, segment: RemoteLogSegmentMetadata) -> None:
+        tp = segment.topic_id_partition
+        following = self._metadata.segment_for(
+            tp, segment.end_offset + 1, self._metadata.lineage(tp)
+        )
+        if following is not None:
+            self._chunks.prefetch(following, 0)
+
+    # -- transactions ------------------------------------------------------------------
+
+    async def _committed(
+        self,
+        tp: TopicIdPartition,
+        segment: RemoteLogSegmentMetadata,
+        fetch_offset: int,
+        records: bytes,
+        lineage: Sequence[EpochEntry],
+    ) -> tuple[bytes, tuple[AbortedTxn, ...]]:
+        upper = _next_offset(records)
+        found: list[AbortedTxn] = []
+        current: RemoteLogSegmentMetadata | None = segment
+        last = segment
+        while current is not None:
+            last = current
+            index = parse_transaction_index(await self._indexes.get(current, IndexType.TRANSACTION))
+            result = collect_aborted_txns(index, fetch_offset, upper)
+            found.extend(result.aborted)
+            if result.is_complete:
+                return records, tuple(found)
+            current = self._metadata.segment_for(tp, current.end_offset + 1, lineage)
+        snapshot = parse_producer_snapshot(
+            await self._indexes.get(last, IndexType.PRODUCER_SNAPSHOT)
+        )
+        open_starts = [
+            e.current_txn_first_offset for e in snapshot if e.current_txn_first_offset != NO_TXN
+        ]
+        if not open_starts or min(open_starts) >= upper:
+            return records, tuple(found)
+        remote_lso = min(open_starts)
+        if remote_lso <= fetch_offset:
+            raise UnresolvedTransactionError(
+                f"offset {fetch_offset} of {tp} lies in a transaction open at the remote "
+                f"tier's end (from offset {remote_lso})"
+            )
+        records = _before(records, remote_lso)
+        if not records:
+            raise UnresolvedTransactionError(
+                f"the batch at offset {fetch_offset} of {tp} reaches into a transaction open "
+                f"at the remote tier's end (from offset {remote_lso})"
+            )
+        upper = _next_offset(records)
+        return records, tuple(txn for txn in found if txn.first_offset < upper)
+
+    # -- timestamps --------------------------------------------------------------------
+
+    async def _find_in_segment(
+        self, segment: RemoteLogSegmentMetadata, timestamp: int
+    ) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the segment's first record at or after ``timestamp``.
+
+        Kafka's ``LogSegment.findOffsetByTimestamp``: the time index gives an offset after
+        which the answer lies, the offset index a position before it, and the batches from
+        there are scanned record by record.
+        """
+        time_index = TimeIndex(
+            await self._indexes.get(segment, IndexType.TIMESTAMP), base_offset=segment.start_offset
+        )
+        offset_index = OffsetIndex(
+            await self._indexes.get(segment, IndexType.OFFSET), base_offset=segment.start_offset
+        )
+        from_offset = max(time_index.lookup(timestamp).offset, segment.start_offset)
+        position = offset_index.lookup(from_offset).position
+        size = segment.segment_size_in_bytes
+        while position + BATCH_HEADER_SIZE <= size:
+            window = await self._chunks.read(segment, position, position + _SCAN_BYTES)
+            consumed = 0
+            for at, header in iter_batches(window):
+                consumed = at + header.size
+                if header.last_offset < segment.start_offset or header.max_timestamp < timestamp:
+                    continue
+                found = _first_record_at(window, at, header, timestamp)
+                if found is not None and found[0] >= segment.start_offset:
+                    return found
+            if consumed == 0:
+                if len(window) < BATCH_HEADER_SIZE:
+                    return None
+                header = parse_batch_header(window)
+                window = await self._chunks.read(segment, position, position + header.size)
+                if len(window) < header.size:
+                    return None  # a partial batch ends the object
+                if header.max_timestamp >= timestamp:
+                    found = _first_record_at(window, 0, header, timestamp)
+                    if found is not None and found[0] >= segment.start_offset:
+                        return found
+                consumed = header.size
+            position += consumed
+        return None
+
+
+def _before(records: bytes, max_offset: int) -> bytes:
+    """The batches of ``records`` that start below ``max_offset``."""
+    end = 0
+    for position, header in iter_batches(records):
+        if header.base_offset >= max_offset:
+            break
+        end = position + header.size
+    return records[:end]
+
+
+def _next_offset(records: bytes) -> int:
+    last = None
+    for _position, header in iter_batches(records):
+        last = header
+    assert last is not None
+    return last.next_offset
+
+
+def _first_record_at(
+    buf: bytes, position: int, header: BatchHeader, timestamp: int
+) -> tuple[int, int] | None:
+    """``(offset, timestamp)`` of the batch's first record with a timestamp ``>=`` the target.
+
+    Records of a LOG_APPEND_TIME batch all carry the batch's max timestamp (Kafka's
+    ``DefaultRecord.timestamp``), so their offsets need not be decoded.
+
+    :raises CorruptRecordBatchError: if the records cannot be decoded.
+    """
+    body = memoryview(buf)[position + BATCH_HEADER_SIZE : position + header.size]
+    try:
+        payload = _decompress(header.compression, body)
+        point = 0
+        for _ in range(header.record_count):
+            length, point = decode_varint(payload, point)
+            end = point + length
+            timestamp_delta, after = decode_varlong(payload, point + 1)
+            offset_delta, _ = decode_varint(payload, after)
+            if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
+                return header.base_offset + offset_delta, header.max_timestamp
+            record_timestamp = header.first_timestamp + timestamp_delta
+            if record_timestamp >= timestamp:
+                return header.base_offset + offset_delta, record_timestamp
+            point = end
+    except (VarintError, ValueError, IndexError, struct.error, cramjam.DecompressionError) as err:
+        raise CorruptRecordBatchError(
+            f"records of the batch at offset {header.base_offset} cannot be decoded: {err}"
+        ) from err
+    return None
+
+
+def _decompress(compression: Compression, body: memoryview) -> bytes | memoryview:
+    """The records of a batch body, decompressed with Kafka's framing of each codec."""
+    if compression is Compression.NONE:
+        return body
+    data = bytes(body)
+    if compression is Compression.GZIP:
+        return bytes(cramjam.gzip.decompress(data))
+    if compression is Compression.SNAPPY:
+        return _snappy(data)
+    if compression is Compression.LZ4:
+        return bytes(cramjam.lz4.decompress(data))
+    return bytes(cramjam.zstd.decompress(data))
+
+
+def _snappy(data: bytes) -> bytes:
+    """Snappy as Java clients write it (xerial blocks after a 16-byte header) or raw."""
+    if not data.startswith(_XERIAL_MAGIC):
+        return bytes(cramjam.snappy.decompress_raw(data))
+    out = bytearray()
+    point = _XERIAL_HEADER_SIZE
+    while point < len(data):
+        (length,) = _INT32.unpack_from(data, point)
+        point += _INT32.size
+        out += bytes(cramjam.snappy.decompress_raw(data[point : point + length]))
+        point += length
+    return bytes(out)

@@ -1,0 +1,325 @@
+"""RemoteLogReader over a real remote tier (segment builder, local-directory RSM, metadata
+cache, index and chunk caches): batches, segment choice, transactions, timestamps, errors.
+
+The property tests compare every read with a brute-force reader over the same batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import uuid
+from pathlib import Path
+
+import crc32c
+import pytest
+from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from protocol.indexes.leader_epoch_checkpoint import EpochEntry
+from protocol.records import Compression, ControlType, parse_batch_header
+from storage.model import TopicIdPartition
+from storage.remote_reader import (
+    OffsetNotInRemoteError,
+    TimestampAndOffset,
+    UnresolvedTransactionError,
+)
+from storage.rsm.base import RemoteResourceNotFoundError
+from tests.unit.proxy.remote.tiered_log import (
+    BASE_TIMESTAMP,
+    TP,
+    TieredLog,
+    data_batch,
+    marker,
+)
+
+# -- brute force ---------------------------------------------------------------------------
+
+
+def expected_read(
+    segments: list[list[bytes]], offset: int, max_bytes: int, max_offset: int | None = None
+) -> bytes:
+    """Kafka's rule over plain lists: the segment holding ``offset``, whole batches from the
+    one holding it, within ``max_bytes`` but at least one, none starting at ``max_offset``."""
+    for batches in segments:
+        headers = [parse_batch_header(b) for b in batches]
+        if headers[-1].last_offset < offset:
+            continue
+        out = b""
+        for batch, header in zip(batches, headers, strict=True):
+            if header.last_offset < offset:
+                continue
+            if max_offset is not None and header.base_offset >= max_offset:
+                break
+            if out and len(out) + len(batch) > max_bytes:
+                break
+            out += batch
+        return out
+    raise AssertionError("offset beyond the log")
+
+
+def record_timestamps(batches: list[bytes]) -> list[tuple[int, int]]:
+    """``(offset, timestamp)`` of every record, decoded with aiokafka's record reader."""
+    found = []
+    for batch in batches:
+        for record in DefaultRecordBatch(bytearray(batch)):
+            found.append((record.offset, record.timestamp))
+    return found
+
+
+# -- strategies ----------------------------------------------------------------------------
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> tuple[list[list[bytes]], list[tuple[int, int]]]:
+    """Random segments of random batches (sizes, counts, codecs, timestamps out of order)."""
+    specs = draw(
+        st.lists(
+            st.tuples(
+                st.integers(1, 5),
+                st.integers(1, 200),
+                st.sampled_from([Compression.NONE, Compression.GZIP]),
+                st.integers(-50, 50),
+            ),
+            min_size=1,
+            max_size=25,
+        )
+    )
+    batches = []
+    offset = 0
+    for count, value_size, compression, jitter in specs:
+        batches.append(
+            data_batch(
+                offset,
+                count,
+                value_size=value_size,
+                compression=compression,
+                timestamp=BASE_TIMESTAMP + 10 * offset + jitter,
+            )
+        )
+        offset += count
+    cuts = sorted(set(draw(st.lists(st.integers(1, max(1, len(batches) - 1)), max_size=5))))
+    segments = []
+    previous = 0
+    for cut in [*cuts, len(batches)]:
+        if cut > previous:
+            segments.append(batches[previous:cut])
+            previous = cut
+    return segments, record_timestamps(batches)
+
+
+async def tier(root: Path, segments: list[list[bytes]], **options: int) -> TieredLog:
+    log = TieredLog.create(root, **options)
+    for batches in segments:
+        await log.copy(batches)
+    return log
+
+
+# -- properties ----------------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    history=histories(),
+    reads=st.lists(st.tuples(st.floats(0, 1), st.integers(0, 3000)), min_size=1, max_size=8),
+    chunk_bytes=st.sampled_from([97, 512, 64 * 1024]),
+)
+def test_reads_return_what_a_brute_force_reader_returns(
+    history: tuple[list[list[bytes]], list[tuple[int, int]]],
+    reads: list[tuple[float, int]],
+    chunk_bytes: int,
+) -> None:
+    segments, records = history
+    last = records[-1][0]
+
+    async def run(root: Path) -> None:
+        log = await tier(root, segments, chunk_bytes=chunk_bytes)
+        try:
+            for fraction, max_bytes in reads:
+                offset = int(fraction * last)
+                got = await log.reader.read(TP, offset, max_bytes)
+                assert got.records == expected_read(segments, offset, max_bytes)
+                assert got.aborted == ()
+                bound = offset + 3
+                bounded = await log.reader.read(TP, offset, max_bytes, max_offset=bound)
+                assert bounded.records == expected_read(segments, offset, max_bytes, bound)
+            with pytest.raises(OffsetNotInRemoteError):
+                await log.reader.read(TP, last + 1, 100)
+        finally:
+            await log.close()
+
+    with tempfile.TemporaryDirectory() as root:
+        asyncio.run(run(Path(root)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=histories(), targets=st.lists(st.integers(-100, 300), min_size=1, max_size=6))
+def test_timestamp_lookups_find_the_first_record_at_or_after_the_target(
+    history: tuple[list[list[bytes]], list[tuple[int, int]]], targets: list[int]
+) -> None:
+    segments, records = history
+
+    async def run(root: Path) -> None:
+        log = await tier(root, segments)
+        try:
+            for delta in targets:
+                target = BASE_TIMESTAMP + delta * 10
+                found = await log.reader.find_offset_by_timestamp(TP, target)
+                brute = next(((o, t) for o, t in records if t >= target), None)
+                if brute is None:
+                    assert found is None
+                else:
+                    assert found == TimestampAndOffset(
+                        timestamp=brute[1], offset=brute[0], leader_epoch=0
+                    )
+        finally:
+            await log.close()
+
+    with tempfile.TemporaryDirectory() as root:
+        asyncio.run(run(Path(root)))
+
+
+# -- examples ------------------------------------------------------------------------------
+
+
+async def test_one_read_stays_within_one_segment_and_prefetches_the_next(tmp_path: Path) -> None:
+    first = [data_batch(0, 2, value_size=100), data_batch(2, 2, value_size=100)]
+    second = [data_batch(4, 2, value_size=100)]
+    log = await tier(tmp_path, [first, second], chunk_bytes=1024)
+    try:
+        got = await log.reader.read(TP, 1, 1 << 20)
+        assert got.records == b"".join(first)
+        assert got.segment.start_offset == 0
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert log.chunks.prefetches >= 1
+        misses = log.chunks.misses
+        assert (await log.reader.read(TP, 4, 1 << 20)).records == second[0]
+        assert log.chunks.misses == misses
+    finally:
+        await log.close()
+
+
+async def test_a_fetch_offset_below_the_remote_start_reads_from_the_start(tmp_path: Path) -> None:
+    log = await tier(tmp_path, [[data_batch(10, 2), data_batch(12, 2)]])
+    try:
+        assert (await log.reader.read(TP, 11, 0)).records == data_batch(10, 2)
+        with pytest.raises(OffsetNotInRemoteError):
+            await log.reader.read(TP, 3, 100)
+        other = TopicIdPartition(topic_id=uuid.uuid4(), topic="other", partition=0)
+        with pytest.raises(OffsetNotInRemoteError):
+            await log.reader.read(other, 10, 100)
+    finally:
+        await log.close()
+
+
+async def test_the_copy_the_lineage_names_is_read_not_a_truncated_leaders(tmp_path: Path) -> None:
+    """KIP-405 scenario 3: offset 1 was msg 1 in epoch 0 (lost) and is msg 3 in epoch 1."""
+    log = TieredLog.create(tmp_path)
+    try:
+        stale = [data_batch(0, 1, epoch=0, value_size=1), data_batch(1, 1, epoch=0, value_size=2)]
+        await log.copy(stale)
+        log.lineage = (EpochEntry(epoch=0, start_offset=0),)
+        current = [data_batch(1, 1, epoch=1, value_size=3)]
+        await log.copy(current)
+        lineage = (EpochEntry(epoch=0, start_offset=0), EpochEntry(epoch=1, start_offset=1))
+        assert (await log.reader.read(TP, 1, 100, lineage=lineage)).records == current[0]
+        assert (await log.reader.read(TP, 0, 0, lineage=lineage)).records == stale[0]
+        assert (await log.reader.read(TP, 1, 100)).records == current[0]
+    finally:
+        await log.close()
+
+
+async def test_a_segment_deleted_after_lookup_raises_not_found(tmp_path: Path) -> None:
+    log = await tier(tmp_path, [[data_batch(0, 3)]], chunk_cache_bytes=0)
+    try:
+        await log.reader.read(TP, 0, 100)  # warms the offset index; chunks are not kept
+        await log.rsm.delete_log_segment(log.segments[0])
+        with pytest.raises(RemoteResourceNotFoundError):
+            await log.reader.read(TP, 0, 100)
+    finally:
+        await log.close()
+
+
+async def test_read_committed_collects_aborts_from_later_segments(tmp_path: Path) -> None:
+    pid_aborted, pid_committed = 7, 8
+    segments = [
+        [
+            data_batch(0, 2, producer_id=pid_aborted, transactional=True),
+            data_batch(2, 2, producer_id=pid_committed, transactional=True),
+        ],
+        [
+            marker(4, pid_committed, ControlType.COMMIT),
+            data_batch(5, 1),
+        ],
+        [
+            marker(6, pid_aborted, ControlType.ABORT),
+            data_batch(7, 1),
+        ],
+    ]
+    log = await tier(tmp_path, segments)
+    try:
+        got = await log.reader.read(TP, 0, 1 << 20, read_committed=True)
+        assert got.records == b"".join(segments[0])
+        assert [(t.producer_id, t.first_offset) for t in got.aborted] == [(pid_aborted, 0)]
+        uncommitted = await log.reader.read(TP, 0, 1 << 20)
+        assert uncommitted.aborted == ()
+        after = await log.reader.read(TP, 7, 1 << 20, read_committed=True)
+        assert after.aborted == ()
+    finally:
+        await log.close()
+
+
+async def test_read_committed_stops_before_a_transaction_open_at_the_remote_end(
+    tmp_path: Path,
+) -> None:
+    pid = 9
+    segments = [
+        [data_batch(0, 2), data_batch(2, 2, producer_id=pid, transactional=True)],
+        [data_batch(4, 1, producer_id=pid, transactional=True)],
+    ]
+    log = await tier(tmp_path, segments)
+    try:
+        got = await log.reader.read(TP, 0, 1 << 20, read_committed=True)
+        assert got.records == data_batch(0, 2)
+        assert got.aborted == ()
+        with pytest.raises(UnresolvedTransactionError):
+            await log.reader.read(TP, 2, 1 << 20, read_committed=True)
+        with pytest.raises(UnresolvedTransactionError):
+            await log.reader.read(TP, 4, 1 << 20, read_committed=True)
+        # READ_UNCOMMITTED readers need no outcome.
+        assert (await log.reader.read(TP, 2, 1 << 20)).records == segments[0][1]
+    finally:
+        await log.close()
+
+
+@pytest.mark.parametrize("compression", list(Compression))
+async def test_timestamps_inside_compressed_batches(
+    tmp_path: Path, compression: Compression
+) -> None:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=int(compression),
+        is_transactional=False,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
+    for i, delta in enumerate([5, 1, 9, 3]):
+        builder.append(i, timestamp=BASE_TIMESTAMP + delta, key=None, value=b"v" * 50, headers=[])
+    raw = bytearray(builder.build())
+    raw[12:16] = (0).to_bytes(4, "big")  # partition leader epoch 0, as a broker would set
+    raw[17:21] = crc32c.crc32c(bytes(raw[21:])).to_bytes(4, "big")
+    batch = bytes(raw)
+    assert parse_batch_header(batch).compression is compression
+    log = await tier(tmp_path, [[batch]])
+    try:
+        found = await log.reader.find_offset_by_timestamp(TP, BASE_TIMESTAMP + 6)
+        assert found == TimestampAndOffset(timestamp=BASE_TIMESTAMP + 9, offset=2, leader_epoch=0)
+        found = await log.reader.find_offset_by_timestamp(TP, BASE_TIMESTAMP + 2)
+        assert found == TimestampAndOffset(timestamp=BASE_TIMESTAMP + 5, offset=0, leader_epoch=0)
+        assert await log.reader.find_offset_by_timestamp(TP, BASE_TIMESTAMP + 10) is None
+    finally:
+        await log.close()
