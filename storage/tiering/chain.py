@@ -37,6 +37,7 @@ __all__ = [
     "ProducerEventFilter",
     "SegmentChain",
     "fold_chain",
+    "metadata_epochs",
 ]
 
 
@@ -125,8 +126,9 @@ def fold_chain(
     events: Sequence[ProducerEvent],
     *,
     producer_id_expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
-) -> list[SegmentChain]:
-    """The prior state and segment leader epochs of each planned segment, in order.
+) -> tuple[list[SegmentChain], ChainState]:
+    """The prior state and segment leader epochs of each planned segment, in order, and the
+    state after the last one.
 
     :param initial: the state after the partition's last remote segment (empty for the first).
     :param events: the kept producer batches of all spans, in offset order.
@@ -159,7 +161,18 @@ def fold_chain(
             )
         )
         state = ChainState(lineage=lineage, producers=tracker.snapshot())
-    return chains
+    return chains, state
+
+
+def metadata_epochs(
+    segment_leader_epochs: tuple[tuple[int, int], ...], start_offset: int
+) -> tuple[tuple[int, int], ...]:
+    """The segment leader epochs to publish: KIP-405 metadata needs at least one.
+
+    A broker that stamps no leader epoch on a partition's batches (-1) has only ever had one
+    leader as far as its log can tell, which Kafka calls epoch 0.
+    """
+    return segment_leader_epochs or ((0, start_offset),)
 
 
 def _replay(tracker: ProducerStateTracker, event: ProducerEvent) -> None:

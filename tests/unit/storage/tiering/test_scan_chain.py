@@ -120,7 +120,7 @@ def test_parallel_plan_equals_sequential_build(  # noqa: PLR0917 (hypothesis arg
     segments = cut_segments(
         spans, copy_start=0, segment_bytes=segment_bytes, segment_ms=segment_ms, now_ms=NOW
     )
-    chains = fold_chain(ChainState(), spans, segments, events)
+    chains, final = fold_chain(ChainState(), spans, segments, events)
     built = build_in_sequence(spills, spans, segments)
     previous = ChainState()
     for segment, chain, result in zip(segments, chains, built, strict=True):
@@ -133,6 +133,7 @@ def test_parallel_plan_equals_sequential_build(  # noqa: PLR0917 (hypothesis arg
         assert segment.size == result.size_in_bytes
         assert segment.max_timestamp == result.max_timestamp
         previous = ChainState(lineage=result.lineage, producers=result.producers)
+    assert final == previous
 
 
 @given(batches=logs, cuts=st.integers(1, 6), segment_bytes=st.integers(200, 30_000))

@@ -1,0 +1,970 @@
+"""The driver of the tiering pipeline: one cycle of KIP-405's RLM leader task, for a broker
+that knows nothing about tiering.
+
+A cycle (:meth:`TieringPipeline.run_cycle`):
+
+1. reads the cluster's topics and each topic's policy (:mod:`.policy`); compacted topics are
+   refused once, with the reason;
+2. finishes partitions of topics deleted at the broker (KIP-405 "Topic deletion lifecycle":
+   DELETE_PARTITION_MARKED, DELETE_PARTITION_STARTED, every segment deleted,
+   DELETE_PARTITION_FINISHED; each step checks the metadata first, so a crash anywhere is
+   resumed by the next cycle), and deletes the remote data of topics whose tiering was
+   disabled with ``remote.log.delete.on.disable`` (KIP-950);
+3. deletes leftovers: copies stuck in COPY_SEGMENT_STARTED (a task failed or was killed) or
+   DELETE_SEGMENT_STARTED, and copies no read can reach;
+4. asks each tiered partition's leader, in one Fetch per broker, for its log start, high
+   watermark, last stable offset and a sample of the data to be copied, and skips partitions
+   where nothing can have closed yet (:func:`.planner.may_close`);
+5. stage 1 on Spark: fetch tasks read windows of the remaining ranges into spill files and
+   report their batch spans (:mod:`.tasks`); the driver cuts segments (:mod:`.planner`),
+   folds the state each segment inherits (:mod:`.chain`), gives each a fresh segment id and
+   publishes COPY_SEGMENT_STARTED for all of them *before* anything is uploaded;
+6. stage 2 on Spark: copy tasks build and upload the segments; the driver publishes
+   COPY_SEGMENT_FINISHED for each partition's unbroken run of successes from its remote log
+   end (a success after a failure stays STARTED and is deleted next cycle, so the remote log
+   never has a hole that later copies would skip);
+7. remote retention (:mod:`.retention`): expired segments get DELETE_SEGMENT_STARTED, their
+   objects are deleted, then DELETE_SEGMENT_FINISHED;
+8. local retention: where the broker supports DeleteRecords (Apache Kafka), its log start is
+   moved to the end of the tiered, locally expired data, never further. Other brokers (Tansu)
+   are reported once per topic and keep their data.
+
+Only one pipeline may run against a cluster at a time: a cycle treats every unfinished copy it
+did not start itself as a leftover.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from protocol.errors import KafkaError
+from protocol.indexes import CorruptIndexError
+from protocol.indexes.leader_epoch_checkpoint import parse_leader_epoch_checkpoint
+from protocol.indexes.producer_snapshot import parse_producer_snapshot
+from protocol.metadata_records import (
+    DeletePartitionStateRecord,
+    MetadataRecord,
+    RemoteLogSegmentMetadataRecord,
+    RemoteLogSegmentMetadataUpdateRecord,
+)
+from protocol.records import CorruptRecordBatchError, iter_batches, parse_batch_header
+from storage.kafka_client import (
+    EARLIEST_TIMESTAMP,
+    NO_TOPIC_ID,
+    ClusterMetadata,
+    FetchTarget,
+    KafkaClient,
+    TopicMetadata,
+)
+from storage.model import (
+    IndexType,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+)
+from storage.rlmm.cache import RemoteLogMetadataCache
+from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError, RemoteStorageManager
+from storage.rsm.config import RemoteStorageConfig
+from storage.tiering.chain import (
+    ChainError,
+    ChainState,
+    ProducerEvent,
+    fold_chain,
+    metadata_epochs,
+)
+from storage.tiering.config import TieringConfig
+from storage.tiering.planner import (
+    BatchSpan,
+    PlannedSegment,
+    cut_segments,
+    estimate_bytes,
+    may_close,
+    plan_windows,
+)
+from storage.tiering.policy import (
+    BrokerConfigValue,
+    TopicPolicy,
+    TopicRules,
+    refusal_reason,
+    resolve_policy,
+)
+from storage.tiering.report import CycleReport, TopicStats
+from storage.tiering.retention import expired_segments, local_log_start_target
+from storage.tiering.scan import spans_from_array
+from storage.tiering.stages import StageRunner
+from storage.tiering.tasks import (
+    BrokerSettings,
+    CopyJob,
+    CopyResult,
+    FetchWindow,
+    SpillPiece,
+    StorageFactory,
+    WindowResult,
+    copy_segments,
+    fetch_windows,
+)
+
+__all__ = ["MetadataManager", "TieringPipeline"]
+
+log = logging.getLogger(__name__)
+
+_S = RemoteLogSegmentState
+_P = RemotePartitionDeleteState
+_SAMPLE_BYTES = 16 * 1024
+"""Bytes of each partition's not-yet-tiered data read by the driver to estimate its size and
+age; enough for several batches of a busy producer, small enough for thousands of partitions
+in one Fetch."""
+_SAMPLE_FETCH_MAX_BYTES = 64 * 1024 * 1024
+_DEFAULT_BYTES_PER_OFFSET = 1024.0
+_RATIO_SEGMENTS = 4
+"""Recent remote segments whose average size per offset estimates the partition's."""
+_SPANS_PER_SEGMENT = 64
+"""Spans are at most 1/64 of ``segment.bytes`` (and 64 KiB): cut precision versus plan size."""
+_MAX_SPAN_BYTES = 64 * 1024
+_INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+class MetadataManager(Protocol):
+    """The parts of the topic-based RLMM the pipeline uses."""
+
+    @property
+    def cache(self) -> RemoteLogMetadataCache: ...
+
+    async def publish(self, record: MetadataRecord) -> None:
+        """Publish and return once the record is in :attr:`cache`."""
+        ...
+
+
+@dataclass(slots=True, kw_only=True)
+class _Partition:
+    """A tiered partition as the driver sees it in this cycle."""
+
+    tp: TopicIdPartition
+    policy: TopicPolicy
+    leader_id: int
+    leader_epoch: int
+    remote_end: int | None
+    log_start: int = -1
+    high_watermark: int = -1
+    last_stable: int = -1
+    first_max_timestamp: int | None = None
+    bytes_per_offset: float = _DEFAULT_BYTES_PER_OFFSET
+    windows: list[FetchWindow] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def copy_start(self) -> int:
+        if self.remote_end is None:
+            return self.log_start
+        return max(self.remote_end + 1, self.log_start)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ScanMemory:
+    """What the last read of a partition found, so a partition whose tail is still open is
+    not read again until enough new data can close a segment."""
+
+    start: int
+    end: int
+    size: int
+    first_max_timestamp: int | None
+
+
+class TieringPipeline:
+    """Runs tiering cycles with one broker client, one RLMM and one remote storage manager.
+
+    :param storage_factory: how tasks build their remote storage manager (default:
+        :func:`storage.rsm.factory.create_remote_storage`); the driver uses ``rsm``.
+    :param clock: milliseconds since the epoch (retention and ``segment.ms`` use it).
+    """
+
+    def __init__(
+        self,
+        *,
+        config: TieringConfig,
+        rules: TopicRules,
+        storage: RemoteStorageConfig,
+        client: KafkaClient,
+        rlmm: MetadataManager,
+        rsm: RemoteStorageManager,
+        runner: StageRunner,
+        metadata_topic: str,
+        storage_factory: StorageFactory | None = None,
+        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        self._config = config
+        self._rules = rules
+        self._storage = storage
+        self._client = client
+        self._rlmm = rlmm
+        self._rsm = rsm
+        self._runner = runner
+        self._metadata_topic = metadata_topic
+        self._storage_factory = storage_factory
+        self._clock = clock
+        self._broker = BrokerSettings(
+            bootstrap_servers=config.bootstrap_servers,
+            client_id=config.client_id,
+            request_timeout_ms=config.request_timeout_ms,
+            fetch_max_bytes=config.fetch_max_bytes,
+        )
+        self._reported: set[tuple[str, str]] = set()
+        self._scans: dict[TopicIdPartition, _ScanMemory] = {}
+        self._chains: dict[TopicIdPartition, tuple[uuid.UUID, ChainState]] = {}
+
+    @property
+    def cache(self) -> RemoteLogMetadataCache:
+        return self._rlmm.cache
+
+    async def supports_delete_records(self) -> bool:
+        """Whether the broker may be sent DeleteRecords (configured or detected kind)."""
+        kind = self._config.broker_kind
+        if kind == "auto":
+            kind = await self._client.detect_broker_kind()
+        return kind == "kafka"
+
+    # -- the cycle ----------------------------------------------------------------------
+
+    async def run_cycle(self) -> CycleReport:
+        """Run one cycle; problems with single partitions are reported, not raised.
+
+        :raises BrokerConnectionError: when the broker cannot be reached at all.
+        """
+        started = time.monotonic()
+        now = self._clock()
+        stats: dict[str, TopicStats] = {}
+        errors: list[str] = []
+        metadata = await self._client.metadata(None)
+        topics = {
+            name: topic
+            for name, topic in metadata.topics.items()
+            if topic.error == KafkaError.NONE and not self._is_internal(topic)
+        }
+        policies = await self._policies(topics, stats)
+        await self._finish_deleted_topics(metadata, stats, errors)
+        await self._delete_disabled(topics, policies, stats, errors)
+        await self._delete_leftovers(topics, stats, errors)
+        partitions = await self._partition_states(topics, policies, stats)
+        copy_started = time.monotonic()
+        run_id = f"{now}-{uuid.uuid4().hex[:8]}"
+        try:
+            await self._copy(partitions, run_id, now, stats, errors)
+        finally:
+            shutil.rmtree(self._config.spill_root / run_id, ignore_errors=True)
+        copy_seconds = time.monotonic() - copy_started
+        await self._remote_retention(partitions, now, stats, errors)
+        await self._local_retention(partitions, now, stats, errors)
+        self._record_lag(partitions, stats)
+        return CycleReport(
+            started_ms=now,
+            seconds=time.monotonic() - started,
+            copy_seconds=copy_seconds,
+            topics=stats,
+            errors=tuple(errors),
+        )
+
+    def _is_internal(self, topic: TopicMetadata) -> bool:
+        return (
+            topic.is_internal
+            or topic.name == self._metadata_topic
+            or topic.name in _INTERNAL_TOPICS
+        )
+
+    def _report_once(self, topic: str, message: str, stats: TopicStats) -> None:
+        if (topic, message) not in self._reported:
+            self._reported.add((topic, message))
+            stats.notes.append(message)
+
+    async def _policies(
+        self, topics: Mapping[str, TopicMetadata], stats: dict[str, TopicStats]
+    ) -> dict[str, TopicPolicy]:
+        broker_configs = await self._client.describe_configs(sorted(topics))
+        policies = {}
+        for name in sorted(topics):
+            configs = broker_configs.get(name)
+            broker = (
+                {
+                    key: BrokerConfigValue(value=e.value, is_topic_override=e.is_topic_override)
+                    for key, e in configs.items()
+                }
+                if isinstance(configs, dict)
+                else None
+            )
+            policy = resolve_policy(name, self._rules, broker)
+            reason = refusal_reason(name, policy)
+            if reason is not None:
+                self._report_once(name, reason, stats.setdefault(name, TopicStats()))
+                continue
+            policies[name] = policy
+        return policies
+
+    # -- deleted topics, disabled topics, leftovers ---------------------------------------
+
+    async def _publish(self, records: Iterable[MetadataRecord]) -> None:
+        await asyncio.gather(*(self._rlmm.publish(r) for r in records))
+
+    async def _delete_segment(self, metadata: RemoteLogSegmentMetadata, now: int) -> None:
+        """DELETE_SEGMENT_STARTED, delete the objects, DELETE_SEGMENT_FINISHED (resumable)."""
+        if self.cache.segment_state(metadata.segment_id) != _S.DELETE_SEGMENT_STARTED:
+            await self._rlmm.publish(_update(metadata, _S.DELETE_SEGMENT_STARTED, now))
+        try:
+            await self._rsm.delete_log_segment(metadata)
+        except RemoteResourceNotFoundError:
+            log.debug("segment %s had no objects left", metadata.segment_id.id)
+        await self._rlmm.publish(_update(metadata, _S.DELETE_SEGMENT_FINISHED, now))
+
+    async def _delete_segments(
+        self,
+        segments: Sequence[RemoteLogSegmentMetadata],
+        now: int,
+        errors: list[str],
+    ) -> int:
+        """Delete ``segments`` concurrently; the number deleted (failures go to ``errors``)."""
+        outcomes = await asyncio.gather(
+            *(self._delete_segment(s, now) for s in segments), return_exceptions=True
+        )
+        deleted = 0
+        for segment, outcome in zip(segments, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                errors.append(
+                    f"deleting segment {segment.segment_id.id} of {segment.topic_id_partition}: "
+                    f"{outcome}"
+                )
+            else:
+                deleted += 1
+        return deleted
+
+    async def _finish_deleted_topics(
+        self, metadata: ClusterMetadata, stats: dict[str, TopicStats], errors: list[str]
+    ) -> None:
+        live_ids = {t.topic_id for t in metadata.topics.values() if t.topic_id != NO_TOPIC_ID}
+        candidates = [
+            tp
+            for tp in self.cache.partitions()
+            if tp.topic_id not in live_ids
+            and not (
+                tp.topic in metadata.topics and metadata.topics[tp.topic].topic_id == NO_TOPIC_ID
+            )
+        ]
+        if not candidates:
+            return
+        # Ask once more for exactly these names: a topic is only gone if the broker says so.
+        confirmed = await self._client.metadata(sorted({tp.topic for tp in candidates}))
+        for tp in candidates:
+            found = confirmed.topics.get(tp.topic)
+            if (
+                found is not None
+                and found.error == KafkaError.NONE
+                and found.topic_id == tp.topic_id
+            ):
+                continue
+            try:
+                await self._delete_partition(tp, stats.setdefault(tp.topic, TopicStats()), errors)
+            except Exception as err:
+                errors.append(f"deleting the remote data of deleted partition {tp}: {err}")
+
+    async def _delete_partition(
+        self, tp: TopicIdPartition, stats: TopicStats, errors: list[str]
+    ) -> None:
+        now = self._clock()
+        status = self.cache.delete_status(tp)
+        if status is None:
+            await self._rlmm.publish(_partition_record(tp, _P.DELETE_PARTITION_MARKED, now))
+            status = self.cache.delete_status(tp)
+        if status is None or status.state == _P.DELETE_PARTITION_MARKED:
+            await self._rlmm.publish(_partition_record(tp, _P.DELETE_PARTITION_STARTED, now))
+        segments = self.cache.segments(tp)
+        deleted = await self._delete_segments(segments, now, errors)
+        stats.leftovers_deleted += deleted
+        if deleted == len(segments):
+            await self._rlmm.publish(_partition_record(tp, _P.DELETE_PARTITION_FINISHED, now))
+            self._report_once(
+                tp.topic,
+                f"partition {tp.partition} (topic id {tp.topic_id}) was deleted at the broker; "
+                "its remote data is gone too",
+                stats,
+            )
+
+    async def _delete_disabled(
+        self,
+        topics: Mapping[str, TopicMetadata],
+        policies: Mapping[str, TopicPolicy],
+        stats: dict[str, TopicStats],
+        errors: list[str],
+    ) -> None:
+        now = self._clock()
+        for name, policy in policies.items():
+            if not policy.deletes_remote_data:
+                continue
+            topic = topics[name]
+            segments = [
+                s for p in topic.partitions for s in self.cache.segments(_tp(topic, p.partition))
+            ]
+            if segments:
+                deleted = await self._delete_segments(segments, now, errors)
+                stats.setdefault(name, TopicStats()).segments_expired += deleted
+
+    async def _delete_leftovers(
+        self,
+        topics: Mapping[str, TopicMetadata],
+        stats: dict[str, TopicStats],
+        errors: list[str],
+    ) -> None:
+        now = self._clock()
+        for name, topic in topics.items():
+            leftovers = [
+                s
+                for p in topic.partitions
+                for s in self.cache.unreferenced_segments(_tp(topic, p.partition))
+            ]
+            if leftovers:
+                deleted = await self._delete_segments(leftovers, now, errors)
+                stats.setdefault(name, TopicStats()).leftovers_deleted += deleted
+
+    # -- where each partition stands ------------------------------------------------------
+
+    async def _partition_states(
+        self,
+        topics: Mapping[str, TopicMetadata],
+        policies: Mapping[str, TopicPolicy],
+        stats: dict[str, TopicStats],
+    ) -> list[_Partition]:
+        partitions = []
+        for name, policy in sorted(policies.items()):
+            if not policy.remote_storage_enable:
+                continue
+            topic = topics[name]
+            topic_stats = stats.setdefault(name, TopicStats())
+            for p in topic.partitions:
+                if p.error != KafkaError.NONE or p.leader_id < 0:
+                    self._report_once(
+                        name, f"partition {p.partition} has no leader ({p.error.name})", topic_stats
+                    )
+                    continue
+                tp = _tp(topic, p.partition)
+                topic_stats.partitions += 1
+                partitions.append(
+                    _Partition(
+                        tp=tp,
+                        policy=policy,
+                        leader_id=p.leader_id,
+                        leader_epoch=max(p.leader_epoch, 0),
+                        remote_end=self.cache.remote_log_end_offset(tp),
+                    )
+                )
+        by_leader: dict[int, list[_Partition]] = {}
+        for partition in partitions:
+            by_leader.setdefault(partition.leader_id, []).append(partition)
+        await asyncio.gather(*(self._sample(leader, group) for leader, group in by_leader.items()))
+        return partitions
+
+    async def _sample(self, leader_id: int, partitions: list[_Partition]) -> None:
+        """Log start, high watermark, LSO and a sample of the untiered data, per partition."""
+        first = {id(p): (p.remote_end + 1 if p.remote_end is not None else 0) for p in partitions}
+        out_of_range = await self._sample_at(leader_id, partitions, first)
+        if out_of_range:
+            earliest = await self._client.list_offsets(
+                leader_id, [(p.tp.topic, p.tp.partition, EARLIEST_TIMESTAMP) for p in out_of_range]
+            )
+            starts = {(e.topic, e.partition): e.offset for e in earliest}
+            again = {id(p): starts.get((p.tp.topic, p.tp.partition), 0) for p in out_of_range}
+            for p in await self._sample_at(leader_id, out_of_range, again):
+                p.error = f"offset {again[id(p)]} is out of range twice"
+
+    async def _sample_at(
+        self, leader_id: int, partitions: list[_Partition], offsets: Mapping[int, int]
+    ) -> list[_Partition]:
+        targets = [
+            FetchTarget(
+                topic=p.tp.topic,
+                partition=p.tp.partition,
+                offset=offsets[id(p)],
+                max_bytes=_SAMPLE_BYTES,
+            )
+            for p in partitions
+        ]
+        answers = await self._client.fetch(
+            leader_id,
+            targets,
+            max_wait_ms=10,
+            min_bytes=0,
+            max_bytes=min(_SAMPLE_BYTES * len(targets), _SAMPLE_FETCH_MAX_BYTES),
+        )
+        by_key = {(a.topic, a.partition): a for a in answers}
+        out_of_range = []
+        for p in partitions:
+            answer = by_key.get((p.tp.topic, p.tp.partition))
+            if answer is None:
+                p.error = "no Fetch answer from the leader"
+                continue
+            if answer.error == KafkaError.OFFSET_OUT_OF_RANGE:
+                out_of_range.append(p)
+                continue
+            if answer.error != KafkaError.NONE:
+                p.error = f"Fetch: {answer.error.name}"
+                continue
+            p.high_watermark = answer.high_watermark
+            p.last_stable = (
+                answer.last_stable_offset
+                if answer.last_stable_offset >= 0
+                else answer.high_watermark
+            )
+            p.log_start = (
+                answer.log_start_offset if answer.log_start_offset >= 0 else offsets[id(p)]
+            )
+            sampled = _sample_figures(answer.records)
+            if sampled is not None:
+                p.first_max_timestamp, ratio = sampled
+                p.bytes_per_offset = self._remote_ratio(p.tp) or ratio
+            else:
+                p.bytes_per_offset = self._remote_ratio(p.tp) or _DEFAULT_BYTES_PER_OFFSET
+        return out_of_range
+
+    def _remote_ratio(self, tp: TopicIdPartition) -> float | None:
+        recent = self.cache.segments(tp, {_S.COPY_SEGMENT_FINISHED})[-_RATIO_SEGMENTS:]
+        offsets = sum(s.end_offset - s.start_offset + 1 for s in recent)
+        return sum(s.segment_size_in_bytes for s in recent) / offsets if offsets else None
+
+    def _estimate(self, p: _Partition, end: int) -> tuple[int, int | None]:
+        """Estimated bytes in ``[copy start, end)`` and the first batch's max timestamp."""
+        start = p.copy_start
+        memory = self._scans.get(p.tp)
+        if memory is not None and memory.start == start and memory.end <= end:
+            rest = estimate_bytes(start=memory.end, end=end, bytes_per_offset=p.bytes_per_offset)
+            return memory.size + rest, memory.first_max_timestamp
+        return estimate_bytes(start=start, end=end, bytes_per_offset=p.bytes_per_offset), (
+            p.first_max_timestamp
+        )
+
+    # -- copying ----------------------------------------------------------------------------
+
+    async def _copy(
+        self,
+        partitions: list[_Partition],
+        run_id: str,
+        now: int,
+        stats: dict[str, TopicStats],
+        errors: list[str],
+    ) -> None:
+        windows = self._plan_windows(partitions, run_id, now)
+        if not windows:
+            return
+        total = sum(self._estimate(p, p.last_stable)[0] for p in partitions if p.windows)
+        results: list[WindowResult] = await self._runner.run(
+            "fetch",
+            windows,
+            functools.partial(fetch_windows, broker=self._broker),
+            total_bytes=total,
+        )
+        by_window = {r.window: r for r in results}
+        jobs: list[CopyJob] = []
+        owners: dict[uuid.UUID, _Partition] = {}
+        for p in partitions:
+            if not p.windows:
+                continue
+            topic_stats = stats[p.tp.topic]
+            try:
+                planned = await self._plan_segments(p, by_window, now, topic_stats)
+            except (ChainError, RemoteStorageError, CorruptIndexError) as err:
+                errors.append(f"{p.tp}: cannot plan segments: {err}")
+                continue
+            for job in planned:
+                owners[job.metadata.segment_id.id] = p
+            jobs += planned
+        if not jobs:
+            return
+        await self._publish(_started_record(job.metadata) for job in jobs)
+        outcomes: list[CopyResult] = await self._runner.run(
+            "copy",
+            jobs,
+            functools.partial(
+                copy_segments,
+                broker=self._broker,
+                storage=self._storage,
+                storage_factory=self._storage_factory,
+            ),
+            total_bytes=sum(j.metadata.segment_size_in_bytes for j in jobs),
+        )
+        await self._finish_copies(jobs, outcomes, owners, stats, errors)
+
+    def _plan_windows(
+        self, partitions: list[_Partition], run_id: str, now: int
+    ) -> list[FetchWindow]:
+        windows: list[FetchWindow] = []
+        for p in partitions:
+            if p.error is not None or not p.policy.copies or p.copy_start >= p.last_stable:
+                continue
+            estimated, first_ts = self._estimate(p, p.last_stable)
+            if not may_close(
+                estimated_bytes=estimated,
+                first_max_timestamp=first_ts,
+                now_ms=now,
+                segment_bytes=p.policy.segment_bytes,
+                segment_ms=p.policy.segment_ms,
+            ):
+                continue
+            span_bytes = max(1, min(p.policy.segment_bytes // _SPANS_PER_SEGMENT, _MAX_SPAN_BYTES))
+            for start, end in plan_windows(
+                start=p.copy_start,
+                end=p.last_stable,
+                estimated_bytes=estimated,
+                max_task_bytes=self._config.task_max_bytes,
+            ):
+                p.windows.append(
+                    FetchWindow(
+                        run_id=run_id,
+                        window=len(windows) + len(p.windows),
+                        topic=p.tp.topic,
+                        partition=p.tp.partition,
+                        leader_id=p.leader_id,
+                        start_offset=start,
+                        end_offset=end,
+                        owns_straddling_batch=start == p.copy_start,
+                        span_max_bytes=span_bytes,
+                        span_max_ms=p.policy.segment_ms // _SPANS_PER_SEGMENT,
+                        bytes_per_second=0.0,
+                        spill_dir=str(self._config.spill_root),
+                    )
+                )
+            windows += p.windows
+        if windows:
+            share = self._config.copy_max_bytes_per_second / min(
+                len(windows), self._runner.parallelism
+            )
+            paced = [_with_rate(w, share) for w in windows]
+            for p in partitions:
+                p.windows = [paced[w.window] for w in p.windows]
+            return paced
+        return windows
+
+    async def _plan_segments(
+        self,
+        p: _Partition,
+        results: Mapping[int, WindowResult],
+        now: int,
+        stats: TopicStats,
+    ) -> list[CopyJob]:
+        spans: list[BatchSpan] = []
+        events: list[ProducerEvent] = []
+        paths: dict[int, str] = {}
+        complete_to = p.copy_start
+        for window in p.windows:
+            result = results.get(window.window)
+            if result is None or result.error is not None:
+                stats.notes.append(
+                    f"partition {p.tp.partition}: reading offsets {window.start_offset}.."
+                    f"{window.end_offset - 1} failed: {result.error if result else 'no result'}"
+                )
+                break
+            stats.bytes_fetched += result.size
+            spans += spans_from_array(window.window, result.spans)
+            events += result.events
+            paths[window.window] = result.spill_path
+            complete_to = window.end_offset
+        if spans:
+            self._scans[p.tp] = _ScanMemory(
+                start=p.copy_start,
+                end=complete_to,
+                size=sum(s.size for s in spans),
+                first_max_timestamp=spans[0].first_max_timestamp,
+            )
+        segments = cut_segments(
+            spans,
+            copy_start=p.copy_start,
+            segment_bytes=p.policy.segment_bytes,
+            segment_ms=p.policy.segment_ms,
+            now_ms=now,
+        )
+        if not segments:
+            return []
+        chains, _ = fold_chain(await self._prior_state(p), spans, segments, events)
+        jobs = []
+        for segment, chain in zip(segments, chains, strict=True):
+            metadata = RemoteLogSegmentMetadata(
+                segment_id=RemoteLogSegmentId.generate(p.tp),
+                start_offset=segment.start_offset,
+                end_offset=segment.end_offset,
+                max_timestamp=segment.max_timestamp,
+                leader_epoch=p.leader_epoch,
+                event_timestamp=now,
+                segment_leader_epochs=metadata_epochs(
+                    chain.segment_leader_epochs, segment.start_offset
+                ),
+                segment_size_in_bytes=segment.size,
+                state=_S.COPY_SEGMENT_STARTED,
+            )
+            jobs.append(
+                CopyJob(
+                    metadata=metadata,
+                    pieces=_pieces(spans, segment, paths),
+                    prior=chain.prior,
+                    leader_id=p.leader_id,
+                    bytes_per_second=self._config.copy_max_bytes_per_second
+                    / self._runner.parallelism,
+                )
+            )
+        return jobs
+
+    async def _prior_state(self, p: _Partition) -> ChainState:
+        """The state after the partition's last remote segment (from its files)."""
+        if p.remote_end is None or p.copy_start != p.remote_end + 1:
+            return ChainState()
+        tip = self.cache.segment_for(p.tp, p.remote_end, self.cache.lineage(p.tp))
+        if tip is None:
+            return ChainState()
+        cached = self._chains.get(p.tp)
+        if cached is not None and cached[0] == tip.segment_id.id:
+            return cached[1]
+        checkpoint, snapshot = await asyncio.gather(
+            self._rsm.fetch_index(tip, IndexType.LEADER_EPOCH),
+            self._rsm.fetch_index(tip, IndexType.PRODUCER_SNAPSHOT),
+        )
+        state = ChainState(
+            lineage=parse_leader_epoch_checkpoint(checkpoint),
+            producers=parse_producer_snapshot(snapshot),
+        )
+        self._chains[p.tp] = (tip.segment_id.id, state)
+        return state
+
+    async def _finish_copies(
+        self,
+        jobs: Sequence[CopyJob],
+        outcomes: Sequence[CopyResult],
+        owners: Mapping[uuid.UUID, _Partition],
+        stats: dict[str, TopicStats],
+        errors: list[str],
+    ) -> None:
+        by_id = {o.segment_id: o for o in outcomes}
+        finished: list[RemoteLogSegmentMetadata] = []
+        broken: set[TopicIdPartition] = set()
+        for job in jobs:
+            metadata = job.metadata
+            tp = metadata.topic_id_partition
+            topic_stats = stats[tp.topic]
+            outcome = by_id.get(metadata.segment_id.id)
+            if outcome is None or outcome.error is not None or tp in broken:
+                broken.add(tp)
+                topic_stats.copy_failures += 1
+                topic_stats.lag_segments += 1
+                reason = (
+                    outcome.error
+                    if outcome is not None and outcome.error
+                    else (
+                        "not copied: an earlier segment of the partition failed"
+                        if outcome is not None
+                        else "the copy task was lost"
+                    )
+                )
+                errors.append(
+                    f"{tp}: segment {metadata.start_offset}..{metadata.end_offset} "
+                    f"({metadata.segment_id.id}): {reason}"
+                )
+                continue
+            finished.append(metadata)
+            topic_stats.segments_copied += 1
+            topic_stats.bytes_copied += metadata.segment_size_in_bytes
+        now = self._clock()
+        await self._publish(_update(m, _S.COPY_SEGMENT_FINISHED, now) for m in finished)
+        for metadata in finished:
+            owner = owners[metadata.segment_id.id]
+            owner.remote_end = metadata.end_offset
+            self._scans.pop(owner.tp, None)
+
+    # -- retention ----------------------------------------------------------------------
+
+    def _finished_chain(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+        """The partition's readable segments, in offset order."""
+        unreferenced = {s.segment_id.id for s in self.cache.unreferenced_segments(tp)}
+        return [
+            s
+            for s in self.cache.segments(tp, {_S.COPY_SEGMENT_FINISHED})
+            if s.segment_id.id not in unreferenced
+        ]
+
+    def _untiered_bytes(self, p: _Partition) -> int:
+        return estimate_bytes(
+            start=p.copy_start, end=p.high_watermark, bytes_per_offset=p.bytes_per_offset
+        )
+
+    async def _remote_retention(
+        self,
+        partitions: list[_Partition],
+        now: int,
+        stats: dict[str, TopicStats],
+        errors: list[str],
+    ) -> None:
+        for p in partitions:
+            if p.error is not None:
+                continue
+            segments = self._finished_chain(p.tp)
+            expired = expired_segments(
+                segments,
+                retention_ms=p.policy.retention_ms,
+                retention_bytes=p.policy.retention_bytes,
+                untiered_bytes=self._untiered_bytes(p),
+                now_ms=now,
+            )
+            if expired:
+                deleted = await self._delete_segments(expired, now, errors)
+                topic_stats = stats[p.tp.topic]
+                topic_stats.segments_expired += deleted
+                topic_stats.bytes_expired += sum(s.segment_size_in_bytes for s in expired[:deleted])
+
+    async def _local_retention(
+        self,
+        partitions: list[_Partition],
+        now: int,
+        stats: dict[str, TopicStats],
+        errors: list[str],
+    ) -> None:
+        targets: dict[int, list[tuple[_Partition, int]]] = {}
+        for p in partitions:
+            if p.error is not None or not p.policy.manages_local_retention:
+                continue
+            target = local_log_start_target(
+                self._finished_chain(p.tp),
+                log_start_offset=p.log_start,
+                untiered_bytes=self._untiered_bytes(p),
+                local_retention_ms=p.policy.effective_local_retention_ms,
+                local_retention_bytes=p.policy.effective_local_retention_bytes,
+                now_ms=now,
+            )
+            if target is not None:
+                targets.setdefault(p.leader_id, []).append((p, target))
+        if not targets:
+            return
+        if not await self.supports_delete_records():
+            for group in targets.values():
+                for p, _ in group:
+                    self._report_once(
+                        p.tp.topic,
+                        "the broker cannot delete records (no DeleteRecords), so tiered data "
+                        "stays on it until its own retention.ms/retention.bytes remove it",
+                        stats[p.tp.topic],
+                    )
+            return
+        for leader_id, group in targets.items():
+            try:
+                answers = await self._client.delete_records(
+                    leader_id, [(p.tp.topic, p.tp.partition, target) for p, target in group]
+                )
+            except Exception as err:
+                errors.append(f"DeleteRecords on broker {leader_id}: {err}")
+                continue
+            by_key = {(a.topic, a.partition): a for a in answers}
+            for p, target in group:
+                answer = by_key.get((p.tp.topic, p.tp.partition))
+                if answer is None or answer.error != KafkaError.NONE:
+                    reason = answer.error.name if answer is not None else "no answer"
+                    errors.append(f"{p.tp}: DeleteRecords to {target}: {reason}")
+                    continue
+                p.log_start = answer.low_watermark
+                stats[p.tp.topic].log_starts_advanced += 1
+
+    def _record_lag(self, partitions: list[_Partition], stats: dict[str, TopicStats]) -> None:
+        for p in partitions:
+            if p.error is not None or p.high_watermark < 0:
+                continue
+            start = p.copy_start
+            stats[p.tp.topic].lag_bytes += estimate_bytes(
+                start=start, end=max(start, p.last_stable), bytes_per_offset=p.bytes_per_offset
+            )
+
+
+def _tp(topic: TopicMetadata, partition: int) -> TopicIdPartition:
+    return TopicIdPartition(topic_id=topic.topic_id, topic=topic.name, partition=partition)
+
+
+def _with_rate(window: FetchWindow, rate: float) -> FetchWindow:
+    return replace(window, bytes_per_second=rate)
+
+
+def _sample_figures(records: bytes) -> tuple[int, float] | None:
+    """The first batch's max timestamp and the bytes per offset of a Fetch sample."""
+    size = offsets = 0
+    first_ts: int | None = None
+    try:
+        for _, header in iter_batches(records):
+            if first_ts is None:
+                first_ts = header.max_timestamp
+            size += header.size
+            offsets += header.last_offset_delta + 1
+        if first_ts is None:
+            # Only a partial batch: its header still tells its size and offset count.
+            header = parse_batch_header(records)
+            return header.max_timestamp, header.size / (header.last_offset_delta + 1)
+    except CorruptRecordBatchError:
+        return None
+    return first_ts, size / offsets
+
+
+def _pieces(
+    spans: Sequence[BatchSpan], segment: PlannedSegment, paths: Mapping[int, str]
+) -> tuple[SpillPiece, ...]:
+    pieces: list[SpillPiece] = []
+    for span in spans[segment.first_span : segment.end_span]:
+        last = pieces[-1] if pieces else None
+        path = paths[span.window]
+        if last is not None and last.path == path and last.position + last.size == span.position:
+            pieces[-1] = SpillPiece(path=path, position=last.position, size=last.size + span.size)
+        else:
+            pieces.append(SpillPiece(path=path, position=span.position, size=span.size))
+    return tuple(pieces)
+
+
+def _started_record(metadata: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadataRecord:
+    tp = metadata.topic_id_partition
+    return RemoteLogSegmentMetadataRecord(
+        topic=tp.topic,
+        topic_id=tp.topic_id,
+        partition=tp.partition,
+        segment_id=metadata.segment_id.id,
+        start_offset=metadata.start_offset,
+        end_offset=metadata.end_offset,
+        leader_epoch=metadata.leader_epoch,
+        max_timestamp=metadata.max_timestamp,
+        event_timestamp=metadata.event_timestamp,
+        segment_leader_epochs=metadata.segment_leader_epochs,
+        segment_size_in_bytes=metadata.segment_size_in_bytes,
+        state=_S.COPY_SEGMENT_STARTED,
+    )
+
+
+def _update(
+    metadata: RemoteLogSegmentMetadata, state: RemoteLogSegmentState, now: int
+) -> RemoteLogSegmentMetadataUpdateRecord:
+    tp = metadata.topic_id_partition
+    return RemoteLogSegmentMetadataUpdateRecord(
+        topic=tp.topic,
+        topic_id=tp.topic_id,
+        partition=tp.partition,
+        segment_id=metadata.segment_id.id,
+        leader_epoch=metadata.leader_epoch,
+        event_timestamp=now,
+        state=state,
+    )
+
+
+def _partition_record(
+    tp: TopicIdPartition, state: RemotePartitionDeleteState, now: int
+) -> DeletePartitionStateRecord:
+    return DeletePartitionStateRecord(
+        topic=tp.topic,
+        topic_id=tp.topic_id,
+        partition=tp.partition,
+        epoch=0,
+        event_timestamp=now,
+        state=state,
+    )

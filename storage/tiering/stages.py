@@ -1,0 +1,146 @@
+"""Running a pipeline stage as a Spark job, with a progress bar in a terminal.
+
+A stage is a list of picklable descriptors and a ``mapPartitions`` function; each descriptor
+becomes one Spark task (one RDD partition), so Spark spreads them over every core or
+executor and retries a lost task elsewhere. The driver's event loop keeps running while a
+stage runs (the job is submitted from a worker thread), so the metadata consumer stays live
+and the progress bar is fed from Spark's status tracker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from storage.tiering.report import format_bytes
+
+__all__ = ["SparkStageRunner", "StageRunner"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+_POLL_SECONDS = 0.25
+_group_numbers = itertools.count()
+
+
+class StageRunner(Protocol):
+    """Runs ``func`` over ``items``, one task per item, and returns every result."""
+
+    @property
+    def parallelism(self) -> int:
+        """How many tasks run at once (to share the copy quota between them)."""
+        ...
+
+    async def run(
+        self,
+        description: str,
+        items: Sequence[T],
+        func: Callable[[Iterator[T]], Iterator[R]],
+        *,
+        total_bytes: int,
+    ) -> list[R]:
+        """:raises Exception: what the Spark job raised when a task failed for good."""
+        ...
+
+
+class SparkStageRunner:
+    """Stages as jobs of one long-lived SparkSession.
+
+    :param console: where the progress bar goes; none is drawn unless it is a terminal.
+    """
+
+    def __init__(self, spark: Any, *, console: Console | None = None) -> None:
+        self._sc = spark.sparkContext
+        self._console = console or Console(stderr=True)
+
+    @property
+    def parallelism(self) -> int:
+        return max(1, int(self._sc.defaultParallelism))
+
+    async def run(
+        self,
+        description: str,
+        items: Sequence[T],
+        func: Callable[[Iterator[T]], Iterator[R]],
+        *,
+        total_bytes: int,
+    ) -> list[R]:
+        if not items:
+            return []
+        group = f"tierproxy-{next(_group_numbers)}"
+        job = asyncio.ensure_future(
+            asyncio.to_thread(self._collect, group, description, list(items), func)
+        )
+        if self._console.is_terminal:
+            await self._show_progress(job, group, description, len(items), total_bytes)
+        return await job
+
+    def _collect(
+        self,
+        group: str,
+        description: str,
+        items: list[T],
+        func: Callable[[Iterator[T]], Iterator[R]],
+    ) -> list[R]:
+        self._sc.setJobGroup(group, f"tierproxy: {description}", interruptOnCancel=True)
+        try:
+            result: list[R] = self._sc.parallelize(items, len(items)).mapPartitions(func).collect()
+            return result
+        finally:
+            self._sc.setLocalProperty("spark.jobGroup.id", None)
+
+    def _completed_tasks(self, group: str) -> int:
+        tracker = self._sc.statusTracker()
+        done = 0
+        for job_id in tracker.getJobIdsForGroup(group):
+            job = tracker.getJobInfo(job_id)
+            if job is None:
+                continue
+            for stage_id in job.stageIds:
+                stage = tracker.getStageInfo(stage_id)
+                if stage is not None:
+                    done += stage.numCompletedTasks
+        return done
+
+    async def _show_progress(
+        self,
+        job: asyncio.Future[list[R]],
+        group: str,
+        description: str,
+        tasks: int,
+        total_bytes: int,
+    ) -> None:
+        started = time.monotonic()
+        columns = (
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[bytes]}"),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=self._console, transient=False) as progress:
+            task = progress.add_task(description, total=tasks, bytes="", rate="")
+            while not job.done():
+                await asyncio.wait([job], timeout=_POLL_SECONDS)
+                done = tasks if job.done() else min(self._completed_tasks(group), tasks)
+                moved = total_bytes * done / tasks
+                elapsed = max(time.monotonic() - started, 1e-6)
+                progress.update(
+                    task,
+                    completed=done,
+                    bytes=f"{format_bytes(moved)} of {format_bytes(total_bytes)}",
+                    rate=f"{moved / elapsed / 1e6:.1f} MB/s",
+                )
