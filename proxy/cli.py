@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 # Subcommands that have landed, in the order --help lists them.
-COMMANDS: tuple[str, ...] = ("demo", "serve")
+COMMANDS: tuple[str, ...] = ("demo", "serve", "tier", "status")
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -55,15 +55,7 @@ from protocol.metadata_records import (
     RemoteLogSegmentMetadataRecord,
     RemoteLogSegmentMetadataUpdateRecord,
 )
-from protocol.records import CorruptRecordBatchError, iter_batches, parse_batch_header
-from storage.kafka_client import (
-    EARLIEST_TIMESTAMP,
-    NO_TOPIC_ID,
-    ClusterMetadata,
-    FetchTarget,
-    KafkaClient,
-    TopicMetadata,
-)
+from storage.kafka_client import NO_TOPIC_ID, ClusterMetadata, KafkaClient, TopicMetadata
 from storage.model import (
     IndexType,
     RemoteLogSegmentId,
@@ -100,6 +92,7 @@ from storage.tiering.policy import (
 )
 from storage.tiering.report import CycleReport, TopicStats
 from storage.tiering.retention import expired_segments, local_log_start_target
+from storage.tiering.sampling import sample_partitions
 from storage.tiering.scan import spans_from_array
 from storage.tiering.stages import StageRunner
 from storage.tiering.tasks import (
@@ -114,7 +107,7 @@ from storage.tiering.tasks import (
     fetch_windows,
 )
 
-__all__ = ["MetadataManager", "TieringPipeline"]
+__all__ = ["MetadataManager", "TieringPipeline", "wall_clock_ms"]
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +117,6 @@ _SAMPLE_BYTES = 16 * 1024
 """Bytes of each partition's not-yet-tiered data read by the driver to estimate its size and
 age; enough for several batches of a busy producer, small enough for thousands of partitions
 in one Fetch."""
-_SAMPLE_FETCH_MAX_BYTES = 64 * 1024 * 1024
 _DEFAULT_BYTES_PER_OFFSET = 1024.0
 _RATIO_SEGMENTS = 4
 """Recent remote segments whose average size per offset estimates the partition's."""
@@ -132,6 +124,11 @@ _SPANS_PER_SEGMENT = 64
 """Spans are at most 1/64 of ``segment.bytes`` (and 64 KiB): cut precision versus plan size."""
 _MAX_SPAN_BYTES = 64 * 1024
 _INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch: what record timestamps are compared with."""
+    return int(time.time() * 1000)
 
 
 class MetadataManager(Protocol):
@@ -200,7 +197,7 @@ class TieringPipeline:
         runner: StageRunner,
         metadata_topic: str,
         storage_factory: StorageFactory | None = None,
-        clock: Callable[[], int] = lambda: int(time.time() * 1000),
+        clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self._config = config
         self._rules = rules
@@ -472,65 +469,25 @@ class TieringPipeline:
 
     async def _sample(self, leader_id: int, partitions: list[_Partition]) -> None:
         """Log start, high watermark, LSO and a sample of the untiered data, per partition."""
-        first = {id(p): (p.remote_end + 1 if p.remote_end is not None else 0) for p in partitions}
-        out_of_range = await self._sample_at(leader_id, partitions, first)
-        if out_of_range:
-            earliest = await self._client.list_offsets(
-                leader_id, [(p.tp.topic, p.tp.partition, EARLIEST_TIMESTAMP) for p in out_of_range]
-            )
-            starts = {(e.topic, e.partition): e.offset for e in earliest}
-            again = {id(p): starts.get((p.tp.topic, p.tp.partition), 0) for p in out_of_range}
-            for p in await self._sample_at(leader_id, out_of_range, again):
-                p.error = f"offset {again[id(p)]} is out of range twice"
-
-    async def _sample_at(
-        self, leader_id: int, partitions: list[_Partition], offsets: Mapping[int, int]
-    ) -> list[_Partition]:
-        targets = [
-            FetchTarget(
-                topic=p.tp.topic,
-                partition=p.tp.partition,
-                offset=offsets[id(p)],
-                max_bytes=_SAMPLE_BYTES,
-            )
+        offsets = {
+            (p.tp.topic, p.tp.partition): p.remote_end + 1 if p.remote_end is not None else 0
             for p in partitions
-        ]
-        answers = await self._client.fetch(
-            leader_id,
-            targets,
-            max_wait_ms=10,
-            min_bytes=0,
-            max_bytes=min(_SAMPLE_BYTES * len(targets), _SAMPLE_FETCH_MAX_BYTES),
+        }
+        samples = await sample_partitions(
+            self._client, leader_id, offsets, sample_bytes=_SAMPLE_BYTES
         )
-        by_key = {(a.topic, a.partition): a for a in answers}
-        out_of_range = []
         for p in partitions:
-            answer = by_key.get((p.tp.topic, p.tp.partition))
-            if answer is None:
-                p.error = "no Fetch answer from the leader"
+            sample = samples[(p.tp.topic, p.tp.partition)]
+            if sample.error != KafkaError.NONE:
+                p.error = f"Fetch: {sample.error.name}"
                 continue
-            if answer.error == KafkaError.OFFSET_OUT_OF_RANGE:
-                out_of_range.append(p)
-                continue
-            if answer.error != KafkaError.NONE:
-                p.error = f"Fetch: {answer.error.name}"
-                continue
-            p.high_watermark = answer.high_watermark
-            p.last_stable = (
-                answer.last_stable_offset
-                if answer.last_stable_offset >= 0
-                else answer.high_watermark
+            p.log_start = sample.log_start
+            p.high_watermark = sample.high_watermark
+            p.last_stable = sample.last_stable
+            p.first_max_timestamp = sample.first_max_timestamp
+            p.bytes_per_offset = (
+                self._remote_ratio(p.tp) or sample.bytes_per_offset or _DEFAULT_BYTES_PER_OFFSET
             )
-            p.log_start = (
-                answer.log_start_offset if answer.log_start_offset >= 0 else offsets[id(p)]
-            )
-            sampled = _sample_figures(answer.records)
-            if sampled is not None:
-                p.first_max_timestamp, ratio = sampled
-                p.bytes_per_offset = self._remote_ratio(p.tp) or ratio
-            else:
-                p.bytes_per_offset = self._remote_ratio(p.tp) or _DEFAULT_BYTES_PER_OFFSET
-        return out_of_range
 
     def _remote_ratio(self, tp: TopicIdPartition) -> float | None:
         recent = self.cache.segments(tp, {_S.COPY_SEGMENT_FINISHED})[-_RATIO_SEGMENTS:]
@@ -889,25 +846,6 @@ def _tp(topic: TopicMetadata, partition: int) -> TopicIdPartition:
 
 def _with_rate(window: FetchWindow, rate: float) -> FetchWindow:
     return replace(window, bytes_per_second=rate)
-
-
-def _sample_figures(records: bytes) -> tuple[int, float] | None:
-    """The first batch's max timestamp and the bytes per offset of a Fetch sample."""
-    size = offsets = 0
-    first_ts: int | None = None
-    try:
-        for _, header in iter_batches(records):
-            if first_ts is None:
-                first_ts = header.max_timestamp
-            size += header.size
-            offsets += header.last_offset_delta + 1
-        if first_ts is None:
-            # Only a partial batch: its header still tells its size and offset count.
-            header = parse_batch_header(records)
-            return header.max_timestamp, header.size / (header.last_offset_delta + 1)
-    except CorruptRecordBatchError:
-        return None
-    return first_ts, size / offsets
 
 
 def _pieces(

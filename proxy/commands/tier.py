@@ -1,0 +1,39 @@
+"""``tierproxy tier``: run the Spark tiering pipeline (once, or every task interval)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["register"]
+
+_DESCRIPTION = """\
+Copy closed ranges of tiered topics to remote storage with their indexes and KIP-405
+metadata, delete expired remote segments, finish the remote data of deleted topics, and
+(where the broker supports DeleteRecords) let the broker drop local data that is tiered and
+past local.retention.ms/bytes.
+
+Runs on Spark: local[*] by default, any master with --master; with --once it runs one cycle,
+otherwise one every remote.log.manager.task.interval.ms (default 30 s) until SIGINT/SIGTERM.
+To run it on a Spark cluster, submit storage/tiering/job.py with spark-submit (see the
+module documentation of storage.tiering)."""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``tier`` subcommand."""
+    from storage.tiering.job import add_arguments  # noqa: PLC0415 (keep --help light)
+
+    parser = subparsers.add_parser(
+        "tier",
+        help="copy closed log ranges to remote storage on Spark",
+        description=_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    parser.set_defaults(handler=_handle)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    from storage.tiering.job import run_from_arguments  # noqa: PLC0415
+
+    return run_from_arguments(args, default_master="local[*]")

@@ -1,0 +1,252 @@
+"""``tierproxy tier`` as a Spark application: settings, the SparkSession, the cycle loop.
+
+``tierproxy tier --config tierproxy.toml`` runs it in-process on ``local[*]``; ``--master``
+picks another Spark master. To run the driver on a Spark cluster, submit this file
+(see :mod:`storage.tiering` for the full spark-submit recipe)::
+
+    spark-submit --master spark://spark-master:7077 --py-files tierproxy.zip \\
+        storage/tiering/job.py --config tierproxy.toml
+
+Under spark-submit the master comes from spark-submit itself; ``--master`` is only for
+in-process runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import tomllib
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from storage.config import ConfigError, flatten, from_settings
+from storage.kafka_client import KafkaClient
+from storage.rlmm.config import RemoteLogMetadataConfig
+from storage.rsm.config import RemoteStorageConfig
+from storage.tiering.config import TieringConfig
+from storage.tiering.pipeline import MetadataManager, TieringPipeline, wall_clock_ms
+from storage.tiering.policy import TopicRules, compile_rules
+from storage.tiering.report import CycleReport, log_report, summary_table
+from storage.tiering.stages import SparkStageRunner
+from storage.tiering.tasks import StorageFactory
+
+__all__ = [
+    "TieringSettings",
+    "build_spark",
+    "load_tiering_settings",
+    "main",
+    "open_pipeline",
+    "run_tiering",
+]
+
+log = logging.getLogger(__name__)
+
+_ERROR_BACKOFF_SECONDS = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TieringSettings:
+    """Everything the pipeline reads from the config file."""
+
+    tiering: TieringConfig
+    rules: TopicRules
+    storage: RemoteStorageConfig
+    metadata: RemoteLogMetadataConfig
+
+
+def settings_from_flat(flat: dict[str, Any]) -> TieringSettings:
+    """Build the pipeline's settings from a flattened config mapping.
+
+    :raises ConfigError: for a wrong type or an invalid value.
+    """
+    return TieringSettings(
+        tiering=from_settings(TieringConfig, flat),
+        rules=compile_rules(flat),
+        storage=from_settings(RemoteStorageConfig, flat),
+        metadata=from_settings(RemoteLogMetadataConfig, flat),
+    )
+
+
+def load_tiering_settings(
+    path: Path | None, overrides: dict[str, Any] | None = None
+) -> TieringSettings:
+    """Read the TOML config file (keys other parts use are left to them).
+
+    :raises ConfigError: for an unreadable file or an invalid setting.
+    """
+    flat: dict[str, Any] = {}
+    if path is not None:
+        try:
+            flat = flatten(tomllib.loads(path.read_text(encoding="utf-8")))
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise ConfigError(f"cannot read config file {path}: {err}") from err
+    flat.update(overrides or {})
+    return settings_from_flat(flat)
+
+
+def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> Any:
+    """A SparkSession for the pipeline (``master=None``: whatever spark-submit set).
+
+    Local executors run this interpreter, so they see the same packages.
+    """
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession  # noqa: PLC0415 (PySpark only when tiering runs)
+
+    builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
+    if master is not None:
+        builder = builder.master(master)
+    return builder.getOrCreate()
+
+
+@contextlib.asynccontextmanager
+async def open_pipeline(
+    settings: TieringSettings,
+    spark: Any,
+    *,
+    console: Console | None = None,
+    storage_factory: StorageFactory | None = None,
+    rlmm: MetadataManager | None = None,
+    clock: Callable[[], int] = wall_clock_ms,
+) -> AsyncIterator[TieringPipeline]:
+    """A ready :class:`TieringPipeline` with its clients, closed on exit."""
+    from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager  # noqa: PLC0415
+    from storage.rsm.factory import create_remote_storage  # noqa: PLC0415
+
+    config = settings.tiering
+    client = KafkaClient(
+        config.bootstrap_servers,
+        client_id=config.client_id,
+        request_timeout_ms=config.request_timeout_ms,
+    )
+    owned_rlmm = None
+    if rlmm is None:
+        owned_rlmm = TopicBasedRemoteLogMetadataManager(
+            settings.metadata, bootstrap_servers=config.bootstrap_servers
+        )
+        await owned_rlmm.start()
+        rlmm = owned_rlmm
+    rsm = (storage_factory or create_remote_storage)(settings.storage)
+    try:
+        yield TieringPipeline(
+            config=config,
+            rules=settings.rules,
+            storage=settings.storage,
+            client=client,
+            rlmm=rlmm,
+            rsm=rsm,
+            runner=SparkStageRunner(spark, console=console),
+            metadata_topic=settings.metadata.topic_name,
+            storage_factory=storage_factory,
+            clock=clock,
+        )
+    finally:
+        await rsm.close()
+        await client.close()
+        if owned_rlmm is not None:
+            await owned_rlmm.close()
+
+
+async def run_tiering(
+    settings: TieringSettings,
+    spark: Any,
+    *,
+    once: bool,
+    console: Console,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Run one cycle (``once``) or cycles every ``remote.log.manager.task.interval.ms`` until
+    ``stop`` is set; the exit code (1 if the last cycle had errors)."""
+    stop = stop or asyncio.Event()
+    interval = settings.tiering.task_interval_ms / 1000
+    async with open_pipeline(settings, spark, console=console) as pipeline:
+        while True:
+            try:
+                report = await pipeline.run_cycle()
+            except Exception as err:
+                if once:
+                    raise
+                log.exception("tiering cycle failed: %s", err)
+                await _sleep_or_stop(stop, _ERROR_BACKOFF_SECONDS)
+                continue
+            _show(report, console)
+            if once:
+                return 1 if report.errors or report.copy_failures else 0
+            if await _sleep_or_stop(stop, interval):
+                return 0
+
+
+async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait ``seconds``; True if ``stop`` was set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            await stop.wait()
+    return stop.is_set()
+
+
+def _show(report: CycleReport, console: Console) -> None:
+    log_report(report, log)
+    console.print(summary_table(report))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options shared by ``tierproxy tier`` and ``spark-submit job.py``."""
+    parser.add_argument("--config", type=Path, help="TOML config file (Kafka-style keys)")
+    parser.add_argument(
+        "--once", action="store_true", help="run one cycle and exit (default: loop)"
+    )
+    parser.add_argument(
+        "--master",
+        default=None,
+        help="Spark master for an in-process run (default local[*]; ignored under "
+        "spark-submit, which sets its own)",
+    )
+
+
+def run_from_arguments(args: argparse.Namespace, *, default_master: str | None) -> int:
+    """Load settings, start Spark, and run until done or interrupted (SIGINT/SIGTERM)."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    console = Console()
+    try:
+        settings = load_tiering_settings(args.config)
+    except ConfigError as err:
+        console.print(f"[red]configuration error:[/] {err}")
+        return 2
+    spark = build_spark(args.master or default_master)
+    try:
+        return asyncio.run(_run_with_signals(settings, spark, once=args.once, console=console))
+    finally:
+        spark.stop()
+
+
+async def _run_with_signals(
+    settings: TieringSettings, spark: Any, *, once: bool, console: Console
+) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    return await run_tiering(settings, spark, once=once, console=console, stop=stop)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point under spark-submit."""
+    parser = argparse.ArgumentParser(prog="tierproxy-tiering", description=__doc__)
+    add_arguments(parser)
+    return run_from_arguments(parser.parse_args(argv), default_master=None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

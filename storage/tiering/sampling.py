@@ -1,0 +1,134 @@
+"""Where a partition stands at the broker, in one Fetch per leader for many partitions.
+
+A Fetch answer carries the log start offset, the high watermark and the last stable offset
+of each partition, and a few KiB of data from the asked offset tell how old the oldest
+untiered batch is and how many bytes an offset takes. Brokers differ in what they report:
+Tansu's ListOffsets LATEST may be the last batch's base offset, so the log end is always
+the Fetch high watermark; a missing LSO (-1) means the high watermark. An offset below the
+log start is out of range; the partition is then asked again at its ListOffsets EARLIEST.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from protocol.errors import KafkaError
+from protocol.records import CorruptRecordBatchError, iter_batches, parse_batch_header
+from storage.kafka_client import EARLIEST_TIMESTAMP, FetchTarget, KafkaClient
+
+__all__ = ["PartitionSample", "sample_figures", "sample_partitions"]
+
+_FETCH_LIMIT_BYTES = 64 * 1024 * 1024
+_MAX_WAIT_MS = 10
+"""Tansu answers nothing to a zero wait; Kafka answers at once with ``min_bytes=0``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionSample:
+    """A partition's offsets at the broker and what the sampled batches say."""
+
+    log_start: int
+    high_watermark: int
+    last_stable: int
+    first_max_timestamp: int | None
+    """Max timestamp of the first batch at or after the asked offset (``None``: no data)."""
+    bytes_per_offset: float | None
+    error: KafkaError = KafkaError.NONE
+
+
+def sample_figures(records: bytes) -> tuple[int, float] | None:
+    """The first batch's max timestamp and the bytes per offset of a Fetch sample.
+
+    A sample cut inside its first batch still has that batch's header, which gives both.
+    """
+    size = offsets = 0
+    first_ts: int | None = None
+    try:
+        for _, header in iter_batches(records):
+            if first_ts is None:
+                first_ts = header.max_timestamp
+            size += header.size
+            offsets += header.last_offset_delta + 1
+        if first_ts is None:
+            header = parse_batch_header(records)
+            return header.max_timestamp, header.size / (header.last_offset_delta + 1)
+    except CorruptRecordBatchError:
+        return None
+    return first_ts, size / offsets
+
+
+async def sample_partitions(
+    client: KafkaClient,
+    leader_id: int,
+    offsets: Mapping[tuple[str, int], int],
+    *,
+    sample_bytes: int,
+) -> dict[tuple[str, int], PartitionSample]:
+    """Sample each ``(topic, partition)`` at its offset from the leader ``leader_id``.
+
+    :raises BrokerConnectionError: when the leader cannot be reached.
+    """
+    samples = await _fetch_samples(client, leader_id, offsets, sample_bytes)
+    out_of_range = [k for k, s in samples.items() if s.error == KafkaError.OFFSET_OUT_OF_RANGE]
+    if out_of_range:
+        earliest = await client.list_offsets(
+            leader_id, [(topic, partition, EARLIEST_TIMESTAMP) for topic, partition in out_of_range]
+        )
+        again = {(e.topic, e.partition): max(e.offset, 0) for e in earliest}
+        samples.update(await _fetch_samples(client, leader_id, again, sample_bytes))
+    return samples
+
+
+async def _fetch_samples(
+    client: KafkaClient,
+    leader_id: int,
+    offsets: Mapping[tuple[str, int], int],
+    sample_bytes: int,
+) -> dict[tuple[str, int], PartitionSample]:
+    targets: Sequence[FetchTarget] = [
+        FetchTarget(topic=topic, partition=partition, offset=offset, max_bytes=sample_bytes)
+        for (topic, partition), offset in offsets.items()
+    ]
+    answers = await client.fetch(
+        leader_id,
+        targets,
+        max_wait_ms=_MAX_WAIT_MS,
+        min_bytes=0,
+        max_bytes=min(max(sample_bytes, 1) * len(targets), _FETCH_LIMIT_BYTES),
+    )
+    samples = {
+        key: PartitionSample(
+            log_start=-1,
+            high_watermark=-1,
+            last_stable=-1,
+            first_max_timestamp=None,
+            bytes_per_offset=None,
+            error=KafkaError.UNKNOWN_SERVER_ERROR,
+        )
+        for key in offsets
+    }
+    for answer in answers:
+        key = (answer.topic, answer.partition)
+        if key not in offsets:
+            continue
+        if answer.error != KafkaError.NONE:
+            samples[key] = PartitionSample(
+                log_start=-1,
+                high_watermark=-1,
+                last_stable=-1,
+                first_max_timestamp=None,
+                bytes_per_offset=None,
+                error=answer.error,
+            )
+            continue
+        figures = sample_figures(answer.records)
+        last_stable = answer.last_stable_offset
+        samples[key] = PartitionSample(
+            log_start=answer.log_start_offset if answer.log_start_offset >= 0 else offsets[key],
+            high_watermark=answer.high_watermark,
+            last_stable=last_stable if last_stable >= 0 else answer.high_watermark,
+            first_max_timestamp=figures[0] if figures else None,
+            bytes_per_offset=figures[1] if figures else None,
+        )
+    return samples

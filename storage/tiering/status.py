@@ -1,0 +1,192 @@
+"""Where each partition stands: the broker's local log next to the remote log.
+
+``tierproxy status`` prints, per partition of every tiered topic (or of the topics asked
+for), the broker's local log start and end (its log start offset and high watermark), the
+remote log start and end and its segments and bytes (from the metadata topic), and the copy
+lag: offsets and estimated bytes between the remote log end and the last stable offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rich.table import Table
+
+from protocol.errors import KafkaError
+from storage.kafka_client import KafkaClient, TopicMetadata
+from storage.model import RemoteLogSegmentState, TopicIdPartition
+from storage.rlmm.cache import RemoteLogMetadataCache
+from storage.tiering.planner import estimate_bytes
+from storage.tiering.policy import BrokerConfigValue, TopicRules, resolve_policy
+from storage.tiering.report import format_bytes
+from storage.tiering.sampling import PartitionSample, sample_partitions
+
+__all__ = ["PartitionStatus", "collect_status", "status_table"]
+
+_SAMPLE_BYTES = 16 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionStatus:
+    """One partition's local and remote log."""
+
+    topic: str
+    partition: int
+    tiered: bool
+    """The topic's policy has remote.storage.enable."""
+    local_log_start: int
+    local_log_end: int
+    """The broker's high watermark (-1 when the broker did not answer)."""
+    last_stable_offset: int
+    remote_log_start: int | None
+    remote_log_end: int | None
+    segments: int
+    remote_bytes: int
+    lag_offsets: int
+    lag_bytes: int
+    """Estimated from the partition's average bytes per offset."""
+    error: str | None = None
+
+
+async def collect_status(
+    client: KafkaClient,
+    cache: RemoteLogMetadataCache,
+    rules: TopicRules,
+    *,
+    topic_pattern: str | None = None,
+    metadata_topic: str = "__remote_log_metadata",
+) -> list[PartitionStatus]:
+    """Status rows of tiered topics (and of any topic with remote data), by topic and partition.
+
+    :param topic_pattern: only topics whose whole name matches this regular expression.
+    """
+    pattern = re.compile(topic_pattern) if topic_pattern else None
+    metadata = await client.metadata(None)
+    configs = await client.describe_configs(sorted(metadata.topics))
+    chosen: list[tuple[TopicMetadata, bool]] = []
+    for name, topic in sorted(metadata.topics.items()):
+        if topic.error != KafkaError.NONE or topic.is_internal or name == metadata_topic:
+            continue
+        if pattern is not None and not pattern.fullmatch(name):
+            continue
+        broker = configs.get(name)
+        values = (
+            {
+                k: BrokerConfigValue(value=v.value, is_topic_override=v.is_topic_override)
+                for k, v in broker.items()
+            }
+            if isinstance(broker, dict)
+            else None
+        )
+        tiered = resolve_policy(name, rules, values).remote_storage_enable
+        has_remote = any(
+            cache.topic_id_partition_by_id(topic.topic_id, p.partition) is not None
+            for p in topic.partitions
+        )
+        if tiered or has_remote:
+            chosen.append((topic, tiered))
+    by_leader: dict[int, dict[tuple[str, int], int]] = {}
+    for topic, _ in chosen:
+        for p in topic.partitions:
+            tp = TopicIdPartition(topic_id=topic.topic_id, topic=topic.name, partition=p.partition)
+            end = cache.remote_log_end_offset(tp)
+            if p.leader_id >= 0:
+                by_leader.setdefault(p.leader_id, {})[(topic.name, p.partition)] = (
+                    end + 1 if end is not None else 0
+                )
+    sampled = await asyncio.gather(
+        *(
+            sample_partitions(client, leader, offsets, sample_bytes=_SAMPLE_BYTES)
+            for leader, offsets in by_leader.items()
+        )
+    )
+    samples = {key: sample for group in sampled for key, sample in group.items()}
+    rows = []
+    for topic, tiered in chosen:
+        for p in topic.partitions:
+            tp = TopicIdPartition(topic_id=topic.topic_id, topic=topic.name, partition=p.partition)
+            rows.append(_row(tp, tiered, cache, samples.get((topic.name, p.partition))))
+    return rows
+
+
+def _row(
+    tp: TopicIdPartition,
+    tiered: bool,
+    cache: RemoteLogMetadataCache,
+    sample: PartitionSample | None,
+) -> PartitionStatus:
+    segments = cache.segments(tp, {RemoteLogSegmentState.COPY_SEGMENT_FINISHED})
+    remote_start = cache.remote_log_start_offset(tp)
+    remote_end = cache.remote_log_end_offset(tp)
+    remote_bytes = sum(s.segment_size_in_bytes for s in segments)
+    offsets = sum(s.end_offset - s.start_offset + 1 for s in segments)
+    error = None
+    log_start = log_end = last_stable = -1
+    ratio = remote_bytes / offsets if offsets else None
+    if sample is not None and sample.error == KafkaError.NONE:
+        log_start, log_end, last_stable = (
+            sample.log_start,
+            sample.high_watermark,
+            sample.last_stable,
+        )
+        ratio = ratio or sample.bytes_per_offset
+    else:
+        error = "no answer from the leader" if sample is None else "Fetch failed"
+    copied_to = max(remote_end + 1 if remote_end is not None else 0, log_start, 0)
+    lag = max(0, last_stable - copied_to) if last_stable >= 0 else 0
+    return PartitionStatus(
+        topic=tp.topic,
+        partition=tp.partition,
+        tiered=tiered,
+        local_log_start=log_start,
+        local_log_end=log_end,
+        last_stable_offset=last_stable,
+        remote_log_start=remote_start,
+        remote_log_end=remote_end,
+        segments=len(segments),
+        remote_bytes=remote_bytes,
+        lag_offsets=lag,
+        lag_bytes=estimate_bytes(start=0, end=lag, bytes_per_offset=ratio or 0.0),
+        error=error,
+    )
+
+
+def status_table(rows: Iterable[PartitionStatus]) -> Table:
+    """The rows as a rich table."""
+    table = Table(title="tiered partitions")
+    for column in (
+        "topic",
+        "partition",
+        "tiered",
+        "local start",
+        "local end",
+        "remote start",
+        "remote end",
+        "segments",
+        "remote bytes",
+        "lag offsets",
+        "lag bytes",
+    ):
+        table.add_column(column, justify="left" if column == "topic" else "right")
+    for row in rows:
+        table.add_row(
+            row.topic,
+            str(row.partition),
+            "yes" if row.tiered else "no",
+            _offset(row.local_log_start),
+            _offset(row.local_log_end),
+            _offset(row.remote_log_start),
+            _offset(row.remote_log_end),
+            str(row.segments),
+            format_bytes(row.remote_bytes),
+            str(row.lag_offsets),
+            f"~{format_bytes(row.lag_bytes)}",
+        )
+    return table
+
+
+def _offset(value: int | None) -> str:
+    return "-" if value is None or value < 0 else str(value)
