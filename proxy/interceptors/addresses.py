@@ -54,30 +54,40 @@ def _from(versions: range, first: int) -> range:
     return range(max(versions[0], first), versions[-1] + 1)
 
 
-def _rewrite_entries(entries: tuple[Any, ...], proxied: Mapping[int, HostPort]) -> tuple[Any, ...]:
-    return tuple(
-        dataclasses.replace(e, host=proxied[e.node_id].host, port=proxied[e.node_id].port)
-        if e.node_id in proxied
-        else e
-        for e in entries
-    )
+def _rewrite_entries(
+    entries: tuple[Any, ...], id_field: str, proxied: Mapping[int, HostPort]
+) -> tuple[Any, ...]:
+    def rewrite(entry: Any) -> Any:
+        address = proxied.get(getattr(entry, id_field))
+        if address is None:
+            return entry
+        return dataclasses.replace(entry, host=address.host, port=address.port)
+
+    return tuple(rewrite(entry) for entry in entries)
 
 
-def _named(entries: tuple[Any, ...]) -> list[BrokerAddress]:
+def _named(entries: tuple[Any, ...], id_field: str) -> list[BrokerAddress]:
     return [
-        BrokerAddress(node_id=int(e.node_id), address=HostPort(host=e.host, port=int(e.port)))
+        BrokerAddress(
+            node_id=int(getattr(e, id_field)), address=HostPort(host=e.host, port=int(e.port))
+        )
         for e in entries
-        if e.node_id >= 0
+        if getattr(e, id_field) >= 0
     ]
 
 
-def _entries_field(api_key: int, api_version: int) -> str | None:
-    """The response field listing brokers; ``None``: the response itself is one broker."""
-    if api_key in (ApiKey.METADATA, ApiKey.DESCRIBE_CLUSTER):
-        return "brokers"
+def _where(api_key: int, api_version: int) -> tuple[str | None, str]:
+    """The response field listing brokers (``None``: the response itself is one broker) and
+    the name of their node id field."""
+    if api_key == ApiKey.METADATA:
+        return "brokers", "node_id"
+    if api_key == ApiKey.DESCRIBE_CLUSTER:
+        return "brokers", "broker_id"
     if api_key in (ApiKey.PRODUCE, ApiKey.FETCH):
-        return "node_endpoints"
-    return "coordinators" if api_version >= _FIND_COORDINATOR_BATCHED else None
+        return "node_endpoints", "node_id"
+    if api_version >= _FIND_COORDINATOR_BATCHED:
+        return "coordinators", "node_id"
+    return None, "node_id"
 
 
 class AddressRewriter(Interceptor):
@@ -97,12 +107,12 @@ class AddressRewriter(Interceptor):
         }
 
     async def on_response(self, call: Call, response: Any) -> Any:
-        field = _entries_field(call.header.api_key, call.header.api_version)
+        field, id_field = _where(call.header.api_key, call.header.api_version)
         entries = (response,) if field is None else getattr(response, field)
-        brokers = _named(entries)
+        brokers = _named(entries, id_field)
         if not brokers:
             return response
-        rewritten = _rewrite_entries(entries, await self._book.advertise(brokers))
+        rewritten = _rewrite_entries(entries, id_field, await self._book.advertise(brokers))
         if field is None:
             return rewritten[0]
         return dataclasses.replace(response, **{field: rewritten})

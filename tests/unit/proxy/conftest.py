@@ -1,0 +1,101 @@
+"""Fixtures of the proxy unit tests: a scripted fake broker and proxies in front of it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from protocol.frames import FrameDecoder
+from proxy.config import ProxyConfig
+from proxy.interceptors.base import Interceptor
+from proxy.server import ProxyServer
+from tests.unit.proxy.fake_broker import FakeBroker
+
+ProxyFactory = Callable[..., Awaitable[ProxyServer]]
+
+
+@pytest.fixture
+async def fake_broker() -> AsyncIterator[FakeBroker]:
+    broker = await FakeBroker().start()
+    yield broker
+    await broker.close()
+
+
+@pytest.fixture
+async def make_proxy() -> AsyncIterator[ProxyFactory]:
+    """Start proxies (listening on free ports) in front of fake brokers; closed at teardown."""
+    started: list[ProxyServer] = []
+
+    async def start(
+        broker: FakeBroker, *, interceptors: tuple[Interceptor, ...] = (), **settings: Any
+    ) -> ProxyServer:
+        config = ProxyConfig(
+            bootstrap_servers=f"127.0.0.1:{broker.port}",
+            listeners=settings.pop("listeners", "127.0.0.1:0"),
+            **settings,
+        )
+        server = ProxyServer(config, interceptors=interceptors)
+        await server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.close(1.0)
+
+
+class Client:
+    """A bare Kafka-framing client: writes frames, reads whole response payloads."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self._decoder = FrameDecoder(1 << 30)
+
+    @classmethod
+    async def connect(cls, server: ProxyServer, node_index: int = 0) -> Client:
+        address = server.routes[node_index].advertised
+        reader, writer = await asyncio.open_connection(address.host, address.port)
+        return cls(reader, writer)
+
+    async def send(self, framed: bytes) -> None:
+        self.writer.write(framed)
+        await self.writer.drain()
+
+    async def receive(self, seconds: float = 5.0) -> bytes:
+        async with asyncio.timeout(seconds):
+            while True:
+                frame = self._decoder.next_frame()
+                if isinstance(frame, bytes):
+                    return frame
+                assert frame is None, frame
+                data = await self.reader.read(1 << 20)
+                if not data:
+                    raise ConnectionError("proxy closed the connection")
+                self._decoder.feed(data)
+
+    async def closed(self, seconds: float = 5.0) -> bool:
+        """Whether the proxy closes this connection within ``seconds`` (reading to EOF)."""
+        try:
+            async with asyncio.timeout(seconds):
+                while await self.reader.read(1 << 20):
+                    pass
+        except TimeoutError:
+            return False
+        except ConnectionError:
+            return True
+        return True
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()
+
+
+def frame(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload

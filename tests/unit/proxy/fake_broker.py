@@ -1,0 +1,238 @@
+"""An in-process, scripted FAKE broker for the proxy's unit tests (not a Kafka broker).
+
+It speaks Kafka framing and answers the two requests the proxy itself sends at start-up
+(ApiVersions, Metadata) with kio-encoded bodies. Every other request goes to the test's
+script: a coroutine that returns the response payload (header included) or ``None`` for
+no response. Requests on one connection are answered one after the other, as Kafka does,
+so a slow scripted answer delays the ones after it on that connection.
+
+Raw pass-through tests use API keys the proxy never decodes (Heartbeat, OffsetCommit) with
+opaque bodies: the proxy must not care what is inside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import struct
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from protocol.errors import RemoteProtocolError
+from protocol.frames import FrameDecoder
+from protocol.headers import (
+    RequestHeader,
+    encode_response_header,
+    parse_request_header,
+    peek_request,
+    response_header_version,
+)
+from protocol.messages import (
+    ApiKey,
+    ErrorCode,
+    encode_response,
+    nested_class,
+    request_class,
+    response_class,
+)
+
+Script = Callable[[RequestHeader, bytes], Awaitable[bytes | None]]
+
+# A raw API for pass-through tests: the proxy never decodes Heartbeat.
+RAW_API = 12
+RAW_VERSION = 0
+
+# ApiVersions ranges the fake advertises (Fetch deliberately wider than the proxy handles).
+ADVERTISED = {
+    int(ApiKey.PRODUCE): (0, 11),
+    int(ApiKey.FETCH): (0, 17),
+    int(ApiKey.METADATA): (0, 12),
+    int(ApiKey.OFFSET_COMMIT): (0, 9),
+    int(ApiKey.FIND_COORDINATOR): (0, 6),
+    int(ApiKey.HEARTBEAT): (0, 4),
+    int(ApiKey.API_VERSIONS): (0, 4),
+    int(ApiKey.DESCRIBE_CLUSTER): (0, 1),
+}
+
+
+def build(body_class: type[Any], **candidates: Any) -> Any:
+    """Instantiate a kio class with the candidate fields its version has."""
+    names = {field.name for field in dataclasses.fields(body_class)}
+    return body_class(**{name: value for name, value in candidates.items() if name in names})
+
+
+def response_payload(header: RequestHeader, body: Any) -> bytes:
+    """Header (of the right version) plus encoded body, for ``header``'s request."""
+    version = response_header_version(header.api_key, header.api_version)
+    assert version is not None
+    return encode_response_header(header.correlation_id, version) + encode_response(body)
+
+
+def list_offsets_request(version: int = 1, timestamp: int = -1) -> Any:
+    body_class = request_class(ApiKey.LIST_OFFSETS, version)
+    topic_class = nested_class(body_class, "topics")
+    partition_class = nested_class(topic_class, "partitions")
+    return build(
+        body_class,
+        replica_id=-1,
+        isolation_level=0,
+        topics=(
+            topic_class(
+                name="t",
+                partitions=(build(partition_class, partition_index=0, timestamp=timestamp),),
+            ),
+        ),
+    )
+
+
+def list_offsets_response(version: int = 1, offset: int = 5) -> Any:
+    body_class = response_class(ApiKey.LIST_OFFSETS, version)
+    topic_class = nested_class(body_class, "topics")
+    partition_class = nested_class(topic_class, "partitions")
+    return build(
+        body_class,
+        throttle_time=datetime.timedelta(0),
+        topics=(
+            topic_class(
+                name="t",
+                partitions=(
+                    build(
+                        partition_class,
+                        partition_index=0,
+                        error_code=ErrorCode.none,
+                        timestamp=-1,
+                        offset=offset,
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+def raw_request(correlation_id: int, body: bytes, api_key: int = RAW_API) -> bytes:
+    """A framed request of a raw API with an opaque body (request header v1)."""
+    header = struct.pack(">hhih", api_key, RAW_VERSION, correlation_id, 4) + b"test"
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def raw_response_body(payload: bytes) -> tuple[int, bytes]:
+    """Split a raw response payload into (correlation id, body)."""
+    return struct.unpack_from(">i", payload)[0], payload[4:]
+
+
+async def echo(header: RequestHeader, body: bytes) -> bytes:
+    """Default script: answer with the request body after ``echo:``."""
+    return struct.pack(">i", header.correlation_id) + b"echo:" + body
+
+
+def metadata_response(
+    header: RequestHeader, brokers: Sequence[tuple[int, str, int]], topics: tuple[Any, ...] = ()
+) -> bytes:
+    body_class = response_class(ApiKey.METADATA, header.api_version)
+    broker_class = nested_class(body_class, "brokers")
+    body = build(
+        body_class,
+        throttle_time=datetime.timedelta(0),
+        brokers=tuple(
+            build(broker_class, node_id=node_id, host=host, port=port, rack=None)
+            for node_id, host, port in brokers
+        ),
+        cluster_id="fake",
+        controller_id=brokers[0][0] if brokers else -1,
+        topics=topics,
+    )
+    return response_payload(header, body)
+
+
+def api_versions_response(header: RequestHeader) -> bytes:
+    body_class = response_class(ApiKey.API_VERSIONS, header.api_version)
+    entry_class = nested_class(body_class, "api_keys")
+    body = build(
+        body_class,
+        error_code=ErrorCode.none,
+        api_keys=tuple(
+            entry_class(api_key=key, min_version=low, max_version=high)
+            for key, (low, high) in ADVERTISED.items()
+        ),
+        throttle_time=datetime.timedelta(0),
+    )
+    return response_payload(header, body)
+
+
+class FakeBroker:
+    """A scripted fake broker on 127.0.0.1 (see the module docstring)."""
+
+    def __init__(self, *, node_id: int = 1, script: Script = echo) -> None:
+        self.node_id = node_id
+        self.script = script
+        # Other brokers this one reports in Metadata: (node id, host, port).
+        self.peers: list[tuple[int, str, int]] = []
+        self.requests: list[tuple[int, int, int]] = []
+        self.connections: list[asyncio.Transport] = []
+        # Set whenever a connection to the fake ends.
+        self.disconnected = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    @property
+    def brokers(self) -> list[tuple[int, str, int]]:
+        return [(self.node_id, "127.0.0.1", self.port), *self.peers]
+
+    async def start(self) -> FakeBroker:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def close(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for transport in self.connections:
+            transport.abort()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        transport = writer.transport
+        assert isinstance(transport, asyncio.Transport)
+        self.connections.append(transport)
+        decoder = FrameDecoder()
+        try:
+            while True:
+                frame = decoder.next_frame()
+                if frame is None:
+                    data = await reader.read(65536)
+                    if not data:
+                        return
+                    decoder.feed(data)
+                    continue
+                assert isinstance(frame, bytes)
+                self.requests.append(peek_request(frame))
+                payload = await self._answer(frame)
+                if payload is not None:
+                    writer.write(struct.pack(">i", len(payload)) + payload)
+                    await writer.drain()
+        except (ConnectionError, RemoteProtocolError, asyncio.CancelledError):
+            # Garbage or a closed peer: close the connection, as a broker does.
+            return
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+            self.disconnected.set()
+
+    async def _answer(self, frame: bytes) -> bytes | None:
+        api_key, _, _ = peek_request(frame)
+        if api_key in (ApiKey.API_VERSIONS, ApiKey.METADATA):
+            header = parse_request_header(frame)
+            if api_key == ApiKey.API_VERSIONS:
+                return api_versions_response(header)
+            return metadata_response(header, self.brokers)
+        header = parse_request_header(frame)
+        return await self.script(header, frame[header.size :])

@@ -1,0 +1,160 @@
+"""Address rewriting: every response that names brokers, at every version the proxy handles."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from protocol.headers import RequestHeader
+from protocol.messages import ApiKey, ErrorCode, decode_response, encode_response, nested_class
+from protocol.messages import response_class as response_of
+from proxy.config import HostPort
+from proxy.interceptors.addresses import AddressRewriter, BrokerAddress
+from proxy.interceptors.base import Call, ConnectionInfo
+from tests.unit.proxy.fake_broker import build
+
+BROKERS = ((1, "kafka-1.internal", 9092), (2, "kafka-2.internal", 9093))
+PROXIED = {1: HostPort(host="proxy", port=19092), 2: HostPort(host="proxy", port=19093)}
+
+
+class RecordingBook:
+    def __init__(self) -> None:
+        self.seen: list[BrokerAddress] = []
+
+    async def advertise(self, brokers: Sequence[BrokerAddress]) -> Mapping[int, HostPort]:
+        self.seen.extend(brokers)
+        return {b.node_id: PROXIED[b.node_id] for b in brokers if b.node_id in PROXIED}
+
+
+def call(api_key: int, version: int) -> Call:
+    header = RequestHeader(
+        api_key=api_key,
+        api_version=version,
+        correlation_id=1,
+        client_id="t",
+        header_version=1,
+        size=0,
+    )
+    connection = ConnectionInfo(connection_id=1, client="c", node_id=1)
+    return Call(connection=connection, header=header, client_request=None, request=None)
+
+
+def entries(body_class: type[Any], field: str, id_field: str) -> tuple[Any, ...]:
+    entry_class = nested_class(body_class, field)
+    return tuple(
+        build(
+            entry_class,
+            **{id_field: node_id},
+            host=host,
+            port=port,
+            rack=None,
+            key=f"group-{node_id}",
+            error_code=ErrorCode.none,
+            error_message=None,
+            is_fenced=False,
+        )
+        for node_id, host, port in BROKERS
+    )
+
+
+def response_with_brokers(api_key: ApiKey, version: int) -> tuple[Any, str | None, str]:
+    body_class = response_of(api_key, version)
+    common: dict[str, Any] = {
+        "throttle_time": datetime.timedelta(0),
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "topics": (),
+        "responses": (),
+        "cluster_id": "c",
+        "controller_id": 1,
+    }
+    if api_key == ApiKey.METADATA:
+        return (
+            build(body_class, brokers=entries(body_class, "brokers", "node_id"), **common),
+            ("brokers"),
+            "node_id",
+        )
+    if api_key == ApiKey.DESCRIBE_CLUSTER:
+        brokers = entries(body_class, "brokers", "broker_id")
+        return build(body_class, brokers=brokers, **common), "brokers", "broker_id"
+    if api_key in (ApiKey.PRODUCE, ApiKey.FETCH):
+        endpoints = entries(body_class, "node_endpoints", "node_id")
+        return build(body_class, node_endpoints=endpoints, **common), "node_endpoints", "node_id"
+    if version >= 4:
+        coordinators = entries(body_class, "coordinators", "node_id")
+        return build(body_class, coordinators=coordinators, **common), "coordinators", "node_id"
+    node_id, host, port = BROKERS[1]
+    single = build(body_class, node_id=node_id, host=host, port=port, **common)
+    return single, None, "node_id"
+
+
+CASES = [
+    pytest.param(api_key, version, id=f"{api_key.name}-v{version}")
+    for api_key, versions in AddressRewriter(RecordingBook()).versions.items()
+    for version in versions
+]
+
+
+def test_rewriter_covers_kip_951_versions_only() -> None:
+    versions = AddressRewriter(RecordingBook()).versions
+    assert versions[ApiKey.PRODUCE][0] == 10
+    assert list(versions[ApiKey.FETCH]) == [16, 17]
+    assert list(versions[ApiKey.FIND_COORDINATOR]) == list(range(7))
+    assert versions[ApiKey.METADATA][0] == 0
+
+
+@pytest.mark.parametrize(("api_key", "version"), CASES)
+async def test_every_broker_address_becomes_a_proxy_address(api_key: ApiKey, version: int) -> None:
+    response, field, id_field = response_with_brokers(api_key, version)
+    book = RecordingBook()
+    rewritten = await AddressRewriter(book).on_response(call(api_key, version), response)
+    listed = (rewritten,) if field is None else getattr(rewritten, field)
+    assert listed
+    for entry in listed:
+        assert (entry.host, entry.port) == (
+            PROXIED[getattr(entry, id_field)].host,
+            PROXIED[getattr(entry, id_field)].port,
+        )
+    # The book learned the brokers' own addresses (upstreams for new listeners).
+    assert {(b.node_id, b.address.host, b.address.port) for b in book.seen} <= set(BROKERS)
+    # And the rewritten response still encodes and decodes at that version.
+    assert decode_response(api_key, version, encode_response(rewritten)) == rewritten
+
+
+async def test_responses_without_brokers_are_returned_unchanged() -> None:
+    body_class = response_of(ApiKey.FETCH, 16)
+    response = build(
+        body_class, throttle_time=datetime.timedelta(0), error_code=ErrorCode.none, responses=()
+    )
+    book = RecordingBook()
+    assert await AddressRewriter(book).on_response(call(ApiKey.FETCH, 16), response) is response
+    assert book.seen == []
+
+
+async def test_coordinator_errors_are_not_rewritten() -> None:
+    body_class = response_of(ApiKey.FIND_COORDINATOR, 2)
+    response = build(
+        body_class,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.coordinator_not_available,
+        error_message="not yet",
+        node_id=-1,
+        host="",
+        port=-1,
+    )
+    out = await AddressRewriter(RecordingBook()).on_response(
+        call(ApiKey.FIND_COORDINATOR, 2), response
+    )
+    assert out is response
+
+
+async def test_brokers_unknown_to_the_book_keep_their_address() -> None:
+    response, _, _ = response_with_brokers(ApiKey.METADATA, 12)
+    extra = dataclasses.replace(response.brokers[0], node_id=7, host="kafka-7", port=9099)
+    response = dataclasses.replace(response, brokers=(*response.brokers, extra))
+    out = await AddressRewriter(RecordingBook()).on_response(call(ApiKey.METADATA, 12), response)
+    assert (out.brokers[-1].host, out.brokers[-1].port) == ("kafka-7", 9099)

@@ -1,0 +1,58 @@
+"""ApiVersions restriction: intercepted APIs are cut to what the proxy can decode."""
+
+from __future__ import annotations
+
+import datetime
+
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, ErrorCode, nested_class
+from protocol.messages import response_class as response_of
+from proxy.interceptors.api_versions import restrict_api_versions
+from tests.unit.proxy.fake_broker import build
+
+
+def versions_response(ranges: dict[int, tuple[int, int]], version: int = 3) -> object:
+    body_class = response_of(ApiKey.API_VERSIONS, version)
+    entry = nested_class(body_class, "api_keys")
+    return build(
+        body_class,
+        error_code=ErrorCode.none,
+        api_keys=tuple(
+            entry(api_key=key, min_version=low, max_version=high)
+            for key, (low, high) in ranges.items()
+        ),
+        throttle_time=datetime.timedelta(0),
+    )
+
+
+def ranges_of(response: object) -> dict[int, tuple[int, int]]:
+    return {
+        int(e.api_key): (int(e.min_version), int(e.max_version))
+        for e in response.api_keys  # type: ignore[attr-defined]
+    }
+
+
+def test_intercepted_apis_are_cut_to_the_proxy_versions() -> None:
+    fetch = INTERCEPTED_VERSIONS[ApiKey.FETCH]
+    response = versions_response({1: (0, 99), 2: (0, 3), 12: (0, 99), 18: (0, 4)})
+    restricted = ranges_of(restrict_api_versions(response))
+    assert restricted[1] == (fetch[0], fetch[-1])
+    assert restricted[2] == (1, 3)  # ListOffsets starts at v1 in the proxy
+    assert restricted[12] == (0, 99)  # Heartbeat passes through raw: broker's range kept
+    assert restricted[18] == (0, 4)
+
+
+def test_an_api_the_proxy_cannot_carry_is_left_out() -> None:
+    response = versions_response({1: (0, 3), 3: (0, 12)})
+    restricted = ranges_of(restrict_api_versions(response))
+    assert 1 not in restricted
+    assert 3 in restricted
+
+
+def test_an_answer_within_the_proxy_ranges_is_the_same_object() -> None:
+    response = versions_response({3: (0, 12), 12: (0, 4)})
+    assert restrict_api_versions(response) is response
+
+
+def test_v0_bodies_are_restricted_too() -> None:
+    response = versions_response({1: (0, 17)}, version=0)
+    assert ranges_of(restrict_api_versions(response))[1][0] == 4

@@ -1,0 +1,272 @@
+"""Connection pairs against the scripted fake broker: order, pipelining, back-pressure, closing.
+
+Every test runs a real ProxyServer on 127.0.0.1 in front of a FakeBroker (see
+fake_broker.py) and talks to it with a bare framing client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from protocol.headers import RequestHeader, encode_request_header
+from protocol.messages import ApiKey, encode_request
+from proxy.interceptors.base import Answer, Call, Interceptor
+from tests.unit.proxy.conftest import Client, ProxyFactory, frame
+from tests.unit.proxy.fake_broker import (
+    FakeBroker,
+    echo,
+    list_offsets_request,
+    list_offsets_response,
+    raw_request,
+    raw_response_body,
+    response_payload,
+)
+
+
+def list_offsets_frame(correlation_id: int) -> bytes:
+    header = encode_request_header(ApiKey.LIST_OFFSETS, 1, correlation_id, "test")
+    return frame(header + encode_request(list_offsets_request()))
+
+
+async def list_offsets_or_echo(header: RequestHeader, body: bytes) -> bytes | None:
+    if header.api_key == ApiKey.LIST_OFFSETS:
+        return response_payload(header, list_offsets_response())
+    return await echo(header, body)
+
+
+class Gate(Interceptor):
+    """Holds ListOffsets responses until the test opens the gate; answers cid 1000+ locally."""
+
+    def __init__(self) -> None:
+        self.open = asyncio.Event()
+
+    @property
+    def versions(self) -> Mapping[ApiKey, range]:
+        return {ApiKey.LIST_OFFSETS: range(1, 2)}
+
+    def on_request(self, call: Call) -> Any:
+        if call.header.correlation_id >= 1000:
+            return Answer(response=list_offsets_response(offset=1000))
+        return call.request
+
+    async def on_response(self, call: Call, response: Any) -> Any:
+        await self.open.wait()
+        return response
+
+
+async def test_raw_requests_and_responses_pass_byte_for_byte(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    proxy = await make_proxy(fake_broker)
+    client = await Client.connect(proxy)
+    body = bytes(range(256)) * 4
+    await client.send(raw_request(41, body))
+    assert await client.receive() == struct.pack(">i", 41) + b"echo:" + body
+    await client.close()
+
+
+class Jitter(Interceptor):
+    """Delays each ListOffsets response by a pseudo-random few milliseconds."""
+
+    @property
+    def versions(self) -> Mapping[ApiKey, range]:
+        return {ApiKey.LIST_OFFSETS: range(1, 2)}
+
+    def on_request(self, call: Call) -> Any:
+        if call.header.correlation_id % 7 == 0:
+            return Answer(response=list_offsets_response(offset=7))
+        return call.request
+
+    async def on_response(self, call: Call, response: Any) -> Any:
+        await asyncio.sleep((call.header.correlation_id * 37 % 11) / 1000)
+        return response
+
+
+async def test_pipelined_requests_come_back_in_request_order(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    fake_broker.script = list_offsets_or_echo
+    proxy = await make_proxy(fake_broker, interceptors=(Jitter(),))
+    client = await Client.connect(proxy)
+    count = 300
+    # Raw, intercepted (delayed by a few ms) and locally answered requests, all in flight.
+    await client.send(
+        b"".join(
+            list_offsets_frame(i) if i % 3 == 0 or i % 7 == 0 else raw_request(i, b"r%d" % i)
+            for i in range(count)
+        )
+    )
+    for i in range(count):
+        answer = await client.receive()
+        assert struct.unpack_from(">i", answer)[0] == i
+        if not (i % 3 == 0 or i % 7 == 0):
+            assert raw_response_body(answer) == (i, b"echo:r%d" % i)
+    await client.close()
+
+
+async def test_a_slow_intercepted_response_holds_back_later_ones(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    fake_broker.script = list_offsets_or_echo
+    gate = Gate()
+    proxy = await make_proxy(fake_broker, interceptors=(gate,))
+    client = await Client.connect(proxy)
+    await client.send(
+        list_offsets_frame(1)
+        + raw_request(2, b"x")
+        + list_offsets_frame(1000)
+        + raw_request(3, b"y")
+    )
+    with pytest.raises(TimeoutError):
+        await client.receive(seconds=0.3)
+    gate.open.set()
+    answers = [struct.unpack_from(">i", await client.receive())[0] for _ in range(4)]
+    assert answers == [1, 2, 1000, 3]
+    # The locally answered request never reached the broker.
+    assert [cid for key, _, cid in fake_broker.requests if key == ApiKey.LIST_OFFSETS] == [1]
+    await client.close()
+
+
+@pytest.mark.parametrize("version", [3, 10])
+async def test_produce_with_acks_zero_is_never_waited_for(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory, version: int
+) -> None:
+    async def no_answer_to_produce(header: RequestHeader, body: bytes) -> bytes | None:
+        return None if header.api_key == ApiKey.PRODUCE else await echo(header, body)
+
+    fake_broker.script = no_answer_to_produce
+    proxy = await make_proxy(fake_broker)
+    client = await Client.connect(proxy)
+    header = encode_request_header(ApiKey.PRODUCE, version, 5, "test")
+    if version >= 9:
+        body = b"\x00" + struct.pack(">hi", 0, 1000) + b"\x01\x00"
+    else:
+        body = struct.pack(">hhii", -1, 0, 1000, 0)
+    await client.send(frame(header + body) + raw_request(6, b"after"))
+    assert raw_response_body(await client.receive()) == (6, b"echo:after")
+    await client.close()
+
+
+async def test_multi_mib_responses_and_requests_stream_through(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    proxy = await make_proxy(fake_broker)
+    client = await Client.connect(proxy)
+    big = bytes(range(251)) * (12 * 1024 * 1024 // 251)
+    await client.send(raw_request(1, big) + raw_request(2, b"small"))
+    assert raw_response_body(await client.receive(seconds=30)) == (1, b"echo:" + big)
+    assert raw_response_body(await client.receive()) == (2, b"echo:small")
+    await client.close()
+
+
+async def test_a_client_that_stops_reading_stops_the_broker_side(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    answered: list[int] = []
+    chunk = b"z" * (4 * 1024 * 1024)
+
+    async def big_answers(header: RequestHeader, body: bytes) -> bytes:
+        answered.append(header.correlation_id)
+        return struct.pack(">i", header.correlation_id) + chunk
+
+    fake_broker.script = big_answers
+    proxy = await make_proxy(
+        fake_broker,
+        buffer_high_water_bytes=256 * 1024,
+        buffer_low_water_bytes=64 * 1024,
+    )
+    client = await Client.connect(proxy)
+    count = 40  # 160 MiB of answers in all
+    await client.send(b"".join(raw_request(i, b"") for i in range(count)))
+    await asyncio.sleep(1.0)
+    # Kernel buffers and the watermarks hold a few MiB: the broker is blocked long before 40.
+    assert len(answered) < count // 2
+    for i in range(count):
+        correlation_id, body = raw_response_body(await client.receive(seconds=30))
+        assert correlation_id == i
+        assert body == chunk
+    await client.close()
+
+
+async def test_a_broker_that_stops_reading_stops_the_client_side(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    proxy = await make_proxy(
+        fake_broker, buffer_high_water_bytes=256 * 1024, buffer_low_water_bytes=64 * 1024
+    )
+    client = await Client.connect(proxy)
+    await client.send(raw_request(0, b"hello"))
+    assert raw_response_body(await client.receive()) == (0, b"echo:hello")
+    for transport in fake_broker.connections:
+        transport.pause_reading()
+    payload = b"".join(raw_request(i, b"p" * 65536) for i in range(1, 2000))  # ~128 MiB
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(1.0):
+            await client.send(payload)
+    # The client's own buffer holds most of it: the proxy read no more than a few MiB.
+    assert client.writer.transport.get_write_buffer_size() > 64 * 1024 * 1024
+    for transport in fake_broker.connections:
+        transport.resume_reading()
+
+    async def read_all() -> list[int]:
+        return [raw_response_body(await client.receive(seconds=30))[0] for _ in range(1, 2000)]
+
+    # Like a real client, read while the rest of the requests go out.
+    _, answered = await asyncio.gather(client.writer.drain(), read_all())
+    assert answered == list(range(1, 2000))
+    await client.close()
+
+
+async def test_the_broker_closing_closes_the_client_promptly(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    proxy = await make_proxy(fake_broker)
+    client = await Client.connect(proxy)
+    await client.send(raw_request(1, b"a"))
+    await client.receive()
+    for transport in fake_broker.connections:
+        transport.abort()
+    assert await client.closed(seconds=2)
+    await asyncio.sleep(0)
+    assert proxy.connections == 0
+
+
+async def test_the_client_closing_closes_the_broker_side(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    proxy = await make_proxy(fake_broker)
+    client = await Client.connect(proxy)
+    await client.send(raw_request(1, b"a"))
+    await client.receive()
+    fake_broker.disconnected.clear()
+    await client.close()
+    async with asyncio.timeout(2):
+        await fake_broker.disconnected.wait()
+    assert proxy.connections == 0
+
+
+async def test_half_closed_clients_still_get_their_answers(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    proxy = await make_proxy(fake_broker)
+    client = await Client.connect(proxy)
+    await client.send(raw_request(1, b"a") + raw_request(2, b"b"))
+    client.writer.write_eof()
+    assert raw_response_body(await client.receive())[0] == 1
+    assert raw_response_body(await client.receive())[0] == 2
+    assert await client.closed(seconds=2)
+
+
+async def test_an_unreachable_broker_closes_the_client(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    proxy = await make_proxy(fake_broker)
+    await fake_broker.close()
+    client = await Client.connect(proxy)
+    await client.send(raw_request(1, b"a"))
+    assert await client.closed(seconds=5)

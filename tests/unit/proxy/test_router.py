@@ -1,0 +1,189 @@
+"""The router: raw pass-through, acks=0, interceptor chains, local answers, bad input."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
+from protocol.headers import encode_request_header, encode_response_header
+from protocol.messages import (
+    INTERCEPTED_VERSIONS,
+    ApiKey,
+    decode_response,
+    encode_request,
+    encode_response,
+)
+from proxy.interceptors.base import Answer, Call, ConnectionInfo, Interceptor
+from proxy.router import Router
+from tests.unit.proxy.fake_broker import list_offsets_request, list_offsets_response
+
+CONNECTION = ConnectionInfo(connection_id=1, client="127.0.0.1:1", node_id=1)
+
+
+def request_frame(api_key: int, version: int, body: Any, correlation_id: int = 7) -> bytes:
+    return encode_request_header(api_key, version, correlation_id, "client") + encode_request(body)
+
+
+def response_payload(body: Any, correlation_id: int = 7) -> bytes:
+    return encode_response_header(correlation_id, 0) + encode_response(body)
+
+
+class Recorder(Interceptor):
+    """Records the order of calls; optionally rewrites or answers."""
+
+    def __init__(
+        self, name: str, log: list[str], *, rewrite: bool = False, answer: bool = False
+    ) -> None:
+        self.name = name
+        self.log = log
+        self.rewrite = rewrite
+        self.answer = answer
+
+    @property
+    def versions(self) -> Mapping[ApiKey, range]:
+        return {ApiKey.LIST_OFFSETS: range(1, 2)}
+
+    @property
+    def needs_request(self) -> bool:
+        return True
+
+    def on_request(self, call: Call) -> Any:
+        self.log.append(f"request:{self.name}")
+        if self.answer:
+            return Answer(response=list_offsets_response(offset=42))
+        if self.rewrite:
+            topic = call.request.topics[0]
+            partition = dataclasses.replace(topic.partitions[0], timestamp=-2)
+            topic = dataclasses.replace(topic, partitions=(partition,))
+            return dataclasses.replace(call.request, topics=(topic,))
+        return call.request
+
+    async def on_response(self, call: Call, response: Any) -> Any:
+        self.log.append(f"response:{self.name}")
+        if self.rewrite:
+            topic = response.topics[0]
+            partition = dataclasses.replace(topic.partitions[0], offset=99)
+            return dataclasses.replace(
+                response, topics=(dataclasses.replace(topic, partitions=(partition,)),)
+            )
+        return response
+
+
+def test_a_raw_request_is_routed_without_decoding() -> None:
+    frame = struct.pack(">hhih", 12, 0, 3, -1) + b"\xff\xff opaque, not a heartbeat"
+    route = Router([]).route(frame, CONNECTION)
+    assert route.exchange is None
+    assert (route.api_key, route.api_version, route.correlation_id) == (12, 0, 3)
+    assert route.expects_response
+
+
+@pytest.mark.parametrize(
+    ("version", "acks", "expected"), [(3, 0, False), (3, 1, True), (9, 0, False), (9, -1, True)]
+)
+def test_produce_acks_zero_expects_no_response(version: int, acks: int, expected: bool) -> None:
+    if version >= 9:
+        body = b"\x00" + struct.pack(">hi", acks, 1000) + b"\x01\x00"
+    else:
+        body = struct.pack(">hhii", -1, acks, 1000, 0)
+    frame = encode_request_header(ApiKey.PRODUCE, version, 1, "c") + body
+    assert Router([]).route(frame, CONNECTION).expects_response is expected
+
+
+async def test_chain_order_is_middleware_like() -> None:
+    log: list[str] = []
+    router = Router([Recorder("a", log), Recorder("b", log)])
+    frame = request_frame(ApiKey.LIST_OFFSETS, 1, list_offsets_request())
+    route = router.route(frame, CONNECTION)
+    assert route.exchange is not None
+    assert route.exchange.forward == frame  # unchanged: the client's own bytes
+    payload = response_payload(list_offsets_response())
+    assert await route.exchange.respond(payload) == payload  # unchanged: the broker's bytes
+    assert log == ["request:a", "request:b", "response:b", "response:a"]
+
+
+async def test_rewritten_requests_and_responses_are_re_encoded() -> None:
+    router = Router([Recorder("r", [], rewrite=True)])
+    frame = request_frame(ApiKey.LIST_OFFSETS, 1, list_offsets_request(timestamp=-1))
+    route = router.route(frame, CONNECTION)
+    assert route.exchange is not None
+    forward = route.exchange.forward
+    assert forward is not None and forward != frame
+    assert forward.startswith(frame[: len(frame) - len(encode_request(list_offsets_request()))])
+    assert forward.endswith(encode_request(list_offsets_request(timestamp=-2)))
+    out = await route.exchange.respond(response_payload(list_offsets_response()))
+    assert decode_response(ApiKey.LIST_OFFSETS, 1, out[4:]).topics[0].partitions[0].offset == 99
+
+
+async def test_an_answer_skips_the_broker_and_later_interceptors() -> None:
+    log: list[str] = []
+    router = Router([Recorder("a", log), Recorder("b", log, answer=True), Recorder("c", log)])
+    route = router.route(request_frame(ApiKey.LIST_OFFSETS, 1, list_offsets_request()), CONNECTION)
+    assert route.exchange is not None and route.exchange.forward is None
+    out = await route.exchange.respond(None)
+    assert struct.unpack_from(">i", out)[0] == 7
+    assert decode_response(ApiKey.LIST_OFFSETS, 1, out[4:]).topics[0].partitions[0].offset == 42
+    assert log == ["request:a", "request:b", "response:b", "response:a"]
+
+
+async def test_an_undecodable_broker_response_is_forwarded_as_is() -> None:
+    router = Router([Recorder("a", [])])
+    route = router.route(request_frame(ApiKey.LIST_OFFSETS, 1, list_offsets_request()), CONNECTION)
+    assert route.exchange is not None
+    garbage = struct.pack(">i", 7) + b"\x00\x01\x02"
+    assert await route.exchange.respond(garbage) == garbage
+
+
+async def test_a_response_for_another_correlation_id_is_a_protocol_error() -> None:
+    router = Router([Recorder("a", [])])
+    route = router.route(request_frame(ApiKey.LIST_OFFSETS, 1, list_offsets_request()), CONNECTION)
+    assert route.exchange is not None
+    with pytest.raises(RemoteProtocolError):
+        await route.exchange.respond(response_payload(list_offsets_response(), correlation_id=8))
+
+
+def test_an_intercepted_api_at_a_version_the_proxy_never_advertised_is_refused() -> None:
+    frame = struct.pack(">hhih", ApiKey.FETCH, 3, 1, -1) + b"\x00" * 20
+    with pytest.raises(RemoteProtocolError) as caught:
+        Router([]).route(frame, CONNECTION)
+    assert caught.value.error_code == KafkaError.UNSUPPORTED_VERSION
+
+
+def test_a_malformed_intercepted_request_is_refused() -> None:
+    router = Router([Recorder("a", [])])
+    frame = encode_request_header(ApiKey.LIST_OFFSETS, 1, 1, "c") + b"\x00\x01"
+    with pytest.raises(RemoteProtocolError):
+        router.route(frame, CONNECTION)
+
+
+def test_a_frame_shorter_than_a_header_is_refused() -> None:
+    with pytest.raises(RemoteProtocolError):
+        Router([]).route(b"\x00\x12\x00", CONNECTION)
+
+
+async def test_a_too_new_api_versions_gets_kafkas_unsupported_version_answer() -> None:
+    newest = INTERCEPTED_VERSIONS[ApiKey.API_VERSIONS][-1]
+    frame = struct.pack(">hhih", ApiKey.API_VERSIONS, newest + 5, 99, -1) + b"\x00future"
+    route = Router([]).route(frame, CONNECTION)
+    assert route.exchange is not None and route.exchange.forward is None
+    out = await route.exchange.respond(None)
+    assert struct.unpack_from(">i", out)[0] == 99
+    body = decode_response(ApiKey.API_VERSIONS, 0, out[4:])
+    assert body.error_code == KafkaError.UNSUPPORTED_VERSION
+    assert [(e.api_key, e.min_version, e.max_version) for e in body.api_keys] == [
+        (ApiKey.API_VERSIONS, 0, newest)
+    ]
+
+
+def test_interceptors_cannot_claim_versions_the_proxy_does_not_decode() -> None:
+    class Greedy(Interceptor):
+        @property
+        def versions(self) -> Mapping[ApiKey, range]:
+            return {ApiKey.FETCH: range(0, 18)}
+
+    with pytest.raises(LocalProtocolError):
+        Router([Greedy()])

@@ -1,0 +1,187 @@
+"""The proxy server against fake brokers: discovery, listeners on the fly, rewriting,
+ApiVersions, metrics endpoint, graceful shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import urllib.request
+
+import pytest
+
+from protocol.headers import RequestHeader, encode_request_header
+from protocol.messages import ApiKey, decode_response, encode_request, request_class
+from proxy.config import ProxyConfig
+from proxy.discovery import DiscoveryError
+from proxy.server import ProxyServer
+from tests.unit.proxy.conftest import Client, ProxyFactory, frame
+from tests.unit.proxy.fake_broker import FakeBroker, build, echo, raw_request, raw_response_body
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def metadata_frame(correlation_id: int, version: int = 12) -> bytes:
+    body = build(
+        request_class(ApiKey.METADATA, version),
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+        include_cluster_authorized_operations=False,
+    )
+    header = encode_request_header(ApiKey.METADATA, version, correlation_id, "t")
+    return frame(header + encode_request(body))
+
+
+def api_versions_frame(correlation_id: int, version: int = 3) -> bytes:
+    body = build(
+        request_class(ApiKey.API_VERSIONS, version),
+        client_software_name="t",
+        client_software_version="1",
+    )
+    header = encode_request_header(ApiKey.API_VERSIONS, version, correlation_id, "t")
+    return frame(header + encode_request(body))
+
+
+async def test_start_up_discovers_the_brokers_and_listens_for_each(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    second = await FakeBroker(node_id=2).start()
+    try:
+        fake_broker.peers.append((2, "127.0.0.1", second.port))
+        proxy = await make_proxy(fake_broker)
+        assert [r.node_id for r in proxy.routes] == [1, 2]
+        assert [r.upstream.port for r in proxy.routes] == [fake_broker.port, second.port]
+        client = await Client.connect(proxy, node_index=1)
+        await client.send(raw_request(1, b"to broker 2"))
+        await client.receive()
+        assert second.requests[-1] == (12, 0, 1)
+        await client.close()
+    finally:
+        await second.close()
+
+
+async def test_metadata_is_rewritten_and_new_brokers_get_a_listener(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    proxy = await make_proxy(fake_broker)
+    client = await Client.connect(proxy)
+    await client.send(metadata_frame(1))
+    brokers = decode_response(ApiKey.METADATA, 12, (await client.receive())[5:]).brokers
+    assert [(b.node_id, b.port) for b in brokers] == [(1, proxy.routes[0].advertised.port)]
+
+    # A broker joins: the next Metadata names it, and its proxy address works at once.
+    joined = await FakeBroker(node_id=9).start()
+    try:
+        fake_broker.peers.append((9, "127.0.0.1", joined.port))
+        await client.send(metadata_frame(2))
+        brokers = decode_response(ApiKey.METADATA, 12, (await client.receive())[5:]).brokers
+        by_id = {b.node_id: (b.host, b.port) for b in brokers}
+        assert set(by_id) == {1, 9}
+        assert joined.port not in {port for _, port in by_id.values()}
+        host, port = by_id[9]
+        reader, writer = await asyncio.open_connection(host, port)
+        second = Client(reader, writer)
+        await second.send(raw_request(5, b"hi 9"))
+        assert raw_response_body(await second.receive()) == (5, b"echo:hi 9")
+        assert joined.requests[-1] == (12, 0, 5)
+        await second.close()
+    finally:
+        await joined.close()
+    await client.close()
+
+
+async def test_port_per_broker_uses_base_port_plus_index(fake_broker: FakeBroker) -> None:
+    second = await FakeBroker(node_id=2).start()
+    base = free_port()
+    config = ProxyConfig(
+        bootstrap_servers=f"127.0.0.1:{fake_broker.port}",
+        listeners=f"127.0.0.1:{base}",
+        advertised_listeners=f"proxy.example.com:{base + 1000}",
+    )
+    proxy = ProxyServer(config)
+    try:
+        fake_broker.peers.append((2, "127.0.0.1", second.port))
+        await proxy.start()
+        assert [(r.listener.port, r.advertised.port) for r in proxy.routes] == [
+            (base, base + 1000),
+            (base + 1, base + 1001),
+        ]
+        assert {r.advertised.host for r in proxy.routes} == {"proxy.example.com"}
+    finally:
+        await proxy.close(1)
+        await second.close()
+
+
+async def test_api_versions_are_restricted_through_the_proxy(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    proxy = await make_proxy(fake_broker)
+    client = await Client.connect(proxy)
+    await client.send(api_versions_frame(3))
+    answer = await client.receive()
+    body = decode_response(ApiKey.API_VERSIONS, 3, answer[4:])
+    ranges = {e.api_key: (e.min_version, e.max_version) for e in body.api_keys}
+    assert ranges[ApiKey.FETCH] == (4, 17)
+    assert ranges[ApiKey.HEARTBEAT] == (0, 4)
+    await client.close()
+
+
+async def test_metrics_endpoint_counts_requests(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    port = free_port()
+    proxy = await make_proxy(fake_broker, metrics_port=port)
+    client = await Client.connect(proxy)
+    await client.send(raw_request(1, b"x" * 100) + api_versions_frame(2))
+    await client.receive()
+    await client.receive()
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
+    text = await asyncio.to_thread(scrape)
+    assert 'tierproxy_requests_total{api="heartbeat"} 1.0' in text
+    assert 'tierproxy_requests_total{api="api_versions"} 1.0' in text
+    assert 'tierproxy_request_bytes_total{api="heartbeat"} 118.0' in text
+    assert "tierproxy_connections_active 1.0" in text
+    assert 'tierproxy_request_latency_seconds_count{api="heartbeat"} 1.0' in text
+    await client.close()
+
+
+async def test_graceful_close_finishes_in_flight_requests_until_the_deadline(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    async def slow(header: RequestHeader, body: bytes) -> bytes | None:
+        await asyncio.sleep(float(body.decode()))
+        return await echo(header, body)
+
+    fake_broker.script = slow
+    proxy = await make_proxy(fake_broker)
+    quick = await Client.connect(proxy)
+    stuck = await Client.connect(proxy)
+    await quick.send(raw_request(1, b"0.2"))
+    await stuck.send(raw_request(2, b"30"))
+    await asyncio.sleep(0.05)
+    started = asyncio.get_running_loop().time()
+    await proxy.close(1.0)
+    elapsed = asyncio.get_running_loop().time() - started
+    assert 0.9 < elapsed < 3
+    assert raw_response_body(await quick.receive()) == (1, b"echo:0.2")
+    assert await quick.closed(seconds=1)
+    assert await stuck.closed(seconds=1)
+    assert proxy.connections == 0
+
+
+async def test_no_broker_no_start() -> None:
+    config = ProxyConfig(
+        bootstrap_servers=f"127.0.0.1:{free_port()}",
+        listeners="127.0.0.1:0",
+        connection_setup_timeout_ms=500,
+    )
+    with pytest.raises(DiscoveryError):
+        await ProxyServer(config).start()
