@@ -64,12 +64,15 @@ def locate_batches(
     target_offset: int,
     max_bytes: int,
     segment_size: int,
+    read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
 ) -> BatchRange | NeedBytes | None:
     """Decide what to return from ``window`` (segment bytes from ``window_start``).
 
     ``window_start`` must be a batch boundary at or before the target's batch (a position
     from the offset index). ``None`` means the segment holds no batch ending at or after
-    ``target_offset``. A partial batch at the segment's end is treated as its end.
+    ``target_offset``. A partial batch at the segment's end is treated as its end. While
+    the target's batch is still to be found, a :class:`NeedBytes` asks for
+    ``read_ahead_bytes`` more than the budget, to scan past small batches in one read.
 
     :raises CorruptRecordBatchError: if a batch header in the window is invalid.
     :raises LegacyMessageFormatError: at a magic 0/1 message set.
@@ -82,7 +85,9 @@ def locate_batches(
             if first is None:
                 return NeedBytes(
                     start=max(position, window_end),
-                    end=min(segment_size, position + BATCH_HEADER_SIZE + max_bytes),
+                    end=min(
+                        segment_size, position + BATCH_HEADER_SIZE + max_bytes + read_ahead_bytes
+                    ),
                 )
             if position + BATCH_HEADER_SIZE - first > max_bytes:
                 break
@@ -133,7 +138,9 @@ async def read_batches(
     window_start = offset_index.lookup(target_offset).position
     if window_start >= segment_size:
         return b""
-    window_end = min(segment_size, window_start + read_ahead_bytes + max_bytes)
+    window_end = min(
+        segment_size, window_start + max(read_ahead_bytes + max_bytes, BATCH_HEADER_SIZE)
+    )
     window = bytearray(await fetch(window_start, window_end))
     if len(window) < window_end - window_start:
         segment_size = window_start + len(window)
@@ -144,6 +151,7 @@ async def read_batches(
             target_offset=target_offset,
             max_bytes=max_bytes,
             segment_size=segment_size,
+            read_ahead_bytes=read_ahead_bytes,
         )
         if found is None:
             return b""
