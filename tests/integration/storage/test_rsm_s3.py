@@ -20,6 +20,7 @@ from aiobotocore.session import get_session
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proxy.embedded import S3Info, SeaweedFS
 from storage.model import (
     IndexType,
     LogSegmentData,
@@ -71,7 +72,7 @@ def segment_data(log: bytes) -> LogSegmentData:
 
 
 @pytest.fixture
-def config(s3: Any, s3_bucket: str) -> RemoteStorageConfig:
+def config(s3: S3Info, s3_bucket: str) -> RemoteStorageConfig:
     return RemoteStorageConfig(
         backend="s3",
         prefix="it",
@@ -235,7 +236,7 @@ async def test_missing_bucket_is_a_permanent_error(config: RemoteStorageConfig) 
 
 
 async def test_outage_gives_retriable_errors_within_the_deadline_then_recovers(
-    storage: S3RemoteStorage, seaweedfs: Any
+    storage: S3RemoteStorage, seaweedfs: SeaweedFS
 ) -> None:
     metadata = new_metadata()
     data = segment_data(os.urandom(100_000))
