@@ -2,7 +2,7 @@
 
 Kafka's ``RemoteLogMetadataCache`` keeps, per partition, a map from leader epoch to an
 offset → segment-id map, plus unreferenced segments. This cache answers the same questions
-from a compact per-partition store (:mod:`storage.rlmm.store`, about 85 bytes per segment)
+from a compact per-partition store (:mod:`storage.rlmm.store`, about 80 bytes per segment)
 and reads the leader epochs of each segment when it needs them:
 
 Which copy serves an offset
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import operator
 import uuid
 from array import array
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -77,6 +78,7 @@ __all__ = [
 _FINISHED = int(RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
 _INT32_MAX = (1 << 31) - 1
 _INT64_MAX = (1 << 63) - 1
+_START = operator.attrgetter("start_offset")
 _StateT = TypeVar("_StateT", RemoteLogSegmentState, RemotePartitionDeleteState)
 
 
@@ -104,7 +106,7 @@ class _Partition:
         self.delete_status: PartitionDeleteStatus | None = None
         self._chain: array[int] | None = array("i")
         """Slots of the lineage chain, head to tip; ``None`` when it must be rebuilt."""
-        self._lineage: list[tuple[int, int]] = []
+        self._lineage: tuple[EpochEntry, ...] = ()
         self._highest: dict[int, int] = {}
         self._highest_dirty = False
 
@@ -142,7 +144,7 @@ class _Partition:
             return
         if not chain:
             self._chain = array("i", [slot])
-            self._lineage = _merge([], self._ranges_upto(slot, self.seg.end[slot]))
+            self._lineage = _merge((), self._ranges_upto(slot, self.seg.end[slot]))
             return
         seg, tip = self.seg, chain[-1]
         if seg.start[slot] <= seg.end[tip]:
@@ -174,13 +176,14 @@ class _Partition:
         del chain[0]
         head_start = self.seg.start[chain[0]]
         lineage = self._lineage
-        split = bisect.bisect_right([o for _, o in lineage], head_start)
-        self._lineage = [(lineage[split - 1][0], head_start), *lineage[split:]]
+        split = bisect.bisect_right(lineage, head_start, key=_START)
+        first = EpochEntry(epoch=lineage[split - 1].epoch, start_offset=head_start)
+        self._lineage = (first, *lineage[split:])
         self._extend_back()
 
     # -- lineage ------------------------------------------------------------------------
 
-    def lineage(self) -> list[tuple[int, int]]:
+    def lineage(self) -> tuple[EpochEntry, ...]:
         if self._chain is None:
             self._rebuild_chain()
         return self._lineage
@@ -201,31 +204,35 @@ class _Partition:
                 if tip_key is None or key >= tip_key:  # later in the index wins ties
                     tip, tip_key = slot, key
         self._chain = array("i")
-        self._lineage = []
+        self._lineage = ()
         if tip is None:
             return
         self._chain.append(tip)
-        self._lineage = _merge([], self._ranges_upto(tip, seg.end[tip]))
+        self._lineage = _merge((), self._ranges_upto(tip, seg.end[tip]))
         self._extend_back()
 
     def _extend_back(self) -> None:
-        """Prepend predecessors to the chain until none is left."""
+        """Prepend predecessors to the chain (and their epochs to the lineage) until none is
+        left."""
         chain = self._chain
         assert chain is not None
         seg = self.seg
         prefix: list[int] = []
+        pieces: list[list[tuple[int, int, int]]] = []
         head = chain[0]
         while True:
             previous = self._step(seg.start[head], _first_epoch(seg, head))
             if previous is None:
                 break
             prefix.append(previous)
-            ranges = self._ranges_upto(previous, seg.start[head] - 1)
-            self._lineage = _merge(_merge([], ranges), [(e, o, o) for e, o in self._lineage])
+            pieces.append(self._ranges_upto(previous, seg.start[head] - 1))
             head = previous
         if prefix:
             prefix.reverse()
             self._chain = array("i", prefix) + chain
+            ranges = [r for piece in reversed(pieces) for r in piece]
+            ranges += [(e.epoch, e.start_offset, e.start_offset) for e in self._lineage]
+            self._lineage = _merge((), ranges)
 
     def _step(self, start: int, epoch: int) -> int | None:
         """The chain predecessor of offset ``start`` written in ``epoch`` (see module doc)."""
@@ -304,7 +311,7 @@ class _Partition:
         seg = self.seg
         first, last = seg.start[slot], seg.end[slot]
         points = {a for _, a, _ in seg.ranges(slot)}
-        points.update(o for o in lineage.starts if first <= o <= last)
+        points.update(e.start_offset for e in lineage.entries if first <= e.start_offset <= last)
         position = seg.position_from(first - seg.max_len)
         while position < len(seg.index):
             other = seg.index[position]
@@ -324,37 +331,30 @@ class _Partition:
 
 
 class _LineageView:
-    """A leader-epoch history prepared for repeated epoch lookups."""
+    """Epoch lookups in a leader-epoch history, by bisection (nothing is copied)."""
 
-    __slots__ = ("epochs", "starts")
+    __slots__ = ("entries",)
 
-    def __init__(self, entries: Iterable[tuple[int, int]]) -> None:
-        self.epochs: list[int] = []
-        self.starts: list[int] = []
-        for epoch, start in entries:
-            self.epochs.append(epoch)
-            self.starts.append(start)
-
-    @classmethod
-    def of(cls, lineage: Sequence[EpochEntry]) -> _LineageView:
-        return cls((e.epoch, e.start_offset) for e in lineage)
+    def __init__(self, entries: Sequence[EpochEntry]) -> None:
+        self.entries = entries
 
     def epoch_at(self, offset: int) -> int | None:
-        position = bisect.bisect_right(self.starts, offset)
-        return self.epochs[position - 1] if position else None
+        position = bisect.bisect_right(self.entries, offset, key=_START)
+        return self.entries[position - 1].epoch if position else None
 
     def agreeing_end(self, ranges: Sequence[EpochRange], offset: int) -> int:
         """The last offset from ``offset`` on up to which ``ranges`` agree with the lineage
         (``offset - 1`` if they disagree at ``offset`` already)."""
+        entries = self.entries
         for epoch, first, last in ranges:
             if last < offset:
                 continue
             begin = max(first, offset)
-            if self.epoch_at(begin) != epoch:
+            position = bisect.bisect_right(entries, begin, key=_START)
+            if not position or entries[position - 1].epoch != epoch:
                 return begin - 1
-            position = bisect.bisect_right(self.starts, begin)
-            if position < len(self.starts) and self.starts[position] <= last:
-                return self.starts[position] - 1  # the lineage moves to another epoch inside
+            if position < len(entries) and entries[position].start_offset <= last:
+                return entries[position].start_offset - 1  # the lineage changes epoch inside
         return ranges[-1][2]
 
     def agrees(self, ranges: Sequence[EpochRange], offset: int) -> bool:
@@ -525,7 +525,7 @@ class RemoteLogMetadataCache:
         Copies from truncated leaders (KIP-405 scenarios 3-5) are never returned; ``None``
         when the lineage does not cover ``offset`` or no readable copy holds it.
         """
-        view = _LineageView.of(lineage)
+        view = _LineageView(lineage)
         epoch = view.epoch_at(offset)
         partition = self._find_partition(tp)
         if epoch is None or partition is None:
@@ -556,7 +556,7 @@ class RemoteLogMetadataCache:
         partition = self._find_partition(tp)
         if partition is None:
             return None
-        view = _LineageView.of(lineage)
+        view = _LineageView(lineage)
         seg = partition.seg
         for slot in seg.live():
             if (
@@ -598,7 +598,7 @@ class RemoteLogMetadataCache:
         partition = self._find_partition(tp)
         if partition is None:
             return ()
-        return tuple(EpochEntry(epoch=e, start_offset=o) for e, o in partition.lineage())
+        return partition.lineage()
 
     def segments(
         self, tp: TopicIdPartition, states: Collection[RemoteLogSegmentState] | None = None
@@ -784,7 +784,7 @@ def agreeing_end(
     )
     if not ranges or offset > metadata.end_offset:
         return offset - 1
-    return _LineageView.of(lineage).agreeing_end(ranges, offset)
+    return _LineageView(lineage).agreeing_end(ranges, offset)
 
 
 def _validate(metadata: RemoteLogSegmentMetadata) -> None:
@@ -838,16 +838,14 @@ def _chain_position(chain: array[int], seg: PartitionSegments, slot: int) -> int
     return None
 
 
-def _merge(
-    entries: list[tuple[int, int]], ranges: list[tuple[int, int, int]]
-) -> list[tuple[int, int]]:
+def _merge(entries: tuple[EpochEntry, ...], ranges: Iterable[EpochRange]) -> tuple[EpochEntry, ...]:
     """``entries`` followed by the epochs of ``ranges``, an epoch continuing across the join."""
     merged = list(entries)
     for epoch, first, _ in ranges:
-        if merged and merged[-1][0] == epoch:
+        if merged and merged[-1].epoch == epoch:
             continue
-        merged.append((epoch, first))
-    return merged
+        merged.append(EpochEntry(epoch=epoch, start_offset=first))
+    return tuple(merged)
 
 
 def _metadata_of(record: RemoteLogSegmentMetadataRecord) -> RemoteLogSegmentMetadata:

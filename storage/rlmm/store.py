@@ -8,13 +8,14 @@ only when a lookup returns one:
 
 - one column per field (8 bytes for offsets and timestamps, 4 for epochs and sizes, 1 for
   the state, the segment UUID as two unsigned 64-bit halves);
-- the segment's leader epochs as the first ``(epoch, offset)`` pair in two columns; the rare
-  segment that spans a leader change keeps its whole epoch tuple in a small dict;
+- the segment's leader epoch in a column when it has one epoch starting at its start offset
+  (as Kafka writes it); the rare segment that spans a leader change, or whose epochs start
+  before it, keeps its whole epoch tuple in a small dict;
 - an ``index`` of slots sorted by start offset (ties in arrival order) for offset lookups;
 - an open-addressing hash table (``array('i')`` of slots, linear probing) from segment UUID
   to slot, for the updates that name a segment only by its id.
 
-Together that is about 85 bytes per segment. Removed segments leave *dead* slots in the
+Together that is about 80 bytes per segment. Removed segments leave *dead* slots in the
 index until enough accumulate to compact it, so that deleting old segments one by one (the
 usual retention order) costs O(1) amortised instead of a memmove of the whole index each.
 """
@@ -51,6 +52,7 @@ segment."""
 _MIN_COMPACT = 64
 """Dead index entries tolerated before compaction is considered; below this a compaction
 would cost more than the scans it saves."""
+_STATES = tuple(RemoteLogSegmentState)
 _MIX = 0x9E3779B97F4A7C15
 """Fibonacci hashing constant: spreads sequential or low-entropy UUIDs over the table."""
 
@@ -71,7 +73,6 @@ class PartitionSegments:
         "end",
         "event_timestamp",
         "first_epoch",
-        "first_epoch_offset",
         "front",
         "id_hi",
         "id_lo",
@@ -95,7 +96,6 @@ class PartitionSegments:
         self.id_hi = array("Q")
         self.id_lo = array("Q")
         self.first_epoch = array("i")
-        self.first_epoch_offset = array("q")
         self._extras: dict[int, tuple[tuple[int, int], ...]] = {}
         self._free = array("i")
         self.index = array("i")
@@ -131,7 +131,6 @@ class PartitionSegments:
             hi,
             lo,
             epochs[0][0],
-            epochs[0][1],
         )
         if self._free:
             slot = self._free.pop()
@@ -141,7 +140,7 @@ class PartitionSegments:
             slot = len(self.start)
             for column, value in zip(self._columns(), row, strict=True):
                 column.append(value)
-        if len(epochs) > 1:
+        if len(epochs) > 1 or epochs[0][1] != metadata.start_offset:
             self._extras[slot] = epochs
         self.max_len = max(self.max_len, metadata.end_offset - metadata.start_offset)
         self._index_insert(slot)
@@ -182,13 +181,13 @@ class PartitionSegments:
         extra = self._extras.get(slot)
         if extra is not None:
             return extra
-        return ((self.first_epoch[slot], self.first_epoch_offset[slot]),)
+        return ((self.first_epoch[slot], self.start[slot]),)
 
     def epoch_at(self, slot: int, offset: int) -> int | None:
         """The leader epoch that wrote ``offset`` according to this segment's epochs."""
         extra = self._extras.get(slot)
         if extra is None:
-            return self.first_epoch[slot] if offset >= self.first_epoch_offset[slot] else None
+            return self.first_epoch[slot] if offset >= self.start[slot] else None
         epoch = None
         for entry_epoch, entry_offset in extra:
             if entry_offset > offset:
@@ -218,7 +217,7 @@ class PartitionSegments:
             event_timestamp=self.event_timestamp[slot],
             segment_leader_epochs=self.epochs(slot),
             segment_size_in_bytes=self.size[slot],
-            state=RemoteLogSegmentState(self.state[slot]),
+            state=_STATES[self.state[slot]],
         )
 
     # -- ordered access -------------------------------------------------------------------
@@ -260,7 +259,6 @@ class PartitionSegments:
             self.id_hi,
             self.id_lo,
             self.first_epoch,
-            self.first_epoch_offset,
         )
 
     def _index_insert(self, slot: int) -> None:

@@ -87,6 +87,8 @@ class TopicBasedRemoteLogMetadataManager:
     ) -> None:
         self.config = config
         self.cache = RemoteLogMetadataCache()
+        self.applied_records = 0
+        """Records the consumer applied to the cache (not counting snapshot loads)."""
         self.skipped_records = 0
         """Records the consumer could not decode or apply."""
         self._bootstrap = bootstrap_servers
@@ -110,6 +112,7 @@ class TopicBasedRemoteLogMetadataManager:
             collections.OrderedDict()
         )
         self._progress = asyncio.Event()
+        self._snapshot_lock = asyncio.Lock()
 
     async def __aenter__(self) -> TopicBasedRemoteLogMetadataManager:
         await self.start()
@@ -136,44 +139,51 @@ class TopicBasedRemoteLogMetadataManager:
         :raises TimeoutError: if this takes longer than
             ``remote.log.metadata.initialization.timeout.ms``.
         """
-        async with asyncio.timeout(self.config.initialization_timeout_ms / 1000):
-            await self._ensure_topic()
-            resume_after: dict[int, int] = {}
-            if self._snapshots is not None:
-                restored = self._snapshots.load(self.cache)
-                self._skip_through = restored.applied_through
-                resume_after = restored.resume_after
-                log.info(
-                    "loaded %d segments of %d partitions from %s",
-                    len(self.cache),
-                    len(restored.applied_through),
-                    self.config.snapshot_dir,
-                )
-            self._producer = AIOKafkaProducer(
-                bootstrap_servers=self._bootstrap, acks="all", **self._options
-            )
-            await self._producer.start()
-            self._consumer = AIOKafkaConsumer(
-                bootstrap_servers=self._bootstrap,
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                fetch_max_wait_ms=_FETCH_MAX_WAIT_MS,
-                **self._options,
-            )
-            await self._consumer.start()
-            partitions = [self._topic_partition(p) for p in range(self._partition_count)]
-            self._consumer.assign(partitions)
-            for tp in partitions:
-                if tp.partition in resume_after:
-                    self._applied[tp.partition] = resume_after[tp.partition]
-                    self._consumer.seek(tp, resume_after[tp.partition] + 1)
-                else:
-                    await self._consumer.seek_to_beginning(tp)
-            self._consume_task = asyncio.create_task(self._consume(), name="rlmm-consumer")
-            await self.wait_until_caught_up()
+        try:
+            async with asyncio.timeout(self.config.initialization_timeout_ms / 1000):
+                await self._start()
+        except BaseException:
+            await self.close()
+            raise
         if self._snapshots is not None:
             self._snapshot_task = asyncio.create_task(self._snapshot_loop(), name="rlmm-snapshots")
+
+    async def _start(self) -> None:
+        await self._ensure_topic()
+        resume_after: dict[int, int] = {}
+        if self._snapshots is not None:
+            restored = self._snapshots.load(self.cache)
+            self._skip_through = restored.applied_through
+            resume_after = restored.resume_after
+            log.info(
+                "loaded %d segments of %d partitions from %s",
+                len(self.cache),
+                len(restored.applied_through),
+                self.config.snapshot_dir,
+            )
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=self._bootstrap, acks="all", **self._options
+        )
+        await self._producer.start()
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=self._bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=_FETCH_MAX_WAIT_MS,
+            **self._options,
+        )
+        await self._consumer.start()
+        partitions = [self._topic_partition(p) for p in range(self._partition_count)]
+        self._consumer.assign(partitions)
+        for tp in partitions:
+            if tp.partition in resume_after:
+                self._applied[tp.partition] = resume_after[tp.partition]
+                self._consumer.seek(tp, resume_after[tp.partition] + 1)
+            else:
+                await self._consumer.seek_to_beginning(tp)
+        self._consume_task = asyncio.create_task(self._consume(), name="rlmm-consumer")
+        await self.wait_until_caught_up()
 
     async def publish(self, record: MetadataRecord) -> None:
         """Publish ``record`` and wait until this manager's cache has applied it.
@@ -226,13 +236,14 @@ class TopicBasedRemoteLogMetadataManager:
         """
         if self._snapshots is None:
             return
-        changed, self._changed = self._changed, set()
-        files = self._snapshots.plan(self.cache, dict(self._applied), changed)
-        try:
-            await asyncio.to_thread(self._snapshots.write, files)
-        except OSError:
-            self._changed |= changed
-            raise
+        async with self._snapshot_lock:  # an older plan must not overwrite a newer one
+            changed, self._changed = self._changed, set()
+            files = self._snapshots.plan(self.cache, dict(self._applied), changed)
+            try:
+                await asyncio.to_thread(self._snapshots.write, files)
+            except OSError:
+                self._changed |= changed
+                raise
 
     async def close(self) -> None:
         """Stop consuming, write a last snapshot, and close the Kafka clients."""
@@ -351,6 +362,7 @@ class TopicBasedRemoteLogMetadataManager:
                 self._refusals.popitem(last=False)
             log.warning("skipping metadata record %d@%d: %s", partition, offset, err)
             return
+        self.applied_records += 1
         self._changed.add(
             TopicIdPartition(
                 topic_id=record.topic_id, topic=record.topic, partition=record.partition
