@@ -15,9 +15,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import ssl
 import struct
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from protocol.errors import RemoteProtocolError
 from protocol.frames import FrameDecoder
@@ -181,8 +182,8 @@ class FakeBroker:
     def brokers(self) -> list[tuple[int, str, int]]:
         return [(self.node_id, "127.0.0.1", self.port), *self.peers]
 
-    async def start(self) -> FakeBroker:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+    async def start(self, *, tls: ssl.SSLContext | None = None) -> FakeBroker:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=tls)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -200,8 +201,8 @@ class FakeBroker:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
-        transport = writer.transport
-        assert isinstance(transport, asyncio.Transport)
+        # uvloop's transports implement asyncio.Transport without subclassing it.
+        transport = cast(asyncio.Transport, writer.transport)
         self.connections.append(transport)
         decoder = FrameDecoder()
         try:

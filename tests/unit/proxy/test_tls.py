@@ -1,0 +1,108 @@
+"""TLS on both sides: clients terminate at the proxy, the proxy opens its own TLS to the broker.
+
+The certificate is self-signed, made per test with the ``openssl`` command line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from protocol.messages import ApiKey, decode_response
+from proxy.config import ProxyConfig
+from proxy.discovery import DiscoveryError
+from proxy.server import ProxyServer
+from tests.unit.proxy.conftest import Client
+from tests.unit.proxy.fake_broker import FakeBroker, raw_request, raw_response_body
+from tests.unit.proxy.test_server import metadata_frame
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("openssl") is None, reason="the openssl command makes the test certificate"
+)
+
+
+def make_certificate(directory: Path, name: str) -> tuple[Path, Path]:
+    cert, key = directory / f"{name}.pem", directory / f"{name}-key.pem"
+    subprocess.run(
+        [
+            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            "-keyout", str(key), "-out", str(cert), "-subj", f"/CN={name}",
+            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+        ],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture
+def certificates(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
+    return {name: make_certificate(tmp_path, name) for name in ("proxy", "broker", "stranger")}
+
+
+async def tls_broker(cert: Path, key: Path) -> FakeBroker:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    return await FakeBroker().start(tls=context)
+
+
+async def tls_client(proxy: ProxyServer, ca: Path) -> Client:
+    context = ssl.create_default_context(cafile=str(ca))
+    address = proxy.routes[0].advertised
+    reader, writer = await asyncio.open_connection(address.host, address.port, ssl=context)
+    return Client(reader, writer)
+
+
+async def test_tls_to_clients_and_to_the_broker(
+    certificates: dict[str, tuple[Path, Path]],
+) -> None:
+    proxy_cert, proxy_key = certificates["proxy"]
+    broker_cert, broker_key = certificates["broker"]
+    broker = await tls_broker(broker_cert, broker_key)
+    config = ProxyConfig(
+        bootstrap_servers=f"127.0.0.1:{broker.port}",
+        listeners="SSL://127.0.0.1:0",
+        ssl_certificate_location=str(proxy_cert),
+        ssl_key_location=str(proxy_key),
+        upstream_security_protocol="SSL",
+        upstream_ssl_ca_location=str(broker_cert),
+    )
+    proxy = ProxyServer(config)
+    try:
+        await proxy.start()
+        client = await tls_client(proxy, proxy_cert)
+        await client.send(raw_request(1, b"secret") + metadata_frame(2))
+        assert raw_response_body(await client.receive()) == (1, b"echo:secret")
+        brokers = decode_response(ApiKey.METADATA, 12, (await client.receive())[5:]).brokers
+        assert [(b.host, b.port) for b in brokers] == [
+            ("127.0.0.1", proxy.routes[0].advertised.port)
+        ]
+        await client.close()
+    finally:
+        await proxy.close(1)
+        await broker.close()
+
+
+async def test_a_broker_certificate_from_an_unknown_ca_is_refused(
+    certificates: dict[str, tuple[Path, Path]],
+) -> None:
+    broker_cert, broker_key = certificates["broker"]
+    stranger_cert, _ = certificates["stranger"]
+    broker = await tls_broker(broker_cert, broker_key)
+    config = ProxyConfig(
+        bootstrap_servers=f"127.0.0.1:{broker.port}",
+        listeners="127.0.0.1:0",
+        upstream_security_protocol="SSL",
+        upstream_ssl_ca_location=str(stranger_cert),
+        connection_setup_timeout_ms=2000,
+    )
+    try:
+        with pytest.raises(DiscoveryError, match="CERTIFICATE_VERIFY_FAILED"):
+            await ProxyServer(config).start()
+    finally:
+        await broker.close()
