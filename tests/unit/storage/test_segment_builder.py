@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.indexes.leader_epoch_checkpoint import (
@@ -133,6 +133,8 @@ def synthetic_partition(seed: int, count: int, *, base_offset: int = 0) -> bytes
 
 
 partitions = st.builds(synthetic_partition, st.integers(0, 2**32), st.integers(1, 40))
+"""Examples take milliseconds but brute-force every offset, so the property tests run
+without Hypothesis's per-example deadline on the shared two-core machine."""
 
 # ---------------------------------------------------------------------------------------
 # Brute force
@@ -256,6 +258,7 @@ def build_in_chunks(log: bytes, seed: int, *, index_interval_bytes: int = 4096) 
 # Properties
 
 
+@settings(deadline=None)
 @given(partitions, st.integers(0, 2**32), st.sampled_from([0, 100, 1000, 4096]))
 def test_segment_files_match_brute_force(log: bytes, seed: int, interval: int) -> None:
     built = build_in_chunks(log, seed, index_interval_bytes=interval)
@@ -278,6 +281,7 @@ def test_segment_files_match_brute_force(log: bytes, seed: int, interval: int) -
     assert parse_producer_snapshot(built.data.producer_snapshot) == built.producers
 
 
+@settings(deadline=None)
 @given(partitions, st.data())
 def test_split_segments_carry_transactions_and_epochs(log: bytes, data: st.DataObject) -> None:
     """Two consecutive segments built with the first's state equal one segment."""

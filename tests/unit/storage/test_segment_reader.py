@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.indexes.offset_index import OffsetIndex
@@ -56,6 +56,7 @@ def segment(log: bytes, interval: int) -> tuple[OffsetIndex, int]:
     return OffsetIndex(built.data.offset_index, base_offset=built.start_offset), built.size_in_bytes
 
 
+@settings(deadline=None)
 @given(
     partitions,
     st.sampled_from([0, 500, 4096]),
@@ -84,6 +85,7 @@ async def test_reads_match_brute_force(
         assert len(store.reads) <= 2
 
 
+@settings(deadline=None)
 @given(partitions, st.integers(0, 250), st.integers(0, 40_000))
 async def test_a_default_read_needs_one_round_trip_when_it_fits(
     log: bytes, target: int, max_bytes: int
