@@ -6,7 +6,8 @@ Which segment
     The leader-epoch lineage (the broker's history; by default the remote tier's own, from
     the metadata cache) says which epoch wrote the fetch offset, and the metadata cache
     returns the copy that holds the offset *as written in that epoch*. Copies left by
-    truncated leaders (KIP-405 scenarios 3-5) are never read. Like Kafka, one read returns
+    truncated leaders (KIP-405 scenarios 3-5) are never read, and a read stops where its
+    copy stops agreeing with the lineage (``agreeing_end``). Like Kafka, one read returns
     batches of one segment; when the offset falls in a gap at a segment's end, the next
     segment on the lineage answers.
 
@@ -67,6 +68,7 @@ from protocol.varint import VarintError, decode_varint, decode_varlong
 from storage.chunk_cache import ChunkCache
 from storage.index_cache import RemoteIndexCache
 from storage.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
+from storage.rlmm.cache import agreeing_end
 from storage.segment.reader import read_batches
 
 __all__ = [
@@ -175,6 +177,9 @@ class RemoteLogReader:
                 break
             # The segment ends in a gap before the offset: the next one on the lineage holds it.
             segment = self._metadata.segment_for(tp, segment.end_offset + 1, lineage)
+        # A copy that a later unclean election truncated may hold the offset while its
+        # following records are the truncated leader's: stop where it leaves the lineage.
+        records = _before(records, agreeing_end(segment, fetch_offset, lineage) + 1)
         if max_offset is not None:
             records = _before(records, max_offset)
         aborted: tuple[AbortedTxn, ...] = ()

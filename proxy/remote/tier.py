@@ -1,0 +1,227 @@
+"""The remote tier as the proxy's interceptors share it: caches, reader, pool, purgatory,
+quota, offload policy, fetch sessions, and what the proxy has learned about each tiered
+partition from the broker's answers.
+
+:func:`open_remote_tier` builds it from the settings for ``tierproxy serve``: the remote
+storage manager, the topic-based metadata manager (a consumer of ``__remote_log_metadata``
+that keeps the metadata cache current), the index and chunk caches and the reader pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cachetools import LRUCache
+
+from protocol.indexes.leader_epoch_checkpoint import EpochEntry
+from proxy.remote.config import RemoteFetchConfig
+from proxy.remote.metrics import RemoteMetrics
+from proxy.remote.offload import OffloadPolicy
+from proxy.remote.offsets import RemoteRange
+from proxy.remote.pool import ReaderPool
+from proxy.remote.purgatory import RemoteFetchPurgatory
+from proxy.remote.quota import FetchQuota
+from proxy.remote.sessions import FetchSessions
+from storage.chunk_cache import ChunkCache
+from storage.config import from_settings
+from storage.index_cache import IndexCacheConfig, RemoteIndexCache
+from storage.model import RemoteLogSegmentMetadata, TopicIdPartition
+from storage.remote_reader import RemoteLogReader, RemoteSegmentLookup
+from storage.rlmm.config import RemoteLogMetadataConfig
+from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
+from storage.rsm.config import RemoteStorageConfig
+from storage.rsm.factory import create_remote_storage
+
+__all__ = ["PartitionState", "RemoteLogMetadata", "RemoteTier", "open_remote_tier"]
+
+_TOPIC_IDS_KEPT = 100_000
+"""Topic names whose current id the proxy remembers from Metadata responses (a few MB)."""
+_PARTITIONS_KEPT = 1_000_000
+"""Tiered partitions whose broker offsets the proxy remembers (about 100 bytes each)."""
+
+
+class RemoteLogMetadata(RemoteSegmentLookup, Protocol):
+    """The metadata cache as the read path queries it (``RemoteLogMetadataCache``)."""
+
+    def remote_log_start_offset(self, tp: TopicIdPartition) -> int | None: ...
+
+    def remote_log_end_offset(self, tp: TopicIdPartition) -> int | None: ...
+
+    def topic_id_partition(self, topic: str, partition: int) -> TopicIdPartition | None: ...
+
+    def topic_id_partition_by_id(
+        self, topic_id: uuid.UUID, partition: int
+    ) -> TopicIdPartition | None: ...
+
+    def segments(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionState:
+    """What the broker last said about a tiered partition (``None``: not known yet)."""
+
+    high_watermark: int | None = None
+    last_stable_offset: int | None = None
+    log_start_offset: int | None = None
+    """The broker's own log start (its local log), or a lower bound learned from an
+    OFFSET_OUT_OF_RANGE answer."""
+
+
+class RemoteTier:
+    """Everything the tiered read path shares, across connections."""
+
+    def __init__(
+        self,
+        *,
+        config: RemoteFetchConfig,
+        metadata: RemoteLogMetadata,
+        indexes: RemoteIndexCache,
+        chunks: ChunkCache,
+        metrics: RemoteMetrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.indexes = indexes
+        self.chunks = chunks
+        self.reader = RemoteLogReader(metadata=metadata, indexes=indexes, chunks=chunks)
+        self.pool = ReaderPool(
+            workers=config.reader_threads, max_pending=config.reader_max_pending_tasks, clock=clock
+        )
+        self.purgatory = RemoteFetchPurgatory(max_wait_ms=config.max_wait_ms)
+        self.quota = FetchQuota(
+            bytes_per_second=config.fetch_max_bytes_per_second,
+            window_num=config.fetch_quota_window_num,
+            window_seconds=config.fetch_quota_window_size_seconds,
+            clock=clock,
+        )
+        self.offload = OffloadPolicy(
+            enabled=config.offload_enable,
+            min_lag_records=config.offload_min_lag_records,
+            min_lag_bytes=config.offload_min_lag_bytes,
+        )
+        self.sessions = FetchSessions(slots=config.session_cache_slots)
+        self.metrics = metrics
+        self._topic_ids: LRUCache[str, uuid.UUID] = LRUCache(_TOPIC_IDS_KEPT)
+        self._state: LRUCache[TopicIdPartition, PartitionState] = LRUCache(_PARTITIONS_KEPT)
+        if metrics is not None:
+            metrics.watch(self)
+
+    def start(self) -> None:
+        """Start the reader pool (needs the running event loop)."""
+        self.pool.start()
+
+    async def close(self) -> None:
+        """Stop the pool and the caches' background loads."""
+        if self.metrics is not None:
+            self.metrics.unwatch()
+        await self.pool.close()
+        await self.chunks.close()
+        await self.indexes.close()
+
+    # -- partitions ------------------------------------------------------------------------
+
+    def observe_topic(self, name: str, topic_id: uuid.UUID) -> None:
+        """A Metadata response named ``topic_id`` as the current id of ``name``."""
+        self._topic_ids[name] = topic_id
+
+    def partition(
+        self, *, topic: str | None, topic_id: uuid.UUID | None, partition: int
+    ) -> TopicIdPartition | None:
+        """The tiered partition a request names, or ``None`` if nothing of it is tiered.
+
+        By id when the request has one (Fetch v13+); by name otherwise, refusing the tiered
+        data of an older topic of that name when Metadata showed a newer id.
+        """
+        if topic_id is not None:
+            return self.metadata.topic_id_partition_by_id(topic_id, partition)
+        if topic is None:
+            return None
+        tp = self.metadata.topic_id_partition(topic, partition)
+        if tp is None:
+            return None
+        current = self._topic_ids.get(topic)
+        if current is not None and current != tp.topic_id:
+            return None
+        return tp
+
+    def remote_range(self, tp: TopicIdPartition) -> RemoteRange | None:
+        """The partition's tiered offsets and lineage, ``None`` if nothing is readable."""
+        start = self.metadata.remote_log_start_offset(tp)
+        end = self.metadata.remote_log_end_offset(tp)
+        if start is None or end is None:
+            return None
+        return RemoteRange(start=start, end=end, lineage=self.lineage(tp))
+
+    def lineage(self, tp: TopicIdPartition) -> Sequence[EpochEntry]:
+        return self.metadata.lineage(tp)
+
+    def bytes_per_record(self, tp: TopicIdPartition) -> float:
+        """Average bytes per offset of the partition's remote segments (for offload lag)."""
+        size = offsets = 0
+        for segment in self.metadata.segments(tp):
+            size += segment.segment_size_in_bytes
+            offsets += segment.end_offset - segment.start_offset + 1
+        return size / offsets if offsets else 0.0
+
+    def state(self, tp: TopicIdPartition) -> PartitionState:
+        return self._state.get(tp) or PartitionState()
+
+    def update_state(self, tp: TopicIdPartition, state: PartitionState) -> None:
+        self._state[tp] = state
+
+
+async def open_remote_tier(
+    settings: Mapping[str, Any],
+    *,
+    bootstrap_servers: str,
+    metrics: RemoteMetrics | None = None,
+    client_options: Mapping[str, Any] | None = None,
+) -> tuple[RemoteTier, Callable[[], Any]]:
+    """Build the remote tier from flat settings; returns it and an async closer.
+
+    The metadata manager is started (it consumes ``__remote_log_metadata`` up to its end)
+    before this returns, so the first Fetch already sees every tiered segment.
+
+    :raises ConfigError: for invalid settings.
+    :raises MetadataTopicError: if the metadata topic cannot be used.
+    """
+    fetch_config = from_settings(RemoteFetchConfig, settings)
+    rsm = create_remote_storage(from_settings(RemoteStorageConfig, settings))
+    rlmm = TopicBasedRemoteLogMetadataManager(
+        from_settings(RemoteLogMetadataConfig, settings),
+        bootstrap_servers=bootstrap_servers,
+        client_options=client_options,
+    )
+    try:
+        await rlmm.start()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await rlmm.close()
+        await rsm.close()
+        raise
+    indexes = RemoteIndexCache.from_config(rsm, from_settings(IndexCacheConfig, settings))
+    chunks = ChunkCache(
+        rsm,
+        max_bytes=fetch_config.chunk_cache_size_bytes,
+        chunk_bytes=fetch_config.chunk_size_bytes,
+        prefetch_chunks=fetch_config.chunk_prefetch_chunks,
+        disk_dir=fetch_config.chunk_cache_dir or None,
+        disk_max_bytes=fetch_config.chunk_cache_disk_size_bytes,
+    )
+    tier = RemoteTier(
+        config=fetch_config, metadata=rlmm.cache, indexes=indexes, chunks=chunks, metrics=metrics
+    )
+    tier.start()
+
+    async def close() -> None:
+        await tier.close()
+        await rlmm.close()
+        await rsm.close()
+
+    return tier, close
