@@ -22,8 +22,14 @@ capability flags of :class:`~proxy.embedded.info.BrokerInfo` encode the first fi
 * A Fetch at or past the high watermark answers NONE with no records, never
   OFFSET_OUT_OF_RANGE (the log start is always 0, so nothing is ever out of range below).
 * The node id is 111 and the cluster id ``tansu_cluster`` unless ``--cluster-id`` is given.
+* Metadata for an unknown topic creates it, with 3 partitions.
 * Consumer-group joins are slow for librdkafka (about 20 s to the first assignment) and take a
   few seconds for aiokafka: tests that do not test groups should ``assign()`` partitions.
+
+What works as in Kafka: Produce v0 to v11, Fetch v0 to v17 (at least one whole batch even past
+``partition_max_bytes``), Metadata v0 to v12 with topic ids (UUIDv7), CreateTopics, DescribeCluster,
+idempotent and transactional producers (InitProducerId, AddPartitionsToTxn, EndTxn; commit and
+abort markers are written), consumer groups and offset commits.
 """
 
 from __future__ import annotations

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka
@@ -24,12 +26,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from proxy.embedded import (
     BrokerInfo,
+    KafkaBroker,
     ManagedProcess,
     S3Info,
     SeaweedFS,
     ServerStartError,
     TansuBroker,
 )
+from proxy.embedded.tansu import tansu_binary
 
 pytestmark = pytest.mark.integration
 
@@ -72,6 +76,13 @@ async def consume_all(
         return got
     finally:
         await consumer.stop()
+
+
+@pytest.mark.kafka
+def test_kafka_marked_tests_run_only_on_apache_kafka(broker: BrokerInfo) -> None:
+    assert broker.kind != "tansu"
+    assert broker.supports_delete_records
+    assert broker.supports_retention
 
 
 def test_broker_reports_what_it_supports(broker: BrokerInfo) -> None:
@@ -289,5 +300,49 @@ def test_supervisor_stops_a_server_that_never_gets_ready(tmp_path: Any) -> None:
         process.wait_ready(probe, timeout_s=0.3)
     assert not failure.value.exited_early
     assert "ConnectionRefusedError" in str(failure.value)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def write_script(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+
+
+def test_kafka_broker_formats_storage_then_starts_with_its_properties(tmp_path: Path) -> None:
+    """The KafkaBroker plumbing against a stand-in release (no Apache Kafka on this machine).
+
+    The stand-in ``kafka-storage.sh`` records how it was called; ``kafka-server-start.sh``
+    reads the listener port from the generated properties and runs Tansu there, so readiness
+    and probing go over the real protocol.
+    """
+    home = tmp_path / "kafka_2.13-3.9.1"
+    (home / "libs").mkdir(parents=True)
+    (home / "libs" / "kafka_2.13-3.9.1.jar").touch()
+    write_script(
+        home / "bin" / "kafka-storage.sh",
+        '#!/bin/sh\n[ "$1" = format ] && [ "$2" = -t ] && [ "$4" = -c ] && [ -f "$5" ] || exit 1\n'
+        f'echo "$@" > {tmp_path / "format-args"}\n',
+    )
+    write_script(
+        home / "bin" / "kafka-server-start.sh",
+        "#!/bin/sh\n"
+        "port=$(sed -n 's|^advertised.listeners=PLAINTEXT://127.0.0.1:||p' \"$1\")\n"
+        f"exec {tansu_binary()} broker --listener-url tcp://127.0.0.1:$port "
+        "--advertised-listener-url tcp://127.0.0.1:$port --storage-engine memory://tansu/\n",
+    )
+    with KafkaBroker(home, work_dir=tmp_path / "work") as kafka:
+        info = kafka.start()
+        assert (info.kind, info.version) == ("kafka", "Apache Kafka 3.9.1")
+        _, _, cluster_id, _, properties = (tmp_path / "format-args").read_text().split()
+        assert len(cluster_id) == 22  # Kafka's Uuid.toString(): unpadded URL-safe base64
+        settings = dict(line.split("=", 1) for line in Path(properties).read_text().splitlines())
+        assert settings["listeners"].startswith(f"PLAINTEXT://{info.bootstrap},CONTROLLER://")
+        assert settings["controller.quorum.voters"].startswith("1@127.0.0.1:")
+        assert settings["log.retention.check.interval.ms"] == "1000"
+        assert int(settings["log.segment.bytes"]) == 1024 * 1024
+        pid = kafka.pid
+        assert pid is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
