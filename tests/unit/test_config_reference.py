@@ -1,0 +1,85 @@
+"""The generated configuration reference: complete, current, and built without PySpark."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from proxy.config import ProxyConfig
+from proxy.config_reference import DEFAULT_OUTPUT, discover, main, render, render_value
+from proxy.remote.config import RemoteFetchConfig
+from storage.config import describe
+from storage.index_cache import IndexCacheConfig
+from storage.rlmm.config import RemoteLogMetadataConfig
+from storage.rsm.config import RemoteStorageConfig
+from storage.tiering.config import TieringConfig
+from storage.tiering.policy import TopicPolicy
+
+EXPECTED = (
+    ProxyConfig,
+    RemoteFetchConfig,
+    IndexCacheConfig,
+    RemoteLogMetadataConfig,
+    RemoteStorageConfig,
+    TieringConfig,
+    TopicPolicy,
+)
+
+
+def test_committed_reference_is_current() -> None:
+    assert main(["--check"]) == 0, "run `python -m proxy.config_reference` and commit the file"
+
+
+def test_discovers_every_config_class() -> None:
+    found = {section.config_class for section in discover()}
+    assert set(EXPECTED) <= found
+
+
+def test_every_setting_is_documented_with_default_and_kafka_name() -> None:
+    text = DEFAULT_OUTPUT.read_text(encoding="utf-8")
+    for config_class in EXPECTED:
+        for info in describe(config_class):
+            row = next(line for line in text.splitlines() if line.startswith(f"| `{info.key}` |"))
+            assert f"`{render_value(info.default)}`" in row.replace("\\|", "|")
+            if info.kafka is not None and info.kafka != info.key:
+                assert f"`{info.kafka}`" in row
+
+
+def test_check_fails_on_a_stale_file_and_writing_fixes_it(tmp_path: Path) -> None:
+    output = tmp_path / "configuration.md"
+    output.write_text("# outdated\n", encoding="utf-8")
+    assert main(["--check", "--output", str(output)]) == 1
+    assert main(["--output", str(output)]) == 0
+    assert output.read_text(encoding="utf-8") == render(discover())
+    assert main(["--check", "--output", str(output)]) == 0
+
+
+def test_discovery_does_not_import_pyspark() -> None:
+    script = (
+        "import sys\n"
+        "from proxy.config_reference import discover\n"
+        "assert len(discover()) >= 7\n"
+        "assert 'pyspark' not in sys.modules, 'config discovery imported PySpark'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (None, "unset"),
+        (True, "true"),
+        (False, "false"),
+        ("", '""'),
+        ("local", '"local"'),
+        ((), "[]"),
+        (500, "500"),
+        (0.2, "0.2"),
+        (2**63 - 1, "9223372036854775807 (no limit)"),
+    ],
+)
+def test_defaults_render_as_toml(value: object, text: str) -> None:
+    assert render_value(value) == text
