@@ -30,7 +30,7 @@ import os
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from cachetools import LRUCache
 
@@ -176,11 +176,11 @@ class ChunkCache:
             self._start_prefetch(metadata, index)
 
     async def close(self) -> None:
-        """Cancel loads still in flight and wait for them to finish."""
-        tasks: list[asyncio.Task[Any]] = [*self._inflight.values(), *self._background]
-        for task in tasks:
+        """Cancel loads still in flight, and let disk-tier writes already started finish."""
+        loads = list(self._inflight.values())
+        for task in loads:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*loads, *self._background, return_exceptions=True)
 
     # -- internals ----------------------------------------------------------------------
 

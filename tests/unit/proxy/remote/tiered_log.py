@@ -9,7 +9,7 @@ production classes, so a read goes through exactly the code the proxy runs.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from storage.model import (
 )
 from storage.remote_reader import RemoteLogReader
 from storage.rlmm.cache import RemoteLogMetadataCache
+from storage.rsm.base import RemoteStorageManager
 from storage.rsm.local import LocalRemoteStorage
 from storage.segment.builder import SegmentBuilder
 
@@ -108,15 +109,22 @@ class TieredLog:
         chunk_bytes: int = 64 * 1024,
         prefetch_chunks: int = 0,
         chunk_cache_bytes: int | None = None,
+        wrap: Callable[[LocalRemoteStorage], RemoteStorageManager] | None = None,
     ) -> TieredLog:
+        """A fresh, empty remote tier under ``root``.
+
+        :param wrap: what the caches read through instead of the storage itself (tests
+            wrap it to inject latency and faults); copies always go to the storage.
+        """
         rsm = LocalRemoteStorage(root)
+        reads: RemoteStorageManager = rsm if wrap is None else wrap(rsm)
         chunks = ChunkCache(
-            rsm,
+            reads,
             max_bytes=64 * chunk_bytes if chunk_cache_bytes is None else chunk_cache_bytes,
             chunk_bytes=chunk_bytes,
             prefetch_chunks=prefetch_chunks,
         )
-        indexes = RemoteIndexCache(rsm, max_bytes=1 << 24, ttl_seconds=3600)
+        indexes = RemoteIndexCache(reads, max_bytes=1 << 24, ttl_seconds=3600)
         metadata = RemoteLogMetadataCache()
         reader = RemoteLogReader(metadata=metadata, indexes=indexes, chunks=chunks)
         return cls(rsm=rsm, metadata=metadata, indexes=indexes, chunks=chunks, reader=reader)

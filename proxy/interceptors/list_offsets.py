@@ -1,0 +1,192 @@
+"""ListOffsets v1-v10 over the whole log (KIP-405 "ListOffsets"; DESIGN.md's sentinel table).
+
+Every partition still goes to the broker, so its authorisation, leadership and
+``current_leader_epoch`` checks decide first; a partition the broker answers with an error
+keeps it. Sentinels the broker may not know are asked as ones it does (see
+:mod:`proxy.remote.offsets`), and the answers of tiered partitions are then completed from
+the remote tier: the remote log start for EARLIEST, the highest tiered offset for
+LATEST_TIERED, and for a timestamp the first remote record at or after it (found in the
+remote time indexes), when that comes before the broker's answer.
+
+A timestamp lookup reads remote index files and a few batches; if remote storage fails or
+takes longer than ``remote.fetch.max.wait.ms`` (at least a second: a lookup may need
+several reads), the partition is answered KAFKA_STORAGE_ERROR, which clients retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from cachetools import LRUCache
+
+from protocol.errors import KafkaError
+from protocol.indexes import CorruptIndexError
+from protocol.messages import ApiKey, ErrorCode
+from protocol.records import CorruptRecordBatchError
+from proxy.interceptors.base import Answer, Call
+from proxy.logs import event
+from proxy.remote.offsets import BrokerAnswer, OffsetQuery, RemoteRange, answer, plan
+from proxy.remote.tier import RemoteTier
+from storage.model import TopicIdPartition
+from storage.remote_reader import TimestampAndOffset
+from storage.rsm.base import RemoteStorageError
+
+__all__ = ["ListOffsetsInterceptor"]
+
+_log = logging.getLogger("tierproxy.list_offsets")
+
+_FIRST_EPOCH_VERSION: Final = 4
+_MIN_LOOKUP_SECONDS: Final = 1.0
+_PLANS_KEPT: Final = 100_000
+_STORAGE_ERROR = ErrorCode(int(KafkaError.KAFKA_STORAGE_ERROR))
+
+_Key = tuple[str, int]
+_BROKER_ANSWERS: Final = frozenset({OffsetQuery.BROKER, OffsetQuery.EARLIEST_LOCAL})
+"""Queries whose answer is the broker's own (EARLIEST_LOCAL was asked as EARLIEST)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Query:
+    query: OffsetQuery
+    timestamp: int
+
+
+class ListOffsetsInterceptor:
+    """Answers ListOffsets for tiered partitions over the whole log."""
+
+    def __init__(self, tier: RemoteTier) -> None:
+        self._tier = tier
+        self._plans: LRUCache[tuple[int, int], dict[_Key, _Query]] = LRUCache(_PLANS_KEPT)
+
+    @property
+    def versions(self) -> Mapping[ApiKey, range]:
+        return {ApiKey.LIST_OFFSETS: range(1, 11)}
+
+    @property
+    def needs_request(self) -> bool:
+        return True
+
+    def on_request(self, call: Call) -> Any | Answer:
+        request = call.request
+        if request.replica_id >= 0:
+            return request  # a follower
+        version = call.header.api_version
+        queries: dict[_Key, _Query] = {}
+        topics = []
+        changed = False
+        for topic in request.topics:
+            parts = []
+            for part in topic.partitions:
+                query, forward = plan(
+                    part.timestamp,
+                    version,
+                    kip405_minus_3=self._tier.config.list_offsets_kip405_minus_3,
+                )
+                queries[(topic.name, part.partition_index)] = _Query(
+                    query=query, timestamp=part.timestamp
+                )
+                if forward != part.timestamp:
+                    changed = True
+                    part = dataclasses.replace(part, timestamp=forward)  # noqa: PLW2901
+                parts.append(part)
+            topics.append(dataclasses.replace(topic, partitions=tuple(parts)))
+        key = (call.connection.connection_id, call.header.correlation_id)
+        self._plans[key] = queries
+        if not changed:
+            return request
+        return dataclasses.replace(request, topics=tuple(topics))
+
+    async def on_response(self, call: Call, response: Any) -> Any:
+        queries = self._plans.pop((call.connection.connection_id, call.header.correlation_id), None)
+        if queries is None:
+            return response
+        version = call.header.api_version
+        jobs = []
+        for t, topic in enumerate(response.topics):
+            for p, part in enumerate(topic.partitions):
+                query = queries.get((topic.name, part.partition_index))
+                if query is None or int(part.error_code) != KafkaError.NONE:
+                    continue
+                tp = self._tier.partition(
+                    topic=topic.name, topic_id=None, partition=part.partition_index
+                )
+                remote = None if tp is None else self._tier.remote_range(tp)
+                if query.query in _BROKER_ANSWERS or (
+                    remote is None and query.query is not OffsetQuery.LATEST_TIERED
+                ):
+                    continue
+                jobs.append((t, p, self._answer(tp, query, part, remote, version)))
+        if not jobs:
+            return response
+        answers = await asyncio.gather(*(job for _t, _p, job in jobs))
+        topics = [list(topic.partitions) for topic in response.topics]
+        for (t, p, _job), new in zip(jobs, answers, strict=True):
+            topics[t][p] = new
+        return dataclasses.replace(
+            response,
+            topics=tuple(
+                dataclasses.replace(topic, partitions=tuple(parts))
+                for topic, parts in zip(response.topics, topics, strict=True)
+            ),
+        )
+
+    async def _answer(
+        self,
+        tp: TopicIdPartition | None,
+        query: _Query,
+        part: Any,
+        remote: RemoteRange | None,
+        version: int,
+    ) -> Any:
+        broker = BrokerAnswer(
+            timestamp=part.timestamp,
+            offset=part.offset,
+            leader_epoch=part.leader_epoch if version >= _FIRST_EPOCH_VERSION else -1,
+        )
+        found: BrokerAnswer | None = None
+        if query.query is OffsetQuery.TIMESTAMP and tp is not None and remote is not None:
+            try:
+                located = await self._lookup(tp, query.timestamp, remote)
+            except (
+                RemoteStorageError,
+                CorruptIndexError,
+                CorruptRecordBatchError,
+                TimeoutError,
+            ) as err:
+                event(
+                    _log,
+                    logging.WARNING,
+                    "remote.timestamp.failed",
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    timestamp=query.timestamp,
+                    error=repr(err),
+                )
+                if self._tier.metrics is not None:
+                    self._tier.metrics.errors.labels(tp.topic, "timestamp-lookup").inc()
+                return dataclasses.replace(part, error_code=_STORAGE_ERROR, offset=-1, timestamp=-1)
+            if located is not None:
+                found = BrokerAnswer(
+                    timestamp=located.timestamp,
+                    offset=located.offset,
+                    leader_epoch=-1 if located.leader_epoch is None else located.leader_epoch,
+                )
+        result = answer(query.query, broker, remote, found)
+        fields: dict[str, Any] = {"timestamp": result.timestamp, "offset": result.offset}
+        if version >= _FIRST_EPOCH_VERSION:
+            fields["leader_epoch"] = result.leader_epoch
+        return dataclasses.replace(part, **fields)
+
+    async def _lookup(
+        self, tp: TopicIdPartition, timestamp: int, remote: RemoteRange
+    ) -> TimestampAndOffset | None:
+        seconds = max(self._tier.config.max_wait_ms / 1000, _MIN_LOOKUP_SECONDS)
+        async with asyncio.timeout(seconds):
+            return await self._tier.reader.find_offset_by_timestamp(
+                tp, timestamp, lineage=remote.lineage
+            )

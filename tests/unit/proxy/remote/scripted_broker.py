@@ -1,0 +1,420 @@
+"""An IN-PROCESS SCRIPTED BROKER MODEL for the read-path interceptor tests (not Kafka).
+
+It plugs into the proxy tests' ``FakeBroker`` as its script and answers Fetch, ListOffsets
+and OffsetForLeaderEpoch from a small model of partitions whose *local* log starts at
+``local_start`` (everything below was "deleted after tiering"), the way Apache Kafka without
+tiered storage answers: OFFSET_OUT_OF_RANGE with unknown high watermark, last stable offset
+and log start below the local log; whole batches from the one holding the fetch offset,
+at least one for the first partition with data, cut mid-batch at the byte limits
+otherwise; incremental fetch sessions that answer only partitions with records or errors.
+Every decoded request is recorded so tests can check what the proxy forwarded.
+
+Also here: :class:`KafkaClient`, a bare client that sends kio-encoded requests through the
+proxy and decodes the answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime
+import itertools
+import struct
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.errors import KafkaError
+from protocol.frames import FrameDecoder
+from protocol.headers import (
+    RequestHeader,
+    encode_request_header,
+    parse_response_header,
+    response_header_version,
+)
+from protocol.indexes.leader_epoch_checkpoint import EpochEntry, end_offset_for_epoch
+from protocol.messages import (
+    ApiKey,
+    ErrorCode,
+    decode_request,
+    decode_response,
+    encode_request,
+    nested_class,
+    request_class,
+    response_class,
+)
+from protocol.records import iter_batches, parse_batch_header
+from proxy.server import ProxyServer
+from tests.unit.proxy.fake_broker import build, response_payload
+
+
+def err(code: KafkaError) -> ErrorCode:
+    return ErrorCode(int(code))
+
+
+@dataclass
+class ModelPartition:
+    """One partition of the model: the whole log's batches and where the local log starts."""
+
+    batches: list[bytes]
+    local_start: int = 0
+    lineage: tuple[EpochEntry, ...] = (EpochEntry(epoch=0, start_offset=0),)
+    error: KafkaError = KafkaError.NONE
+    """An error to answer every request for this partition with (leadership, ACLs, ...)."""
+
+    @property
+    def high_watermark(self) -> int:
+        return parse_batch_header(self.batches[-1]).next_offset if self.batches else 0
+
+    def read(self, offset: int, max_bytes: int, min_one: bool) -> bytes:
+        out = b""
+        for batch in self.batches:
+            header = parse_batch_header(batch)
+            if header.last_offset < offset or header.base_offset < self.local_start:
+                continue
+            if len(out) + len(batch) > max_bytes:
+                if not out and min_one:
+                    return batch
+                return out + batch[: max(0, max_bytes - len(out))]
+            out += batch
+        return out
+
+
+@dataclass
+class ScriptedBroker:
+    """Answers the read path's requests from :class:`ModelPartition` objects."""
+
+    partitions: dict[tuple[str, int], ModelPartition]
+    topic_ids: dict[str, uuid.UUID]
+    requests: list[tuple[int, int, Any]] = field(default_factory=list)
+    sessions: dict[int, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=dict)
+    delay: float = 0.0
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
+
+    def fetches(self) -> list[Any]:
+        return [body for key, _v, body in self.requests if key == ApiKey.FETCH]
+
+    async def script(self, header: RequestHeader, body: bytes) -> bytes | None:
+        request = decode_request(header.api_key, header.api_version, body)
+        self.requests.append((header.api_key, header.api_version, request))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if header.api_key == ApiKey.FETCH:
+            return response_payload(header, self._fetch(header.api_version, request))
+        if header.api_key == ApiKey.LIST_OFFSETS:
+            return response_payload(header, self._list_offsets(header.api_version, request))
+        if header.api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
+            return response_payload(header, self._epochs(header.api_version, request))
+        raise AssertionError(f"unexpected API {header.api_key}")
+
+    # -- Fetch ---------------------------------------------------------------------------
+
+    def _name(self, topic: Any, version: int) -> str:
+        if version >= 13:
+            names = {v: k for k, v in self.topic_ids.items()}
+            return names[topic.topic_id]
+        return str(topic.topic)
+
+    def _fetch(self, version: int, request: Any) -> Any:
+        wanted: dict[tuple[str, int], tuple[int, int]] = {}
+        for topic in request.topics:
+            for part in topic.partitions:
+                wanted[(self._name(topic, version), part.partition)] = (
+                    part.fetch_offset,
+                    part.partition_max_bytes,
+                )
+        session_id, incremental = 0, False
+        if version >= 7 and request.session_epoch == 0:
+            session_id = next(self._ids)
+            self.sessions[session_id] = dict(wanted)
+        elif version >= 7 and request.session_id and request.session_epoch > 0:
+            session = self.sessions.get(request.session_id)
+            if session is None:
+                return build(
+                    response_class(ApiKey.FETCH, version),
+                    throttle_time=datetime.timedelta(0),
+                    error_code=err(KafkaError.FETCH_SESSION_ID_NOT_FOUND),
+                    session_id=0,
+                    responses=(),
+                )
+            for topic in request.forgotten_topics_data:
+                for partition in topic.partitions:
+                    session.pop((self._name(topic, version), partition), None)
+            session.update(wanted)
+            wanted = dict(session)
+            session_id, incremental = request.session_id, True
+        body_class = response_class(ApiKey.FETCH, version)
+        topic_class = nested_class(body_class, "responses")
+        partition_class = nested_class(topic_class, "partitions")
+        budget = request.max_bytes
+        grouped: dict[str, list[Any]] = {}
+        min_one = True
+        for (name, index), (offset, max_bytes) in wanted.items():
+            model = self.partitions[(name, index)]
+            entry = self._partition(model, offset, min(max_bytes, max(budget, 0)), min_one)
+            records = entry["records"]
+            budget -= len(records)
+            min_one = min_one and not records
+            if incremental and not records and entry["error_code"] == err(KafkaError.NONE):
+                continue
+            grouped.setdefault(name, []).append(
+                build(partition_class, partition_index=index, aborted_transactions=None, **entry)
+            )
+        return build(
+            body_class,
+            throttle_time=datetime.timedelta(0),
+            error_code=err(KafkaError.NONE),
+            session_id=session_id,
+            responses=tuple(
+                build(
+                    topic_class,
+                    topic=name,
+                    topic_id=self.topic_ids.get(name),
+                    partitions=tuple(parts),
+                )
+                for name, parts in grouped.items()
+            ),
+        )
+
+    @staticmethod
+    def _partition(
+        model: ModelPartition, offset: int, max_bytes: int, min_one: bool
+    ) -> dict[str, Any]:
+        code: KafkaError = model.error
+        if code != KafkaError.NONE:
+            hw, lso, start, records = -1, -1, -1, b""
+        elif offset < model.local_start or offset > model.high_watermark:
+            code, hw, lso, start, records = KafkaError.OFFSET_OUT_OF_RANGE, -1, -1, -1, b""
+        else:
+            code, hw = KafkaError.NONE, model.high_watermark
+            lso, start = hw, model.local_start
+            records = model.read(offset, max_bytes, min_one)
+        return {
+            "error_code": err(code),
+            "high_watermark": hw,
+            "last_stable_offset": lso,
+            "log_start_offset": start,
+            "records": records,
+        }
+
+    # -- ListOffsets and OffsetForLeaderEpoch ---------------------------------------------
+
+    def _list_offsets(self, version: int, request: Any) -> Any:
+        body_class = response_class(ApiKey.LIST_OFFSETS, version)
+        topic_class = nested_class(body_class, "topics")
+        partition_class = nested_class(topic_class, "partitions")
+        topics = []
+        for topic in request.topics:
+            parts = []
+            for part in topic.partitions:
+                model = self.partitions[(topic.name, part.partition_index)]
+                code, timestamp, offset = KafkaError.NONE, -1, -1
+                if model.error != KafkaError.NONE:
+                    code = model.error
+                elif part.timestamp == -1:
+                    offset = model.high_watermark
+                elif part.timestamp == -2:
+                    offset = model.local_start
+                elif part.timestamp < 0:
+                    code = KafkaError.INVALID_REQUEST  # a broker that knows no other sentinel
+                else:
+                    timestamp, offset = self._by_time(model, part.timestamp)
+                epoch = -1
+                for entry in model.lineage:
+                    if 0 <= entry.start_offset <= offset:
+                        epoch = entry.epoch
+                parts.append(
+                    build(
+                        partition_class,
+                        partition_index=part.partition_index,
+                        error_code=err(code),
+                        timestamp=timestamp,
+                        offset=offset,
+                        leader_epoch=epoch,
+                    )
+                )
+            topics.append(topic_class(name=topic.name, partitions=tuple(parts)))
+        return build(body_class, throttle_time=datetime.timedelta(0), topics=tuple(topics))
+
+    @staticmethod
+    def _by_time(model: ModelPartition, target: int) -> tuple[int, int]:
+        for batch in model.batches:
+            header = parse_batch_header(batch)
+            if header.base_offset < model.local_start:
+                continue
+            for offset, timestamp in record_timestamps([batch]):
+                if timestamp >= target:
+                    return timestamp, offset
+        return -1, -1
+
+    def _epochs(self, version: int, request: Any) -> Any:
+        body_class = response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, version)
+        topic_class = nested_class(body_class, "topics")
+        partition_class = nested_class(topic_class, "partitions")
+        topics = []
+        for topic in request.topics:
+            parts = []
+            for part in topic.partitions:
+                model = self.partitions[(topic.topic, part.partition)]
+                local = [e for e in model.lineage if e.start_offset >= model.local_start]
+                earlier = [e for e in model.lineage if e.start_offset < model.local_start]
+                if earlier:
+                    local.insert(
+                        0, EpochEntry(epoch=earlier[-1].epoch, start_offset=model.local_start)
+                    )
+                epoch, end = end_offset_for_epoch(local, part.leader_epoch, model.high_watermark)
+                parts.append(
+                    partition_class(
+                        error_code=err(model.error),
+                        partition=part.partition,
+                        leader_epoch=epoch,
+                        end_offset=end,
+                    )
+                )
+            topics.append(topic_class(topic=topic.topic, partitions=tuple(parts)))
+        return build(body_class, throttle_time=datetime.timedelta(0), topics=tuple(topics))
+
+
+def record_timestamps(batches: Sequence[bytes]) -> list[tuple[int, int]]:
+    from aiokafka.record.default_records import DefaultRecordBatch
+
+    return [
+        (record.offset, record.timestamp)
+        for batch in batches
+        for record in DefaultRecordBatch(bytearray(batch))
+    ]
+
+
+# -- client --------------------------------------------------------------------------------
+
+
+class KafkaClient:
+    """Sends kio requests through the proxy and decodes the responses."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._decoder = FrameDecoder(1 << 30)
+        self._ids = itertools.count(1)
+
+    @classmethod
+    async def connect(cls, server: ProxyServer) -> KafkaClient:
+        address = server.routes[0].advertised
+        reader, writer = await asyncio.open_connection(address.host, address.port)
+        return cls(reader, writer)
+
+    async def call(self, api_key: int, version: int, body: Any, seconds: float = 5.0) -> Any:
+        correlation_id = next(self._ids)
+        payload = encode_request_header(api_key, version, correlation_id, "test")
+        payload += encode_request(body)
+        self._writer.write(struct.pack(">i", len(payload)) + payload)
+        await self._writer.drain()
+        answer = await self._receive(seconds)
+        header_version = response_header_version(api_key, version)
+        assert header_version is not None
+        got, size = parse_response_header(answer, header_version)
+        assert got == correlation_id
+        return decode_response(api_key, version, memoryview(answer)[size:])
+
+    async def _receive(self, seconds: float) -> bytes:
+        async with asyncio.timeout(seconds):
+            while True:
+                frame = self._decoder.next_frame()
+                if isinstance(frame, bytes):
+                    return frame
+                assert frame is None, frame
+                data = await self._reader.read(1 << 20)
+                if not data:
+                    raise ConnectionError("proxy closed the connection")
+                self._decoder.feed(data)
+
+    async def close(self) -> None:
+        self._writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self._writer.wait_closed()
+
+
+def fetch_request(
+    version: int,
+    partitions: Sequence[tuple[str | uuid.UUID, int, int, int]],
+    *,
+    max_bytes: int = 1 << 20,
+    max_wait_ms: int = 500,
+    isolation_level: int = 0,
+    session_id: int = 0,
+    session_epoch: int = -1,
+    forgotten: Sequence[tuple[str | uuid.UUID, int]] = (),
+    replica_id: int = -1,
+) -> Any:
+    """A consumer Fetch of ``(topic or topic id, partition, offset, max bytes)``."""
+    body_class = request_class(ApiKey.FETCH, version)
+    topic_class = nested_class(body_class, "topics")
+    partition_class = nested_class(topic_class, "partitions")
+    grouped: dict[str | uuid.UUID, list[Any]] = {}
+    for topic, index, offset, limit in partitions:
+        grouped.setdefault(topic, []).append(
+            build(
+                partition_class,
+                partition=index,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=limit,
+                replica_directory_id=None,
+            )
+        )
+    forgotten_class = nested_class(body_class, "forgotten_topics_data") if version >= 7 else None
+    forgotten_grouped: dict[str | uuid.UUID, list[int]] = {}
+    for topic, index in forgotten:
+        forgotten_grouped.setdefault(topic, []).append(index)
+    replica_state = None
+    if version >= 15:
+        replica_state = nested_class(body_class, "replica_state")(
+            replica_id=replica_id, replica_epoch=-1
+        )
+    return build(
+        body_class,
+        cluster_id=None,
+        replica_id=replica_id,
+        replica_state=replica_state,
+        max_wait=datetime.timedelta(milliseconds=max_wait_ms),
+        min_bytes=1,
+        max_bytes=max_bytes,
+        isolation_level=isolation_level,
+        session_id=session_id,
+        session_epoch=session_epoch,
+        topics=tuple(
+            build(topic_class, topic=t, topic_id=t, partitions=tuple(parts))
+            for t, parts in grouped.items()
+        ),
+        forgotten_topics_data=tuple(
+            build(forgotten_class, topic=t, topic_id=t, partitions=tuple(p))
+            for t, p in forgotten_grouped.items()
+        )
+        if forgotten_class is not None
+        else (),
+        rack_id="",
+    )
+
+
+def batches_of(records: bytes | None) -> list[bytes]:
+    """The whole batches of a records field."""
+    data = records or b""
+    return [data[p : p + h.size] for p, h in iter_batches(data)]
+
+
+def partitions_of(response: Any) -> dict[tuple[Any, int], Any]:
+    """Response partitions by (topic name or id, partition)."""
+    out = {}
+    for topic in response.responses:
+        key = getattr(topic, "topic_id", None) or getattr(topic, "topic", None)
+        for part in topic.partitions:
+            out[(key, part.partition_index)] = part
+    return out
+
+
+def replace_error(model: ModelPartition, error: KafkaError) -> ModelPartition:
+    return dataclasses.replace(model, error=error)

@@ -1,0 +1,430 @@
+"""The Fetch interceptor in a real proxy in front of an IN-PROCESS SCRIPTED BROKER MODEL.
+
+The remote tier is real (segment builder, local-directory RSM, metadata cache, caches); the
+broker is :mod:`tests.unit.proxy.remote.scripted_broker`, whose local log starts after the
+tiered range, so consumers from offset 0 take the OFFSET_OUT_OF_RANGE branch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from protocol.errors import KafkaError
+from protocol.messages import ApiKey
+from protocol.records import ControlType, parse_batch_header
+from proxy.interceptors.fetch import FetchInterceptor, MetadataTopicIds
+from proxy.interceptors.list_offsets import ListOffsetsInterceptor
+from proxy.interceptors.offset_for_leader_epoch import OffsetForLeaderEpochInterceptor
+from proxy.remote.config import RemoteFetchConfig
+from proxy.remote.metrics import RemoteMetrics
+from proxy.remote.tier import RemoteTier
+from proxy.server import ProxyServer
+from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
+from storage.rsm.base import RemoteStorageError
+from storage.rsm.local import LocalRemoteStorage
+from tests.unit.proxy.fake_broker import FakeBroker
+from tests.unit.proxy.remote.scripted_broker import (
+    KafkaClient,
+    ModelPartition,
+    ScriptedBroker,
+    batches_of,
+    fetch_request,
+    partitions_of,
+)
+from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch, marker
+
+TOPIC = TP.topic
+TIERED_END = 29
+LAST = 39
+
+
+class FaultyStorage:
+    """The real local-directory RSM with injectable latency and failures."""
+
+    def __init__(self, inner: LocalRemoteStorage) -> None:
+        self.inner = inner
+        self.delay = 0.0
+        self.error: RemoteStorageError | None = None
+
+    async def _fault(self) -> None:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.error is not None:
+            raise self.error
+
+    async def copy_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
+    ) -> None:
+        await self.inner.copy_log_segment(metadata, data)
+
+    async def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
+    ) -> bytes:
+        await self._fault()
+        return await self.inner.fetch_log_segment(metadata, start, end)
+
+    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        await self._fault()
+        return await self.inner.fetch_index(metadata, index_type)
+
+    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        await self.inner.delete_log_segment(metadata)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@dataclass
+class Env:
+    log: TieredLog
+    broker: ScriptedBroker
+    model: ModelPartition
+    tier: RemoteTier
+    proxy: ProxyServer
+    client: KafkaClient
+    storage: FaultyStorage
+    all_batches: list[bytes]
+
+
+EnvFactory = Callable[..., Any]
+
+
+@pytest.fixture
+async def make_env(
+    tmp_path: Path, fake_broker: FakeBroker, make_proxy: Any
+) -> AsyncIterator[EnvFactory]:
+    made: list[Env] = []
+
+    async def make(
+        *,
+        segments: list[list[bytes]] | None = None,
+        local: list[bytes] | None = None,
+        local_start: int = TIERED_END + 1,
+        **settings: Any,
+    ) -> Env:
+        if segments is None:
+            batches = [data_batch(o, 2, value_size=50) for o in range(0, TIERED_END + 1, 2)]
+            segments = [batches[0:5], batches[5:10], batches[10:15]]
+        if local is None:
+            local = [data_batch(o, 2, value_size=50) for o in range(TIERED_END + 1, LAST + 1, 2)]
+        wrappers: list[FaultyStorage] = []
+
+        def wrap(inner: LocalRemoteStorage) -> FaultyStorage:
+            wrappers.append(FaultyStorage(inner))
+            return wrappers[0]
+
+        log = TieredLog.create(tmp_path / f"remote{len(made)}", chunk_bytes=512, wrap=wrap)
+        storage = wrappers[0]
+        for batches in segments:
+            await log.copy(batches)
+        all_batches = [b for batches in segments for b in batches] + local
+        model = ModelPartition(batches=all_batches, local_start=local_start)
+        broker = ScriptedBroker(partitions={(TOPIC, 0): model}, topic_ids={TOPIC: TP.topic_id})
+        fake_broker.script = broker.script
+        tier = RemoteTier(
+            config=RemoteFetchConfig(**settings),
+            metadata=log.metadata,
+            indexes=log.indexes,
+            chunks=log.chunks,
+            metrics=RemoteMetrics(CollectorRegistry()),
+        )
+        tier.start()
+        proxy = await make_proxy(
+            fake_broker,
+            interceptors=(
+                MetadataTopicIds(tier),
+                FetchInterceptor(tier),
+                ListOffsetsInterceptor(tier),
+                OffsetForLeaderEpochInterceptor(tier),
+            ),
+        )
+        client = await KafkaClient.connect(proxy)
+        env = Env(
+            log=log,
+            broker=broker,
+            model=model,
+            tier=tier,
+            proxy=proxy,
+            client=client,
+            storage=storage,
+            all_batches=all_batches,
+        )
+        made.append(env)
+        return env
+
+    yield make
+    for env in made:
+        await env.client.close()
+        await env.tier.close()
+        await env.log.close()
+
+
+async def fetch(env: Env, version: int, offset: int, **options: Any) -> Any:
+    topic: str | uuid.UUID = TP.topic_id if version >= 13 else TOPIC
+    max_partition = options.pop("partition_max_bytes", 1 << 20)
+    response = await env.client.call(
+        ApiKey.FETCH,
+        version,
+        fetch_request(version, [(topic, 0, offset, max_partition)], **options),
+    )
+    return response
+
+
+def only(response: Any) -> Any:
+    (part,) = partitions_of(response).values()
+    return part
+
+
+async def consume(env: Env, version: int, **options: Any) -> list[bytes]:
+    """Fetch from offset 0 to the high watermark, sessionless; the batches received."""
+    offset, got = 0, []
+    for _ in range(100):
+        part = only(await fetch(env, version, offset, **options))
+        assert part.error_code == KafkaError.NONE, part
+        batches = batches_of(part.records)
+        assert batches, f"no progress at {offset}"
+        got += batches
+        offset = parse_batch_header(batches[-1]).next_offset
+        if offset > LAST:
+            return got
+    raise AssertionError("did not reach the end")
+
+
+@pytest.mark.parametrize("version", [4, 7, 11, 12, 13, 15, 17])
+async def test_consumers_from_offset_0_get_every_batch_once(
+    make_env: EnvFactory, version: int
+) -> None:
+    env = await make_env()
+    assert await consume(env, version) == env.all_batches
+
+
+async def test_out_of_range_partitions_get_remote_batches_with_the_whole_log_start(
+    make_env: EnvFactory,
+) -> None:
+    env = await make_env()
+    first = only(await fetch(env, 12, 3))
+    assert first.error_code == KafkaError.NONE
+    assert batches_of(first.records) == env.all_batches[1:5]  # one segment per read
+    assert first.log_start_offset == 0
+    assert first.preferred_read_replica == -1
+    assert first.high_watermark == -1  # a Kafka broker reports none with OFFSET_OUT_OF_RANGE
+    # From now on the proxy probes the broker past the remote tier: real offsets come back.
+    second = only(await fetch(env, 12, 10))
+    assert (second.high_watermark, second.last_stable_offset) == (LAST + 1, LAST + 1)
+    assert second.log_start_offset == 0
+    forwarded = env.broker.fetches()[-1].topics[0].partitions[0]
+    assert (forwarded.fetch_offset, forwarded.partition_max_bytes) == (TIERED_END + 1, 1)
+    assert env.broker.fetches()[-1].min_bytes == 0
+    # Past the remote tier the broker serves the client's own position again.
+    local = only(await fetch(env, 12, TIERED_END + 1))
+    assert batches_of(local.records) == env.all_batches[15:]
+    assert local.log_start_offset == 0
+    assert env.broker.fetches()[-1].topics[0].partitions[0].fetch_offset == TIERED_END + 1
+
+
+async def test_offsets_outside_the_tiers_stay_out_of_range(make_env: EnvFactory) -> None:
+    env = await make_env(local_start=TIERED_END + 1)
+    part = only(await fetch(env, 12, LAST + 5))
+    assert part.error_code == KafkaError.OFFSET_OUT_OF_RANGE
+    assert not part.records
+
+
+async def test_byte_limits_hold_across_the_response(make_env: EnvFactory) -> None:
+    env = await make_env()
+    size = len(env.all_batches[0])
+    part = only(await fetch(env, 12, 0, partition_max_bytes=3 * size + 5))
+    assert batches_of(part.records) == env.all_batches[0:3]
+    part = only(await fetch(env, 12, 0, max_bytes=2 * size))
+    assert batches_of(part.records) == env.all_batches[0:2]
+    # KIP-74: an otherwise empty response carries the first batch, however large.
+    part = only(await fetch(env, 12, 0, max_bytes=1, partition_max_bytes=1))
+    assert batches_of(part.records) == env.all_batches[0:1]
+
+
+async def test_offload_serves_tiered_ranges_the_broker_still_has(make_env: EnvFactory) -> None:
+    env = await make_env(local_start=0, offload_enable=True)
+    assert await consume(env, 12) == env.all_batches
+    served = [
+        f.topics[0].partitions[0]
+        for f in env.broker.fetches()
+        if f.topics[0].partitions[0].partition_max_bytes == 1
+    ]
+    assert served, "the broker was never spared a tiered read"
+    assert all(p.fetch_offset == TIERED_END + 1 for p in served)
+
+
+async def test_offload_lag_threshold(make_env: EnvFactory) -> None:
+    env = await make_env(local_start=0, offload_enable=True, offload_min_lag_records=25)
+    await fetch(env, 12, 0)  # learns the high watermark from the broker
+    await fetch(env, 12, 20)
+    assert env.broker.fetches()[-1].topics[0].partitions[0].fetch_offset == 20
+    await fetch(env, 12, 10)
+    assert env.broker.fetches()[-1].topics[0].partitions[0].fetch_offset == TIERED_END + 1
+
+
+async def test_read_committed_gets_the_remote_aborted_transactions(make_env: EnvFactory) -> None:
+    pid = 11
+    segments = [
+        [data_batch(0, 2, producer_id=pid, transactional=True), data_batch(2, 2)],
+        [marker(4, pid, ControlType.ABORT), data_batch(5, 1)],
+    ]
+    local = [data_batch(6, 2)]
+    env = await make_env(segments=segments, local=local, local_start=6)
+    part = only(await fetch(env, 12, 0, isolation_level=1))
+    assert batches_of(part.records) == segments[0]
+    assert [(t.producer_id, t.first_offset) for t in part.aborted_transactions] == [(pid, 0)]
+    uncommitted = only(await fetch(env, 12, 0))
+    assert uncommitted.aborted_transactions is None
+
+
+async def test_storage_failure_is_a_retriable_error_then_recovers(make_env: EnvFactory) -> None:
+    env = await make_env()
+    env.storage.error = RemoteStorageError("store down", retriable=True)
+    part = only(await fetch(env, 12, 0))
+    assert part.error_code == KafkaError.KAFKA_STORAGE_ERROR
+    assert not part.records
+    env.storage.error = None
+    assert await consume(env, 12) == env.all_batches
+
+
+async def test_slow_storage_returns_within_max_wait_and_warms_the_cache(
+    make_env: EnvFactory,
+) -> None:
+    env = await make_env(max_wait_ms=100)
+    env.storage.delay = 0.3  # per GET: the offset index, then the chunk
+    started = time.monotonic()
+    part = only(await fetch(env, 12, 0, max_wait_ms=5000))
+    assert time.monotonic() - started < 0.28
+    assert part.error_code == KafkaError.NONE
+    assert not part.records
+    assert env.tier.purgatory.expirations == 1
+    await asyncio.sleep(0.7)
+    env.storage.delay = 0
+    part = only(await fetch(env, 12, 0))
+    assert batches_of(part.records)[0] == env.all_batches[0]
+
+
+async def test_the_request_max_wait_bounds_the_wait_too(make_env: EnvFactory) -> None:
+    env = await make_env(max_wait_ms=5000)
+    env.storage.delay = 0.5
+    started = time.monotonic()
+    part = only(await fetch(env, 12, 0, max_wait_ms=50))
+    assert time.monotonic() - started < 0.45
+    assert not part.records
+
+
+async def test_a_full_reader_queue_gives_retriable_errors(make_env: EnvFactory) -> None:
+    env = await make_env(reader_threads=1, reader_max_pending_tasks=0)
+    env.storage.delay = 0.3
+    other = await KafkaClient.connect(env.proxy)
+    try:
+        first = asyncio.create_task(fetch(env, 12, 0))
+        await asyncio.sleep(0.05)
+        topic_request = fetch_request(12, [(TOPIC, 0, 0, 1 << 20)])
+        part = only(await other.call(ApiKey.FETCH, 12, topic_request))
+        assert part.error_code == KafkaError.KAFKA_STORAGE_ERROR
+        assert env.tier.pool.rejected == 1
+        await first
+    finally:
+        await other.close()
+
+
+async def test_a_deleted_segment_is_out_of_range(make_env: EnvFactory) -> None:
+    env = await make_env()
+    await env.log.rsm.delete_log_segment(env.log.segments[0])
+    part = only(await fetch(env, 12, 0))
+    assert part.error_code == KafkaError.OFFSET_OUT_OF_RANGE
+
+
+async def test_broker_errors_pass_through_without_remote_data(make_env: EnvFactory) -> None:
+    env = await make_env()
+    env.model.error = KafkaError.NOT_LEADER_OR_FOLLOWER
+    part = only(await fetch(env, 12, 0))
+    assert part.error_code == KafkaError.NOT_LEADER_OR_FOLLOWER
+    assert not part.records
+    env.model.error = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    part = only(await fetch(env, 12, 10))
+    assert part.error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+async def test_quota_answers_empty_without_error(make_env: EnvFactory) -> None:
+    env = await make_env(fetch_max_bytes_per_second=1, fetch_quota_window_num=2)
+    part = only(await fetch(env, 12, 0))
+    assert batches_of(part.records)
+    part = only(await fetch(env, 12, 10))
+    assert part.error_code == KafkaError.NONE
+    assert not part.records
+    assert env.tier.quota.throttled == 1
+
+
+async def test_followers_pass_through_untouched(make_env: EnvFactory) -> None:
+    env = await make_env()
+    part = only(await fetch(env, 12, 0, replica_id=2))
+    assert part.error_code == KafkaError.OFFSET_OUT_OF_RANGE
+
+
+async def test_incremental_sessions_continue_after_remote_reads(make_env: EnvFactory) -> None:
+    env = await make_env()
+    first = await fetch(env, 12, 0, session_id=0, session_epoch=0)
+    session = first.session_id
+    assert session
+    got = batches_of(only(first).records)
+    offset = parse_batch_header(got[-1]).next_offset
+    epoch = 1
+    while offset <= LAST:
+        response = await fetch(env, 12, offset, session_id=session, session_epoch=epoch)
+        epoch += 1
+        batches = batches_of(only(response).records)
+        got += batches
+        offset = parse_batch_header(batches[-1]).next_offset
+    assert got == env.all_batches
+    # A session partition the client does not list, still in the remote tier: the broker
+    # answers nothing for its probe position and the proxy adds the remote data.
+    restart = await fetch(env, 12, 0, session_id=0, session_epoch=0)
+    session = restart.session_id
+    empty = fetch_request(12, [], session_id=session, session_epoch=1)
+    answer = await env.client.call(ApiKey.FETCH, 12, empty)
+    assert batches_of(only(answer).records) == env.all_batches[0:5]
+
+
+async def test_unknown_incremental_sessions_are_refused(make_env: EnvFactory) -> None:
+    env = await make_env()
+    response = await fetch(env, 12, 0, session_id=77, session_epoch=3)
+    assert response.error_code == KafkaError.FETCH_SESSION_ID_NOT_FOUND
+    assert not env.broker.fetches()
+
+
+async def test_fetches_of_untiered_topics_are_forwarded_unchanged(make_env: EnvFactory) -> None:
+    env = await make_env()
+    env.broker.partitions[("plain", 0)] = ModelPartition(batches=[data_batch(0, 3)])
+    response = await env.client.call(
+        ApiKey.FETCH, 12, fetch_request(12, [("plain", 0, 0, 1 << 20)])
+    )
+    assert batches_of(only(response).records) == [data_batch(0, 3)]
+    assert env.broker.fetches()[-1].min_bytes == 1
+
+
+async def test_a_recreated_topic_does_not_serve_the_old_topics_data(make_env: EnvFactory) -> None:
+    env = await make_env()
+    env.tier.observe_topic(TOPIC, uuid.uuid4())
+    part = only(await fetch(env, 12, 0))
+    assert part.error_code == KafkaError.OFFSET_OUT_OF_RANGE
+
+
+async def test_metrics_count_remote_reads(make_env: EnvFactory) -> None:
+    env = await make_env()
+    await consume(env, 12)
+    assert env.tier.metrics is not None
+    assert env.tier.metrics.requests.labels(TOPIC)._value.get() >= 3
+    assert env.tier.metrics.bytes.labels(TOPIC)._value.get() == sum(
+        len(b) for b in env.all_batches[:15]
+    )
