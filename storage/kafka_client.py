@@ -154,6 +154,8 @@ class FetchedPartition:
     log_start_offset: int
     """-1 where the broker does not report one."""
     records: bytes
+    aborted_transactions: tuple[tuple[int, int], ...] = ()
+    """``(producer id, first offset)`` of aborted transactions in range (READ_COMMITTED)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -606,6 +608,10 @@ class KafkaClient:
                 last_stable_offset=int(getattr(p, "last_stable_offset", -1)),
                 log_start_offset=int(getattr(p, "log_start_offset", -1)),
                 records=bytes(p.records or b""),
+                aborted_transactions=tuple(
+                    (int(a.producer_id), int(a.first_offset))
+                    for a in (p.aborted_transactions or ())
+                ),
             )
             for t in response.responses
             for p in t.partitions

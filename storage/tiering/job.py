@@ -114,11 +114,16 @@ async def open_pipeline(
     spark: Any,
     *,
     console: Console | None = None,
-    storage_factory: StorageFactory | None = None,
+    task_storage_factory: StorageFactory | None = None,
     rlmm: MetadataManager | None = None,
     clock: Callable[[], int] = wall_clock_ms,
 ) -> AsyncIterator[TieringPipeline]:
-    """A ready :class:`TieringPipeline` with its clients, closed on exit."""
+    """A ready :class:`TieringPipeline` with its clients, closed on exit.
+
+    :param task_storage_factory: how copy tasks build their remote storage manager (a seam
+        for storage plugins and fault injection); the driver always uses the configured one.
+    :param rlmm: a metadata manager to share; by default one is started and closed here.
+    """
     from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager  # noqa: PLC0415
     from storage.rsm.factory import create_remote_storage  # noqa: PLC0415
 
@@ -135,7 +140,7 @@ async def open_pipeline(
         )
         await owned_rlmm.start()
         rlmm = owned_rlmm
-    rsm = (storage_factory or create_remote_storage)(settings.storage)
+    rsm = create_remote_storage(settings.storage)
     try:
         yield TieringPipeline(
             config=config,
@@ -146,7 +151,7 @@ async def open_pipeline(
             rsm=rsm,
             runner=SparkStageRunner(spark, console=console),
             metadata_topic=settings.metadata.topic_name,
-            storage_factory=storage_factory,
+            storage_factory=task_storage_factory,
             clock=clock,
         )
     finally:

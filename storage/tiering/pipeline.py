@@ -142,6 +142,17 @@ class MetadataManager(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ScanMemory:
+    """What the last read of a partition found, so a partition whose tail is still open is
+    not read again until enough new data can close a segment."""
+
+    start: int
+    end: int
+    size: int
+    first_max_timestamp: int | None
+
+
 @dataclass(slots=True, kw_only=True)
 class _Partition:
     """A tiered partition as the driver sees it in this cycle."""
@@ -157,6 +168,8 @@ class _Partition:
     first_max_timestamp: int | None = None
     bytes_per_offset: float = _DEFAULT_BYTES_PER_OFFSET
     windows: list[FetchWindow] = field(default_factory=list)
+    tail: _ScanMemory | None = None
+    """What stays untiered once this cycle's segments are copied."""
     error: str | None = None
 
     @property
@@ -164,17 +177,6 @@ class _Partition:
         if self.remote_end is None:
             return self.log_start
         return max(self.remote_end + 1, self.log_start)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _ScanMemory:
-    """What the last read of a partition found, so a partition whose tail is still open is
-    not read again until enough new data can close a segment."""
-
-    start: int
-    end: int
-    size: int
-    first_max_timestamp: int | None
 
 
 class TieringPipeline:
@@ -218,6 +220,7 @@ class TieringPipeline:
         self._reported: set[tuple[str, str]] = set()
         self._scans: dict[TopicIdPartition, _ScanMemory] = {}
         self._chains: dict[TopicIdPartition, tuple[uuid.UUID, ChainState]] = {}
+        self._final_states: dict[TopicIdPartition, ChainState] = {}
 
     @property
     def cache(self) -> RemoteLogMetadataCache:
@@ -646,7 +649,15 @@ class TieringPipeline:
         )
         if not segments:
             return []
-        chains, _ = fold_chain(await self._prior_state(p), spans, segments, events)
+        tail = spans[segments[-1].end_span :]
+        p.tail = _ScanMemory(
+            start=segments[-1].end_offset + 1,
+            end=complete_to,
+            size=sum(s.size for s in tail),
+            first_max_timestamp=tail[0].first_max_timestamp if tail else None,
+        )
+        chains, final = fold_chain(await self._prior_state(p), spans, segments, events)
+        self._final_states[p.tp] = final
         jobs = []
         for segment, chain in zip(segments, chains, strict=True):
             metadata = RemoteLogSegmentMetadata(
@@ -734,10 +745,22 @@ class TieringPipeline:
             topic_stats.bytes_copied += metadata.segment_size_in_bytes
         now = self._clock()
         await self._publish(_update(m, _S.COPY_SEGMENT_FINISHED, now) for m in finished)
+        last: dict[TopicIdPartition, RemoteLogSegmentMetadata] = {}
         for metadata in finished:
+            last[metadata.topic_id_partition] = metadata
+        for tp, metadata in last.items():
             owner = owners[metadata.segment_id.id]
             owner.remote_end = metadata.end_offset
-            self._scans.pop(owner.tp, None)
+            self._scans.pop(tp, None)
+            final = self._final_states.pop(tp, None)
+            if tp not in broken:
+                # All of the partition's segments made it: carry the state and the tail over.
+                if final is not None:
+                    self._chains[tp] = (metadata.segment_id.id, final)
+                if owner.tail is not None:
+                    self._scans[tp] = owner.tail
+        for tp in broken:
+            self._final_states.pop(tp, None)
 
     # -- retention ----------------------------------------------------------------------
 

@@ -64,6 +64,11 @@ class SparkStageRunner:
     def __init__(self, spark: Any, *, console: Console | None = None) -> None:
         self._sc = spark.sparkContext
         self._console = console or Console(stderr=True)
+        # PySpark's RDD API starts workers with PYSPARK_PYTHON only; honour the documented
+        # spark.pyspark.python setting too, so executors run the interpreter asked for.
+        python = self._sc.getConf().get("spark.pyspark.python")
+        if python:
+            self._sc.pythonExec = python
 
     @property
     def parallelism(self) -> int:
