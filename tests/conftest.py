@@ -60,8 +60,10 @@ def broker() -> Iterator[BrokerInfo]:
     server = broker_from_env(os.environ)
     try:
         info = server.start()
-        _started["broker"] = f"{info.kind} ({info.version}) at {info.bootstrap}, " + (
-            f"ready in {server.startup_seconds:.2f} s" if info.kind != "external" else "external"
+        _started["broker"] = (
+            f"external broker at {info.bootstrap} (KAFKA_BOOTSTRAP)"
+            if info.kind == "external"
+            else f"{info.version} at {info.bootstrap}, ready in {server.startup_seconds:.2f} s"
         )
         yield info
     finally:
@@ -94,7 +96,7 @@ def s3(request: pytest.FixtureRequest) -> S3Info:
     external = s3_info_from_env(os.environ)
     if external is not None:
         info = ExternalS3(external).start()
-        _started["s3"] = f"external S3 at {info.endpoint_url}"
+        _started["s3"] = f"external S3 at {info.endpoint_url} (S3_ENDPOINT)"
         return info
     server: SeaweedFS = request.getfixturevalue("_seaweedfs_server")
     return server.info
@@ -102,11 +104,14 @@ def s3(request: pytest.FixtureRequest) -> S3Info:
 
 @pytest.fixture
 def s3_bucket(s3: S3Info, request: pytest.FixtureRequest) -> Iterator[str]:
+    embedded: SeaweedFS | None = (
+        request.getfixturevalue("_seaweedfs_server") if s3.kind == "seaweedfs" else None
+    )
     name = f"t-{uuid.uuid4().hex[:16]}"
     create_bucket(s3, name)
     yield name
-    if s3.kind == "seaweedfs":
-        request.getfixturevalue("_seaweedfs_server").start()  # in case a test stopped it
+    if embedded is not None:
+        embedded.start()  # a no-op unless the test left it stopped
     delete_bucket(s3, name)
 
 

@@ -97,12 +97,15 @@ class ExternalS3(_Unmanaged):
 
         :raises ServerStartError: it does not.
         """
+        client = s3_client(self._info, timeout_s=5.0)
         try:
-            s3_answers(s3_client(self._info, timeout_s=5.0))
+            s3_answers(client)
         except Exception as err:  # botocore raises many unrelated types for "does not answer"
             raise ServerStartError(
                 f"S3_ENDPOINT={self._info.endpoint_url} does not answer ListBuckets: {err}"
             ) from err
+        finally:
+            client.close()
         return self._info
 
 

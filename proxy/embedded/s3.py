@@ -55,11 +55,14 @@ def create_bucket(info: S3Info, name: str) -> None:
 
     :raises botocore.exceptions.ClientError: the bucket exists or the name is invalid.
     """
-    client = s3_client(info)
     extra: dict[str, Any] = {}
     if info.region != _DEFAULT_REGION:
         extra["CreateBucketConfiguration"] = {"LocationConstraint": info.region}
-    client.create_bucket(Bucket=name, **extra)
+    client = s3_client(info)
+    try:
+        client.create_bucket(Bucket=name, **extra)
+    finally:
+        client.close()
 
 
 def delete_bucket(info: S3Info, name: str) -> None:
@@ -68,16 +71,19 @@ def delete_bucket(info: S3Info, name: str) -> None:
     :raises botocore.exceptions.ClientError: the bucket does not exist or cannot be deleted.
     """
     client = s3_client(info)
-    for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=name):
-        for upload in page.get("Uploads", ()):
-            client.abort_multipart_upload(
-                Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"]
-            )
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
-        keys = [{"Key": item["Key"]} for item in page.get("Contents", ())]
-        if keys:
-            client.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
-    client.delete_bucket(Bucket=name)
+    try:
+        for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=name):
+            for upload in page.get("Uploads", ()):
+                client.abort_multipart_upload(
+                    Bucket=name, Key=upload["Key"], UploadId=upload["UploadId"]
+                )
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
+            keys = [{"Key": item["Key"]} for item in page.get("Contents", ())]
+            if keys:
+                client.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
+        client.delete_bucket(Bucket=name)
+    finally:
+        client.close()
 
 
 def s3_info_from_env(environ: Mapping[str, str]) -> S3Info | None:

@@ -159,10 +159,13 @@ class SeaweedFS(EmbeddedServer):
         self._ports = ports
         self._process.start()
         client = s3_client(self.info, timeout_s=2.0)
-        self.startup_seconds = self._process.wait_ready(
-            lambda: _has_free_volume_slots(master) and s3_answers(client),
-            timeout_s=self._startup_timeout_s,
-        )
+        try:
+            self.startup_seconds = self._process.wait_ready(
+                lambda: _has_free_volume_slots(master) and s3_answers(client),
+                timeout_s=self._startup_timeout_s,
+            )
+        finally:
+            client.close()
         return self.info
 
     def _identities(self) -> dict[str, Any]:
