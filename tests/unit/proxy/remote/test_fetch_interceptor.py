@@ -10,193 +10,29 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from protocol.errors import KafkaError
 from protocol.messages import ApiKey
 from protocol.records import ControlType, parse_batch_header
-from proxy.interceptors.fetch import FetchInterceptor, MetadataTopicIds
-from proxy.interceptors.list_offsets import ListOffsetsInterceptor
-from proxy.interceptors.offset_for_leader_epoch import OffsetForLeaderEpochInterceptor
-from proxy.remote.config import RemoteFetchConfig
-from proxy.remote.metrics import RemoteMetrics
-from proxy.remote.tier import RemoteTier
-from proxy.server import ProxyServer
-from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteStorageError
-from storage.rsm.local import LocalRemoteStorage
-from tests.unit.proxy.fake_broker import FakeBroker
+from tests.unit.proxy.remote.env import (
+    LAST,
+    TIERED_END,
+    TOPIC,
+    EnvFactory,
+    consume,
+    fetch,
+    only,
+)
 from tests.unit.proxy.remote.scripted_broker import (
     KafkaClient,
     ModelPartition,
-    ScriptedBroker,
     batches_of,
     fetch_request,
-    partitions_of,
 )
-from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch, marker
-
-TOPIC = TP.topic
-TIERED_END = 29
-LAST = 39
-
-
-class FaultyStorage:
-    """The real local-directory RSM with injectable latency and failures."""
-
-    def __init__(self, inner: LocalRemoteStorage) -> None:
-        self.inner = inner
-        self.delay = 0.0
-        self.error: RemoteStorageError | None = None
-
-    async def _fault(self) -> None:
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        if self.error is not None:
-            raise self.error
-
-    async def copy_log_segment(
-        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
-    ) -> None:
-        await self.inner.copy_log_segment(metadata, data)
-
-    async def fetch_log_segment(
-        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
-    ) -> bytes:
-        await self._fault()
-        return await self.inner.fetch_log_segment(metadata, start, end)
-
-    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        await self._fault()
-        return await self.inner.fetch_index(metadata, index_type)
-
-    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
-        await self.inner.delete_log_segment(metadata)
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
-@dataclass
-class Env:
-    log: TieredLog
-    broker: ScriptedBroker
-    model: ModelPartition
-    tier: RemoteTier
-    proxy: ProxyServer
-    client: KafkaClient
-    storage: FaultyStorage
-    all_batches: list[bytes]
-
-
-EnvFactory = Callable[..., Any]
-
-
-@pytest.fixture
-async def make_env(
-    tmp_path: Path, fake_broker: FakeBroker, make_proxy: Any
-) -> AsyncIterator[EnvFactory]:
-    made: list[Env] = []
-
-    async def make(
-        *,
-        segments: list[list[bytes]] | None = None,
-        local: list[bytes] | None = None,
-        local_start: int = TIERED_END + 1,
-        **settings: Any,
-    ) -> Env:
-        if segments is None:
-            batches = [data_batch(o, 2, value_size=50) for o in range(0, TIERED_END + 1, 2)]
-            segments = [batches[0:5], batches[5:10], batches[10:15]]
-        if local is None:
-            local = [data_batch(o, 2, value_size=50) for o in range(TIERED_END + 1, LAST + 1, 2)]
-        wrappers: list[FaultyStorage] = []
-
-        def wrap(inner: LocalRemoteStorage) -> FaultyStorage:
-            wrappers.append(FaultyStorage(inner))
-            return wrappers[0]
-
-        log = TieredLog.create(tmp_path / f"remote{len(made)}", chunk_bytes=512, wrap=wrap)
-        storage = wrappers[0]
-        for batches in segments:
-            await log.copy(batches)
-        all_batches = [b for batches in segments for b in batches] + local
-        model = ModelPartition(batches=all_batches, local_start=local_start)
-        broker = ScriptedBroker(partitions={(TOPIC, 0): model}, topic_ids={TOPIC: TP.topic_id})
-        fake_broker.script = broker.script
-        tier = RemoteTier(
-            config=RemoteFetchConfig(**settings),
-            metadata=log.metadata,
-            indexes=log.indexes,
-            chunks=log.chunks,
-            metrics=RemoteMetrics(CollectorRegistry()),
-        )
-        tier.start()
-        proxy = await make_proxy(
-            fake_broker,
-            interceptors=(
-                MetadataTopicIds(tier),
-                FetchInterceptor(tier),
-                ListOffsetsInterceptor(tier),
-                OffsetForLeaderEpochInterceptor(tier),
-            ),
-        )
-        client = await KafkaClient.connect(proxy)
-        env = Env(
-            log=log,
-            broker=broker,
-            model=model,
-            tier=tier,
-            proxy=proxy,
-            client=client,
-            storage=storage,
-            all_batches=all_batches,
-        )
-        made.append(env)
-        return env
-
-    yield make
-    for env in made:
-        await env.client.close()
-        await env.tier.close()
-        await env.log.close()
-
-
-async def fetch(env: Env, version: int, offset: int, **options: Any) -> Any:
-    topic: str | uuid.UUID = TP.topic_id if version >= 13 else TOPIC
-    max_partition = options.pop("partition_max_bytes", 1 << 20)
-    response = await env.client.call(
-        ApiKey.FETCH,
-        version,
-        fetch_request(version, [(topic, 0, offset, max_partition)], **options),
-    )
-    return response
-
-
-def only(response: Any) -> Any:
-    (part,) = partitions_of(response).values()
-    return part
-
-
-async def consume(env: Env, version: int, **options: Any) -> list[bytes]:
-    """Fetch from offset 0 to the high watermark, sessionless; the batches received."""
-    offset, got = 0, []
-    for _ in range(100):
-        part = only(await fetch(env, version, offset, **options))
-        assert part.error_code == KafkaError.NONE, part
-        batches = batches_of(part.records)
-        assert batches, f"no progress at {offset}"
-        got += batches
-        offset = parse_batch_header(batches[-1]).next_offset
-        if offset > LAST:
-            return got
-    raise AssertionError("did not reach the end")
+from tests.unit.proxy.remote.tiered_log import data_batch, marker
 
 
 @pytest.mark.parametrize("version", [4, 7, 11, 12, 13, 15, 17])
