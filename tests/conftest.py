@@ -39,8 +39,8 @@ from proxy.embedded import (
     create_bucket,
     create_topic,
     delete_bucket,
+    s3_info_from_env,
 )
-from proxy.embedded.s3 import s3_info_from_env
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

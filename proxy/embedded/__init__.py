@@ -11,7 +11,7 @@ from proxy.embedded.info import BrokerInfo, BrokerKind, S3Info, S3Kind, probe_br
 from proxy.embedded.kafka import KafkaBroker
 from proxy.embedded.ports import LOOPBACK, free_port, free_ports
 from proxy.embedded.process import ManagedProcess, ServerStartError
-from proxy.embedded.s3 import create_bucket, delete_bucket, s3_client
+from proxy.embedded.s3 import create_bucket, delete_bucket, s3_client, s3_info_from_env
 from proxy.embedded.seaweedfs import SeaweedFS
 from proxy.embedded.tansu import TansuBroker
 from proxy.embedded.topics import create_topic
@@ -38,4 +38,5 @@ __all__ = [
     "probe_broker",
     "s3_client",
     "s3_from_env",
+    "s3_info_from_env",
 ]
