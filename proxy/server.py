@@ -48,9 +48,15 @@ class ProxyServer:
     address rewriting), so their ``on_response`` runs first.
     """
 
-    def __init__(self, config: ProxyConfig, *, interceptors: Sequence[Interceptor] = ()) -> None:
+    def __init__(
+        self,
+        config: ProxyConfig,
+        *,
+        interceptors: Sequence[Interceptor] = (),
+        metrics: ProxyMetrics | None = None,
+    ) -> None:
         self._config = config
-        self.metrics = ProxyMetrics()
+        self.metrics = ProxyMetrics() if metrics is None else metrics
         self._map = BrokerMap(
             listen=config.listener.address,
             advertised=config.advertised_base(),
@@ -208,17 +214,21 @@ class ProxyServer:
 
 
 async def run_until_stopped(
-    config: ProxyConfig, *, interceptors: Sequence[Interceptor] = ()
+    config: ProxyConfig,
+    *,
+    interceptors: Sequence[Interceptor] = (),
+    metrics: ProxyMetrics | None = None,
 ) -> None:
     """Run a proxy until SIGTERM or SIGINT, then shut it down gracefully.
 
     While no bootstrap broker answers, retries with backoff (and still stops on a signal).
+    ``metrics`` lets extensions (the remote tier) register their series in the same registry.
     """
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    server = ProxyServer(config, interceptors=interceptors)
+    server = ProxyServer(config, interceptors=interceptors, metrics=metrics)
     try:
         delay = _DISCOVERY_BACKOFF_S
         while True:
