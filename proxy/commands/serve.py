@@ -14,7 +14,7 @@ import uvloop
 
 from proxy.config import ProxyConfig, load_settings, proxy_config
 from proxy.logs import configure
-from proxy.server import run_until_stopped
+from proxy.remote.wiring import SERVE_CONFIG_CLASSES, check_remote_settings, serve
 from storage.config import ConfigError, describe
 
 __all__ = ["register", "run"]
@@ -110,13 +110,15 @@ def run(args: argparse.Namespace) -> int:
     Returns 2 for invalid settings, 0 after a graceful shutdown.
     """
     try:
-        from_file = load_settings(args.config, {})
-        config = proxy_config(load_settings(args.config, _overrides(args, from_file)))
+        from_file = load_settings(args.config, {}, SERVE_CONFIG_CLASSES)
+        settings = load_settings(args.config, _overrides(args, from_file), SERVE_CONFIG_CLASSES)
+        config = proxy_config(settings)
+        check_remote_settings(settings)
     except ConfigError as err:
         print(f"tierproxy serve: {err}", file=sys.stderr)
         return 2
     configure(config.log_level, config.log_format)
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(run_until_stopped(config))
+        runner.run(serve(config, settings))
     return 0

@@ -25,6 +25,14 @@ class RemoteFetchConfig:
     :raises ConfigError: for values out of range.
     """
 
+    enabled: bool = setting(
+        "remote.log.storage.system.enable",
+        False,
+        "Serve reads from the remote tier: start the remote storage manager, the metadata "
+        "manager (a consumer of the metadata topic) and the caches, and intercept Fetch, "
+        "ListOffsets and OffsetForLeaderEpoch. Off: a plain pass-through proxy.",
+        kafka="remote.log.storage.system.enable",
+    )
     max_wait_ms: int = setting(
         "remote.fetch.max.wait.ms",
         500,

@@ -1,0 +1,85 @@
+"""How ``tierproxy serve`` runs with the remote tier: settings, interceptors, lifetime.
+
+With ``remote.log.storage.system.enable = true`` the proxy builds the remote tier (storage
+manager, metadata manager consuming ``__remote_log_metadata``, index and chunk caches,
+reader pool) before it starts listening, registers the read-path interceptors, and closes
+the tier after the last connection is gone. Otherwise it runs as a plain pass-through
+proxy and never imports the storage clients' heavier parts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from proxy.config import CONFIG_CLASSES, ProxyConfig
+from proxy.interceptors.base import Interceptor
+from proxy.metrics import ProxyMetrics
+from proxy.remote.config import RemoteFetchConfig
+from proxy.server import run_until_stopped
+from storage.config import from_settings
+from storage.index_cache import IndexCacheConfig
+from storage.rlmm.config import RemoteLogMetadataConfig
+from storage.rsm.config import RemoteStorageConfig
+
+__all__ = ["SERVE_CONFIG_CLASSES", "check_remote_settings", "remote_interceptors", "serve"]
+
+SERVE_CONFIG_CLASSES: tuple[type[Any], ...] = (
+    *CONFIG_CLASSES,
+    RemoteFetchConfig,
+    RemoteStorageConfig,
+    RemoteLogMetadataConfig,
+    IndexCacheConfig,
+)
+"""Every settings class ``tierproxy serve`` reads (for unknown-key checks and help)."""
+
+
+def check_remote_settings(settings: Mapping[str, Any]) -> None:
+    """Build every remote-tier settings class once, so mistakes surface before start-up.
+
+    :raises ConfigError: for a wrong type or an invalid value.
+    """
+    if from_settings(RemoteFetchConfig, settings).enabled:
+        for config_class in SERVE_CONFIG_CLASSES[len(CONFIG_CLASSES) :]:
+            from_settings(config_class, settings)
+
+
+def remote_interceptors(tier: Any) -> tuple[Interceptor, ...]:
+    """The read path's interceptors over ``tier`` (a :class:`~proxy.remote.tier.RemoteTier`),
+    in registration order."""
+    from proxy.interceptors.fetch import FetchInterceptor, MetadataTopicIds  # noqa: PLC0415
+    from proxy.interceptors.list_offsets import ListOffsetsInterceptor  # noqa: PLC0415
+    from proxy.interceptors.offset_for_leader_epoch import (  # noqa: PLC0415
+        OffsetForLeaderEpochInterceptor,
+    )
+
+    return (
+        MetadataTopicIds(tier),
+        FetchInterceptor(tier),
+        ListOffsetsInterceptor(tier),
+        OffsetForLeaderEpochInterceptor(tier),
+    )
+
+
+async def serve(config: ProxyConfig, settings: Mapping[str, Any]) -> None:
+    """Run the proxy until SIGTERM/SIGINT, with the remote tier if the settings enable it.
+
+    :raises ConfigError: for invalid remote-tier settings.
+    :raises MetadataTopicError: if the metadata topic cannot be used.
+    """
+    if not from_settings(RemoteFetchConfig, settings).enabled:
+        await run_until_stopped(config)
+        return
+    from proxy.remote.metrics import RemoteMetrics  # noqa: PLC0415
+    from proxy.remote.tier import open_remote_tier  # noqa: PLC0415
+
+    metrics = ProxyMetrics()
+    tier, close = await open_remote_tier(
+        settings,
+        bootstrap_servers=config.bootstrap_servers,
+        metrics=RemoteMetrics(metrics.registry),
+    )
+    try:
+        await run_until_stopped(config, interceptors=remote_interceptors(tier), metrics=metrics)
+    finally:
+        await close()
