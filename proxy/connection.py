@@ -262,8 +262,9 @@ class ConnectionPair(asyncio.Protocol):
             self._on_request(frame)
 
     def eof_received(self) -> bool:
-        # The client will send nothing more but may still read: answer what it asked first.
-        self.drain("client finished sending")
+        # The client sent its last bytes (a close looks the same until we write): answer what
+        # it asked first, then close.
+        self.drain("client closed")
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
