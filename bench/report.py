@@ -1,0 +1,579 @@
+"""One report of tierproxy's three performance questions, with the machine it ran on.
+
+``make bench`` runs this module, which runs each benchmark script in turn (each measures its
+own baseline in the same run, alternating, and saves JSON and a PNG plot under
+``bench/results/``), then writes ``bench/results/REPORT.md``: the headline ratios and absolute
+figures from each JSON, each benchmark's own tables, the machine (CPU model, cores, memory,
+Python, Java, Spark, broker and S3 kind) and links to the plots. A script that is missing,
+fails or times out is reported as such; the report is written in every case.
+
+Run::
+
+    .venv/bin/python -m bench.report                     # all three, each with small defaults
+    .venv/bin/python -m bench.report --only pipeline --args pipeline="--gib 2"
+    .venv/bin/python -m bench.report --args catchup="--help"   # see a benchmark's flags
+    .venv/bin/python -m bench.report --no-run            # rebuild REPORT.md from the JSON
+
+The benchmarks (their docstrings give the exact question and method):
+
+- ``bench/passthrough.py``: consumer and producer through the proxy vs directly to the broker;
+- ``bench/catchup.py``: catch-up consumers reading the remote tier through the proxy vs the
+  broker's local log;
+- ``bench/pipeline.py``: the Spark tiering pipeline vs a raw Fetch of the same data, and the
+  cost of an idle cycle.
+
+Servers come from the environment as in the tests (``KAFKA_BOOTSTRAP`` > ``KAFKA_HOME`` >
+embedded Tansu; ``S3_ENDPOINT`` > embedded SeaweedFS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+RESULTS = BENCH_DIR / "results"
+REPORT = RESULTS / "REPORT.md"
+
+# A benchmark that has not finished in an hour on two cores is stuck, not slow.
+DEFAULT_TIMEOUT_S = 3600.0
+# After SIGINT a benchmark stops the servers it started (by PID, in finally blocks).
+_INTERRUPT_GRACE_S = 60.0
+_LOG_TAIL_LINES = 25
+_TABLE_MAX_ROWS = 30
+# Figures where lower is better (times, latencies, memory, CPU cost); the rest (ratios,
+# throughput) are better higher. Used only to print a goal as "<= x" or ">= x".
+_LOWER_IS_BETTER = re.compile(r"seconds|_s$|_ms|latency|p50|p99|rss|overhead|cpu")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Benchmark:
+    """One benchmark script and the question it answers."""
+
+    name: str
+    question: str
+
+    @property
+    def script(self) -> Path:
+        return BENCH_DIR / f"{self.name}.py"
+
+    @property
+    def result_path(self) -> Path:
+        return RESULTS / f"{self.name}.json"
+
+    @property
+    def plot_path(self) -> Path:
+        return RESULTS / f"{self.name}.png"
+
+    @property
+    def log_path(self) -> Path:
+        return RESULTS / f"{self.name}.log"
+
+
+BENCHMARKS = (
+    Benchmark(
+        name="passthrough",
+        question="Pass-through: consume and produce through the proxy vs directly to the broker.",
+    ),
+    Benchmark(
+        name="catchup",
+        question="Tiered reads: catch-up consumers reading the remote tier through the proxy "
+        "vs the broker's local log.",
+    ),
+    Benchmark(
+        name="pipeline",
+        question="Tiering pipeline: a Spark cycle copying a backlog to S3 vs a raw Fetch of the "
+        "same bytes, and the cost of an idle cycle.",
+    ),
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """What became of one benchmark in this report."""
+
+    benchmark: Benchmark
+    status: str
+    """``ok``, ``missing`` (no script), ``failed``, ``timed out``, or ``no result``."""
+    detail: str = ""
+    command: str = ""
+    seconds: float | None = None
+    result: Mapping[str, Any] | None = None
+    result_time: float | None = None
+    log_tail: tuple[str, ...] = field(default=())
+
+
+def _load(path: Path) -> Mapping[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _tail(path: Path) -> tuple[str, ...]:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ()
+    return tuple(lines[-_LOG_TAIL_LINES:])
+
+
+def _pump(source: Any, log: Any) -> None:
+    """Copy the benchmark's output to the console and its log as it comes."""
+    for line in source:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+        log.write(line)
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGINT)
+    try:
+        process.wait(_INTERRUPT_GRACE_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def run_benchmark(benchmark: Benchmark, extra_args: Sequence[str], timeout_s: float) -> Outcome:
+    """Run one benchmark script to completion (or its timeout) and collect its JSON."""
+    argv = [sys.executable, "-m", f"bench.{benchmark.name}", *extra_args]
+    command = shlex.join(["python", "-m", f"bench.{benchmark.name}", *extra_args])
+    if not benchmark.script.exists():
+        return Outcome(
+            benchmark=benchmark,
+            status="missing",
+            command=command,
+            detail=f"{benchmark.script.relative_to(ROOT)} does not exist",
+        )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    print(f"\n=== {command}", flush=True)
+    started = time.time()
+    with benchmark.log_path.open("w", encoding="utf-8") as log:
+        process = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+        )
+        pump = threading.Thread(target=_pump, args=(process.stdout, log), daemon=True)
+        pump.start()
+        timed_out = False
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _stop(process)
+        except KeyboardInterrupt:
+            _stop(process)
+            raise
+        finally:
+            pump.join()
+    seconds = time.time() - started
+    tail = _tail(benchmark.log_path)
+    if timed_out:
+        return Outcome(
+            benchmark=benchmark,
+            status="timed out",
+            command=command,
+            seconds=seconds,
+            detail=f"stopped after {timeout_s:.0f} s",
+            log_tail=tail,
+        )
+    if process.returncode != 0:
+        return Outcome(
+            benchmark=benchmark,
+            status="failed",
+            command=command,
+            seconds=seconds,
+            detail=f"exit code {process.returncode}",
+            log_tail=tail,
+        )
+    fresh = benchmark.result_path.exists() and benchmark.result_path.stat().st_mtime >= started
+    result = _load(benchmark.result_path) if fresh else None
+    if result is None:
+        return Outcome(
+            benchmark=benchmark,
+            status="no result",
+            command=command,
+            seconds=seconds,
+            detail=f"it exited 0 but wrote no readable {benchmark.result_path.name}",
+            log_tail=tail,
+        )
+    return Outcome(
+        benchmark=benchmark,
+        status="ok",
+        command=command,
+        seconds=seconds,
+        result=result,
+        result_time=benchmark.result_path.stat().st_mtime,
+    )
+
+
+def collect_existing(benchmark: Benchmark) -> Outcome:
+    """The benchmark's saved JSON, without running it (``--no-run``)."""
+    if not benchmark.script.exists():
+        return Outcome(
+            benchmark=benchmark,
+            status="missing",
+            detail=f"{benchmark.script.relative_to(ROOT)} does not exist",
+        )
+    result = _load(benchmark.result_path)
+    if result is None:
+        return Outcome(
+            benchmark=benchmark,
+            status="no result",
+            detail=f"no readable {benchmark.result_path.name}: run it without --no-run",
+        )
+    return Outcome(
+        benchmark=benchmark,
+        status="ok",
+        result=result,
+        result_time=benchmark.result_path.stat().st_mtime,
+    )
+
+
+# -- the machine ---------------------------------------------------------------------------
+
+
+def _first_match(path: str, pattern: str) -> str | None:
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    found = re.search(pattern, text, re.MULTILINE)
+    return found.group(1).strip() if found else None
+
+
+def _java_version() -> str:
+    try:
+        done = subprocess.run(
+            ["java", "-version"], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "not found"
+    first = (done.stderr or done.stdout).strip().splitlines()
+    return first[0] if first else "unknown"
+
+
+def _spark_version() -> str:
+    try:
+        from pyspark.version import __version__
+    except ImportError:
+        return "not installed"
+    return str(__version__)
+
+
+def _servers_from_env(environ: Mapping[str, str]) -> tuple[str, str]:
+    """Which broker and S3 server the benchmarks use, by the harness's precedence
+    (:func:`proxy.embedded.broker_from_env`, whose servers would create work directories)."""
+    from proxy.embedded.s3 import s3_info_from_env
+
+    if bootstrap := environ.get("KAFKA_BOOTSTRAP"):
+        broker = f"external broker at KAFKA_BOOTSTRAP={bootstrap}"
+    elif kafka_home := environ.get("KAFKA_HOME"):
+        broker = f"Apache Kafka (KRaft) from KAFKA_HOME={kafka_home}"
+    else:
+        broker = "embedded Tansu"
+    s3 = s3_info_from_env(environ)
+    return broker, f"S3_ENDPOINT={s3.endpoint_url}" if s3 is not None else "embedded SeaweedFS"
+
+
+def machine_info(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The facts about this machine that a reader needs to weigh the figures."""
+    mem_kib = _first_match("/proc/meminfo", r"^MemTotal:\s+(\d+)")
+    load = ", ".join(f"{value:.2f}" for value in os.getloadavg())
+    broker, s3 = _servers_from_env(environ)
+    return {
+        "CPU": _first_match("/proc/cpuinfo", r"^model name\s*:\s*(.+)$") or platform.processor(),
+        "cores": str(os.cpu_count()),
+        "memory": f"{int(mem_kib) / 1024**2:.1f} GiB" if mem_kib else "unknown",
+        "load average (1, 5, 15 min) at start": load,
+        "OS": platform.platform(),
+        "Python": f"{platform.python_implementation()} {platform.python_version()}",
+        "Java": _java_version(),
+        "Spark (pyspark)": _spark_version(),
+        "broker": broker,
+        "S3": s3,
+    }
+
+
+# -- rendering -----------------------------------------------------------------------------
+
+
+def fmt(value: Any) -> str:
+    """A figure with as many digits as a noisy two-core machine deserves."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    magnitude = abs(value)
+    if magnitude >= 100:
+        return f"{value:,.0f}"
+    if magnitude >= 1:
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def _cell(value: Any) -> str:
+    return fmt(value).replace("|", "\\|").replace("\n", " ")
+
+
+def _scalars(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Scalar leaves of nested mappings as dotted paths (lists are tables, not leaves)."""
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _scalars(value, f"{path}.")
+        elif not isinstance(value, list):
+            yield path, value
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _goal_for(path: str, goals: Mapping[str, Any]) -> str:
+    """The goal stated in the JSON for this figure (``goal_ratio`` for ``median_ratio``)."""
+    leaf = path.rsplit(".", 1)[-1]
+    for goal_key, goal in goals.items():
+        suffix = goal_key.rsplit(".", 1)[-1].removeprefix("goal_")
+        if leaf == suffix or leaf.endswith(f"_{suffix}"):
+            return f"{'≤' if _LOWER_IS_BETTER.search(suffix) else '≥'} {fmt(goal)}"
+    return ""
+
+
+def split_figures(
+    result: Mapping[str, Any],
+) -> tuple[list[tuple[str, Any, str]], list[tuple[str, Any, str]], list[tuple[str, Any]]]:
+    """(ratios, absolute figures, parameters) of a result, each figure with its goal.
+
+    Ratios are the numbers whose name says ratio; goals (``goal_*``) annotate the figure they
+    name; other numbers are absolute figures when their name carries a unit of measurement and
+    parameters (sizes, counts, server kinds) otherwise.
+    """
+    leaves = list(_scalars(result))
+    goals = {path: value for path, value in leaves if "goal" in path.rsplit(".", 1)[-1]}
+    ratios: list[tuple[str, Any, str]] = []
+    figures: list[tuple[str, Any, str]] = []
+    parameters: list[tuple[str, Any]] = []
+    unit = re.compile(r"per_s|_s$|seconds|_ms|latency|p50|p99|rss|cpu|throughput|mb_s|mib_s")
+    for path, value in leaves:
+        if path in goals:
+            continue
+        leaf = path.rsplit(".", 1)[-1]
+        if _is_number(value) and "ratio" in leaf:
+            ratios.append((path, value, _goal_for(path, goals)))
+        elif _is_number(value) and unit.search(leaf):
+            figures.append((path, value, _goal_for(path, goals)))
+        else:
+            parameters.append((path, value))
+    return ratios, figures, parameters
+
+
+def _lists(data: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, list[Any]]]:
+    for key, value in data.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            yield from _lists(value, f"{path}.")
+        elif isinstance(value, list) and value:
+            yield path, value
+
+
+def _table(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    columns: list[str] = []
+    for row in rows:
+        columns.extend(
+            key for key, value in row.items() if key not in columns and not _nested(value)
+        )
+    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    for row in rows[:_TABLE_MAX_ROWS]:
+        lines.append("| " + " | ".join(_cell(row.get(column, "")) for column in columns) + " |")
+    if len(rows) > _TABLE_MAX_ROWS:
+        lines.append(f"\n({len(rows) - _TABLE_MAX_ROWS} more rows in the JSON)")
+    return lines
+
+
+def _nested(value: Any) -> bool:
+    return isinstance(value, (Mapping, list))
+
+
+def _figure_rows(rows: Sequence[tuple[str, Any, str]]) -> list[str]:
+    lines = ["| figure | value | goal |", "| --- | --- | --- |"]
+    lines.extend(f"| `{path}` | {_cell(value)} | {goal} |" for path, value, goal in rows)
+    return lines
+
+
+def _when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "unknown"
+    moment = datetime.datetime.fromtimestamp(timestamp, tz=datetime.UTC)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _section(outcome: Outcome) -> list[str]:
+    benchmark = outcome.benchmark
+    lines = ["", f"## {benchmark.name}", "", benchmark.question, ""]
+    if outcome.command:
+        lines.append(f"Command: `{outcome.command}`" + _duration(outcome.seconds))
+        lines.append("")
+    if outcome.result is None:
+        lines.append(f"**Not measured: {outcome.status}** ({outcome.detail}).")
+        if outcome.log_tail:
+            lines += ["", f"Last lines of `{benchmark.log_path.name}`:", "", "```"]
+            lines += [*outcome.log_tail, "```"]
+        return lines
+    result = outcome.result
+    ratios, figures, parameters = split_figures(result)
+    lines.append(f"Result of {_when(outcome.result_time)} (`{benchmark.result_path.name}`).")
+    if parameters:
+        lines += ["", "Parameters: " + ", ".join(f"{k} = {fmt(v)}" for k, v in parameters) + "."]
+    if ratios or figures:
+        lines += ["", *_figure_rows(ratios + figures)]
+    for path, values in _lists(result):
+        if all(isinstance(item, Mapping) for item in values):
+            lines += ["", f"`{path}`:", "", *_table(values)]
+        elif all(_is_number(item) for item in values):
+            lines += ["", f"`{path}`: " + ", ".join(fmt(item) for item in values)]
+    if benchmark.plot_path.exists():
+        lines += ["", f"![{benchmark.name}]({benchmark.plot_path.name})"]
+    return lines
+
+
+def _duration(seconds: float | None) -> str:
+    return f" (took {seconds / 60:.1f} min)" if seconds is not None else ""
+
+
+def _headline(outcomes: Sequence[Outcome]) -> list[str]:
+    lines = ["| benchmark | status | ratios (goal) |", "| --- | --- | --- |"]
+    for outcome in outcomes:
+        ratios = split_figures(outcome.result)[0] if outcome.result is not None else []
+        text = "; ".join(
+            f"`{path}` {fmt(value)}" + (f" ({goal})" if goal else "")
+            for path, value, goal in ratios
+        )
+        name = outcome.benchmark.name
+        status = outcome.status if outcome.result is not None else f"**{outcome.status}**"
+        lines.append(f"| [{name}](#{name}) | {status} | {text} |")
+    return lines
+
+
+def render_report(
+    outcomes: Sequence[Outcome], machine: Mapping[str, str], generated: datetime.datetime
+) -> str:
+    """REPORT.md for these outcomes."""
+    lines = [
+        "# tierproxy benchmark report",
+        "",
+        f"Generated {generated.strftime('%Y-%m-%d %H:%M UTC')} by `python -m bench.report` "
+        "(`make bench`). Each benchmark measures its baseline in the same run, alternating "
+        "baseline and candidate, and reports medians; ratios are candidate / baseline. "
+        "Everything (broker, S3 server, proxy, Spark, clients) shares the machine below, so "
+        "absolute figures vary from run to run more than the ratios do.",
+        "",
+        "## Headline",
+        "",
+        *_headline(outcomes),
+        "",
+        "## Machine",
+        "",
+        "| | |",
+        "| --- | --- |",
+        *(f"| {key} | {_cell(value)} |" for key, value in machine.items()),
+    ]
+    for outcome in outcomes:
+        lines += _section(outcome)
+    others = sorted(
+        path
+        for path in RESULTS.glob("*.json")
+        if path.stem not in {outcome.benchmark.name for outcome in outcomes}
+    )
+    if others:
+        lines += ["", "## Other saved results", ""]
+        for path in others:
+            plot = path.with_suffix(".png")
+            link = f", [plot]({plot.name})" if plot.exists() else ""
+            lines.append(f"- [{path.name}]({path.name}){link} (`bench/{path.stem}.py`)")
+    return "\n".join(lines) + "\n"
+
+
+def _parse_args_option(values: Sequence[str]) -> dict[str, list[str]]:
+    parsed: dict[str, list[str]] = {}
+    names = {benchmark.name for benchmark in BENCHMARKS}
+    for value in values:
+        name, sep, text = value.partition("=")
+        if not sep or name not in names:
+            raise SystemExit(f"--args wants NAME=ARGS with NAME in {sorted(names)}, not {value!r}")
+        parsed[name] = shlex.split(text)
+    return parsed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmarks and write the report; exit code 1 if any could not be measured."""
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.report",
+        description=(__doc__ or "").split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    names = [benchmark.name for benchmark in BENCHMARKS]
+    parser.add_argument("--only", nargs="+", choices=names, help="run only these")
+    parser.add_argument(
+        "--args",
+        action="append",
+        default=[],
+        metavar='NAME="ARGS"',
+        help="extra command-line arguments for one benchmark (repeatable)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="SECONDS",
+        help="stop a benchmark (SIGINT, then SIGKILL) after this long",
+    )
+    parser.add_argument(
+        "--no-run", action="store_true", help="only rebuild REPORT.md from the saved JSON"
+    )
+    parser.add_argument("--output", type=Path, default=REPORT, help="where to write the report")
+    args = parser.parse_args(argv)
+    extra = _parse_args_option(args.args)
+    machine = machine_info()
+    outcomes: list[Outcome] = []
+    for benchmark in BENCHMARKS:
+        skipped = args.only is not None and benchmark.name not in args.only
+        if args.no_run or skipped:
+            outcomes.append(collect_existing(benchmark))
+        else:
+            outcomes.append(run_benchmark(benchmark, extra.get(benchmark.name, []), args.timeout))
+    generated = datetime.datetime.now(tz=datetime.UTC)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(render_report(outcomes, machine, generated), encoding="utf-8")
+    print(f"\nwrote {args.output}")
+    for outcome in outcomes:
+        ratios = split_figures(outcome.result)[0] if outcome.result is not None else []
+        figures = ", ".join(f"{path} {fmt(value)}" for path, value, _ in ratios)
+        suffix = f" ({figures})" if figures else ""
+        print(f"  {outcome.benchmark.name}: {outcome.status}{suffix}")
+    return 0 if all(outcome.result is not None for outcome in outcomes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

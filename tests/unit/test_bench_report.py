@@ -1,0 +1,103 @@
+"""bench.report: figures sorted into ratios, absolutes and parameters; failures reported."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+
+from bench.report import (
+    BENCHMARKS,
+    Benchmark,
+    Outcome,
+    collect_existing,
+    fmt,
+    machine_info,
+    main,
+    render_report,
+    run_benchmark,
+    split_figures,
+)
+
+PIPELINE_LIKE = {
+    "broker": "tansu",
+    "partitions": 8,
+    "pairs": [
+        {"raw_mb_s": 300.0, "pipeline_mb_s": 120.0, "ratio": 0.4},
+        {"raw_mb_s": 310.0, "pipeline_mb_s": 130.0, "ratio": 0.42},
+    ],
+    "median_raw_mb_s": 305.0,
+    "median_ratio": 0.41,
+    "goal_ratio": 0.7,
+    "idle_seconds": [1.2, 1.3],
+    "median_idle_seconds": 1.25,
+    "goal_idle_seconds": 2.0,
+    "latency": {"p99_ms": 1.5, "goal_p99_ms": 1.0},
+}
+NOW = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+
+
+def test_split_figures_pairs_each_figure_with_its_goal() -> None:
+    ratios, figures, parameters = split_figures(PIPELINE_LIKE)
+    assert ratios == [("median_ratio", 0.41, "≥ 0.700")]
+    assert ("median_idle_seconds", 1.25, "≤ 2.00") in figures
+    assert ("latency.p99_ms", 1.5, "≤ 1.00") in figures
+    assert ("median_raw_mb_s", 305.0, "") in figures
+    assert parameters == [("broker", "tansu"), ("partitions", 8)]
+
+
+def test_report_has_headline_tables_and_plot_link() -> None:
+    outcome = Outcome(benchmark=BENCHMARKS[2], status="ok", result=PIPELINE_LIKE, result_time=0)
+    text = render_report([outcome], {"cores": "2"}, NOW)
+    assert "| [pipeline](#pipeline) | ok | `median_ratio` 0.410 (≥ 0.700) |" in text
+    assert "| raw_mb_s | pipeline_mb_s | ratio |" in text
+    assert "`idle_seconds`: 1.20, 1.30" in text
+    assert "| cores | 2 |" in text
+
+
+def test_failures_are_reported_with_the_log_tail() -> None:
+    failed = Outcome(
+        benchmark=BENCHMARKS[0],
+        status="failed",
+        detail="exit code 1",
+        command="python -m bench.passthrough",
+        seconds=12.0,
+        log_tail=("Traceback (most recent call last):", "RuntimeError: broker gone"),
+    )
+    text = render_report([failed], {}, NOW)
+    assert "| [passthrough](#passthrough) | **failed** |  |" in text
+    assert "**Not measured: failed** (exit code 1)." in text
+    assert "RuntimeError: broker gone" in text
+
+
+def test_a_missing_script_is_an_outcome_not_an_error() -> None:
+    ghost = Benchmark(name="no_such_benchmark", question="?")
+    outcome = run_benchmark(ghost, [], timeout_s=5)
+    assert outcome.status == "missing"
+    assert outcome.result is None
+    assert collect_existing(ghost).status == "missing"
+
+
+def test_no_run_writes_a_report_whatever_exists(tmp_path: Path) -> None:
+    output = tmp_path / "REPORT.md"
+    code = main(["--no-run", "--output", str(output)])
+    text = output.read_text(encoding="utf-8")
+    assert "## Machine" in text
+    for benchmark in BENCHMARKS:
+        assert f"## {benchmark.name}" in text
+    assert code in (0, 1)
+
+
+def test_machine_info_names_cores_memory_and_servers() -> None:
+    info = machine_info({"KAFKA_BOOTSTRAP": "kafka:9092", "S3_ENDPOINT": "http://minio:9000"})
+    assert info["cores"].isdigit()
+    assert info["broker"] == "external broker at KAFKA_BOOTSTRAP=kafka:9092"
+    assert info["S3"] == "S3_ENDPOINT=http://minio:9000"
+    assert machine_info({})["broker"] == "embedded Tansu"
+
+
+def test_numbers_are_formatted_for_reading() -> None:
+    assert fmt(1234.5) == "1,234"
+    assert fmt(12.345) == "12.35"
+    assert fmt(0.81234) == "0.812"
+    assert fmt(1048576) == "1,048,576"
+    assert fmt(True) == "True"
