@@ -79,6 +79,7 @@ _FINISHED = int(RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
 _INT32_MAX = (1 << 31) - 1
 _INT64_MAX = (1 << 63) - 1
 _START = operator.attrgetter("start_offset")
+_NO_LIMIT = 1 << 63
 _StateT = TypeVar("_StateT", RemoteLogSegmentState, RemotePartitionDeleteState)
 
 
@@ -134,33 +135,32 @@ class _Partition:
             self._unfinished(slot)
 
     def _finished(self, slot: int) -> None:
-        """``slot`` just became readable: extend the chain and the per-epoch highs."""
+        """``slot`` just became readable: update the per-epoch highs and the chain."""
+        seg = self.seg
         if not self._highest_dirty:
-            for epoch, _, last in self.seg.ranges(slot):
+            for epoch, _, last in seg.ranges(slot):
                 if last > self._highest.get(epoch, -1):
                     self._highest[epoch] = last
         chain = self._chain
         if chain is None:
             return
-        if not chain:
-            self._chain = array("i", [slot])
-            self._lineage = _merge((), self._ranges_upto(slot, self.seg.end[slot]))
+        if not chain or self._outranks(slot, chain[-1]):
+            self._splice(slot, len(chain), seg.start[slot])  # the new tip
             return
-        seg, tip = self.seg, chain[-1]
-        if seg.start[slot] <= seg.end[tip]:
-            self._chain = None  # may be chosen anywhere in the walk
-        elif self._tip_key(slot) > self._tip_key(tip):
-            step = self._step(seg.start[slot], _first_epoch(seg, slot))
-            if step == tip:
-                chain.append(slot)
-                self._lineage = _merge(self._lineage, self._ranges_upto(slot, seg.end[slot]))
-            else:
-                self._chain = None
-        # Otherwise it starts after the tip but is no tip itself: a truncated leader's late
-        # copy, never visited by a walk that only looks below the tip's start.
+        # The walk's step at chain[j] chose a predecessor ending (clipped) at c_j, and c_j
+        # grows with j. The new copy ends at or before its own end, so it can win only at
+        # steps whose c_j is not above that, and only where it starts below chain[j].
+        ends, starts = seg.end, seg.start
+        j = bisect.bisect_right(
+            range(1, len(chain)),
+            ends[slot],
+            key=lambda k: min(ends[chain[k - 1]], starts[chain[k]] - 1),
+        )
+        if starts[slot] < starts[chain[j]]:
+            self._splice(chain[j], j + 1, starts[slot])
 
     def _unfinished(self, slot: int) -> None:
-        """``slot`` is no longer readable: drop it from the chain and the per-epoch highs."""
+        """``slot`` is no longer readable: update the per-epoch highs and the chain."""
         for epoch, _, last in self.seg.ranges(slot):
             if self._highest.get(epoch) == last:
                 self._highest_dirty = True
@@ -170,69 +170,81 @@ class _Partition:
         position = _chain_position(chain, self.seg, slot)
         if position is None:
             return  # never chosen, so no choice of the walk changes
-        if position != 0 or len(chain) == 1:
-            self._chain = None
+        if position == len(chain) - 1:
+            self._chain = None  # finding the next tip takes a scan: do it when asked
             return
-        del chain[0]
-        head_start = self.seg.start[chain[0]]
-        lineage = self._lineage
-        split = bisect.bisect_right(lineage, head_start, key=_START)
-        first = EpochEntry(epoch=lineage[split - 1].epoch, start_offset=head_start)
-        self._lineage = (first, *lineage[split:])
-        self._extend_back()
+        self._splice(chain[position + 1], position + 2, _NO_LIMIT)
 
     # -- lineage ------------------------------------------------------------------------
 
     def lineage(self) -> tuple[EpochEntry, ...]:
-        if self._chain is None:
-            self._rebuild_chain()
-        return self._lineage
+        return self._walked()[1]
 
     def chain(self) -> array[int]:
+        return self._walked()[0]
+
+    def _walked(self) -> tuple[array[int], tuple[EpochEntry, ...]]:
         if self._chain is None:
-            self._rebuild_chain()
-        assert self._chain is not None
-        return self._chain
+            seg = self.seg
+            tip = None
+            tip_key = None
+            for slot in seg.live():
+                if seg.state[slot] == _FINISHED:
+                    key = self._tip_key(slot)
+                    if tip_key is None or key >= tip_key:  # later in the index wins ties
+                        tip, tip_key = slot, key
+            self._chain = array("i")
+            self._lineage = ()
+            if tip is not None:
+                self._splice(tip, 0, -1)
+        return self._chain, self._lineage
 
-    def _rebuild_chain(self) -> None:
-        seg = self.seg
-        tip = None
-        tip_key = None
-        for slot in seg.live():
-            if seg.state[slot] == _FINISHED:
-                key = self._tip_key(slot)
-                if tip_key is None or key >= tip_key:  # later in the index wins ties
-                    tip, tip_key = slot, key
-        self._chain = array("i")
-        self._lineage = ()
-        if tip is None:
-            return
-        self._chain.append(tip)
-        self._lineage = _merge((), self._ranges_upto(tip, seg.end[tip]))
-        self._extend_back()
+    def _splice(self, top: int, keep_from: int, converge_below: int) -> None:
+        """Walk the chain down again from ``top``, keeping ``chain[keep_from:]`` above it.
 
-    def _extend_back(self) -> None:
-        """Prepend predecessors to the chain (and their epochs to the lineage) until none is
-        left."""
-        chain = self._chain
-        assert chain is not None
+        The walk from a chain element depends only on that element and the FINISHED
+        segments starting below it. So once the walk chooses an element ``P`` of the old
+        chain that starts at or below ``converge_below`` (no changed segment starts below
+        it), the old chain below ``P`` is the rest of the walk and is kept, with its part of
+        the lineage. Usually that happens at the first step, so appending a copy or deleting
+        the oldest one costs a step and a bisection, not a walk of the whole partition.
+        """
+        old_chain = self._chain
+        assert old_chain is not None
+        old_lineage = self._lineage
         seg = self.seg
-        prefix: list[int] = []
-        pieces: list[list[tuple[int, int, int]]] = []
-        head = chain[0]
+        suffix_start = seg.start[old_chain[keep_from]] if keep_from < len(old_chain) else None
+        walked = [top]
+        pieces = [
+            self._ranges_upto(top, seg.end[top] if suffix_start is None else suffix_start - 1)
+        ]
+        kept = 0
+        converged = False
+        head = top
         while True:
             previous = self._step(seg.start[head], _first_epoch(seg, head))
             if previous is None:
                 break
-            prefix.append(previous)
+            walked.append(previous)
             pieces.append(self._ranges_upto(previous, seg.start[head] - 1))
+            position = _chain_position(old_chain, seg, previous)
+            if position is not None and seg.start[previous] <= converge_below:
+                kept, converged = position, True
+                break
             head = previous
-        if prefix:
-            prefix.reverse()
-            self._chain = array("i", prefix) + chain
-            ranges = [r for piece in reversed(pieces) for r in piece]
-            ranges += [(e.epoch, e.start_offset, e.start_offset) for e in self._lineage]
-            self._lineage = _merge((), ranges)
+        walked.reverse()
+        pieces.reverse()
+        ranges: list[EpochRange] = []
+        if converged:
+            below = bisect.bisect_left(old_lineage, seg.start[walked[0]], key=_START)
+            ranges += ((e.epoch, e.start_offset, e.start_offset) for e in old_lineage[:below])
+        ranges += (r for piece in pieces for r in piece)
+        if suffix_start is not None:
+            above = bisect.bisect_right(old_lineage, suffix_start, key=_START)
+            ranges.append((old_lineage[above - 1].epoch, suffix_start, suffix_start))
+            ranges += ((e.epoch, e.start_offset, e.start_offset) for e in old_lineage[above:])
+        self._lineage = _merge((), ranges)
+        old_chain[kept:keep_from] = array("i", walked)
 
     def _step(self, start: int, epoch: int) -> int | None:
         """The chain predecessor of offset ``start`` written in ``epoch`` (see module doc)."""
@@ -256,6 +268,13 @@ class _Partition:
             if key > best_key:  # scanning backwards: on a tie the later arrival stays
                 best, best_key = slot, key
         return best
+
+    def _outranks(self, slot: int, tip: int) -> bool:
+        """Whether ``slot`` would be the tip rather than ``tip`` (see module doc)."""
+        key, tip_key = self._tip_key(slot), self._tip_key(tip)
+        if key != tip_key:
+            return key > tip_key
+        return self.seg.position_of(slot) > self.seg.position_of(tip)
 
     def _tip_key(self, slot: int) -> tuple[int, int, int]:
         seg = self.seg

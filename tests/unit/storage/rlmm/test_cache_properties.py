@@ -45,8 +45,9 @@ Event = Add | Update
 
 @st.composite
 def arbitrary_segments(draw: st.DrawFn) -> RemoteLogSegmentMetadata:
-    start = draw(st.integers(0, 40))
-    end = start + draw(st.integers(0, 10))
+    # Few distinct boundaries, so that copies often share starts, ends and epochs (ties).
+    start = draw(st.one_of(st.sampled_from([0, 10, 20, 30]), st.integers(0, 40)))
+    end = start + draw(st.one_of(st.sampled_from([0, 9]), st.integers(0, 10)))
     epochs = sorted(draw(st.sets(st.sampled_from(EPOCHS), min_size=1, max_size=3)))
     first = draw(st.integers(max(0, start - 4), start))
     rest = sorted(

@@ -137,6 +137,25 @@ def test_follower_to_leader_transition_finds_where_to_resume_copying() -> None:
     assert cache.highest_offset_for_epoch(TP, 2) == 6
 
 
+def test_equal_copies_finishing_out_of_arrival_order() -> None:
+    """Two copies alike in last epoch, end and start: the one that arrived later is the
+    tip, whichever finished first."""
+    cache = RemoteLogMetadataCache()
+    first = seg(20, 21, ((1, 16),), number=1)
+    second = seg(20, 21, ((0, 16), (1, 21)), number=2)
+    cache.add_segment(first)
+    cache.add_segment(second)
+    for metadata in (second, first):
+        cache.update_segment(
+            metadata.segment_id, S.COPY_SEGMENT_FINISHED, leader_epoch=1, event_timestamp=0
+        )
+    assert cache.lineage(TP) == lineage((0, 20), (1, 21))
+    cache.update_segment(
+        second.segment_id, S.DELETE_SEGMENT_STARTED, leader_epoch=1, event_timestamp=0
+    )
+    assert cache.lineage(TP) == lineage((1, 20))
+
+
 def test_unfinished_and_deleting_copies_are_not_read() -> None:
     cache = RemoteLogMetadataCache()
     started = seg(0, 9, ((0, 0),), number=1)
