@@ -30,8 +30,9 @@ The cache's own lineage
     Remote log start and end offsets are the ends of this chain.
 
 Costs: offset lookups bisect the start-offset index and look back only as far as the
-longest segment; the chain is kept up to date when a copy extends the tip or retention
-removes the head (the common events) and rebuilt lazily otherwise.
+longest segment. The chain is spliced on every change: a re-walk starts where the change
+can matter and stops where it meets the old chain, so appending a copy, deleting the
+oldest, or a late duplicate costs a few steps, not a walk of the partition.
 """
 
 from __future__ import annotations
@@ -99,17 +100,28 @@ class PartitionDeleteStatus:
 class _Partition:
     """One partition's segments, delete status, chain (lineage) and per-epoch highest offsets."""
 
-    __slots__ = ("_chain", "_highest", "_highest_dirty", "_lineage", "delete_status", "seg", "tp")
+    __slots__ = (
+        "_chain",
+        "_highest",
+        "_highest_dirty",
+        "_last_epochs",
+        "_lineage",
+        "delete_status",
+        "seg",
+        "tp",
+    )
 
     def __init__(self, tp: TopicIdPartition) -> None:
         self.tp = tp
         self.seg = PartitionSegments()
         self.delete_status: PartitionDeleteStatus | None = None
-        self._chain: array[int] | None = array("i")
-        """Slots of the lineage chain, head to tip; ``None`` when it must be rebuilt."""
+        self._chain = array("i")
+        """Slots of the lineage chain, head to tip."""
         self._lineage: tuple[EpochEntry, ...] = ()
         self._highest: dict[int, int] = {}
         self._highest_dirty = False
+        self._last_epochs: dict[int, int] = {}
+        """How many FINISHED segments end in each epoch: tells the epoch of the next tip."""
 
     # -- state changes ------------------------------------------------------------------
 
@@ -137,13 +149,14 @@ class _Partition:
     def _finished(self, slot: int) -> None:
         """``slot`` just became readable: update the per-epoch highs and the chain."""
         seg = self.seg
+        ranges = seg.ranges(slot)
         if not self._highest_dirty:
-            for epoch, _, last in seg.ranges(slot):
+            for epoch, _, last in ranges:
                 if last > self._highest.get(epoch, -1):
                     self._highest[epoch] = last
+        last_epoch = ranges[-1][0]
+        self._last_epochs[last_epoch] = self._last_epochs.get(last_epoch, 0) + 1
         chain = self._chain
-        if chain is None:
-            return
         if not chain or self._outranks(slot, chain[-1]):
             self._splice(slot, len(chain), seg.start[slot])  # the new tip
             return
@@ -161,43 +174,58 @@ class _Partition:
 
     def _unfinished(self, slot: int) -> None:
         """``slot`` is no longer readable: update the per-epoch highs and the chain."""
-        for epoch, _, last in self.seg.ranges(slot):
+        ranges = self.seg.ranges(slot)
+        for epoch, _, last in ranges:
             if self._highest.get(epoch) == last:
                 self._highest_dirty = True
+        last_epoch = ranges[-1][0]
+        self._last_epochs[last_epoch] -= 1
+        if not self._last_epochs[last_epoch]:
+            del self._last_epochs[last_epoch]
         chain = self._chain
-        if chain is None:
-            return
         position = _chain_position(chain, self.seg, slot)
         if position is None:
             return  # never chosen, so no choice of the walk changes
-        if position == len(chain) - 1:
-            self._chain = None  # finding the next tip takes a scan: do it when asked
+        if position < len(chain) - 1:
+            self._splice(chain[position + 1], position + 2, _NO_LIMIT)
             return
-        self._splice(chain[position + 1], position + 2, _NO_LIMIT)
+        tip = self._find_tip()
+        if tip is None:
+            self._chain = array("i")
+            self._lineage = ()
+        else:
+            self._splice(tip, len(chain), self.seg.start[tip])
+
+    def _find_tip(self) -> int | None:
+        """The FINISHED segment with the highest tip key: it ends in the highest epoch any
+        segment ends in, and among those ends last, so look back from the highest starts
+        only as far as the longest segment reaches."""
+        if not self._last_epochs:
+            return None
+        top_epoch = max(self._last_epochs)
+        seg = self.seg
+        best: int | None = None
+        best_key = (-1, -1)
+        position = len(seg.index) - 1
+        while position >= seg.front:
+            slot = seg.index[position]
+            position -= 1
+            start, end = seg.start[slot], seg.end[slot]
+            if best is not None and start + seg.max_len < best_key[0]:
+                break
+            if seg.state[slot] != _FINISHED or seg.epoch_at(slot, end) != top_epoch:
+                continue
+            if (end, start) > best_key:  # scanning backwards: on a tie the later arrival stays
+                best, best_key = slot, (end, start)
+        return best
 
     # -- lineage ------------------------------------------------------------------------
 
     def lineage(self) -> tuple[EpochEntry, ...]:
-        return self._walked()[1]
+        return self._lineage
 
     def chain(self) -> array[int]:
-        return self._walked()[0]
-
-    def _walked(self) -> tuple[array[int], tuple[EpochEntry, ...]]:
-        if self._chain is None:
-            seg = self.seg
-            tip = None
-            tip_key = None
-            for slot in seg.live():
-                if seg.state[slot] == _FINISHED:
-                    key = self._tip_key(slot)
-                    if tip_key is None or key >= tip_key:  # later in the index wins ties
-                        tip, tip_key = slot, key
-            self._chain = array("i")
-            self._lineage = ()
-            if tip is not None:
-                self._splice(tip, 0, -1)
-        return self._chain, self._lineage
+        return self._chain
 
     def _splice(self, top: int, keep_from: int, converge_below: int) -> None:
         """Walk the chain down again from ``top``, keeping ``chain[keep_from:]`` above it.
@@ -210,7 +238,6 @@ class _Partition:
         the oldest one costs a step and a bisection, not a walk of the whole partition.
         """
         old_chain = self._chain
-        assert old_chain is not None
         old_lineage = self._lineage
         seg = self.seg
         suffix_start = seg.start[old_chain[keep_from]] if keep_from < len(old_chain) else None
