@@ -221,6 +221,8 @@ class TieringPipeline:
         self._scans: dict[TopicIdPartition, _ScanMemory] = {}
         self._chains: dict[TopicIdPartition, tuple[uuid.UUID, ChainState]] = {}
         self._final_states: dict[TopicIdPartition, ChainState] = {}
+        self._samples: dict[TopicIdPartition, tuple[int, int | None, float]] = {}
+        """Per partition: the offset sampled, its batch's max timestamp, bytes per offset."""
 
     @property
     def cache(self) -> RemoteLogMetadataCache:
@@ -471,26 +473,40 @@ class TieringPipeline:
         return partitions
 
     async def _sample(self, leader_id: int, partitions: list[_Partition]) -> None:
-        """Log start, high watermark, LSO and a sample of the untiered data, per partition."""
+        """Log start, high watermark, LSO and a sample of the untiered data, per partition.
+
+        What the sample tells (the first untiered batch's age, bytes per offset) only changes
+        when the remote log end moves, so it is remembered per partition and its start.
+        """
         offsets = {
             (p.tp.topic, p.tp.partition): p.remote_end + 1 if p.remote_end is not None else 0
             for p in partitions
         }
+        known = {
+            (p.tp.topic, p.tp.partition)
+            for p in partitions
+            if (k := self._samples.get(p.tp)) is not None
+            and k[0] == offsets[(p.tp.topic, p.tp.partition)]
+        }
         samples = await sample_partitions(
-            self._client, leader_id, offsets, sample_bytes=_SAMPLE_BYTES
+            self._client, leader_id, offsets, sample_bytes=_SAMPLE_BYTES, offsets_only=known
         )
         for p in partitions:
-            sample = samples[(p.tp.topic, p.tp.partition)]
+            key = (p.tp.topic, p.tp.partition)
+            sample = samples[key]
             if sample.error != KafkaError.NONE:
                 p.error = f"Fetch: {sample.error.name}"
                 continue
             p.log_start = sample.log_start
             p.high_watermark = sample.high_watermark
             p.last_stable = sample.last_stable
-            p.first_max_timestamp = sample.first_max_timestamp
-            p.bytes_per_offset = (
-                self._remote_ratio(p.tp) or sample.bytes_per_offset or _DEFAULT_BYTES_PER_OFFSET
-            )
+            first_ts, ratio = sample.first_max_timestamp, sample.bytes_per_offset
+            if key in known:
+                _, first_ts, ratio = self._samples[p.tp]
+            elif ratio is not None:
+                self._samples[p.tp] = (offsets[key], first_ts, ratio)
+            p.first_max_timestamp = first_ts
+            p.bytes_per_offset = self._remote_ratio(p.tp) or ratio or _DEFAULT_BYTES_PER_OFFSET
 
     def _remote_ratio(self, tp: TopicIdPartition) -> float | None:
         recent = self.cache.segments(tp, {_S.COPY_SEGMENT_FINISHED})[-_RATIO_SEGMENTS:]
@@ -522,11 +538,19 @@ class TieringPipeline:
         if not windows:
             return
         total = sum(self._estimate(p, p.last_stable)[0] for p in partitions if p.windows)
+        started = time.monotonic()
         results: list[WindowResult] = await self._runner.run(
             "fetch",
             windows,
             functools.partial(fetch_windows, broker=self._broker),
             total_bytes=total,
+        )
+        log.info(
+            "fetched %d windows (%d bytes) in %.2f s (task time %.2f s)",
+            len(windows),
+            sum(r.size for r in results),
+            time.monotonic() - started,
+            sum(r.seconds for r in results),
         )
         by_window = {r.window: r for r in results}
         jobs: list[CopyJob] = []
@@ -545,7 +569,12 @@ class TieringPipeline:
             jobs += planned
         if not jobs:
             return
+        started = time.monotonic()
         await self._publish(_started_record(job.metadata) for job in jobs)
+        log.info(
+            "published %d COPY_SEGMENT_STARTED in %.2f s", len(jobs), time.monotonic() - started
+        )
+        started = time.monotonic()
         outcomes: list[CopyResult] = await self._runner.run(
             "copy",
             jobs,
@@ -557,7 +586,15 @@ class TieringPipeline:
             ),
             total_bytes=sum(j.metadata.segment_size_in_bytes for j in jobs),
         )
+        log.info(
+            "built and uploaded %d segments in %.2f s (task time %.2f s)",
+            len(jobs),
+            time.monotonic() - started,
+            sum(o.seconds for o in outcomes),
+        )
+        started = time.monotonic()
         await self._finish_copies(jobs, outcomes, owners, stats, errors)
+        log.info("published COPY_SEGMENT_FINISHED in %.2f s", time.monotonic() - started)
 
     def _plan_windows(
         self, partitions: list[_Partition], run_id: str, now: int

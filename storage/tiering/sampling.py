@@ -10,7 +10,8 @@ log start is out of range; the partition is then asked again at its ListOffsets 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from protocol.errors import KafkaError
@@ -64,19 +65,40 @@ async def sample_partitions(
     offsets: Mapping[tuple[str, int], int],
     *,
     sample_bytes: int,
+    offsets_only: Collection[tuple[str, int]] = (),
 ) -> dict[tuple[str, int], PartitionSample]:
     """Sample each ``(topic, partition)`` at its offset from the leader ``leader_id``.
 
+    A broker may fill a multi-partition Fetch with the first partition's large batch and
+    return nothing for the others (Tansu honours the response limit strictly); partitions left
+    without a sample although they have data are asked again one per request, where Kafka's
+    KIP-74 rule returns at least one batch.
+
+    :param offsets_only: partitions whose data need not be sampled (only their offsets).
     :raises BrokerConnectionError: when the leader cannot be reached.
     """
-    samples = await _fetch_samples(client, leader_id, offsets, sample_bytes)
+    sizes = {key: 0 if key in offsets_only else sample_bytes for key in offsets}
+    samples = await _fetch_samples(client, leader_id, offsets, sizes)
     out_of_range = [k for k, s in samples.items() if s.error == KafkaError.OFFSET_OUT_OF_RANGE]
     if out_of_range:
         earliest = await client.list_offsets(
             leader_id, [(topic, partition, EARLIEST_TIMESTAMP) for topic, partition in out_of_range]
         )
         again = {(e.topic, e.partition): max(e.offset, 0) for e in earliest}
-        samples.update(await _fetch_samples(client, leader_id, again, sample_bytes))
+        samples.update(await _fetch_samples(client, leader_id, again, sizes))
+    unsampled = [
+        key
+        for key, sample in samples.items()
+        if sample.error == KafkaError.NONE
+        and sizes[key] > 0
+        and sample.bytes_per_offset is None
+        and offsets[key] < sample.high_watermark
+    ]
+    singles = await asyncio.gather(
+        *(_fetch_samples(client, leader_id, {key: offsets[key]}, sizes) for key in unsampled)
+    )
+    for single in singles:
+        samples.update(single)
     return samples
 
 
@@ -84,18 +106,19 @@ async def _fetch_samples(
     client: KafkaClient,
     leader_id: int,
     offsets: Mapping[tuple[str, int], int],
-    sample_bytes: int,
+    sizes: Mapping[tuple[str, int], int],
 ) -> dict[tuple[str, int], PartitionSample]:
     targets: Sequence[FetchTarget] = [
-        FetchTarget(topic=topic, partition=partition, offset=offset, max_bytes=sample_bytes)
-        for (topic, partition), offset in offsets.items()
+        FetchTarget(topic=topic, partition=partition, offset=offset, max_bytes=sizes[key])
+        for key, offset in offsets.items()
+        for topic, partition in (key,)
     ]
     answers = await client.fetch(
         leader_id,
         targets,
         max_wait_ms=_MAX_WAIT_MS,
         min_bytes=0,
-        max_bytes=min(max(sample_bytes, 1) * len(targets), _FETCH_LIMIT_BYTES),
+        max_bytes=min(max(sum(t.max_bytes for t in targets), 1), _FETCH_LIMIT_BYTES),
     )
     samples = {
         key: PartitionSample(
