@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from protocol.metadata_records import (
     DeletePartitionStateRecord,
@@ -246,11 +248,29 @@ async def test_publish_is_read_back_and_partitioned_by_murmur2(
         ] == published
 
 
+async def topic_configs(bootstrap: str, topic: str) -> dict[str, str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        (response,) = await admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic)]
+        )
+    finally:
+        await admin.close()
+    (resource,) = response.to_object()["resources"]
+    return {c["config_names"]: c["config_value"] for c in resource["config_entries"]}
+
+
 async def test_the_topic_is_created_once_and_its_partition_count_checked(
     broker: Any, topic_name: str
 ) -> None:
-    async with manager(broker.bootstrap, config(topic_name=topic_name)):
+    async with manager(
+        broker.bootstrap, config(topic_name=topic_name, topic_retention_ms=86_400_000)
+    ):
         pass
+    configs = await topic_configs(broker.bootstrap, topic_name)
+    assert configs.get("retention.ms") == "86400000"
+    assert configs.get("cleanup.policy") == "delete"
     async with manager(broker.bootstrap, config(topic_name=topic_name)) as again:
         assert again.partition_count == PARTITIONS
     mismatched = TopicBasedRemoteLogMetadataManager(
