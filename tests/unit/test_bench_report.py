@@ -48,10 +48,25 @@ def test_split_figures_pairs_each_figure_with_its_goal() -> None:
 def test_report_has_headline_tables_and_plot_link() -> None:
     outcome = Outcome(benchmark=BENCHMARKS[2], status="ok", result=PIPELINE_LIKE, result_time=0)
     text = render_report([outcome], {"cores": "2"}, NOW)
-    assert "| [pipeline](#pipeline) | ok | `median_ratio` 0.410 (≥ 0.700) |" in text
+    assert "| [pipeline](#pipeline) | ok | median_ratio: **0.410** (goal ≥ 0.700) |" in text
     assert "| raw_mb_s | pipeline_mb_s | ratio |" in text
     assert "`idle_seconds`: 1.20, 1.30" in text
+    assert "| `p99_ms` | 1.50 | ≤ 1.00 |" in text
     assert "| cores | 2 |" in text
+
+
+def test_mappings_of_mappings_become_one_table() -> None:
+    result = {
+        "consumer": {
+            "kcat": {"summary": {"direct_mib_per_s": 900.0, "ratio": 0.9}, "rounds": [{}]},
+            "librdkafka": {"summary": {"direct_mib_per_s": 370.0, "ratio": 0.95}},
+        }
+    }
+    outcome = Outcome(benchmark=BENCHMARKS[0], status="ok", result=result, result_time=0)
+    text = render_report([outcome], {}, NOW)
+    assert "|  | direct_mib_per_s | ratio |" in text
+    assert "| kcat | 900 | 0.900 |" in text
+    assert "consumer / kcat / summary / ratio: **0.900**" in text
 
 
 def test_failures_are_reported_with_the_log_tail() -> None:
@@ -70,7 +85,7 @@ def test_failures_are_reported_with_the_log_tail() -> None:
 
 
 def test_a_missing_script_is_an_outcome_not_an_error() -> None:
-    ghost = Benchmark(name="no_such_benchmark", question="?")
+    ghost = Benchmark(name="no_such_benchmark", question="?", goals="?")
     outcome = run_benchmark(ghost, [], timeout_s=5)
     assert outcome.status == "missing"
     assert outcome.result is None
