@@ -261,16 +261,20 @@ class _Partition:
             head = previous
         walked.reverse()
         pieces.reverse()
-        ranges: list[EpochRange] = []
-        if converged:
+        merged: list[EpochEntry] = []
+        if converged:  # the old lineage below the kept part of the chain stays
             below = bisect.bisect_left(old_lineage, seg.start[walked[0]], key=_START)
-            ranges += ((e.epoch, e.start_offset, e.start_offset) for e in old_lineage[:below])
-        ranges += (r for piece in pieces for r in piece)
+            merged += old_lineage[:below]
+        for epoch, first, _ in (r for piece in pieces for r in piece):
+            if not merged or merged[-1].epoch != epoch:
+                merged.append(EpochEntry(epoch=epoch, start_offset=first))
         if suffix_start is not None:
             above = bisect.bisect_right(old_lineage, suffix_start, key=_START)
-            ranges.append((old_lineage[above - 1].epoch, suffix_start, suffix_start))
-            ranges += ((e.epoch, e.start_offset, e.start_offset) for e in old_lineage[above:])
-        self._lineage = _merge((), ranges)
+            epoch = old_lineage[above - 1].epoch
+            if not merged or merged[-1].epoch != epoch:
+                merged.append(EpochEntry(epoch=epoch, start_offset=suffix_start))
+            merged.extend(old_lineage[above:])
+        self._lineage = tuple(merged)
         old_chain[kept:keep_from] = array("i", walked)
 
     def _step(self, start: int, epoch: int) -> int | None:
@@ -778,7 +782,7 @@ class RemoteLogMetadataCache:
         if partition is not None and slot is not None:
             current = RemoteLogSegmentState(partition.seg.state[slot])
         self._counted(
-            check_segment_transition, _describe(metadata.segment_id), current, metadata.state
+            check_segment_transition, _Described(metadata.segment_id), current, metadata.state
         )
         if current is None:
             _validate(metadata)
@@ -791,7 +795,7 @@ class RemoteLogMetadataCache:
         current = None
         if partition is not None and slot is not None:
             current = RemoteLogSegmentState(partition.seg.state[slot])
-        self._counted(check_segment_update, _describe(segment_id), current, state)
+        self._counted(check_segment_update, _Described(segment_id), current, state)
         assert partition is not None and slot is not None  # an unknown segment was refused
         return partition, slot
 
@@ -799,12 +803,12 @@ class RemoteLogMetadataCache:
         partition = self._find_partition(tp)
         status = None if partition is None else partition.delete_status
         current = None if status is None else status.state
-        self._counted(check_partition_transition, f"partition {tp} ({tp.topic_id})", current, state)
+        self._counted(check_partition_transition, _Described(tp), current, state)
 
     def _counted(
         self,
-        check: Callable[[str, _StateT | None, _StateT], None],
-        subject: str,
+        check: Callable[[object, _StateT | None, _StateT], None],
+        subject: object,
         current: _StateT | None,
         target: _StateT,
     ) -> None:
@@ -865,6 +869,18 @@ def _validate(metadata: RemoteLogSegmentMetadata) -> None:
         raise InvalidSegmentMetadataError(f"{what} has leader epochs {epochs!r} out of range")
 
 
+@dataclass(frozen=True, slots=True)
+class _Described:
+    """Names a segment or partition in an error message, formatted only if one is raised."""
+
+    subject: RemoteLogSegmentId | TopicIdPartition
+
+    def __str__(self) -> str:
+        if isinstance(self.subject, TopicIdPartition):
+            return f"partition {self.subject} ({self.subject.topic_id})"
+        return _describe(self.subject)
+
+
 def _describe(segment_id: RemoteLogSegmentId) -> str:
     tp = segment_id.topic_id_partition
     return f"segment {segment_id.id} of {tp} ({tp.topic_id})"
@@ -882,16 +898,6 @@ def _chain_position(chain: array[int], seg: PartitionSegments, slot: int) -> int
     if position < len(chain) and chain[position] == slot:
         return position
     return None
-
-
-def _merge(entries: tuple[EpochEntry, ...], ranges: Iterable[EpochRange]) -> tuple[EpochEntry, ...]:
-    """``entries`` followed by the epochs of ``ranges``, an epoch continuing across the join."""
-    merged = list(entries)
-    for epoch, first, _ in ranges:
-        if merged and merged[-1].epoch == epoch:
-            continue
-        merged.append(EpochEntry(epoch=epoch, start_offset=first))
-    return tuple(merged)
 
 
 def _metadata_of(record: RemoteLogSegmentMetadataRecord) -> RemoteLogSegmentMetadata:

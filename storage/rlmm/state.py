@@ -77,17 +77,19 @@ class InvalidStateTransitionError(RemoteLogMetadataError):
     """An event would move a segment or a partition to a state that may not follow its current one.
 
     ``current`` is ``None`` when the subject is unknown (never started, or already removed
-    after its final state); ``reason`` replaces the generated explanation.
+    after its final state); ``reason`` replaces the generated explanation. ``subject`` may
+    be any object naming the segment or partition: it is only turned into text here, when
+    a transition is refused, which keeps the accepted path cheap.
     """
 
     def __init__(
         self,
-        subject: str,
+        subject: object,
         current: RemoteLogSegmentState | RemotePartitionDeleteState | None,
         target: RemoteLogSegmentState | RemotePartitionDeleteState,
         reason: str | None = None,
     ) -> None:
-        self.subject = subject
+        self.subject = str(subject)
         self.current = current
         self.target = target
         if reason is None:
@@ -110,7 +112,7 @@ def is_valid_partition_transition(
 
 
 def check_segment_transition(
-    subject: str, current: RemoteLogSegmentState | None, target: RemoteLogSegmentState
+    subject: object, current: RemoteLogSegmentState | None, target: RemoteLogSegmentState
 ) -> None:
     """Refuse an illegal segment transition; ``subject`` names the segment in the message.
 
@@ -121,7 +123,7 @@ def check_segment_transition(
 
 
 def check_segment_update(
-    subject: str, current: RemoteLogSegmentState | None, target: RemoteLogSegmentState
+    subject: object, current: RemoteLogSegmentState | None, target: RemoteLogSegmentState
 ) -> None:
     """Refuse an update event (state change by segment id) that the machine forbids.
 
@@ -144,7 +146,7 @@ def check_segment_update(
 
 
 def check_partition_transition(
-    subject: str, current: RemotePartitionDeleteState | None, target: RemotePartitionDeleteState
+    subject: object, current: RemotePartitionDeleteState | None, target: RemotePartitionDeleteState
 ) -> None:
     """Refuse an illegal partition-delete transition; ``subject`` names the partition.
 
