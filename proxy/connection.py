@@ -95,12 +95,14 @@ class _InFlight:
         self.exchange = exchange
         self.started = time.perf_counter()
         self.streaming = False
-        # Size of the broker's response frame, prefix included, once its prefix has arrived.
+        # Size of the response frame with its prefix: the broker's once its prefix arrived,
+        # then the one written to the client.
         self.size = 0
         # Bytes of the response received so far when it is not streamed.
         self.buffer: bytearray | None = None
-        # The whole response frame (size prefix included) once it may be written.
-        self.response: bytes | bytearray | None = None
+        # The whole response frame (size prefix included, possibly in parts) once it may be
+        # written, and its size.
+        self.response: tuple[bytes | bytearray, ...] | None = None
 
 
 class ConnectionPair(asyncio.Protocol):
@@ -414,18 +416,20 @@ class ConnectionPair(asyncio.Protocol):
         self._receiving = None
         if target.streaming:
             self._ordered.popleft()
-            self._record(target, target.size)
+            self._record(target)
             self._flush()
             return
         buffer = target.buffer
         assert buffer is not None
         target.buffer = None
         if target.exchange is None:
-            self._ready(target, buffer)
+            self._ready(target, (buffer,))
+        elif target.exchange.passes(buffer):
+            self._ready(target, (_SIZE.pack(len(buffer)), buffer))
         else:
-            self._spawn(self._finish(target, bytes(buffer)))
+            self._spawn(self._finish(target, buffer))
 
-    async def _finish(self, entry: _InFlight, payload: bytes | None) -> None:
+    async def _finish(self, entry: _InFlight, payload: bytearray | None) -> None:
         assert entry.exchange is not None
         try:
             response = await entry.exchange.respond(payload)
@@ -440,11 +444,12 @@ class ConnectionPair(asyncio.Protocol):
             self._close("interceptor error", level=logging.ERROR, error=repr(err))
             return
         if not self._closed:
-            self._ready(entry, _SIZE.pack(len(response)) + response)
+            self._ready(entry, (_SIZE.pack(len(response)), response))
 
-    def _ready(self, entry: _InFlight, frame: bytes | bytearray) -> None:
-        entry.response = frame
-        self._held_bytes += len(frame)
+    def _ready(self, entry: _InFlight, parts: tuple[bytes | bytearray, ...]) -> None:
+        entry.response = parts
+        entry.size = sum(len(part) for part in parts)
+        self._held_bytes += entry.size
         if self._held_bytes > self._settings.high_water and self._upstream_gate is not None:
             self._upstream_gate.hold(_HELD_RESPONSES)
         self._flush()
@@ -454,19 +459,19 @@ class ConnectionPair(asyncio.Protocol):
         assert self._client is not None
         while self._ordered and self._ordered[0].response is not None:
             entry = self._ordered.popleft()
-            frame = entry.response
-            assert frame is not None
+            parts = entry.response
+            assert parts is not None
             entry.response = None
-            self._client.write(frame)
-            self._held_bytes -= len(frame)
-            self._record(entry, len(frame))
+            self._client.writelines(parts)
+            self._held_bytes -= entry.size
+            self._record(entry)
         if self._held_bytes <= self._settings.low_water and self._upstream_gate is not None:
             self._upstream_gate.release(_HELD_RESPONSES)
         if self._draining and not self._ordered:
             self._close(self._draining)
 
-    def _record(self, entry: _InFlight, size: int) -> None:
-        self._metrics.response(entry.api_key, size, time.perf_counter() - entry.started)
+    def _record(self, entry: _InFlight) -> None:
+        self._metrics.response(entry.api_key, entry.size, time.perf_counter() - entry.started)
 
 
 class _UpstreamProtocol(asyncio.Protocol):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
 from protocol.headers import (
@@ -34,7 +34,7 @@ from protocol.messages import (
     produce_acks,
     response_class,
 )
-from proxy.interceptors.base import Answer, Call, ConnectionInfo, Interceptor
+from proxy.interceptors.base import Answer, Call, ConnectionInfo, Interceptor, ResponseFilter
 from proxy.logs import event
 
 __all__ = ["InterceptedExchange", "Route", "Router"]
@@ -54,7 +54,12 @@ class InterceptedExchange(Protocol):
         """The request payload to send to the broker, or ``None`` if answered locally."""
         ...
 
-    async def respond(self, payload: bytes | None) -> bytes:
+    def passes(self, payload: bytes | bytearray) -> bool:
+        """Whether the broker's response goes to the client as it is, with no interceptor
+        (checked before :meth:`respond`, which then need not run)."""
+        ...
+
+    async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray:
         """Turn the broker's response payload (``None`` if answered locally) into the client's.
 
         :raises RemoteProtocolError: when the broker's response breaks the protocol.
@@ -77,6 +82,8 @@ class Route:
 class _Chain:
     interceptors: tuple[Interceptor, ...]
     needs_request: bool
+    # Every interceptor can judge from the encoded body whether it wants the response.
+    filtered: bool
 
 
 class Router:
@@ -102,6 +109,7 @@ class Router:
             key: _Chain(
                 interceptors=tuple(chain),
                 needs_request=any(interceptor.needs_request for interceptor in chain),
+                filtered=all(isinstance(interceptor, ResponseFilter) for interceptor in chain),
             )
             for key, chain in chains.items()
         }
@@ -164,7 +172,7 @@ def _produce_expects_response(frame: bytes, api_version: int) -> bool:
 class _ChainExchange:
     """An exchange that goes through an interceptor chain."""
 
-    __slots__ = ("_answer", "_call", "_forward", "_interceptors")
+    __slots__ = ("_answer", "_call", "_filtered", "_forward", "_interceptors")
 
     def __init__(
         self, chain: _Chain, header: RequestHeader, frame: bytes, connection: ConnectionInfo
@@ -192,6 +200,7 @@ class _ChainExchange:
                 break
             request = outcome
         self._interceptors = tuple(reversed(ran))
+        self._filtered = chain.filtered
         self._call = Call(
             connection=connection, header=header, client_request=client_request, request=request
         )
@@ -206,7 +215,23 @@ class _ChainExchange:
     def forward(self) -> bytes | None:
         return self._forward
 
-    async def respond(self, payload: bytes | None) -> bytes:
+    def passes(self, payload: bytes | bytearray) -> bool:
+        if not self._filtered:
+            return False
+        header = self._call.header
+        header_version = response_header_version(header.api_key, header.api_version)
+        if header_version is None:
+            return False
+        try:
+            correlation_id, size = parse_response_header(payload, header_version)
+        except RemoteProtocolError:
+            return False  # respond() reports it
+        body = memoryview(payload).toreadonly()[size:]
+        return correlation_id == header.correlation_id and not any(
+            cast(ResponseFilter, i).wants_response(self._call, body) for i in self._interceptors
+        )
+
+    async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray:
         header = self._call.header
         header_version = response_header_version(header.api_key, header.api_version)
         if header_version is None:
@@ -223,10 +248,10 @@ class _ChainExchange:
                     f"broker answered correlation id {correlation_id}, "
                     f"expected {header.correlation_id}"
                 )
+            # kio reads only read-only buffers; a read-only view of the bytearray is no copy.
+            body = memoryview(payload).toreadonly()[size:]
             try:
-                response = decode_response(
-                    header.api_key, header.api_version, memoryview(payload)[size:]
-                )
+                response = decode_response(header.api_key, header.api_version, body)
             except RemoteProtocolError as err:
                 # Forwarding what the broker said is what a pass-through proxy would do;
                 # the client sees the same bytes it would have seen without the proxy.
@@ -262,7 +287,10 @@ class _ReadyAnswer:
     def forward(self) -> bytes | None:
         return None
 
-    async def respond(self, payload: bytes | None) -> bytes:
+    def passes(self, payload: bytes | bytearray) -> bool:
+        return False
+
+    async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray:
         return self._payload
 
 

@@ -16,10 +16,12 @@ broker seen for the first time before the response reaches the client.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
+from protocol.varint import VarintError, decode_unsigned_varint
 from proxy.config import HostPort
 from proxy.interceptors.base import Call, Interceptor
 
@@ -29,6 +31,7 @@ __all__ = ["AddressBook", "AddressRewriter", "BrokerAddress"]
 _PRODUCE_NODE_ENDPOINTS: Final = 10
 _FETCH_NODE_ENDPOINTS: Final = 16
 _FIND_COORDINATOR_BATCHED: Final = 4
+_PRODUCE_TOPIC_IDS: Final = 13
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,8 +93,86 @@ def _where(api_key: int, api_version: int) -> tuple[str | None, str]:
     return None, "node_id"
 
 
+def _skip_tagged_fields(body: memoryview, position: int) -> int:
+    count, position = decode_unsigned_varint(body, position)
+    for _ in range(count):
+        _tag, position = decode_unsigned_varint(body, position)
+        size, position = decode_unsigned_varint(body, position)
+        position += size
+    return position
+
+
+def _skip_compact_bytes(body: memoryview, position: int) -> int:
+    length_plus_one, position = decode_unsigned_varint(body, position)
+    return position + max(length_plus_one - 1, 0)
+
+
+def _fetch_top_level_tags(body: memoryview, version: int) -> int:
+    """Top-level tagged fields of a Fetch v16/v17 response, walking over the records unread.
+
+    Layout (FetchResponse.json): throttle int32, error int16, session int32, then topics
+    (topic id, partitions: index int32, error int16, high watermark, last stable offset, log
+    start offset int64 each, aborted transactions (producer id, first offset, tags), preferred
+    read replica int32, records, tags), each followed by tags; node endpoints are tag 0.
+    """
+    position = 10
+    topics, position = decode_unsigned_varint(body, position)
+    for _ in range(topics - 1):
+        position += 16
+        partitions, position = decode_unsigned_varint(body, position)
+        for _ in range(partitions - 1):
+            position += 30
+            aborted, position = decode_unsigned_varint(body, position)
+            for _ in range(aborted - 1):
+                position = _skip_tagged_fields(body, position + 16)
+            position = _skip_compact_bytes(body, position + 4)
+            position = _skip_tagged_fields(body, position)
+        position = _skip_tagged_fields(body, position)
+    count, end = decode_unsigned_varint(body, position)
+    if end > len(body):
+        raise IndexError("Fetch response ends inside its tagged fields")
+    return count
+
+
+def _produce_top_level_tags(body: memoryview, version: int) -> int:
+    """Top-level tagged fields of a Produce v10+ response (ProduceResponse.json).
+
+    Layout: topics (name, or topic id from v13; partitions: index int32, error int16, base
+    offset, log append time, log start offset int64 each, record errors (batch index int32,
+    message, tags), error message, tags; tags), then throttle int32; node endpoints are tag 0.
+    """
+    position = 0
+    topics, position = decode_unsigned_varint(body, position)
+    for _ in range(topics - 1):
+        if version >= _PRODUCE_TOPIC_IDS:
+            position += 16
+        else:
+            position = _skip_compact_bytes(body, position)
+        partitions, position = decode_unsigned_varint(body, position)
+        for _ in range(partitions - 1):
+            position += 30
+            errors, position = decode_unsigned_varint(body, position)
+            for _ in range(errors - 1):
+                position = _skip_compact_bytes(body, position + 4)
+                position = _skip_tagged_fields(body, position)
+            position = _skip_compact_bytes(body, position)
+            position = _skip_tagged_fields(body, position)
+        position = _skip_tagged_fields(body, position)
+    count, end = decode_unsigned_varint(body, position + 4)
+    if end > len(body):
+        raise IndexError("Produce response ends inside its tagged fields")
+    return count
+
+
+_SCANS = {int(ApiKey.FETCH): _fetch_top_level_tags, int(ApiKey.PRODUCE): _produce_top_level_tags}
+
+
 class AddressRewriter(Interceptor):
-    """Rewrites broker addresses in responses to the proxy's addresses from ``book``."""
+    """Rewrites broker addresses in responses to the proxy's addresses from ``book``.
+
+    It is a :class:`~proxy.interceptors.base.ResponseFilter`: Fetch and Produce responses carry
+    node endpoints only when a partition's leader moved, so the others are forwarded undecoded.
+    """
 
     def __init__(self, book: AddressBook) -> None:
         self._book = book
@@ -105,6 +186,15 @@ class AddressRewriter(Interceptor):
             ApiKey.PRODUCE: _from(INTERCEPTED_VERSIONS[ApiKey.PRODUCE], _PRODUCE_NODE_ENDPOINTS),
             ApiKey.FETCH: _from(INTERCEPTED_VERSIONS[ApiKey.FETCH], _FETCH_NODE_ENDPOINTS),
         }
+
+    def wants_response(self, call: Call, body: memoryview) -> bool:
+        scan = _SCANS.get(call.header.api_key)
+        if scan is None:
+            return True
+        try:
+            return scan(body, call.header.api_version) > 0
+        except (VarintError, IndexError, struct.error):
+            return True  # malformed: let the decoder say so
 
     async def on_response(self, call: Call, response: Any) -> Any:
         field, id_field = _where(call.header.api_key, call.header.api_version)

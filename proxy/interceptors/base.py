@@ -5,6 +5,11 @@ request and the response and hands them over; every other request passes through
 bytes and is never decoded. Several interceptors may handle one API: requests go through
 them in registration order, responses in reverse order, like middleware.
 
+Decoding a multi-MiB Fetch response costs a copy of its records. An interceptor that can tell
+from a cheap scan of the encoded body that it has nothing to change also implements
+:class:`ResponseFilter`; when every interceptor of a chain does and none wants the response,
+it is forwarded as the broker sent it, undecoded.
+
 ``on_request`` is synchronous on purpose: requests reach the broker in the order the client
 sent them with no queue in between, and every decision it needs (address maps, the remote
 log metadata cache) is in memory. ``on_response`` is a coroutine, so an interceptor may
@@ -16,12 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from protocol.headers import RequestHeader
 from protocol.messages import ApiKey
 
-__all__ = ["Answer", "Call", "ConnectionInfo", "Interceptor"]
+__all__ = ["Answer", "Call", "ConnectionInfo", "Interceptor", "ResponseFilter"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,3 +93,13 @@ class Interceptor(Protocol):
         :raises RemoteProtocolError: to close the client connection with a log line.
         """
         return response
+
+
+@runtime_checkable
+class ResponseFilter(Protocol):
+    """Optional: an interceptor that can skip responses it has nothing to change."""
+
+    def wants_response(self, call: Call, body: memoryview) -> bool:
+        """Whether ``on_response`` must see this response, judged from its encoded body
+        (after the response header), without decoding it."""
+        ...

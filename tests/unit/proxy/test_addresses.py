@@ -8,13 +8,25 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kio.static.primitive import Records
 
-from protocol.headers import RequestHeader
-from protocol.messages import ApiKey, ErrorCode, decode_response, encode_response, nested_class
+from protocol.headers import RequestHeader, encode_request_header, encode_response_header
+from protocol.messages import (
+    ApiKey,
+    ErrorCode,
+    decode_response,
+    encode_request,
+    encode_response,
+    nested_class,
+)
+from protocol.messages import request_class as request_of
 from protocol.messages import response_class as response_of
 from proxy.config import HostPort
 from proxy.interceptors.addresses import AddressRewriter, BrokerAddress
 from proxy.interceptors.base import Call, ConnectionInfo
+from proxy.router import Router
 from tests.unit.proxy.fake_broker import build
 
 BROKERS = ((1, "kafka-1.internal", 9092), (2, "kafka-2.internal", 9093))
@@ -158,3 +170,69 @@ async def test_brokers_unknown_to_the_book_keep_their_address() -> None:
     response = dataclasses.replace(response, brokers=(*response.brokers, extra))
     out = await AddressRewriter(RecordingBook()).on_response(call(ApiKey.METADATA, 12), response)
     assert (out.brokers[-1].host, out.brokers[-1].port) == ("kafka-7", 9099)
+
+
+st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
+
+SCANNED = [
+    pytest.param(api_key, version, id=f"{api_key.name}-v{version}")
+    for api_key, first in ((ApiKey.FETCH, 16), (ApiKey.PRODUCE, 10))
+    for version in AddressRewriter(RecordingBook()).versions[api_key]
+    if version >= first
+]
+
+
+@pytest.mark.parametrize(("api_key", "version"), SCANNED)
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_the_scan_sees_node_endpoints_without_decoding(
+    api_key: ApiKey, version: int, data: st.DataObject
+) -> None:
+    response = data.draw(st.from_type(response_of(api_key, version)))
+    body = memoryview(encode_response(response))
+    wants = AddressRewriter(RecordingBook()).wants_response(call(api_key, version), body)
+    assert wants == bool(response.node_endpoints)
+
+
+def test_a_truncated_body_is_left_to_the_decoder() -> None:
+    response, _, _ = response_with_brokers(ApiKey.FETCH, 16)
+    body = memoryview(encode_response(response))[:-3]
+    assert AddressRewriter(RecordingBook()).wants_response(call(ApiKey.FETCH, 16), body)
+
+
+async def test_fetch_responses_without_endpoints_pass_undecoded_through_the_router() -> None:
+    router = Router([AddressRewriter(RecordingBook())])
+    connection = ConnectionInfo(connection_id=1, client="c", node_id=1)
+    request = build(
+        request_of(ApiKey.FETCH, 16),
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=1,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    frame = encode_request_header(ApiKey.FETCH, 16, 9, "c") + encode_request(request)
+    route = router.route(frame, connection)
+    assert route.exchange is not None
+    plain = build(
+        response_of(ApiKey.FETCH, 16),
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        responses=(),
+    )
+    payload = encode_response_header(9, 1) + encode_response(plain)
+    assert route.exchange.passes(bytearray(payload))
+    moved, _, _ = response_with_brokers(ApiKey.FETCH, 16)
+    payload = encode_response_header(9, 1) + encode_response(moved)
+    assert not route.exchange.passes(bytearray(payload))
+    out = await route.exchange.respond(bytearray(payload))
+    endpoints = decode_response(ApiKey.FETCH, 16, bytes(out)[5:]).node_endpoints
+    assert {(e.host, e.port) for e in endpoints} == {("proxy", 19092), ("proxy", 19093)}

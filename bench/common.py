@@ -1,0 +1,158 @@
+"""Helpers shared by the benchmarks: alternating A/B rounds, medians and ratios, process CPU and
+memory from ``/proc``, and results written as JSON plus a PNG into ``bench/results/``.
+
+On a shared two-core machine a single figure is noise (see BENCHMARKING.md), so every
+comparison runs baseline and candidate in turn, A B A B ..., and reports medians and the
+median of the per-pair ratios.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+__all__ = [
+    "GIB",
+    "KIB",
+    "MIB",
+    "RESULTS",
+    "Pair",
+    "alternate",
+    "alternate_async",
+    "bar_chart",
+    "cpu_seconds",
+    "median",
+    "percentile",
+    "rss_bytes",
+    "save_json",
+]
+
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+RESULTS = Path(__file__).parent / "results"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pair(Generic[T]):
+    """One baseline (``a``) and one candidate (``b``) measurement, taken back to back."""
+
+    index: int
+    a: T
+    b: T
+
+
+def alternate(pairs: int, a: Callable[[], T], b: Callable[[], T]) -> list[Pair[T]]:
+    """Run ``a`` then ``b``, ``pairs`` times; the order alternates so neither always goes first
+    into a warm (or cold) machine: A B, B A, A B, ..."""
+    results: list[Pair[T]] = []
+    for index in range(pairs):
+        if index % 2 == 0:
+            first_a = a()
+            second_b = b()
+        else:
+            second_b = b()
+            first_a = a()
+        results.append(Pair(index=index, a=first_a, b=second_b))
+    return results
+
+
+async def alternate_async(
+    pairs: int, a: Callable[[], Awaitable[T]], b: Callable[[], Awaitable[T]]
+) -> list[Pair[T]]:
+    """:func:`alternate` for coroutines."""
+    results: list[Pair[T]] = []
+    for index in range(pairs):
+        if index % 2 == 0:
+            first_a = await a()
+            second_b = await b()
+        else:
+            second_b = await b()
+            first_a = await a()
+        results.append(Pair(index=index, a=first_a, b=second_b))
+    return results
+
+
+def median(values: Sequence[float]) -> float:
+    """The median, or NaN for no values."""
+    return statistics.median(values) if values else float("nan")
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    """The ``fraction`` quantile (0.99 for p99) by the nearest-rank method."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(fraction * len(ordered) + 0.5) - 1))
+    return ordered[rank]
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """User + system CPU seconds of process ``pid`` (this process and its children if None)."""
+    if pid is None:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        return own.ru_utime + own.ru_stime
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    # utime and stime are fields 14 and 15 of /proc/<pid>/stat (1-based), in clock ticks.
+    ticks = int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident set size of process ``pid`` (VmRSS)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * KIB
+    raise ValueError(f"no VmRSS for pid {pid}")
+
+
+def save_json(name: str, payload: Mapping[str, Any]) -> Path:
+    """Write ``bench/results/<name>.json``; returns its path."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+    return path
+
+
+def bar_chart(
+    name: str,
+    panels: Sequence[tuple[str, str, Mapping[str, Mapping[str, float]]]],
+    *,
+    title: str,
+) -> Path:
+    """Write ``bench/results/<name>.png``: one panel per ``(title, unit, groups)``, where
+    ``groups`` maps a group label to ``{series label: value}`` (e.g. direct vs proxy)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
+    for axis, (panel_title, unit, groups) in zip(axes[0], panels, strict=True):
+        series = sorted({label for values in groups.values() for label in values})
+        width = 0.8 / max(1, len(series))
+        for offset, label in enumerate(series):
+            xs = [i + offset * width for i in range(len(groups))]
+            heights = [values.get(label, 0.0) for values in groups.values()]
+            bars = axis.bar(xs, heights, width, label=label)
+            axis.bar_label(bars, fmt="%.3g", fontsize=7)
+        axis.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(groups))])
+        axis.set_xticklabels(list(groups), fontsize=8)
+        axis.set_title(panel_title, fontsize=10)
+        axis.set_ylabel(unit)
+        axis.legend(fontsize=8)
+    figure.suptitle(title)
+    figure.tight_layout()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.png"
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path

@@ -1,0 +1,658 @@
+"""What the pass-through proxy costs: the same workloads directly against the broker and
+through ``tierproxy serve``, alternating in one run.
+
+Run::
+
+    .venv/bin/python -m bench.passthrough                        # embedded Tansu, small sizes
+    .venv/bin/python -m bench.passthrough --data-mib 512 --pairs 5
+    KAFKA_HOME=/opt/kafka .venv/bin/python -m bench.passthrough  # Apache Kafka (KRaft)
+    KAFKA_BOOTSTRAP=host:9092 .venv/bin/python -m bench.passthrough
+
+Workloads, each run direct (A) and through the proxy (B), alternating A B / B A for
+``--pairs`` pairs, reporting medians and the median of the per-pair ratios:
+
+* consumer throughput, 1 KiB records, one partition of ``--data-mib`` MiB written before the
+  rounds (so the data is warm in the broker): a raw Fetch loop (one Fetch in flight, records
+  left as bytes, the next offset taken from the last batch header) at Fetch v12, which the
+  proxy forwards untouched, and at v16 when the broker speaks it, whose responses the proxy
+  decodes for KIP-951 node endpoints; each with 1 MiB and 8 MiB ``partition_max_bytes``;
+  confluent-kafka (librdkafka) with ``fetch.queue.backoff.ms=0``; and kcat where it can talk
+  to the broker directly (kcat 1.7 cannot parse Tansu's ApiVersions answer). CPU seconds per
+  GiB of the proxy process and the broker are recorded next to MiB/s.
+* produce latency at moderate load: one connection, one 1 KiB record per Produce (v8,
+  acks=1), sent open-loop at ``--produce-rate`` requests/s for ``--produce-seconds``; p50
+  and p99 of send-to-response time, and the p99 overhead of the proxy in milliseconds.
+* proxy memory: RSS of the freshly started proxy, then with 200 idle client connections
+  (each has done one ApiVersions round trip, so its broker connection is open too).
+
+Goals (issue 3): consumer >= 0.85 x direct, produce p99 overhead <= 1 ms, RSS <= 200 MiB with
+200 idle connections. Results: ``bench/results/passthrough.json`` and ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+
+from bench.common import (
+    GIB,
+    KIB,
+    MIB,
+    Pair,
+    alternate_async,
+    bar_chart,
+    cpu_seconds,
+    median,
+    percentile,
+    rss_bytes,
+    save_json,
+)
+from protocol.frames import FrameDecoder, encode_frame
+from protocol.headers import (
+    encode_request_header,
+    parse_response_header,
+    response_header_version,
+)
+from protocol.messages import ApiKey, decode_response, encode_request, nested_class, request_class
+from protocol.records import Record, build_record_batch, iter_batches
+from proxy.embedded import ManagedProcess, broker_from_env, create_topic, free_port
+from proxy.embedded.info import BrokerInfo
+from proxy.embedded.probe import api_versions
+from storage.kafka_client import KafkaClient
+
+RECORD_BYTES = KIB
+IDLE_CONNECTIONS = 200
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Endpoint:
+    """Where a round connects, and the process whose CPU it charges to the path."""
+
+    name: str
+    host: str
+    port: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumerRound:
+    workload: str
+    path: str
+    mib: float
+    seconds: float
+    mib_per_s: float
+    proxy_cpu_s_per_gib: float
+    broker_cpu_s_per_gib: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProduceRound:
+    path: str
+    requests: int
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+# -- raw protocol helpers ----------------------------------------------------------------
+
+
+def build(body_class: type[Any], **candidates: Any) -> Any:
+    """A kio body with the candidate fields its version has."""
+    names = set(body_class.__dataclass_fields__)
+    return body_class(**{name: value for name, value in candidates.items() if name in names})
+
+
+class RawConnection:
+    """One connection that sends requests and reads whole response frames, nothing else."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._decoder = FrameDecoder(1 << 30)
+        self._correlation = 0
+
+    @classmethod
+    async def open(cls, endpoint: Endpoint) -> RawConnection:
+        reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port, limit=MIB)
+        return cls(reader, writer)
+
+    def send(self, api_key: ApiKey, version: int, body: Any) -> None:
+        self._correlation += 1
+        header = encode_request_header(api_key, version, self._correlation, "bench")
+        self._writer.write(encode_frame(header + encode_request(body)))
+
+    async def receive(self) -> bytes:
+        while True:
+            frame = self._decoder.next_frame()
+            if isinstance(frame, bytes):
+                return frame
+            if frame is not None:
+                raise ConnectionError(f"bad frame {frame}")
+            data = await self._reader.read(4 * MIB)
+            if not data:
+                raise ConnectionError("closed")
+            self._decoder.feed(data)
+
+    async def close(self) -> None:
+        self._writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self._writer.wait_closed()
+
+
+def fetch_request(
+    version: int, topic: str, topic_id: uuid.UUID, offset: int, partition_max_bytes: int
+) -> Any:
+    body_class = request_class(ApiKey.FETCH, version)
+    topic_class = nested_class(body_class, "topics")
+    partition_class = nested_class(topic_class, "partitions")
+    return build(
+        body_class,
+        replica_id=-1,
+        max_wait=datetime.timedelta(milliseconds=500),
+        min_bytes=1,
+        max_bytes=64 * MIB,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(
+            build(
+                topic_class,
+                topic=topic,
+                topic_id=topic_id,
+                partitions=(
+                    build(
+                        partition_class,
+                        partition=0,
+                        current_leader_epoch=-1,
+                        fetch_offset=offset,
+                        last_fetched_epoch=-1,
+                        log_start_offset=-1,
+                        partition_max_bytes=partition_max_bytes,
+                    ),
+                ),
+            ),
+        ),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+
+
+async def raw_fetch_all(
+    endpoint: Endpoint,
+    *,
+    version: int,
+    topic: str,
+    topic_id: uuid.UUID,
+    end_offset: int,
+    partition_max_bytes: int,
+) -> int:
+    """Fetch offsets [0, end_offset) of partition 0 one request at a time; bytes received."""
+    connection = await RawConnection.open(endpoint)
+    header_version = response_header_version(ApiKey.FETCH, version)
+    assert header_version is not None
+    total = 0
+    offset = 0
+    try:
+        while offset < end_offset:
+            connection.send(
+                ApiKey.FETCH,
+                version,
+                fetch_request(version, topic, topic_id, offset, partition_max_bytes),
+            )
+            frame = await connection.receive()
+            _, header_size = parse_response_header(frame, header_version)
+            response = decode_response(ApiKey.FETCH, version, memoryview(frame)[header_size:])
+            partition = response.responses[0].partitions[0]
+            records = partition.records or b""
+            total += len(records)
+            for _, batch in iter_batches(records):
+                offset = batch.next_offset
+    finally:
+        await connection.close()
+    return total
+
+
+def confluent_consume_all(endpoint: Endpoint, topic: str, count: int, fetch_bytes: int) -> int:
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": endpoint.bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 0,
+            "max.partition.fetch.bytes": fetch_bytes,
+            "fetch.max.bytes": 64 * MIB,
+        }
+    )
+    total = seen = 0
+    try:
+        consumer.assign(
+            [confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)]
+        )
+        while seen < count:
+            for message in consumer.consume(num_messages=10_000, timeout=1.0):
+                if message.error() is None:
+                    seen += 1
+                    total += len(message.value() or b"")
+    finally:
+        consumer.close()
+    return total
+
+
+def kcat_consume_all(kcat: str, endpoint: Endpoint, topic: str, fetch_bytes: int) -> int:
+    result = subprocess.run(
+        [
+            kcat, "-C", "-b", endpoint.bootstrap, "-t", topic, "-p", "0", "-o", "beginning",
+            "-e", "-q", "-f", "%S\n",
+            "-X", "fetch.queue.backoff.ms=0",
+            "-X", f"max.partition.fetch.bytes={fetch_bytes}",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )  # fmt: skip
+    return sum(int(line) for line in result.stdout.split())
+
+
+def kcat_works(kcat: str | None, endpoint: Endpoint) -> bool:
+    if kcat is None:
+        return False
+    probe = subprocess.run(
+        [kcat, "-b", endpoint.bootstrap, "-L", "-m", "5"],
+        check=False,
+        capture_output=True,
+        timeout=30,
+    )
+    return probe.returncode == 0
+
+
+async def produce_latencies(
+    endpoint: Endpoint, topic: str, *, rate: float, seconds: float
+) -> list[float]:
+    """Open-loop Produce v8 (acks=1) of one 1 KiB record each; seconds per request."""
+    connection = await RawConnection.open(endpoint)
+    body_class = request_class(ApiKey.PRODUCE, 8)
+    topic_class = nested_class(body_class, "topic_data")
+    partition_class = nested_class(topic_class, "partition_data")
+    value = os.urandom(RECORD_BYTES)
+    sent: deque[float] = deque()
+    latencies: list[float] = []
+    total = int(rate * seconds)
+    loop = asyncio.get_running_loop()
+
+    async def receive() -> None:
+        for _ in range(total):
+            await connection.receive()
+            latencies.append(loop.time() - sent.popleft())
+
+    receiver = asyncio.create_task(receive())
+    started = loop.time()
+    try:
+        for i in range(total):
+            await asyncio.sleep(max(0.0, started + i / rate - loop.time()))
+            batch = build_record_batch(
+                base_offset=0, records=[Record(value=value, timestamp=int(time.time() * 1000))]
+            )
+            body = body_class(
+                transactional_id=None,
+                acks=1,
+                timeout=datetime.timedelta(seconds=30),
+                topic_data=(
+                    topic_class(
+                        name=topic,
+                        partition_data=(partition_class(index=0, records=batch),),
+                    ),
+                ),
+            )
+            sent.append(loop.time())
+            connection.send(ApiKey.PRODUCE, 8, body)
+        await asyncio.wait_for(receiver, 60)
+    finally:
+        receiver.cancel()
+        await connection.close()
+    return latencies
+
+
+async def idle_connections_rss(endpoint: Endpoint, proxy_pid: int, count: int) -> int:
+    """Proxy RSS while ``count`` clients sit idle after one ApiVersions round trip each."""
+    connections = [await RawConnection.open(endpoint) for _ in range(count)]
+    try:
+        body = request_class(ApiKey.API_VERSIONS, 0)()
+        for connection in connections:
+            connection.send(ApiKey.API_VERSIONS, 0, body)
+        for connection in connections:
+            await connection.receive()
+        await asyncio.sleep(1.0)
+        return rss_bytes(proxy_pid)
+    finally:
+        for connection in connections:
+            await connection.close()
+
+
+# -- set-up ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def running_proxy(broker: BrokerInfo, log_dir: Path) -> Iterator[tuple[Endpoint, int]]:
+    port = free_port()
+    process = ManagedProcess(
+        "tierproxy",
+        [
+            sys.executable, "-m", "proxy.cli", "serve", "--bootstrap", broker.bootstrap,
+            "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING",
+        ],
+        log_path=log_dir / "tierproxy.log",
+    )  # fmt: skip
+    process.start()
+    try:
+        process.wait_ready(lambda: bool(api_versions("127.0.0.1", port)), timeout_s=30)
+        assert process.pid is not None
+        yield Endpoint(name="proxy", host="127.0.0.1", port=port), process.pid
+    finally:
+        process.stop()
+
+
+def preload(bootstrap: str, topic: str, count: int) -> None:
+    producer = confluent_kafka.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "linger.ms": 20,
+            "batch.size": MIB,
+            "compression.type": "none",
+            "acks": 1,
+        }
+    )
+    value = os.urandom(RECORD_BYTES)
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=value, key=b"%08d" % i, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if i % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("preload did not finish")
+
+
+async def topic_id_and_end(broker: Endpoint, topic: str) -> tuple[uuid.UUID, int]:
+    """The topic's id (Metadata) and partition 0's high watermark (a Fetch v12)."""
+    async with KafkaClient(broker.bootstrap) as client:
+        topic_id = (await client.metadata([topic])).topics[topic].topic_id
+    connection = await RawConnection.open(broker)
+    try:
+        connection.send(ApiKey.FETCH, 12, fetch_request(12, topic, topic_id, 0, 1))
+        frame = await connection.receive()
+    finally:
+        await connection.close()
+    _, header_size = parse_response_header(frame, 1)
+    response = decode_response(ApiKey.FETCH, 12, memoryview(frame)[header_size:])
+    return topic_id, int(response.responses[0].partitions[0].high_watermark)
+
+
+# -- measurement -------------------------------------------------------------------------
+
+
+def charged(
+    workload: str,
+    endpoint: Endpoint,
+    proxy_pid: int,
+    broker_pid: int | None,
+    consume: Callable[[Endpoint], Awaitable[int]],
+) -> Callable[[], Awaitable[ConsumerRound]]:
+    """A round of ``consume`` against ``endpoint`` with MiB/s and CPU seconds per GiB."""
+
+    async def measure() -> ConsumerRound:
+        proxy_before = cpu_seconds(proxy_pid)
+        broker_before = cpu_seconds(broker_pid) if broker_pid else 0.0
+        started = time.perf_counter()
+        received = await consume(endpoint)
+        seconds = time.perf_counter() - started
+        gib = received / GIB
+        proxy_cpu = cpu_seconds(proxy_pid) - proxy_before if endpoint.name == "proxy" else 0.0
+        broker_cpu = cpu_seconds(broker_pid) - broker_before if broker_pid else float("nan")
+        return ConsumerRound(
+            workload=workload,
+            path=endpoint.name,
+            mib=received / MIB,
+            seconds=seconds,
+            mib_per_s=received / MIB / seconds,
+            proxy_cpu_s_per_gib=proxy_cpu / gib,
+            broker_cpu_s_per_gib=broker_cpu / gib,
+        )
+
+    return measure
+
+
+def summarise(pairs: list[Pair[ConsumerRound]]) -> dict[str, float]:
+    return {
+        "direct_mib_per_s": median([p.a.mib_per_s for p in pairs]),
+        "proxy_mib_per_s": median([p.b.mib_per_s for p in pairs]),
+        "ratio_proxy_to_direct": median([p.b.mib_per_s / p.a.mib_per_s for p in pairs]),
+        "proxy_cpu_s_per_gib": median([p.b.proxy_cpu_s_per_gib for p in pairs]),
+        "broker_cpu_s_per_gib_direct": median([p.a.broker_cpu_s_per_gib for p in pairs]),
+        "broker_cpu_s_per_gib_proxy": median([p.b.broker_cpu_s_per_gib for p in pairs]),
+    }
+
+
+def consumer_workloads(
+    broker: BrokerInfo,
+    direct: Endpoint,
+    *,
+    topic: str,
+    topic_id: uuid.UUID,
+    end_offset: int,
+    count: int,
+) -> dict[str, Callable[[Endpoint], Awaitable[int]]]:
+    """Every consumer workload that can run against this broker, by name."""
+    workloads: dict[str, Callable[[Endpoint], Awaitable[int]]] = {}
+
+    def raw(version: int, fetch_bytes: int) -> Callable[[Endpoint], Awaitable[int]]:
+        async def consume(endpoint: Endpoint) -> int:
+            return await raw_fetch_all(
+                endpoint,
+                version=version,
+                topic=topic,
+                topic_id=topic_id,
+                end_offset=end_offset,
+                partition_max_bytes=fetch_bytes,
+            )
+
+        return consume
+
+    def threaded(
+        target: Callable[[Endpoint, int], int], fetch_bytes: int
+    ) -> Callable[[Endpoint], Awaitable[int]]:
+        async def consume(endpoint: Endpoint) -> int:
+            return await asyncio.to_thread(target, endpoint, fetch_bytes)
+
+        return consume
+
+    versions = [12] + ([16] if broker.supports(ApiKey.FETCH, 16) else [])
+    for version in versions:
+        for fetch_mib in (1, 8):
+            workloads[f"raw Fetch v{version}, {fetch_mib} MiB"] = raw(version, fetch_mib * MIB)
+    for fetch_mib in (1, 8):
+        workloads[f"confluent-kafka, {fetch_mib} MiB"] = threaded(
+            lambda endpoint, fetch_bytes: confluent_consume_all(
+                endpoint, topic, count, fetch_bytes
+            ),
+            fetch_mib * MIB,
+        )
+    kcat = shutil.which("kcat")
+    if kcat is not None and kcat_works(kcat, direct):
+        for fetch_mib in (1, 8):
+            workloads[f"kcat, {fetch_mib} MiB"] = threaded(
+                lambda endpoint, fetch_bytes: kcat_consume_all(kcat, endpoint, topic, fetch_bytes),
+                fetch_mib * MIB,
+            )
+    return workloads
+
+
+async def measure_produce(
+    args: argparse.Namespace, broker: BrokerInfo, direct: Endpoint, proxy: Endpoint
+) -> dict[str, Any]:
+    """Open-loop produce latency, direct and through the proxy, alternating."""
+    produce_topic = f"bench-produce-{uuid.uuid4().hex[:8]}"
+    await create_topic(broker.bootstrap, produce_topic, partitions=1)
+
+    def produce_round(endpoint: Endpoint) -> Callable[[], Awaitable[ProduceRound]]:
+        async def measure() -> ProduceRound:
+            latencies = await produce_latencies(
+                endpoint, produce_topic, rate=args.produce_rate, seconds=args.produce_seconds
+            )
+            return ProduceRound(
+                path=endpoint.name,
+                requests=len(latencies),
+                p50_ms=percentile(latencies, 0.5) * 1000,
+                p99_ms=percentile(latencies, 0.99) * 1000,
+                max_ms=max(latencies) * 1000,
+            )
+
+        return measure
+
+    produce_pairs = await alternate_async(args.pairs, produce_round(direct), produce_round(proxy))
+    produce = {
+        "rate_per_s": args.produce_rate,
+        "seconds": args.produce_seconds,
+        "direct_p50_ms": median([p.a.p50_ms for p in produce_pairs]),
+        "proxy_p50_ms": median([p.b.p50_ms for p in produce_pairs]),
+        "direct_p99_ms": median([p.a.p99_ms for p in produce_pairs]),
+        "proxy_p99_ms": median([p.b.p99_ms for p in produce_pairs]),
+        "p99_overhead_ms": median([p.b.p99_ms - p.a.p99_ms for p in produce_pairs]),
+        "rounds": [asdict(p) for p in produce_pairs],
+    }
+    return produce
+
+
+async def run(
+    args: argparse.Namespace, broker: BrokerInfo, broker_pid: int | None
+) -> dict[str, Any]:
+    direct = Endpoint(name="direct", host=broker.host, port=broker.port)
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-passthrough-"))
+    result: dict[str, Any] = {
+        "broker": broker.version,
+        "data_mib": args.data_mib,
+        "pairs": args.pairs,
+        "record_bytes": RECORD_BYTES,
+        "data": "warm (written just before the rounds)",
+    }
+    with running_proxy(broker, log_dir) as (proxy, proxy_pid):
+        rss_fresh = rss_bytes(proxy_pid)
+        rss_idle = await idle_connections_rss(proxy, proxy_pid, IDLE_CONNECTIONS)
+        result["memory"] = {
+            "rss_fresh_mib": rss_fresh / MIB,
+            f"rss_with_{IDLE_CONNECTIONS}_idle_connections_mib": rss_idle / MIB,
+        }
+        print(f"proxy RSS: fresh {rss_fresh / MIB:.1f} MiB, with {IDLE_CONNECTIONS} idle "
+              f"connections {rss_idle / MIB:.1f} MiB")  # fmt: skip
+
+        topic = f"bench-passthrough-{uuid.uuid4().hex[:8]}"
+        await create_topic(broker.bootstrap, topic, partitions=1)
+        count = args.data_mib * MIB // RECORD_BYTES
+        started = time.perf_counter()
+        await asyncio.to_thread(preload, broker.bootstrap, topic, count)
+        print(f"preloaded {count} records of {RECORD_BYTES} B in "
+              f"{time.perf_counter() - started:.1f} s")  # fmt: skip
+        topic_id, end_offset = await topic_id_and_end(direct, topic)
+
+        workloads = consumer_workloads(
+            broker, direct, topic=topic, topic_id=topic_id, end_offset=end_offset, count=count
+        )
+        if not any(name.startswith("kcat") for name in workloads):
+            result["kcat"] = "skipped: kcat missing or cannot talk to this broker directly"
+            print(result["kcat"])
+        consumer: dict[str, Any] = {}
+        for name, workload in workloads.items():
+            pairs = await alternate_async(
+                args.pairs,
+                charged(name, direct, proxy_pid, broker_pid, workload),
+                charged(name, proxy, proxy_pid, broker_pid, workload),
+            )
+            summary = summarise(pairs)
+            consumer[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
+            print(
+                f"{name:28s} direct {summary['direct_mib_per_s']:7.1f} MiB/s  proxy "
+                f"{summary['proxy_mib_per_s']:7.1f} MiB/s  ratio "
+                f"{summary['ratio_proxy_to_direct']:.3f}  proxy CPU "
+                f"{summary['proxy_cpu_s_per_gib']:.2f} s/GiB"
+            )
+        result["consumer"] = consumer
+
+        produce = await measure_produce(args, broker, direct, proxy)
+        result["produce"] = produce
+        print(
+            f"produce @ {args.produce_rate:.0f}/s: p50 direct {produce['direct_p50_ms']:.3f} ms, "
+            f"proxy {produce['proxy_p50_ms']:.3f} ms; p99 direct {produce['direct_p99_ms']:.3f} "
+            f"ms, proxy {produce['proxy_p99_ms']:.3f} ms; p99 overhead "
+            f"{produce['p99_overhead_ms']:.3f} ms"
+        )
+        result["memory"]["rss_after_all_rounds_mib"] = rss_bytes(proxy_pid) / MIB
+    return result
+
+
+def plot(result: dict[str, Any]) -> Path:
+    consumer = {
+        name: {
+            "direct": entry["summary"]["direct_mib_per_s"],
+            "proxy": entry["summary"]["proxy_mib_per_s"],
+        }
+        for name, entry in result["consumer"].items()
+    }
+    produce = result["produce"]
+    latency = {
+        "p50": {"direct": produce["direct_p50_ms"], "proxy": produce["proxy_p50_ms"]},
+        "p99": {"direct": produce["direct_p99_ms"], "proxy": produce["proxy_p99_ms"]},
+    }
+    memory = {
+        label.replace("_mib", "").replace("_", " "): {"proxy": value}
+        for label, value in result["memory"].items()
+    }
+    return bar_chart(
+        "passthrough",
+        [
+            ("consumer throughput, 1 KiB records", "MiB/s", consumer),
+            (f"produce latency @ {produce['rate_per_s']:.0f} req/s", "ms", latency),
+            ("proxy RSS", "MiB", memory),
+        ],
+        title=f"tierproxy pass-through vs direct ({result['broker']}, medians of "
+        f"{result['pairs']} pairs)",
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-mib", type=int, default=64, help="consumer data (1 partition)")
+    parser.add_argument("--pairs", type=int, default=3, help="A/B pairs per workload (>= 3)")
+    parser.add_argument("--produce-rate", type=float, default=500.0, help="Produce requests/s")
+    parser.add_argument("--produce-seconds", type=float, default=6.0)
+    args = parser.parse_args()
+    with broker_from_env(os.environ) as server:
+        broker = server.start()
+        broker_pid = getattr(server, "pid", None)
+        result = asyncio.run(run(args, broker, broker_pid))
+    print(f"saved {save_json('passthrough', result)} and {plot(result)}")
+
+
+if __name__ == "__main__":
+    main()
