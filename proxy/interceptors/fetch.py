@@ -51,6 +51,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import struct
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -69,7 +70,7 @@ from protocol.messages import (
     response_class,
 )
 from protocol.records import CorruptRecordBatchError, iter_batches
-from proxy.interceptors.base import Answer, Call
+from proxy.interceptors.base import Answer, Call, Interceptor
 from proxy.logs import event
 from proxy.remote.offsets import RemoteRange
 from proxy.remote.pool import ReaderPoolFullError
@@ -100,6 +101,9 @@ _SESSION_NOT_FOUND = ErrorCode(int(KafkaError.FETCH_SESSION_ID_NOT_FOUND))
 _PLANS_KEPT: Final = 100_000
 """Fetches between request and response whose plan is kept; a connection that dies
 mid-Fetch leaves its plan behind, so the map is bounded."""
+_SESSION_FIELDS: Final = struct.Struct(">hi")
+"""Fetch v7+ response body after ``throttle_time_ms``: ``error_code``, ``session_id``."""
+_THROTTLE_BYTES: Final = 4
 _PROBE_BYTES: Final = 1
 """``partition_max_bytes`` forwarded for a remote-served partition: the broker answers at
 once (at least one byte is readable) and reads next to nothing."""
@@ -117,13 +121,15 @@ class _Tiered:
     """Forwarded at the proxy's own position: served remotely whatever the broker says."""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class _Plan:
     view: SessionView
     tiered: dict[PartitionKey, _Tiered]
     read_committed: bool
     max_bytes: int
     max_wait_ms: int
+    session_recorded: bool = False
+    """Whether the broker's answer has been applied to the session tracker."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,7 +146,7 @@ class _Read:
     skipped_error: ErrorCode = _NONE
 
 
-class FetchInterceptor:
+class FetchInterceptor(Interceptor):
     """Serves the tiered part of consumers' Fetches; see the module docstring."""
 
     def __init__(self, tier: RemoteTier) -> None:
@@ -233,18 +239,47 @@ class FetchInterceptor:
 
     # -- response ----------------------------------------------------------------------
 
+    def wants_response(self, call: Call, body: memoryview) -> bool:
+        """Whether the response must be decoded: only when tiered partitions are involved.
+
+        The session fields (v7+: throttle time, error code, session id lead the body) are
+        read here without decoding, so untiered Fetches in sessions pass as raw bytes.
+        """
+        key = (call.connection.connection_id, call.header.correlation_id)
+        plan = self._plans.get(key)
+        if plan is None:
+            return False
+        failed = False
+        if call.header.api_version >= _FIRST_SESSION_VERSION:
+            try:
+                error, session_id = _SESSION_FIELDS.unpack_from(body, _THROTTLE_BYTES)
+            except struct.error:
+                return True  # malformed: let the decoder report it
+            failed = self._record_session(plan, error, session_id)
+        if plan.tiered and not failed:
+            return True
+        del self._plans[key]
+        return False
+
+    def _record_session(self, plan: _Plan, error: int, session_id: int) -> bool:
+        """Apply the broker's answer to the session tracker once; whether it failed."""
+        failed = error != KafkaError.NONE
+        if not plan.session_recorded:
+            plan.session_recorded = True
+            self._tier.sessions.answered(
+                plan.view, session_id=0 if failed else session_id, error=failed
+            )
+        return failed
+
     async def on_response(self, call: Call, response: Any) -> Any:
         plan = self._plans.pop((call.connection.connection_id, call.header.correlation_id), None)
         if plan is None:
             return response
         version = call.header.api_version
-        if version >= _FIRST_SESSION_VERSION:
-            failed = response.error_code != _NONE
-            self._tier.sessions.answered(
-                plan.view, session_id=0 if failed else response.session_id, error=failed
-            )
-            if failed:
-                return response
+        if version >= _FIRST_SESSION_VERSION and self._record_session(
+            plan, int(response.error_code), response.session_id
+        ):
+            return response
         if not plan.tiered:
             return response
         topics = _topics_of(response, version)
@@ -441,7 +476,7 @@ class FetchInterceptor:
             self._tier.metrics.errors.labels(tp.topic, reason).inc()
 
 
-class MetadataTopicIds:
+class MetadataTopicIds(Interceptor):
     """Learns each topic's current id from Metadata responses (v10+), so that a Fetch by
     topic name never gets the tiered data of an older, deleted topic of the same name."""
 
@@ -457,8 +492,8 @@ class MetadataTopicIds:
     def needs_request(self) -> bool:
         return False
 
-    def on_request(self, call: Call) -> Any | Answer:
-        return call.request
+    def wants_response(self, call: Call, body: memoryview) -> bool:
+        return True
 
     async def on_response(self, call: Call, response: Any) -> Any:
         for topic in response.topics:

@@ -28,7 +28,7 @@ from protocol.errors import KafkaError
 from protocol.indexes import CorruptIndexError
 from protocol.messages import ApiKey, ErrorCode
 from protocol.records import CorruptRecordBatchError
-from proxy.interceptors.base import Answer, Call
+from proxy.interceptors.base import Answer, Call, Interceptor
 from proxy.logs import event
 from proxy.remote.offsets import BrokerAnswer, OffsetQuery, RemoteRange, answer, plan
 from proxy.remote.tier import RemoteTier
@@ -56,7 +56,7 @@ class _Query:
     timestamp: int
 
 
-class ListOffsetsInterceptor:
+class ListOffsetsInterceptor(Interceptor):
     """Answers ListOffsets for tiered partitions over the whole log."""
 
     def __init__(self, tier: RemoteTier) -> None:
@@ -95,11 +95,22 @@ class ListOffsetsInterceptor:
                     part = dataclasses.replace(part, timestamp=forward)  # noqa: PLW2901
                 parts.append(part)
             topics.append(dataclasses.replace(topic, partitions=tuple(parts)))
-        key = (call.connection.connection_id, call.header.correlation_id)
-        self._plans[key] = queries
+        if any(self._needs_answer(name, part, q) for (name, part), q in queries.items()):
+            self._plans[(call.connection.connection_id, call.header.correlation_id)] = queries
         if not changed:
             return request
         return dataclasses.replace(request, topics=tuple(topics))
+
+    def _needs_answer(self, topic: str, partition: int, query: _Query) -> bool:
+        """Whether the broker's answer for this partition may need changing."""
+        if query.query is OffsetQuery.LATEST_TIERED:
+            return True
+        if query.query in _BROKER_ANSWERS:
+            return False
+        return self._tier.partition(topic=topic, topic_id=None, partition=partition) is not None
+
+    def wants_response(self, call: Call, body: memoryview) -> bool:
+        return (call.connection.connection_id, call.header.correlation_id) in self._plans
 
     async def on_response(self, call: Call, response: Any) -> Any:
         queries = self._plans.pop((call.connection.connection_id, call.header.correlation_id), None)

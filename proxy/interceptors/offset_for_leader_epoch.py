@@ -18,7 +18,7 @@ from cachetools import LRUCache
 
 from protocol.errors import KafkaError
 from protocol.messages import ApiKey
-from proxy.interceptors.base import Answer, Call
+from proxy.interceptors.base import Answer, Call, Interceptor
 from proxy.remote.epochs import EpochEndOffset, end_offset
 from proxy.remote.tier import RemoteTier
 
@@ -29,7 +29,7 @@ _PLANS_KEPT: Final = 100_000
 _Key = tuple[str, int]
 
 
-class OffsetForLeaderEpochInterceptor:
+class OffsetForLeaderEpochInterceptor(Interceptor):
     """Answers epochs the broker forgot from the remote tier's lineage."""
 
     def __init__(self, tier: RemoteTier) -> None:
@@ -48,12 +48,19 @@ class OffsetForLeaderEpochInterceptor:
         request = call.request
         if getattr(request, "replica_id", -1) >= 0:
             return request
-        self._requested[(call.connection.connection_id, call.header.correlation_id)] = {
+        requested = {
             (topic.topic, part.partition): part.leader_epoch
             for topic in request.topics
             for part in topic.partitions
+            if self._tier.partition(topic=topic.topic, topic_id=None, partition=part.partition)
         }
+        if requested:
+            key = (call.connection.connection_id, call.header.correlation_id)
+            self._requested[key] = requested
         return request
+
+    def wants_response(self, call: Call, body: memoryview) -> bool:
+        return (call.connection.connection_id, call.header.correlation_id) in self._requested
 
     async def on_response(self, call: Call, response: Any) -> Any:
         requested = self._requested.pop(
