@@ -1,0 +1,409 @@
+"""Support for the tiered-read integration tests: tier a topic with the real pipeline, run
+``tierproxy serve`` with the remote tier as a subprocess, and read partitions with real
+clients (confluent-kafka, kafka-python, aiokafka, kcat) into comparable record lists.
+
+Records are compared as ``(partition, offset, key, value)`` (kcat: ``(partition, offset,
+value size)``, as its text output cannot carry binary values safely).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import struct
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from protocol.records import ControlType, iter_batches, read_control_record
+from proxy.embedded import BrokerInfo, ManagedProcess, S3Info, free_port, free_ports
+from proxy.embedded.probe import api_versions
+from storage.tiering.job import open_pipeline, settings_from_flat
+from storage.tiering.report import CycleReport
+
+Record = tuple[int, int, bytes | None, bytes | None]
+
+SEGMENT_BYTES = 32 * 1024
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TieredTopic:
+    """A topic on the broker, partly copied to the remote tier."""
+
+    topic: str
+    partitions: int
+    metadata_topic: str
+    bucket: str
+    high_watermarks: dict[int, int]
+    tiered_end: dict[int, int]
+    """Last tiered offset per partition."""
+
+
+def storage_settings(s3: S3Info, bucket: str, metadata_topic: str) -> dict[str, Any]:
+    """Remote storage and metadata settings shared by the pipeline and the proxy."""
+    return {
+        "remote.log.storage.backend": "s3",
+        "remote.log.storage.s3.bucket": bucket,
+        "remote.log.storage.s3.endpoint": s3.endpoint_url,
+        "remote.log.storage.s3.region": s3.region,
+        "remote.log.storage.s3.access.key.id": s3.access_key,
+        "remote.log.storage.s3.secret.access.key": s3.secret_key,
+        "remote.log.storage.s3.path.style.access": True,
+        "remote.log.storage.retry.max.attempts": 2,
+        "remote.log.storage.s3.connect.timeout.ms": 1000,
+        "remote.log.storage.s3.read.timeout.ms": 2000,
+        "remote.log.metadata.topic.name": metadata_topic,
+        "remote.log.metadata.topic.partitions": 3,
+    }
+
+
+async def tier_topic(
+    broker: BrokerInfo,
+    s3: S3Info,
+    spark: Any,
+    *,
+    topic: str,
+    bucket: str,
+    metadata_topic: str,
+    spill: Path,
+    **policy: Any,
+) -> CycleReport:
+    """Run one pipeline cycle over ``topic``; the cycle's report."""
+    settings = settings_from_flat(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            **storage_settings(s3, bucket, metadata_topic),
+            "tiering.spill.dir": str(spill),
+            "topics": [
+                {
+                    "pattern": topic,
+                    "remote.storage.enable": True,
+                    "segment.bytes": SEGMENT_BYTES,
+                    "segment.ms": 86_400_000,
+                    **policy,
+                }
+            ],
+        }
+    )
+    async with open_pipeline(settings, spark) as pipeline:
+        report = await pipeline.run_cycle()
+    assert not report.errors, report.errors
+    return report
+
+
+# -- the proxy -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ProxyProcess:
+    """``tierproxy serve`` with the remote tier; restartable on the same ports."""
+
+    process: ManagedProcess
+    port: int
+    metrics_port: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        self.process.start()
+        self.process.wait_ready(lambda: bool(api_versions("127.0.0.1", self.port)), timeout_s=60)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+    def metric(self, name: str) -> float:
+        """Sum of every series of ``name`` on the proxy's ``/metrics``."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith(name + "{") or line.startswith(name + " "):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(str(value))
+
+
+def proxy_process(
+    broker: BrokerInfo, log_dir: Path, settings: Mapping[str, Any], *, port: int | None = None
+) -> ProxyProcess:
+    """A (not yet started) ``tierproxy serve`` with the remote tier and ``settings``."""
+    port = port or free_ports(1)[0]
+    metrics_port = free_port()
+    config = log_dir / f"tierproxy-{port}.toml"
+    lines = {
+        "shutdown.timeout.ms": 2000,
+        "remote.log.storage.system.enable": True,
+        **settings,
+    }
+    config.write_text(
+        "".join(f"{key} = {_toml(value)}\n" for key, value in lines.items()), encoding="utf-8"
+    )
+    process = ManagedProcess(
+        "tierproxy",
+        [
+            sys.executable,
+            "-m",
+            "proxy.cli",
+            "serve",
+            "--config",
+            str(config),
+            "--bootstrap",
+            broker.bootstrap,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--metrics-port",
+            str(metrics_port),
+        ],
+        log_path=log_dir / f"tierproxy-{port}.log",
+    )
+    return ProxyProcess(process=process, port=port, metrics_port=metrics_port)
+
+
+@contextlib.contextmanager
+def running(proxy: ProxyProcess) -> Iterator[ProxyProcess]:
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+# -- clients -------------------------------------------------------------------------------
+
+
+def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's high watermark, from a Fetch (Tansu's ListOffsets LATEST may answer
+    the last batch's base offset instead)."""
+
+    async def probe() -> dict[int, int]:
+        return {p: (await _fetch_raw(bootstrap, topic, p, 0))[1] for p in range(partitions)}
+
+    return asyncio.run(probe())
+
+
+def consume_confluent(
+    bootstrap: str,
+    topic: str,
+    ends: Mapping[int, int],
+    *,
+    isolation: str = READ_UNCOMMITTED,
+    timeout_s: float = 60,
+    extra: Mapping[str, Any] | None = None,
+) -> list[Record]:
+    """Every record of ``topic`` from the earliest offset up to ``ends`` (exclusive)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"read-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "fetch.queue.backoff.ms": 0,
+            "fetch.error.backoff.ms": 100,
+            **(extra or {}),
+        }
+    )
+    records: list[Record] = []
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            message = consumer.poll(0.2)
+            if message is not None:
+                error = message.error()
+                if error is not None:
+                    assert error.code() == KafkaError._PARTITION_EOF or error.retriable(), error
+                    continue
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None
+                records.append((partition, offset, message.key(), message.value()))
+            positions = consumer.position([TopicPartition(topic, p) for p in ends])
+            if all(tp.offset >= ends[tp.partition] for tp in positions):
+                return records
+        raise TimeoutError(f"confluent-kafka read {len(records)} records, not all")
+    finally:
+        consumer.close()
+
+
+def consume_kafka_python(
+    bootstrap: str,
+    topic: str,
+    ends: Mapping[int, int],
+    *,
+    isolation: str = READ_UNCOMMITTED,
+    timeout_s: float = 60,
+) -> list[Record]:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        isolation_level=isolation,
+        auto_offset_reset="earliest",
+    )
+    records: list[Record] = []
+    try:
+        partitions = [TopicPartition(topic, p) for p in ends]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=200).values():
+                records += [(m.partition, m.offset, m.key, m.value) for m in batch]
+            if all(consumer.position(tp) >= ends[tp.partition] for tp in partitions):
+                return records
+        raise TimeoutError(f"kafka-python read {len(records)} records, not all")
+    finally:
+        consumer.close()
+
+
+async def consume_aiokafka(
+    bootstrap: str,
+    topic: str,
+    ends: Mapping[int, int],
+    *,
+    isolation: str = READ_UNCOMMITTED,
+    timeout_s: float = 60,
+) -> list[Record]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        isolation_level=isolation,
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    records: list[Record] = []
+    try:
+        partitions = [TopicPartition(topic, p) for p in ends]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        async with asyncio.timeout(timeout_s):
+            while True:
+                for batch in (await consumer.getmany(timeout_ms=200)).values():
+                    records += [(m.partition, m.offset, m.key, m.value) for m in batch]
+                positions = [await consumer.position(tp) for tp in partitions]
+                if all(
+                    pos >= ends[tp.partition] for tp, pos in zip(partitions, positions, strict=True)
+                ):
+                    return records
+    finally:
+        await consumer.stop()
+
+
+def consume_kcat(
+    bootstrap: str, topic: str, *, isolation: str = READ_UNCOMMITTED, timeout_s: float = 60
+) -> list[tuple[int, int, int]]:
+    """``(partition, offset, value size)`` of every record, read by kcat to the end."""
+    kcat = shutil.which("kcat") or shutil.which("kafkacat")
+    assert kcat is not None
+    result = subprocess.run(
+        [
+            kcat,
+            "-C",
+            "-b",
+            bootstrap,
+            "-t",
+            topic,
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-X",
+            f"isolation.level={isolation}",
+            "-f",
+            "%p %o %S\\n",
+        ],
+        capture_output=True,
+        timeout=timeout_s,
+        check=True,
+    )
+    out = []
+    for line in result.stdout.decode().splitlines():
+        partition, offset, size = line.split()
+        out.append((int(partition), int(offset), int(size)))
+    return sorted(out)
+
+
+def by_partition(records: Sequence[Record]) -> list[Record]:
+    return sorted(records, key=lambda r: (r[0], r[1]))
+
+
+async def _fetch_raw(bootstrap: str, topic: str, partition: int, offset: int) -> tuple[bytes, int]:
+    """One Fetch v12 (READ_UNCOMMITTED) of 1 MiB straight from ``bootstrap``: the records
+    and the high watermark."""
+    from protocol.headers import (
+        encode_request_header,
+        parse_response_header,
+        response_header_version,
+    )
+    from protocol.messages import ApiKey, decode_response, encode_request
+    from tests.unit.proxy.remote.scripted_broker import fetch_request
+
+    host, port = bootstrap.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        body = fetch_request(12, [(topic, partition, offset, 1 << 20)], max_wait_ms=100)
+        payload = encode_request_header(ApiKey.FETCH, 12, 1, "tiered-tests")
+        payload += encode_request(body)
+        writer.write(struct.pack(">i", len(payload)) + payload)
+        await writer.drain()
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        answer = await reader.readexactly(size)
+    finally:
+        writer.close()
+    version = response_header_version(ApiKey.FETCH, 12)
+    assert version is not None
+    _correlation, header_size = parse_response_header(answer, version)
+    response = decode_response(ApiKey.FETCH, 12, memoryview(answer)[header_size:])
+    part = response.responses[0].partitions[0]
+    return bytes(part.records or b""), int(part.high_watermark)
+
+
+async def aborted_offsets(bootstrap: str, topic: str, partitions: int) -> set[tuple[int, int]]:
+    """``(partition, offset)`` of every record in an aborted transaction, from the raw log.
+
+    A transaction's data batches end with the producer's next control batch; its type says
+    whether they count. This is the truth READ_COMMITTED readers must see, whether or not
+    the broker reports aborted transactions itself (Tansu does not).
+    """
+    aborted: set[tuple[int, int]] = set()
+    for partition in range(partitions):
+        offset = 0
+        open_batches: dict[int, list[int]] = {}
+        high_watermark = 1
+        while offset < high_watermark:
+            records, high_watermark = await _fetch_raw(bootstrap, topic, partition, offset)
+            for position, header in iter_batches(records):
+                if header.is_control:
+                    kind = read_control_record(records, position, header).type
+                    pending = open_batches.pop(header.producer_id, [])
+                    if kind == ControlType.ABORT:
+                        aborted.update((partition, o) for o in pending)
+                elif header.is_transactional:
+                    open_batches.setdefault(header.producer_id, []).extend(
+                        range(header.base_offset, header.last_offset + 1)
+                    )
+                offset = header.next_offset
+    return aborted
