@@ -47,7 +47,10 @@ from typing import Protocol
 
 from protocol.errors import KafkaError
 from protocol.indexes import CorruptIndexError
-from protocol.indexes.leader_epoch_checkpoint import parse_leader_epoch_checkpoint
+from protocol.indexes.leader_epoch_checkpoint import (
+    epoch_for_offset,
+    parse_leader_epoch_checkpoint,
+)
 from protocol.indexes.producer_snapshot import parse_producer_snapshot
 from protocol.metadata_records import (
     DeletePartitionStateRecord,
@@ -488,8 +491,18 @@ class TieringPipeline:
             if (k := self._samples.get(p.tp)) is not None
             and k[0] == offsets[(p.tp.topic, p.tp.partition)]
         }
+        boundaries = {
+            (p.tp.topic, p.tp.partition): p.remote_end
+            for p in partitions
+            if p.remote_end is not None
+        }
         samples = await sample_partitions(
-            self._client, leader_id, offsets, sample_bytes=_SAMPLE_BYTES, offsets_only=known
+            self._client,
+            leader_id,
+            offsets,
+            sample_bytes=_SAMPLE_BYTES,
+            offsets_only=known,
+            boundaries=boundaries,
         )
         for p in partitions:
             key = (p.tp.topic, p.tp.partition)
@@ -497,6 +510,19 @@ class TieringPipeline:
             if sample.error != KafkaError.NONE:
                 p.error = f"Fetch: {sample.error.name}"
                 continue
+            if p.remote_end is not None and sample.boundary_epoch is not None:
+                tiered_epoch = epoch_for_offset(self.cache.lineage(p.tp), p.remote_end)
+                if 0 <= sample.boundary_epoch != tiered_epoch and tiered_epoch is not None:
+                    # KIP-405 "Follower to leader transition": the broker's log no longer
+                    # holds what was tiered at the remote log end (an unclean election
+                    # truncated it). Copying on, or moving the log start, could lose or mix
+                    # data, so the partition waits for an operator.
+                    p.error = (
+                        f"the broker's offset {p.remote_end} was written in leader epoch "
+                        f"{sample.boundary_epoch}, the remote copy in {tiered_epoch}: the logs "
+                        "diverged; not copying this partition"
+                    )
+                    continue
             p.log_start = sample.log_start
             p.high_watermark = sample.high_watermark
             p.last_stable = sample.last_stable

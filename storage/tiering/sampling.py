@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from protocol.errors import KafkaError
 from protocol.records import CorruptRecordBatchError, iter_batches, parse_batch_header
@@ -35,28 +35,47 @@ class PartitionSample:
     first_max_timestamp: int | None
     """Max timestamp of the first batch at or after the asked offset (``None``: no data)."""
     bytes_per_offset: float | None
+    boundary_epoch: int | None = None
+    """Partition leader epoch of the broker's batch holding the asked boundary offset."""
     error: KafkaError = KafkaError.NONE
 
 
-def sample_figures(records: bytes) -> tuple[int, float] | None:
-    """The first batch's max timestamp and the bytes per offset of a Fetch sample.
+def sample_figures(records: bytes, from_offset: int = 0) -> tuple[int, float] | None:
+    """The max timestamp of the first batch ending at or after ``from_offset`` and the bytes
+    per offset of the batches from there, in a Fetch sample.
 
-    A sample cut inside its first batch still has that batch's header, which gives both.
+    A sample cut inside that batch still has its header, which gives both.
     """
     size = offsets = 0
     first_ts: int | None = None
+    after = 0
     try:
-        for _, header in iter_batches(records):
+        for position, header in iter_batches(records):
+            after = position + header.size
+            if header.last_offset < from_offset:
+                continue
             if first_ts is None:
                 first_ts = header.max_timestamp
             size += header.size
             offsets += header.last_offset_delta + 1
         if first_ts is None:
-            header = parse_batch_header(records)
+            header = parse_batch_header(records, after)
+            if header.last_offset < from_offset:
+                return None
             return header.max_timestamp, header.size / (header.last_offset_delta + 1)
     except CorruptRecordBatchError:
         return None
     return first_ts, size / offsets
+
+
+def _boundary_epoch(records: bytes, boundary: int) -> int | None:
+    try:
+        header = parse_batch_header(records)
+    except CorruptRecordBatchError:
+        return None
+    if header.base_offset <= boundary <= header.last_offset:
+        return header.partition_leader_epoch
+    return None
 
 
 async def sample_partitions(
@@ -66,6 +85,7 @@ async def sample_partitions(
     *,
     sample_bytes: int,
     offsets_only: Collection[tuple[str, int]] = (),
+    boundaries: Mapping[tuple[str, int], int] | None = None,
 ) -> dict[tuple[str, int], PartitionSample]:
     """Sample each ``(topic, partition)`` at its offset from the leader ``leader_id``.
 
@@ -75,17 +95,25 @@ async def sample_partitions(
     KIP-74 rule returns at least one batch.
 
     :param offsets_only: partitions whose data need not be sampled (only their offsets).
+    :param boundaries: per partition, an offset below its own to fetch from instead, whose
+        batch's leader epoch is reported (to compare with what is already tiered).
     :raises BrokerConnectionError: when the leader cannot be reached.
     """
     sizes = {key: 0 if key in offsets_only else sample_bytes for key in offsets}
-    samples = await _fetch_samples(client, leader_id, offsets, sizes)
+    boundaries = boundaries or {}
+    starts = {key: boundaries.get(key, offset) for key, offset in offsets.items()}
+    samples = await _fetch_samples(
+        client, leader_id, starts, sizes, figures_from=offsets, boundaries=boundaries
+    )
     out_of_range = [k for k, s in samples.items() if s.error == KafkaError.OFFSET_OUT_OF_RANGE]
     if out_of_range:
         earliest = await client.list_offsets(
             leader_id, [(topic, partition, EARLIEST_TIMESTAMP) for topic, partition in out_of_range]
         )
         again = {(e.topic, e.partition): max(e.offset, 0) for e in earliest}
-        samples.update(await _fetch_samples(client, leader_id, again, sizes))
+        samples.update(
+            await _fetch_samples(client, leader_id, again, sizes, figures_from=again, boundaries={})
+        )
     unsampled = [
         key
         for key, sample in samples.items()
@@ -95,10 +123,21 @@ async def sample_partitions(
         and offsets[key] < sample.high_watermark
     ]
     singles = await asyncio.gather(
-        *(_fetch_samples(client, leader_id, {key: offsets[key]}, sizes) for key in unsampled)
+        *(
+            _fetch_samples(
+                client,
+                leader_id,
+                {key: offsets[key]},
+                sizes,
+                figures_from=offsets,
+                boundaries={},
+            )
+            for key in unsampled
+        )
     )
     for single in singles:
-        samples.update(single)
+        for key, sample in single.items():
+            samples[key] = replace(sample, boundary_epoch=samples[key].boundary_epoch)
     return samples
 
 
@@ -107,6 +146,9 @@ async def _fetch_samples(
     leader_id: int,
     offsets: Mapping[tuple[str, int], int],
     sizes: Mapping[tuple[str, int], int],
+    *,
+    figures_from: Mapping[tuple[str, int], int],
+    boundaries: Mapping[tuple[str, int], int],
 ) -> dict[tuple[str, int], PartitionSample]:
     targets: Sequence[FetchTarget] = [
         FetchTarget(topic=topic, partition=partition, offset=offset, max_bytes=sizes[key])
@@ -145,7 +187,8 @@ async def _fetch_samples(
                 error=answer.error,
             )
             continue
-        figures = sample_figures(answer.records)
+        figures = sample_figures(answer.records, figures_from.get(key, offsets[key]))
+        boundary = boundaries.get(key)
         last_stable = answer.last_stable_offset
         samples[key] = PartitionSample(
             log_start=answer.log_start_offset if answer.log_start_offset >= 0 else offsets[key],
@@ -153,5 +196,6 @@ async def _fetch_samples(
             last_stable=last_stable if last_stable >= 0 else answer.high_watermark,
             first_max_timestamp=figures[0] if figures else None,
             bytes_per_offset=figures[1] if figures else None,
+            boundary_epoch=None if boundary is None else _boundary_epoch(answer.records, boundary),
         )
     return samples
