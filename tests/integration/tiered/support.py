@@ -15,6 +15,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,11 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from protocol.headers import encode_request_header, parse_response_header, response_header_version
+from protocol.messages import ApiKey, decode_response, encode_request
 from protocol.records import ControlType, iter_batches, read_control_record
 from proxy.embedded import BrokerInfo, ManagedProcess, S3Info, free_port, free_ports
 from proxy.embedded.probe import api_versions
 from storage.tiering.job import open_pipeline, settings_from_flat
 from storage.tiering.report import CycleReport
+from tests.unit.proxy.remote.scripted_broker import fetch_request
 
 Record = tuple[int, int, bytes | None, bytes | None]
 
@@ -195,7 +199,7 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, in
     the last batch's base offset instead)."""
 
     async def probe() -> dict[int, int]:
-        return {p: (await _fetch_raw(bootstrap, topic, p, 0))[1] for p in range(partitions)}
+        return {p: (await fetch_once(bootstrap, topic, p, 0))[1] for p in range(partitions)}
 
     return asyncio.run(probe())
 
@@ -350,37 +354,6 @@ def by_partition(records: Sequence[Record]) -> list[Record]:
     return sorted(records, key=lambda r: (r[0], r[1]))
 
 
-async def _fetch_raw(bootstrap: str, topic: str, partition: int, offset: int) -> tuple[bytes, int]:
-    """One Fetch v12 (READ_UNCOMMITTED) of 1 MiB straight from ``bootstrap``: the records
-    and the high watermark."""
-    from protocol.headers import (
-        encode_request_header,
-        parse_response_header,
-        response_header_version,
-    )
-    from protocol.messages import ApiKey, decode_response, encode_request
-    from tests.unit.proxy.remote.scripted_broker import fetch_request
-
-    host, port = bootstrap.rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        body = fetch_request(12, [(topic, partition, offset, 1 << 20)], max_wait_ms=100)
-        payload = encode_request_header(ApiKey.FETCH, 12, 1, "tiered-tests")
-        payload += encode_request(body)
-        writer.write(struct.pack(">i", len(payload)) + payload)
-        await writer.drain()
-        (size,) = struct.unpack(">i", await reader.readexactly(4))
-        answer = await reader.readexactly(size)
-    finally:
-        writer.close()
-    version = response_header_version(ApiKey.FETCH, 12)
-    assert version is not None
-    _correlation, header_size = parse_response_header(answer, version)
-    response = decode_response(ApiKey.FETCH, 12, memoryview(answer)[header_size:])
-    part = response.responses[0].partitions[0]
-    return bytes(part.records or b""), int(part.high_watermark)
-
-
 async def aborted_offsets(bootstrap: str, topic: str, partitions: int) -> set[tuple[int, int]]:
     """``(partition, offset)`` of every record in an aborted transaction, from the raw log.
 
@@ -394,7 +367,7 @@ async def aborted_offsets(bootstrap: str, topic: str, partitions: int) -> set[tu
         open_batches: dict[int, list[int]] = {}
         high_watermark = 1
         while offset < high_watermark:
-            records, high_watermark = await _fetch_raw(bootstrap, topic, partition, offset)
+            _error, high_watermark, records = await fetch_once(bootstrap, topic, partition, offset)
             for position, header in iter_batches(records):
                 if header.is_control:
                     kind = read_control_record(records, position, header).type
@@ -407,3 +380,100 @@ async def aborted_offsets(bootstrap: str, topic: str, partitions: int) -> set[tu
                     )
                 offset = header.next_offset
     return aborted
+
+
+# -- fault injection -----------------------------------------------------------------------
+
+
+class LatencyRelay:
+    """A TCP relay on 127.0.0.1 that delays every chunk the target sends back by ``delay``.
+
+    It runs its own event loop on a thread, so blocking clients and the proxy subprocess can
+    both go through it; the delay can change while connections are open.
+    """
+
+    def __init__(self, target_host: str, target_port: int, *, delay: float) -> None:
+        self.delay = delay
+        self._target = (target_host, target_port)
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._server: asyncio.Server | None = None
+        self._thread = threading.Thread(target=self._run, name="latency-relay", daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+        assert self._server is not None
+        self.port: int = self._server.sockets[0].getsockname()[1]
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._serve, "127.0.0.1", 0)
+        )
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.close()
+            return
+
+        async def pump(
+            source: asyncio.StreamReader, sink: asyncio.StreamWriter, slow: bool
+        ) -> None:
+            with contextlib.suppress(OSError):
+                while data := await source.read(65536):
+                    if slow and self.delay:
+                        await asyncio.sleep(self.delay)
+                    sink.write(data)
+                    await sink.drain()
+            sink.close()
+
+        await asyncio.gather(
+            pump(reader, upstream_writer, False), pump(upstream_reader, writer, True)
+        )
+
+    def close(self) -> None:
+        async def stop() -> None:
+            assert self._server is not None
+            self._server.close()
+
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+
+
+async def fetch_once(
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    max_wait_ms: int = 100,
+    max_bytes: int = 1 << 20,
+) -> tuple[int, int, bytes]:
+    """One Fetch v12 (READ_UNCOMMITTED) on a new connection to ``bootstrap``: (error code,
+    high watermark, records)."""
+    host, port = bootstrap.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        body = fetch_request(
+            12,
+            [(topic, partition, offset, max_bytes)],
+            max_wait_ms=max_wait_ms,
+            max_bytes=max_bytes,
+        )
+        payload = encode_request_header(ApiKey.FETCH, 12, 1, "tiered-tests") + encode_request(body)
+        writer.write(struct.pack(">i", len(payload)) + payload)
+        await writer.drain()
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
+        answer = await reader.readexactly(size)
+    finally:
+        writer.close()
+    version = response_header_version(ApiKey.FETCH, 12)
+    assert version is not None
+    _correlation, header_size = parse_response_header(answer, version)
+    response = decode_response(ApiKey.FETCH, 12, memoryview(answer)[header_size:])
+    part = response.responses[0].partitions[0]
+    return int(part.error_code), int(part.high_watermark), bytes(part.records or b"")
