@@ -214,6 +214,22 @@ class ProxyConfig:
         "Password of the upstream private key, if any.",
         kafka="ssl.key.password",
     )
+    upstream_sasl_mechanism: str = setting(
+        "upstream.sasl.mechanism",
+        "",
+        "PLAIN, or empty: how the proxy itself logs in to ask a SASL listener for its brokers "
+        "at start. Clients always authenticate end to end; this is only for discovery.",
+        kafka="sasl.mechanism",
+    )
+    upstream_sasl_username: str = setting(
+        "upstream.sasl.username", "", "User for upstream.sasl.mechanism.", kafka="sasl.username"
+    )
+    upstream_sasl_password: str = setting(
+        "upstream.sasl.password",
+        "",
+        "Password for upstream.sasl.mechanism.",
+        kafka="sasl.password",
+    )
     upstream_ssl_endpoint_identification_algorithm: str = setting(
         "upstream.ssl.endpoint.identification.algorithm",
         "https",
@@ -242,6 +258,10 @@ class ProxyConfig:
         _require(
             self.upstream_security_protocol in _SCHEMES,
             f"upstream.security.protocol must be one of {tuple(_SCHEMES)}",
+        )
+        _require(
+            self.upstream_sasl_mechanism in ("", "PLAIN"),
+            "upstream.sasl.mechanism must be PLAIN or empty",
         )
         if self.listener.tls:
             _require(

@@ -5,6 +5,10 @@ client arrives: then each listener fronts exactly one broker from the start, and
 that matches its bootstrap address with a broker's (librdkafka does) is never sent to the
 wrong one. The exchange is the one every client starts with: ApiVersions v0 (which every
 broker answers), then Metadata for no topics at the highest version both sides know.
+
+A SASL listener answers nothing but ApiVersions before authentication, so with
+:class:`SaslPlain` credentials the proxy logs in first (SaslHandshake v1, SaslAuthenticate v1
+with the RFC 4616 PLAIN message). Client connections never use these credentials.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from protocol.messages import (
 from proxy.config import HostPort
 from proxy.interceptors.addresses import BrokerAddress
 
-__all__ = ["DiscoveryError", "discover_brokers"]
+__all__ = ["DiscoveryError", "SaslPlain", "discover_brokers"]
 
 _CLIENT_ID: Final = "tierproxy-discovery"
 # Metadata responses for no topics are small; anything bigger is not a Kafka broker.
@@ -43,8 +47,25 @@ class DiscoveryError(Exception):
     """No bootstrap server told us the cluster's brokers (the message says why, per server)."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SaslPlain:
+    """Credentials for SASL/PLAIN (RFC 4616)."""
+
+    username: str
+    password: str = dataclasses.field(repr=False)
+
+    @property
+    def message(self) -> bytes:
+        """``authzid NUL authcid NUL passwd`` with an empty authorisation id."""
+        return b"\0" + self.username.encode() + b"\0" + self.password.encode()
+
+
 async def discover_brokers(
-    bootstrap: Sequence[HostPort], *, ssl_context: ssl.SSLContext | None, attempt_seconds: float
+    bootstrap: Sequence[HostPort],
+    *,
+    ssl_context: ssl.SSLContext | None,
+    attempt_seconds: float,
+    sasl: SaslPlain | None = None,
 ) -> list[BrokerAddress]:
     """Return the brokers of the cluster, asking the bootstrap servers in turn.
 
@@ -54,13 +75,15 @@ async def discover_brokers(
     for address in bootstrap:
         try:
             async with asyncio.timeout(attempt_seconds):
-                return await _ask(address, ssl_context)
+                return await _ask(address, ssl_context, sasl)
         except (OSError, asyncio.IncompleteReadError, RemoteProtocolError) as err:
             failures.append(f"{address}: {err or type(err).__name__}")
     raise DiscoveryError("; ".join(failures))
 
 
-async def _ask(address: HostPort, context: ssl.SSLContext | None) -> list[BrokerAddress]:
+async def _ask(
+    address: HostPort, context: ssl.SSLContext | None, sasl: SaslPlain | None
+) -> list[BrokerAddress]:
     reader, writer = await asyncio.open_connection(
         address.host,
         address.port,
@@ -74,6 +97,8 @@ async def _ask(address: HostPort, context: ssl.SSLContext | None) -> list[Broker
         if versions.error_code != KafkaError.NONE:
             raise RemoteProtocolError(f"ApiVersions failed with error {versions.error_code}")
         version = _metadata_version(versions.api_keys)
+        if sasl is not None:
+            await _log_in(reader, writer, sasl)
         metadata = await _call(
             reader,
             writer,
@@ -93,6 +118,33 @@ async def _ask(address: HostPort, context: ssl.SSLContext | None) -> list[Broker
         BrokerAddress(node_id=int(b.node_id), address=HostPort(host=b.host, port=int(b.port)))
         for b in metadata.brokers
     ]
+
+
+async def _log_in(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, sasl: SaslPlain
+) -> None:
+    handshake = await _call(
+        reader,
+        writer,
+        api_key=ApiKey.SASL_HANDSHAKE,
+        api_version=1,
+        correlation_id=3,
+        fields={"mechanism": "PLAIN"},
+    )
+    if handshake.error_code != KafkaError.NONE:
+        raise RemoteProtocolError(
+            f"the broker offers SASL mechanisms {list(handshake.mechanisms)}, not PLAIN"
+        )
+    answer = await _call(
+        reader,
+        writer,
+        api_key=ApiKey.SASL_AUTHENTICATE,
+        api_version=1,
+        correlation_id=4,
+        fields={"auth_bytes": sasl.message},
+    )
+    if answer.error_code != KafkaError.NONE:
+        raise RemoteProtocolError(f"SASL/PLAIN login failed: {answer.error_message}")
 
 
 def _metadata_version(api_keys: Sequence[Any]) -> int:

@@ -20,7 +20,7 @@ from typing import Final
 from proxy.broker_map import BrokerMap, BrokerMapError, BrokerRoute
 from proxy.config import HostPort, ProxyConfig, bootstrap_addresses
 from proxy.connection import ConnectionPair, PairSettings
-from proxy.discovery import DiscoveryError, discover_brokers
+from proxy.discovery import DiscoveryError, SaslPlain, discover_brokers
 from proxy.interceptors.addresses import AddressRewriter, BrokerAddress
 from proxy.interceptors.api_versions import ApiVersionsInterceptor
 from proxy.interceptors.base import Interceptor
@@ -97,10 +97,19 @@ class ProxyServer:
 
         :raises DiscoveryError: when no bootstrap broker answers.
         """
+        config = self._config
+        sasl = (
+            SaslPlain(
+                username=config.upstream_sasl_username, password=config.upstream_sasl_password
+            )
+            if config.upstream_sasl_mechanism == "PLAIN"
+            else None
+        )
         brokers = await discover_brokers(
-            bootstrap_addresses(self._config),
+            bootstrap_addresses(config),
             ssl_context=self._settings.upstream_ssl,
             attempt_seconds=self._settings.connect_timeout,
+            sasl=sasl,
         )
         await self.advertise(brokers)
         if self._config.metrics_port:

@@ -32,6 +32,7 @@ from protocol.headers import (
 from protocol.messages import (
     ApiKey,
     ErrorCode,
+    decode_request,
     encode_response,
     nested_class,
     request_class,
@@ -162,12 +163,27 @@ def api_versions_response(header: RequestHeader) -> bytes:
     return response_payload(header, body)
 
 
-class FakeBroker:
-    """A scripted fake broker on 127.0.0.1 (see the module docstring)."""
+def sasl_response(header: RequestHeader, **fields: Any) -> bytes:
+    return response_payload(
+        header, build(response_class(header.api_key, header.api_version), **fields)
+    )
 
-    def __init__(self, *, node_id: int = 1, script: Script = echo) -> None:
+
+class FakeBroker:
+    """A scripted fake broker on 127.0.0.1 (see the module docstring).
+
+    With ``sasl_users`` it behaves like a SASL_PLAINTEXT listener with the PLAIN mechanism:
+    before a connection has logged in, anything but ApiVersions, SaslHandshake and
+    SaslAuthenticate closes it; :attr:`logins` records each successful user.
+    """
+
+    def __init__(
+        self, *, node_id: int = 1, script: Script = echo, sasl_users: dict[str, str] | None = None
+    ) -> None:
         self.node_id = node_id
         self.script = script
+        self.sasl_users = sasl_users
+        self.logins: list[str] = []
         # Other brokers this one reports in Metadata: (node id, host, port).
         self.peers: list[tuple[int, str, int]] = []
         self.requests: list[tuple[int, int, int]] = []
@@ -205,6 +221,7 @@ class FakeBroker:
         transport = cast(asyncio.Transport, writer.transport)
         self.connections.append(transport)
         decoder = FrameDecoder()
+        authenticated = [self.sasl_users is None]
         try:
             while True:
                 frame = decoder.next_frame()
@@ -216,7 +233,7 @@ class FakeBroker:
                     continue
                 assert isinstance(frame, bytes)
                 self.requests.append(peek_request(frame))
-                payload = await self._answer(frame)
+                payload = await self._answer(frame, authenticated)
                 if payload is not None:
                     writer.write(struct.pack(">i", len(payload)) + payload)
                     await writer.drain()
@@ -228,8 +245,12 @@ class FakeBroker:
             writer.close()
             self.disconnected.set()
 
-    async def _answer(self, frame: bytes) -> bytes | None:
+    async def _answer(self, frame: bytes, authenticated: list[bool]) -> bytes | None:
         api_key, _, _ = peek_request(frame)
+        if api_key in (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE):
+            return self._sasl(frame, authenticated)
+        if not authenticated[0] and api_key != ApiKey.API_VERSIONS:
+            raise ConnectionError("a request before SASL authentication")
         if api_key in (ApiKey.API_VERSIONS, ApiKey.METADATA):
             header = parse_request_header(frame)
             if api_key == ApiKey.API_VERSIONS:
@@ -237,3 +258,26 @@ class FakeBroker:
             return metadata_response(header, self.brokers)
         header = parse_request_header(frame)
         return await self.script(header, frame[header.size :])
+
+    def _sasl(self, frame: bytes, authenticated: list[bool]) -> bytes:
+        header = parse_request_header(frame)
+        body = decode_request(header.api_key, header.api_version, frame[header.size :])
+        if header.api_key == ApiKey.SASL_HANDSHAKE:
+            ok = body.mechanism == "PLAIN"
+            return sasl_response(
+                header,
+                error_code=ErrorCode.none if ok else ErrorCode.unsupported_sasl_mechanism,
+                mechanisms=("PLAIN",),
+            )
+        _, user, password = bytes(body.auth_bytes).split(b"\0")
+        ok = (self.sasl_users or {}).get(user.decode()) == password.decode()
+        if ok:
+            authenticated[0] = True
+            self.logins.append(user.decode())
+        return sasl_response(
+            header,
+            error_code=ErrorCode.none if ok else ErrorCode.sasl_authentication_failed,
+            error_message=None if ok else "bad password",
+            auth_bytes=b"",
+            session_lifetime=datetime.timedelta(0),
+        )

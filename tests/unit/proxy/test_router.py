@@ -116,7 +116,7 @@ async def test_rewritten_requests_and_responses_are_re_encoded() -> None:
     assert forward.startswith(frame[: len(frame) - len(encode_request(list_offsets_request()))])
     assert forward.endswith(encode_request(list_offsets_request(timestamp=-2)))
     out = await route.exchange.respond(response_payload(list_offsets_response()))
-    assert decode_response(ApiKey.LIST_OFFSETS, 1, out[4:]).topics[0].partitions[0].offset == 99
+    assert decode_response(ApiKey.LIST_OFFSETS, 1, bytes(out)[4:]).topics[0].partitions[0].offset == 99
 
 
 async def test_an_answer_skips_the_broker_and_later_interceptors() -> None:
@@ -126,7 +126,7 @@ async def test_an_answer_skips_the_broker_and_later_interceptors() -> None:
     assert route.exchange is not None and route.exchange.forward is None
     out = await route.exchange.respond(None)
     assert struct.unpack_from(">i", out)[0] == 7
-    assert decode_response(ApiKey.LIST_OFFSETS, 1, out[4:]).topics[0].partitions[0].offset == 42
+    assert decode_response(ApiKey.LIST_OFFSETS, 1, bytes(out)[4:]).topics[0].partitions[0].offset == 42
     assert log == ["request:a", "request:b", "response:b", "response:a"]
 
 
@@ -172,7 +172,7 @@ async def test_a_too_new_api_versions_gets_kafkas_unsupported_version_answer() -
     assert route.exchange is not None and route.exchange.forward is None
     out = await route.exchange.respond(None)
     assert struct.unpack_from(">i", out)[0] == 99
-    body = decode_response(ApiKey.API_VERSIONS, 0, out[4:])
+    body = decode_response(ApiKey.API_VERSIONS, 0, bytes(out)[4:])
     assert body.error_code == KafkaError.UNSUPPORTED_VERSION
     assert [(e.api_key, e.min_version, e.max_version) for e in body.api_keys] == [
         (ApiKey.API_VERSIONS, 0, newest)
