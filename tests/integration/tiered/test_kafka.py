@@ -1,0 +1,176 @@
+"""Apache Kafka only (``KAFKA_HOME`` or ``KAFKA_BOOTSTRAP``): real local retention.
+
+The broker really deletes tiered data, by the pipeline's DeleteRecords or by its own
+``retention.ms``, so consumers from the earliest offset take the OFFSET_OUT_OF_RANGE branch
+(no offload policy): through consumer groups with commits and restarts they must still get
+every record, read committed and uncommitted, exactly as before the deletion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from proxy.embedded import BrokerInfo, S3Info, create_bucket, delete_bucket
+from tests.integration.tiered.support import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    Record,
+    by_partition,
+    consume_confluent,
+    high_watermarks,
+    proxy_process,
+    running,
+    storage_settings,
+    tier_topic,
+)
+from tests.integration.tiering.workload import create_topic, produce_mixed
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka]
+
+
+def earliest(bootstrap: str, topic: str, partition: int) -> int:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "earliest"})
+    try:
+        low, _high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        return int(low)
+    finally:
+        consumer.close()
+
+
+def consume_group_with_restart(
+    bootstrap: str, topic: str, ends: dict[int, int], isolation: str
+) -> list[Record]:
+    """A consumer group reads a third, commits and leaves; a new member resumes the rest."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": f"group-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": isolation,
+        "fetch.queue.backoff.ms": 0,
+    }
+    got: list[Record] = []
+    stop_after = sum(ends.values()) // 3
+    for member in range(2):
+        consumer = Consumer(config)
+        try:
+            consumer.subscribe([topic])
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.2)
+                if message is not None and message.error() is None:
+                    partition, offset = message.partition(), message.offset()
+                    assert partition is not None and offset is not None
+                    got.append((partition, offset, message.key(), message.value()))
+                    consumer.commit(message=message, asynchronous=False)
+                    if member == 0 and len(got) >= stop_after:
+                        break
+                if member == 1 and len(consumer.assignment()) == len(ends):
+                    positions = consumer.position([TopicPartition(topic, p) for p in ends])
+                    if all(tp.offset >= ends[tp.partition] for tp in positions):
+                        break
+        finally:
+            consumer.close()
+    return got
+
+
+def read_everything(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[str, list[Record]]:
+    return {
+        isolation: by_partition(consume_confluent(bootstrap, topic, ends, isolation=isolation))
+        for isolation in (READ_UNCOMMITTED, READ_COMMITTED)
+    }
+
+
+@pytest.fixture
+def bucket(s3: S3Info) -> Any:
+    name = f"kafka-{uuid.uuid4().hex[:12]}"
+    create_bucket(s3, name)
+    yield name
+    delete_bucket(s3, name)
+
+
+def test_delete_records_by_the_pipeline(
+    broker: BrokerInfo, s3: S3Info, spark: Any, bucket: str, tmp_path: Path
+) -> None:
+    if not broker.supports_delete_records:
+        pytest.skip(f"{broker.version} has no DeleteRecords")
+    topic = f"kafka-delete-{uuid.uuid4().hex[:8]}"
+    metadata_topic = f"__rlm-{topic}"
+    create_topic(broker.bootstrap, topic, 2)
+    produce_mixed(broker.bootstrap, topic, 2, records=200)
+    ends = high_watermarks(broker.bootstrap, topic, 2)
+    before = read_everything(broker.bootstrap, topic, ends)
+    report = asyncio.run(
+        tier_topic(
+            broker,
+            s3,
+            spark,
+            topic=topic,
+            bucket=bucket,
+            metadata_topic=metadata_topic,
+            spill=tmp_path / "spill",
+            **{"local.retention.ms": 1, "retention.ms": -1},
+        )
+    )
+    assert report.topics[topic].log_starts_advanced == 2
+    assert all(earliest(broker.bootstrap, topic, p) > 0 for p in range(2))
+    proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+    with running(proxy):
+        assert all(earliest(proxy.bootstrap, topic, p) == 0 for p in range(2))
+        for isolation, expected in before.items():
+            got = consume_group_with_restart(proxy.bootstrap, topic, ends, isolation)
+            assert by_partition(got) == expected, isolation
+        assert proxy.metric("tierproxy_RemoteFetchBytesPerSec_total") > 0
+
+
+def test_the_brokers_own_retention(
+    broker: BrokerInfo, s3: S3Info, spark: Any, bucket: str, tmp_path: Path
+) -> None:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+
+    if not broker.supports_retention:
+        pytest.skip(f"{broker.version} does not delete old segments")
+    topic = f"kafka-retention-{uuid.uuid4().hex[:8]}"
+    metadata_topic = f"__rlm-{topic}"
+    create_topic(broker.bootstrap, topic, 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(3500):
+        producer.produce(topic, key=str(i).encode(), value=bytes([i % 256]) * 1000, partition=0)
+    producer.flush(30)
+    ends = high_watermarks(broker.bootstrap, topic, 1)
+    before = read_everything(broker.bootstrap, topic, ends)
+    asyncio.run(
+        tier_topic(
+            broker,
+            s3,
+            spark,
+            topic=topic,
+            bucket=bucket,
+            metadata_topic=metadata_topic,
+            spill=tmp_path / "spill",
+            **{"segment.ms": 1},
+        )
+    )
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    resource = ConfigResource("topic", topic, set_config={"retention.ms": "1000"})
+    for future in admin.alter_configs([resource]).values():
+        future.result(30)
+    deadline = time.monotonic() + 60
+    while earliest(broker.bootstrap, topic, 0) == 0:
+        assert time.monotonic() < deadline, "the broker never deleted a segment"
+        time.sleep(1)
+    proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+    with running(proxy):
+        got = consume_group_with_restart(proxy.bootstrap, topic, ends, READ_UNCOMMITTED)
+        assert by_partition(got) == before[READ_UNCOMMITTED]
