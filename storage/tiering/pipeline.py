@@ -565,12 +565,17 @@ class TieringPipeline:
             return
         total = sum(self._estimate(p, p.last_stable)[0] for p in partitions if p.windows)
         started = time.monotonic()
-        results: list[WindowResult] = await self._runner.run(
-            "fetch",
-            windows,
-            functools.partial(fetch_windows, broker=self._broker),
-            total_bytes=total,
-        )
+        try:
+            results: list[WindowResult] = await self._runner.run(
+                "fetch",
+                windows,
+                functools.partial(fetch_windows, broker=self._broker),
+                total_bytes=total,
+            )
+        except Exception as err:
+            # Spark gave up on a task (an executor died, say): nothing was published yet.
+            errors.append(f"the fetch stage failed: {_first_line(err)}")
+            return
         log.info(
             "fetched %d windows (%d bytes) in %.2f s (task time %.2f s)",
             len(windows),
@@ -601,17 +606,22 @@ class TieringPipeline:
             "published %d COPY_SEGMENT_STARTED in %.2f s", len(jobs), time.monotonic() - started
         )
         started = time.monotonic()
-        outcomes: list[CopyResult] = await self._runner.run(
-            "copy",
-            jobs,
-            functools.partial(
-                copy_segments,
-                broker=self._broker,
-                storage=self._storage,
-                storage_factory=self._storage_factory,
-            ),
-            total_bytes=sum(j.metadata.segment_size_in_bytes for j in jobs),
-        )
+        try:
+            outcomes: list[CopyResult] = await self._runner.run(
+                "copy",
+                jobs,
+                functools.partial(
+                    copy_segments,
+                    broker=self._broker,
+                    storage=self._storage,
+                    storage_factory=self._storage_factory,
+                ),
+                total_bytes=sum(j.metadata.segment_size_in_bytes for j in jobs),
+            )
+        except Exception as err:
+            # Every copy stays COPY_SEGMENT_STARTED; the next cycle deletes them and retries.
+            errors.append(f"the copy stage failed: {_first_line(err)}")
+            outcomes = []
         log.info(
             "built and uploaded %d segments in %.2f s (task time %.2f s)",
             len(jobs),
@@ -924,6 +934,12 @@ class TieringPipeline:
             stats[p.tp.topic].lag_bytes += estimate_bytes(
                 start=start, end=max(start, p.last_stable), bytes_per_offset=p.bytes_per_offset
             )
+
+
+def _first_line(err: Exception) -> str:
+    """Spark wraps task failures in pages of Java stack trace; the first line says what."""
+    lines = str(err).strip().splitlines()
+    return lines[0][:500] if lines else type(err).__name__
 
 
 def _tp(topic: TopicMetadata, partition: int) -> TopicIdPartition:

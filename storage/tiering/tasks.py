@@ -370,16 +370,24 @@ def prune_spill(root: Path, *, keep: str) -> None:
             shutil.rmtree(entry.path, ignore_errors=True)
 
 
-def _read_piece(piece: SpillPiece) -> bytes | None:
-    """The piece's bytes, or ``None`` when this executor does not hold its spill file."""
+def _spilled_here(pieces: Iterable[SpillPiece]) -> bool:
+    """Whether this executor holds every piece (a copy task may run elsewhere than the fetch)."""
     try:
-        with open(piece.path, "rb") as spill:
-            if os.fstat(spill.fileno()).st_size < piece.position + piece.size:
-                return None
-            with mmap.mmap(spill.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                return mapped[piece.position : piece.position + piece.size]
+        return all(os.stat(p.path).st_size >= p.position + p.size for p in pieces)
     except FileNotFoundError:
-        return None
+        return False
+
+
+def _append_spilled(builder: SegmentBuilder, pieces: Iterable[SpillPiece]) -> None:
+    """Feed the pieces to the builder straight from the mapped spill files (no extra copy)."""
+    for piece in pieces:
+        with (
+            open(piece.path, "rb") as spill,
+            mmap.mmap(spill.fileno(), 0, access=mmap.ACCESS_READ) as mapped,
+            memoryview(mapped) as view,
+            view[piece.position : piece.position + piece.size] as chunk,
+        ):
+            builder.append(chunk)
 
 
 async def _copy_one(job: CopyJob, broker: BrokerSettings, rsm: RemoteStorageManager) -> CopyResult:
@@ -390,8 +398,7 @@ async def _copy_one(job: CopyJob, broker: BrokerSettings, rsm: RemoteStorageMana
         prior_epochs=job.prior.lineage,
         prior_producers=job.prior.producers,
     )
-    pieces = [_read_piece(piece) for piece in job.pieces]
-    refetched = any(p is None for p in pieces)
+    refetched = not _spilled_here(job.pieces)
     if refetched:
         scanner = WindowScanner(
             start=metadata.start_offset,
@@ -416,9 +423,7 @@ async def _copy_one(job: CopyJob, broker: BrokerSettings, rsm: RemoteStorageMana
                 sink=builder.append,
             )
     else:
-        for piece in pieces:
-            assert piece is not None
-            builder.append(piece)
+        _append_spilled(builder, job.pieces)
     built = builder.finish()
     planned = (
         metadata.end_offset,

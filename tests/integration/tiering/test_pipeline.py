@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import struct
 import sys
 import time
@@ -22,6 +23,7 @@ from aiobotocore.session import get_session
 from protocol.indexes.leader_epoch_checkpoint import parse_leader_epoch_checkpoint
 from protocol.indexes.transaction_index import parse_transaction_index
 from protocol.records import ControlType, iter_batches, read_control_record
+from proxy.cli import main as cli_main
 from storage.kafka_client import FetchTarget, KafkaClient
 from storage.model import (
     IndexType,
@@ -59,35 +61,52 @@ class Batch:
     data: bytes
 
 
+def flat_settings(
+    broker: Any, s3: Any, bucket: str, topic: str, spill: Path, **policy: Any
+) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": broker.bootstrap,
+        "remote.log.storage.backend": "s3",
+        "remote.log.storage.s3.bucket": bucket,
+        "remote.log.storage.s3.endpoint": s3.endpoint_url,
+        "remote.log.storage.s3.region": s3.region,
+        "remote.log.storage.s3.access.key.id": s3.access_key,
+        "remote.log.storage.s3.secret.access.key": s3.secret_key,
+        "remote.log.storage.s3.path.style.access": True,
+        "remote.log.storage.retry.max.attempts": 2,
+        "remote.log.metadata.topic.name": f"__rlm-{topic}",
+        "remote.log.metadata.topic.partitions": 3,
+        "tiering.spill.dir": str(spill),
+        "tiering.task.max.bytes": 40 * 1024,
+        "topics": [
+            {
+                "pattern": topic,
+                "remote.storage.enable": True,
+                "segment.bytes": SEGMENT_BYTES,
+                "segment.ms": 86_400_000,
+                **policy,
+            }
+        ],
+    }
+
+
 def settings_for(
     broker: Any, s3: Any, bucket: str, topic: str, spill: Path, **policy: Any
 ) -> TieringSettings:
-    return settings_from_flat(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            "remote.log.storage.backend": "s3",
-            "remote.log.storage.s3.bucket": bucket,
-            "remote.log.storage.s3.endpoint": s3.endpoint_url,
-            "remote.log.storage.s3.region": s3.region,
-            "remote.log.storage.s3.access.key.id": s3.access_key,
-            "remote.log.storage.s3.secret.access.key": s3.secret_key,
-            "remote.log.storage.s3.path.style.access": True,
-            "remote.log.storage.retry.max.attempts": 2,
-            "remote.log.metadata.topic.name": f"__rlm-{topic}",
-            "remote.log.metadata.topic.partitions": 3,
-            "tiering.spill.dir": str(spill),
-            "tiering.task.max.bytes": 40 * 1024,
-            "topics": [
-                {
-                    "pattern": topic,
-                    "remote.storage.enable": True,
-                    "segment.bytes": SEGMENT_BYTES,
-                    "segment.ms": 86_400_000,
-                    **policy,
-                }
-            ],
-        }
-    )
+    return settings_from_flat(flat_settings(broker, s3, bucket, topic, spill, **policy))
+
+
+def toml_file(flat: dict[str, Any], path: Path) -> Path:
+    """``flat`` as a tierproxy config file (dotted keys, one [[topics]] table per rule)."""
+
+    def value(v: Any) -> str:
+        return json.dumps(v) if not isinstance(v, bool) else str(v).lower()
+
+    lines = [f"{k} = {value(v)}" for k, v in flat.items() if k != "topics"]
+    for table in flat.get("topics", ()):
+        lines += ["[[topics]]", *(f"{k} = {value(v)}" for k, v in table.items())]
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 @dataclass(frozen=True)
@@ -215,7 +234,9 @@ def check_time_index(segment: RemoteLogSegmentMetadata, files: LogSegmentData) -
         assert largest_so_far[segment.start_offset + relative] == stamp
 
 
-async def test_copies_every_batch_kind_byte_for_byte(env: Env) -> None:
+async def test_copies_every_batch_kind_byte_for_byte(
+    env: Env, capsys: pytest.CaptureFixture[str]
+) -> None:
     broker, spark, topic = env.broker, env.spark, env.topic
     await asyncio.to_thread(create_topic, broker.bootstrap, topic, PARTITIONS)
     await asyncio.to_thread(produce_mixed, broker.bootstrap, topic, PARTITIONS)
@@ -294,6 +315,17 @@ async def test_copies_every_batch_kind_byte_for_byte(env: Env) -> None:
                 assert row.lag_offsets == row.last_stable_offset - row.remote_log_end - 1
         finally:
             await rsm.close()
+    config = toml_file(
+        flat_settings(broker, env.s3, env.bucket, topic, env.spill), env.spill.parent / "t.toml"
+    )
+    exit_code = await asyncio.to_thread(
+        cli_main, ["status", "--config", str(config), "--topic", topic, "--json"]
+    )
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert exit_code == 0
+    assert [(r["partition"], r["remote_log_end"]) for r in printed] == [
+        (r.partition, r.remote_log_end) for r in rows
+    ]
 
 
 class FailingStorage:
