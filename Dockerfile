@@ -4,7 +4,10 @@
 # wheel ships spark-class), so driver, executors and cluster share Spark and Python versions.
 FROM python:3.11-slim-bookworm
 
-RUN apt-get update \
+# The JRE's post-install scripts link man pages into /usr/share/man/man1, which slim
+# images do not have.
+RUN mkdir -p /usr/share/man/man1 \
+ && apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       openjdk-17-jre-headless procps tini \
  && rm -rf /var/lib/apt/lists/* \
