@@ -383,7 +383,7 @@ def split_figures(
     ratios: list[tuple[str, Any, str]] = []
     figures: list[tuple[str, Any, str]] = []
     parameters: list[tuple[str, Any]] = []
-    unit = re.compile(r"per_s|_s$|seconds|_ms|latency|p50|p99|rss|cpu|throughput|mb_s|mib_s")
+    unit = re.compile(r"per_s|_s$|seconds|_ms|latency|p50|p99|rss|cpu_s|throughput|mb_s|mib_s")
     for path, value in leaves:
         if path in goals:
             continue
