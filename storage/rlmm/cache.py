@@ -158,6 +158,8 @@ class _Partition:
         self._last_epochs[last_epoch] = self._last_epochs.get(last_epoch, 0) + 1
         chain = self._chain
         if not chain or self._outranks(slot, chain[-1]):
+            if chain and seg.start[slot] > seg.end[chain[-1]] and self._extends(slot):
+                return
             self._splice(slot, len(chain), seg.start[slot])  # the new tip
             return
         # The walk's step at chain[j] chose a predecessor ending (clipped) at c_j, and c_j
@@ -195,6 +197,20 @@ class _Partition:
             self._lineage = ()
         else:
             self._splice(tip, len(chain), self.seg.start[tip])
+
+    def _extends(self, slot: int) -> bool:
+        """Append ``slot`` to the chain if its predecessor is the tip (the common case of a
+        copy following the last one), as :meth:`_splice` would but without its work."""
+        seg, chain = self.seg, self._chain
+        if self._step(seg.start[slot], _first_epoch(seg, slot)) != chain[-1]:
+            return False
+        chain.append(slot)
+        entries = list(self._lineage)
+        for epoch, first, _ in seg.ranges(slot):
+            if entries[-1].epoch != epoch:
+                entries.append(EpochEntry(epoch=epoch, start_offset=first))
+        self._lineage = tuple(entries)
+        return True
 
     def _find_tip(self) -> int | None:
         """The FINISHED segment with the highest tip key: it ends in the highest epoch any
