@@ -7,7 +7,7 @@ cost when there is nothing to copy, for 1,000 partitions (goal: under 2 s)?
 Run::
 
     .venv/bin/python -m bench.pipeline                 # 256 MiB over 8 partitions, 3 pairs
-    .venv/bin/python -m bench.pipeline --gib 2         # the issue's 2 GiB
+    .venv/bin/python -m bench.pipeline --gib 2 --out pipeline-2gib   # the issue's 2 GiB
     .venv/bin/python -m bench.pipeline --gib 0.5 --pairs 5 --idle-partitions 1000
 
 Servers: the broker the environment names (``KAFKA_BOOTSTRAP`` > ``KAFKA_HOME`` > embedded
@@ -27,7 +27,7 @@ workers), the broker and the S3 server. Data is warm: just written, in the broke
 Idle cycle: ``--idle-partitions`` partitions (topics of 100) each hold one recent record, so
 nothing can close; after one warm-up cycle, ``--idle-cycles`` cycles are timed.
 
-Results: ``bench/results/pipeline.json`` and ``bench/results/pipeline.png``.
+Results: ``bench/results/<--out>.json`` and ``.png`` (``pipeline`` by default).
 """
 
 from __future__ import annotations
@@ -361,6 +361,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--idle-partitions", type=int, default=1000)
     parser.add_argument("--idle-cycles", type=int, default=5)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--out", default="pipeline", help="results file stem in bench/results (.json, .png)"
+    )
     args = parser.parse_args(argv)
     RESULTS.mkdir(exist_ok=True)
     spill = Path(f"/tmp/tierproxy-bench-spill-{os.getpid()}")
@@ -392,8 +395,8 @@ def main(argv: list[str] | None = None) -> None:
         "median_idle_seconds": statistics.median(idle),
         "goal_idle_seconds": 2.0,
     }
-    (RESULTS / "pipeline.json").write_text(json.dumps(result, indent=2) + "\n")
-    plot(result, RESULTS / "pipeline.png")
+    (RESULTS / f"{args.out}.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(result, RESULTS / f"{args.out}.png")
     print(
         f"median: raw {result['median_raw_mb_s']:.1f} MB/s, pipeline "
         f"{result['median_pipeline_mb_s']:.1f} MB/s, ratio {result['median_ratio']:.2f} "

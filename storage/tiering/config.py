@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from storage.config import ConfigError, setting
 
@@ -66,6 +68,13 @@ class TieringConfig:
         "tiering.request.timeout.ms",
         30_000,
         "Time allowed for one request to the broker.",
+    )
+    topics: tuple[Mapping[str, Any], ...] = setting(
+        "topics",
+        (),
+        "Per-topic policy: [[topics]] tables, each a pattern (regular expression matched "
+        "against the whole topic name) and topic settings (remote.storage.enable, "
+        "segment.bytes, retention.ms, ...) for the topics it matches; the first match wins.",
     )
     spill_dir: str = setting(
         "tiering.spill.dir",

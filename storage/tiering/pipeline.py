@@ -847,9 +847,7 @@ class TieringPipeline:
         ]
 
     def _untiered_bytes(self, p: _Partition) -> int:
-        return estimate_bytes(
-            start=p.copy_start, end=p.high_watermark, bytes_per_offset=p.bytes_per_offset
-        )
+        return self._estimate(p, max(p.copy_start, p.high_watermark))[0]
 
     async def _remote_retention(
         self,
@@ -930,10 +928,9 @@ class TieringPipeline:
         for p in partitions:
             if p.error is not None or p.high_watermark < 0:
                 continue
-            start = p.copy_start
-            stats[p.tp.topic].lag_bytes += estimate_bytes(
-                start=start, end=max(start, p.last_stable), bytes_per_offset=p.bytes_per_offset
-            )
+            # Exact where this cycle read the untiered tail, estimated beyond it.
+            lag, _ = self._estimate(p, max(p.copy_start, p.last_stable))
+            stats[p.tp.topic].lag_bytes += lag
 
 
 def _first_line(err: Exception) -> str:
