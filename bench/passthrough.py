@@ -19,9 +19,12 @@ Workloads, each run direct (A) and through the proxy (B), alternating A B / B A 
   confluent-kafka (librdkafka) with ``fetch.queue.backoff.ms=0``; and kcat where it can talk
   to the broker directly (kcat 1.7 cannot parse Tansu's ApiVersions answer). CPU seconds per
   GiB of the proxy process and the broker are recorded next to MiB/s.
-* produce latency at moderate load: one connection, one 1 KiB record per Produce (v8,
-  acks=1), sent open-loop at ``--produce-rate`` requests/s for ``--produce-seconds``; p50
-  and p99 of send-to-response time, and the p99 overhead of the proxy in milliseconds.
+* produce latency at moderate load: one 1 KiB record per Produce (acks=1, v8 which the proxy
+  forwards untouched, and v11 whose responses it scans for KIP-951 node endpoints), sent
+  open-loop at ``--produce-rate`` requests/s for ``--produce-seconds`` on one connection
+  direct and one through the proxy at the same time, staggered by half a period (so a
+  stall of the shared machine hits both); p50 and p99 of send-to-response time and the
+  proxy's overhead, per pair, the leading path alternating.
 * proxy memory: RSS of the freshly started proxy, then with 200 idle client connections
   (each has done one ApiVersions round trip, so its broker connection is open too).
 
@@ -285,51 +288,74 @@ def kcat_works(kcat: str | None, endpoint: Endpoint) -> bool:
     return probe.returncode == 0
 
 
+class TimedProducer:
+    """One connection sending Produce requests (acks=1, one 1 KiB record each) and timing
+    each from send to response."""
+
+    def __init__(self, connection: RawConnection, topic: str, version: int) -> None:
+        self._connection = connection
+        self._version = version
+        body_class = request_class(ApiKey.PRODUCE, version)
+        self._body_class = body_class
+        self._topic_class = nested_class(body_class, "topic_data")
+        self._partition_class = nested_class(self._topic_class, "partition_data")
+        self._topic = topic
+        self._value = os.urandom(RECORD_BYTES)
+        self._sent: deque[float] = deque()
+        self.latencies: list[float] = []
+
+    def send(self) -> None:
+        batch = build_record_batch(
+            base_offset=0, records=[Record(value=self._value, timestamp=int(time.time() * 1000))]
+        )
+        body = self._body_class(
+            transactional_id=None,
+            acks=1,
+            timeout=datetime.timedelta(seconds=30),
+            topic_data=(
+                self._topic_class(
+                    name=self._topic,
+                    partition_data=(self._partition_class(index=0, records=batch),),
+                ),
+            ),
+        )
+        self._sent.append(time.perf_counter())
+        self._connection.send(ApiKey.PRODUCE, self._version, body)
+
+    async def receive(self, count: int) -> None:
+        for _ in range(count):
+            await self._connection.receive()
+            self.latencies.append(time.perf_counter() - self._sent.popleft())
+
+
 async def produce_latencies(
-    endpoint: Endpoint, topic: str, *, rate: float, seconds: float
-) -> list[float]:
-    """Open-loop Produce v8 (acks=1) of one 1 KiB record each; seconds per request."""
-    connection = await RawConnection.open(endpoint)
-    body_class = request_class(ApiKey.PRODUCE, 8)
-    topic_class = nested_class(body_class, "topic_data")
-    partition_class = nested_class(topic_class, "partition_data")
-    value = os.urandom(RECORD_BYTES)
-    sent: deque[float] = deque()
-    latencies: list[float] = []
+    first: Endpoint,
+    second: Endpoint,
+    topic: str,
+    *,
+    version: int,
+    rate: float,
+    seconds: float,
+) -> tuple[list[float], list[float]]:
+    """Open-loop produce to both endpoints in the same period, staggered by half a period
+    (``first`` leads), so both see the same moments of a noisy machine; seconds per request."""
+    connections = [await RawConnection.open(first), await RawConnection.open(second)]
+    producers = [TimedProducer(c, topic, version) for c in connections]
     total = int(rate * seconds)
+    receivers = [asyncio.create_task(p.receive(total)) for p in producers]
     loop = asyncio.get_running_loop()
-
-    async def receive() -> None:
-        for _ in range(total):
-            await connection.receive()
-            latencies.append(loop.time() - sent.popleft())
-
-    receiver = asyncio.create_task(receive())
     started = loop.time()
     try:
-        for i in range(total):
-            await asyncio.sleep(max(0.0, started + i / rate - loop.time()))
-            batch = build_record_batch(
-                base_offset=0, records=[Record(value=value, timestamp=int(time.time() * 1000))]
-            )
-            body = body_class(
-                transactional_id=None,
-                acks=1,
-                timeout=datetime.timedelta(seconds=30),
-                topic_data=(
-                    topic_class(
-                        name=topic,
-                        partition_data=(partition_class(index=0, records=batch),),
-                    ),
-                ),
-            )
-            sent.append(loop.time())
-            connection.send(ApiKey.PRODUCE, 8, body)
-        await asyncio.wait_for(receiver, 60)
+        for i in range(2 * total):
+            await asyncio.sleep(max(0.0, started + i / (2 * rate) - loop.time()))
+            producers[i % 2].send()
+        await asyncio.wait_for(asyncio.gather(*receivers), 60)
     finally:
-        receiver.cancel()
-        await connection.close()
-    return latencies
+        for receiver in receivers:
+            receiver.cancel()
+        for connection in connections:
+            await connection.close()
+    return producers[0].latencies, producers[1].latencies
 
 
 async def idle_connections_rss(endpoint: Endpoint, proxy_pid: int, count: int) -> int:
@@ -512,37 +538,62 @@ def consumer_workloads(
 async def measure_produce(
     args: argparse.Namespace, broker: BrokerInfo, direct: Endpoint, proxy: Endpoint
 ) -> dict[str, Any]:
-    """Open-loop produce latency, direct and through the proxy, alternating."""
+    """Open-loop produce latency, direct and through the proxy: Produce v8, which the proxy
+    forwards untouched, and v11 when the broker speaks it, whose responses the proxy scans
+    for KIP-951 node endpoints. Each pair is one period in which both paths send, staggered,
+    direct leading in even pairs and the proxy in odd ones."""
     produce_topic = f"bench-produce-{uuid.uuid4().hex[:8]}"
     await create_topic(broker.bootstrap, produce_topic, partitions=1)
 
-    def produce_round(endpoint: Endpoint) -> Callable[[], Awaitable[ProduceRound]]:
-        async def measure() -> ProduceRound:
-            latencies = await produce_latencies(
-                endpoint, produce_topic, rate=args.produce_rate, seconds=args.produce_seconds
-            )
-            return ProduceRound(
-                path=endpoint.name,
-                requests=len(latencies),
-                p50_ms=percentile(latencies, 0.5) * 1000,
-                p99_ms=percentile(latencies, 0.99) * 1000,
-                max_ms=max(latencies) * 1000,
-            )
+    def summary(path: str, latencies: list[float]) -> ProduceRound:
+        return ProduceRound(
+            path=path,
+            requests=len(latencies),
+            p50_ms=percentile(latencies, 0.5) * 1000,
+            p99_ms=percentile(latencies, 0.99) * 1000,
+            max_ms=max(latencies) * 1000,
+        )
 
-        return measure
-
-    produce_pairs = await alternate_async(args.pairs, produce_round(direct), produce_round(proxy))
-    produce = {
-        "rate_per_s": args.produce_rate,
-        "seconds": args.produce_seconds,
-        "direct_p50_ms": median([p.a.p50_ms for p in produce_pairs]),
-        "proxy_p50_ms": median([p.b.p50_ms for p in produce_pairs]),
-        "direct_p99_ms": median([p.a.p99_ms for p in produce_pairs]),
-        "proxy_p99_ms": median([p.b.p99_ms for p in produce_pairs]),
-        "p99_overhead_ms": median([p.b.p99_ms - p.a.p99_ms for p in produce_pairs]),
-        "rounds": [asdict(p) for p in produce_pairs],
-    }
-    return produce
+    results: dict[str, Any] = {}
+    for version in [8] + ([11] if broker.supports(ApiKey.PRODUCE, 11) else []):
+        pairs: list[Pair[ProduceRound]] = []
+        for index in range(args.pairs):
+            order = (direct, proxy) if index % 2 == 0 else (proxy, direct)
+            first, second = await produce_latencies(
+                *order,
+                produce_topic,
+                version=version,
+                rate=args.produce_rate,
+                seconds=args.produce_seconds,
+            )
+            by_path = dict(zip((order[0].name, order[1].name), (first, second), strict=True))
+            pairs.append(
+                Pair(
+                    index=index,
+                    a=summary("direct", by_path["direct"]),
+                    b=summary("proxy", by_path["proxy"]),
+                )
+            )
+        produce = {
+            "rate_per_s": args.produce_rate,
+            "seconds": args.produce_seconds,
+            "direct_p50_ms": median([p.a.p50_ms for p in pairs]),
+            "proxy_p50_ms": median([p.b.p50_ms for p in pairs]),
+            "direct_p99_ms": median([p.a.p99_ms for p in pairs]),
+            "proxy_p99_ms": median([p.b.p99_ms for p in pairs]),
+            "p50_overhead_ms": median([p.b.p50_ms - p.a.p50_ms for p in pairs]),
+            "p99_overhead_ms": median([p.b.p99_ms - p.a.p99_ms for p in pairs]),
+            "rounds": [asdict(p) for p in pairs],
+        }
+        results[f"Produce v{version}"] = produce
+        print(
+            f"Produce v{version} @ {args.produce_rate:.0f}/s: p50 direct "
+            f"{produce['direct_p50_ms']:.3f} ms, proxy {produce['proxy_p50_ms']:.3f} ms; p99 "
+            f"direct {produce['direct_p99_ms']:.3f} ms, proxy {produce['proxy_p99_ms']:.3f} ms; "
+            f"overhead p50 {produce['p50_overhead_ms']:.3f} ms, p99 "
+            f"{produce['p99_overhead_ms']:.3f} ms"
+        )
+    return results
 
 
 async def run(
@@ -555,6 +606,7 @@ async def run(
         "data_mib": args.data_mib,
         "pairs": args.pairs,
         "record_bytes": RECORD_BYTES,
+        "produce_rate": args.produce_rate,
         "data": "warm (written just before the rounds)",
     }
     with running_proxy(broker, log_dir) as (proxy, proxy_pid):
@@ -599,14 +651,7 @@ async def run(
             )
         result["consumer"] = consumer
 
-        produce = await measure_produce(args, broker, direct, proxy)
-        result["produce"] = produce
-        print(
-            f"produce @ {args.produce_rate:.0f}/s: p50 direct {produce['direct_p50_ms']:.3f} ms, "
-            f"proxy {produce['proxy_p50_ms']:.3f} ms; p99 direct {produce['direct_p99_ms']:.3f} "
-            f"ms, proxy {produce['proxy_p99_ms']:.3f} ms; p99 overhead "
-            f"{produce['p99_overhead_ms']:.3f} ms"
-        )
+        result["produce"] = await measure_produce(args, broker, direct, proxy)
         result["memory"]["rss_after_all_rounds_mib"] = rss_bytes(proxy_pid) / MIB
     return result
 
@@ -619,10 +664,10 @@ def plot(result: dict[str, Any]) -> Path:
         }
         for name, entry in result["consumer"].items()
     }
-    produce = result["produce"]
     latency = {
-        "p50": {"direct": produce["direct_p50_ms"], "proxy": produce["proxy_p50_ms"]},
-        "p99": {"direct": produce["direct_p99_ms"], "proxy": produce["proxy_p99_ms"]},
+        f"{name} {q}": {"direct": entry[f"direct_{q}_ms"], "proxy": entry[f"proxy_{q}_ms"]}
+        for name, entry in result["produce"].items()
+        for q in ("p50", "p99")
     }
     memory = {
         label.replace("_mib", "").replace("_", " "): {"proxy": value}
@@ -632,7 +677,7 @@ def plot(result: dict[str, Any]) -> Path:
         "passthrough",
         [
             ("consumer throughput, 1 KiB records", "MiB/s", consumer),
-            (f"produce latency @ {produce['rate_per_s']:.0f} req/s", "ms", latency),
+            (f"produce latency, 1 KiB @ {result['produce_rate']:.0f} req/s", "ms", latency),
             ("proxy RSS", "MiB", memory),
         ],
         title=f"tierproxy pass-through vs direct ({result['broker']}, medians of "
@@ -642,8 +687,8 @@ def plot(result: dict[str, Any]) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-mib", type=int, default=64, help="consumer data (1 partition)")
-    parser.add_argument("--pairs", type=int, default=3, help="A/B pairs per workload (>= 3)")
+    parser.add_argument("--data-mib", type=int, default=256, help="consumer data (1 partition)")
+    parser.add_argument("--pairs", type=int, default=5, help="A/B pairs per workload (>= 3)")
     parser.add_argument("--produce-rate", type=float, default=500.0, help="Produce requests/s")
     parser.add_argument("--produce-seconds", type=float, default=6.0)
     args = parser.parse_args()
