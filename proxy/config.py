@@ -240,7 +240,8 @@ class ProxyConfig:
     def __post_init__(self) -> None:
         bootstrap_addresses(self)
         parse_listener(self.listeners)
-        self.advertised_base()
+        if self.advertised_listeners.strip():
+            self.advertised_base()
         self.explicit_brokers()
         _require(self.socket_request_max_bytes > 0, "socket.request.max.bytes must be > 0")
         _require(
@@ -281,6 +282,9 @@ class ProxyConfig:
 
     def advertised_base(self) -> HostPort:
         """The address advertised for the base port; other brokers add their index to it.
+
+        Without ``advertised.listeners``, a listener on all addresses advertises this
+        machine's fully qualified name (looked up here, not when the settings are read).
 
         :raises ConfigError: when ``advertised.listeners`` cannot be parsed.
         """
