@@ -23,11 +23,14 @@ A cycle (:meth:`TieringPipeline.run_cycle`):
    COPY_SEGMENT_FINISHED for each partition's unbroken run of successes from its remote log
    end (a success after a failure stays STARTED and is deleted next cycle, so the remote log
    never has a hole that later copies would skip);
-7. remote retention (:mod:`.retention`): expired segments get DELETE_SEGMENT_STARTED, their
-   objects are deleted, then DELETE_SEGMENT_FINISHED;
-8. local retention: where the broker supports DeleteRecords (Apache Kafka), its log start is
+7. local retention: where the broker supports DeleteRecords (Apache Kafka), its log start is
    moved to the end of the tiered, locally expired data, never further. Other brokers (Tansu)
-   are reported once per topic and keep their data.
+   are reported once per topic and keep their data;
+8. remote retention (:mod:`.retention`): expired segments get DELETE_SEGMENT_STARTED, their
+   objects are deleted, then DELETE_SEGMENT_FINISHED. While the broker still holds the
+   offsets of the newest remote segment (it cannot delete records), that segment is kept: it
+   records how far the partition is tiered, and without it the next cycle would copy the
+   whole log again.
 
 Only one pipeline may run against a cluster at a time: a cycle treats every unfinished copy it
 did not start itself as a leftover.
@@ -267,8 +270,11 @@ class TieringPipeline:
         finally:
             shutil.rmtree(self._config.spill_root / run_id, ignore_errors=True)
         copy_seconds = time.monotonic() - copy_started
-        await self._remote_retention(partitions, now, stats, errors)
+        # Local retention first: it moves the broker's log start over data that remote
+        # retention may then delete, so that the broker never keeps what the remote tier
+        # forgot (the next cycle would copy it again).
         await self._local_retention(partitions, now, stats, errors)
+        await self._remote_retention(partitions, now, stats, errors)
         self._record_lag(partitions, stats)
         return CycleReport(
             started_ms=now,
@@ -867,6 +873,10 @@ class TieringPipeline:
                 untiered_bytes=self._untiered_bytes(p),
                 now_ms=now,
             )
+            if expired and expired[-1] is segments[-1] and p.log_start <= segments[-1].end_offset:
+                # The broker still holds these offsets (it could not delete records): the
+                # newest segment stays as the record of how far the partition is tiered.
+                expired = expired[:-1]
             if expired:
                 deleted = await self._delete_segments(expired, now, errors)
                 topic_stats = stats[p.tp.topic]

@@ -465,6 +465,22 @@ async def test_retention_deletes_exactly_the_expired_segments(env: Env) -> None:
             assert not any(kafka_uuid_string(segment.segment_id.id) in key for key in keys)
         for segment in remaining:
             assert sum(kafka_uuid_string(segment.segment_id.id) in key for key in keys) == 6
+    # Everything expired. A broker that moves its log start (DeleteRecords) lets the last
+    # segment go too; on one that cannot, the newest segment stays as the tiered end, or the
+    # next cycle would copy the whole log again.
+    everything = env.settings(
+        **{"segment.ms": 1_800_000, "segment.bytes": 1 << 20, "retention.ms": 3_600_000}
+    )
+    async with open_pipeline(everything, spark) as pipeline:
+        report = await pipeline.run_cycle()
+        again = await pipeline.run_cycle()
+        assert again.segments_copied == 0
+        left = finished_segments(pipeline, tp)
+        if broker.supports_delete_records:
+            assert left == []
+        else:
+            assert left == before[-1:]
+            assert report.topics[topic].segments_expired == 0
 
 
 async def test_deleted_topic_runs_the_partition_deletion_lifecycle(env: Env) -> None:
