@@ -265,9 +265,9 @@ class ConnectionPair(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         # The client sent its last bytes (a close looks the same until we write): answer what
-        # it asked first, then close.
+        # it asked first, then close. TLS has no half-close: there the transport closes anyway.
         self.drain("client closed")
-        return True
+        return self._client is not None and self._client.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._close("client closed", error=str(exc) if exc else "")
