@@ -147,11 +147,6 @@ class ConnectionPair(asyncio.Protocol):
 
     # -- lifecycle ---------------------------------------------------------------------
 
-    @property
-    def closed(self) -> bool:
-        """Whether the pair has been closed (both transports closing)."""
-        return self._closed
-
     async def wait_closed(self) -> None:
         """Return once the pair is closed."""
         await asyncio.shield(self._done)
