@@ -11,7 +11,7 @@ Run::
 
     .venv/bin/python -m bench.report                     # all three, each with small defaults
     .venv/bin/python -m bench.report --only pipeline --args pipeline="--gib 2"
-    .venv/bin/python -m bench.report --args catchup="--help"   # see a benchmark's flags
+    .venv/bin/python -m bench.pipeline --help            # a benchmark's own flags
     .venv/bin/python -m bench.report --no-run            # rebuild REPORT.md from the JSON
 
 The benchmarks (their docstrings give the exact question and method):
@@ -553,7 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmarks and write the report; exit code 1 if any could not be measured."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.report",
-        description=(__doc__ or "").split("\n\n")[0],
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     names = [benchmark.name for benchmark in BENCHMARKS]
