@@ -7,10 +7,12 @@ fetch offset lies in the remote tier (``[remote log start, remote log end]``) an
   showed that the broker's own log starts after the offset; or
 - the offload policy wants it (``remote.fetch.offload.enable``; DESIGN.md "Read path" 4).
 
-A partition known to be served remotely is forwarded at the first offset after the remote
-tier with a one-byte limit, and the request's ``min_bytes`` set to 0: the broker still
-checks the client's rights and leader epoch for it, answers at once, and reports its high
-watermark, last stable offset and log start, but reads next to nothing from its disks. The
+A partition known to be served remotely is forwarded as a *probe*: at the last offset the
+broker serves (or just after the remote tier until that is known) with a one-byte limit,
+and the request's ``min_bytes`` set to 0. The broker still checks the client's rights and
+leader epoch for it, answers at once, and reports its high watermark, last stable offset
+and log start, but reads at most its last batch. The probe and the remote read run at the
+same time. The
 broker remembers that position in the fetch session; :mod:`proxy.remote.sessions` keeps
 the client's and the broker's positions apart and puts the client's back when the partition
 is served by the broker again.
@@ -54,7 +56,7 @@ import logging
 import struct
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Final
 
@@ -128,8 +130,15 @@ class _Plan:
     read_committed: bool
     max_bytes: int
     max_wait_ms: int
+    min_bytes: int
+    started: float
+    """Event-loop time when the request went to the broker."""
     session_recorded: bool = False
     """Whether the broker's answer has been applied to the session tracker."""
+    early: dict[PartitionKey, asyncio.Future[RemoteRecords] | ErrorCode | None] = field(
+        default_factory=dict
+    )
+    """Reads of remote-served partitions started with the request (see ``_read_early``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,6 +190,7 @@ class FetchInterceptor(Interceptor):
             return Answer(response=_session_not_found(version))
         tiered: dict[PartitionKey, _Tiered] = {}
         desired: dict[PartitionKey, FetchPosition] = {}
+        read_committed = request.isolation_level == _READ_COMMITTED
         for key, position in view.client.items():
             planned = self._plan_partition(key, position, version)
             desired[key] = position
@@ -189,17 +199,23 @@ class FetchInterceptor(Interceptor):
                 if planned.served:
                     desired[key] = dataclasses.replace(
                         position,
-                        fetch_offset=planned.remote.end + 1,
+                        fetch_offset=self._probe_offset(planned, read_committed),
                         partition_max_bytes=_PROBE_BYTES,
                     )
         sent = self._tier.sessions.forwarded(view, desired)
-        self._plans[(call.connection.connection_id, call.header.correlation_id)] = _Plan(
+        plan = _Plan(
             view=view,
             tiered=tiered,
-            read_committed=request.isolation_level == _READ_COMMITTED,
+            read_committed=read_committed,
             max_bytes=request.max_bytes,
             max_wait_ms=int(request.max_wait / timedelta(milliseconds=1)),
+            min_bytes=request.min_bytes,
+            started=asyncio.get_running_loop().time(),
         )
+        for key, planned in tiered.items():
+            if planned.served:
+                plan.early[key] = self._read_early(call, plan, planned)
+        self._plans[(call.connection.connection_id, call.header.correlation_id)] = plan
         unchanged = len(sent) == len(view.listed) and all(
             position == view.client[key] for key, position in sent
         )
@@ -207,6 +223,16 @@ class FetchInterceptor(Interceptor):
             return request
         served = any(t.served for t in tiered.values())
         return _rebuild_request(request, version, sent, min_bytes=0 if served else None)
+
+    def _probe_offset(self, planned: _Tiered, read_committed: bool) -> int:
+        """Where the broker is asked about a remote-served partition: at the last offset it
+        serves (its last batch is all it reads, and brokers that ignore the byte limit, like
+        Tansu, send no more), or after the remote tier until that is known."""
+        state = self._tier.state(planned.tp)
+        bound = state.last_stable_offset if read_committed else state.high_watermark
+        if bound is not None and bound > 0:
+            return bound - 1
+        return planned.remote.end + 1
 
     def _plan_partition(
         self, key: PartitionKey, position: FetchPosition, version: int
@@ -298,7 +324,21 @@ class FetchInterceptor(Interceptor):
                 _append_partition(topics, read.key, part)
             else:
                 topic.parts[p] = part
+        if filled == 0 and plan.min_bytes > 0 and all(_throttled(r) for _t, _p, r in reads):
+            await self._hold(plan)
         return _rebuilt(response, topics)
+
+    async def _hold(self, plan: _Plan) -> None:
+        """Answer an empty, quota-throttled Fetch no earlier than its max wait.
+
+        The broker was asked with ``min_bytes`` 0 and answered at once; Kafka would have
+        parked a Fetch without data until its max wait, and so does the proxy, so that a
+        throttled consumer does not poll in a tight loop.
+        """
+        loop = asyncio.get_running_loop()
+        remaining = plan.started + plan.max_wait_ms / 1000 - loop.time()
+        if remaining > 0:
+            await asyncio.sleep(remaining)
 
     def _collect(
         self, plan: _Plan, topics: list[_TopicParts], version: int
@@ -382,18 +422,43 @@ class FetchInterceptor(Interceptor):
             future=None,
         )
 
+    def _read_early(
+        self, call: Call, plan: _Plan, tiered: _Tiered
+    ) -> asyncio.Future[RemoteRecords] | ErrorCode | None:
+        """Start the read of a partition the request already sends to the remote tier.
+
+        It runs while the broker answers the probe, so a Fetch costs the longer of the two
+        round trips, not their sum. Its result is used only if the broker's answer allows
+        it (no error other than OFFSET_OUT_OF_RANGE); it is bounded by the broker's high
+        watermark or last stable offset once those are known.
+        """
+        budget = min(tiered.position.partition_max_bytes, plan.max_bytes)
+        return self._submit(call, plan, tiered, budget)
+
     def _start(self, call: Call, plan: _Plan, read: _Read, budget: int) -> _Read:
-        """Submit the read to the pool, unless the quota, the queue or the budget say no."""
-        tier = self._tier
-        tiered = read.tiered
-        if budget <= 0 and budget < plan.max_bytes:
+        """The read for a partition the broker answered: the early one, or a new one unless
+        the quota, the queue or the budget say no."""
+        if read.key in plan.early:
+            started = plan.early[read.key]
+        elif budget <= 0 and budget < plan.max_bytes:
             # The broker's partitions already filled the response (budget < max_bytes means
             # they brought records), so KIP-74's "at least one batch" does not apply.
             return read
+        else:
+            started = self._submit(call, plan, read.tiered, budget)
+        if isinstance(started, ErrorCode):
+            return dataclasses.replace(read, skipped_error=started)
+        return read if started is None else dataclasses.replace(read, future=started)
+
+    def _submit(
+        self, call: Call, plan: _Plan, tiered: _Tiered, budget: int
+    ) -> asyncio.Future[RemoteRecords] | ErrorCode | None:
+        """Submit a read to the pool: its future, an error for a full queue, or ``None``
+        when the fetch quota says to answer without records."""
+        tier = self._tier
         if tier.quota.exceeded():
-            return read
+            return None
         max_bytes = max(0, min(tiered.position.partition_max_bytes, budget))
-        max_offset = read.last_stable_offset if plan.read_committed else read.high_watermark
         try:
             future = tier.pool.submit(
                 call.connection.connection_id,
@@ -401,16 +466,18 @@ class FetchInterceptor(Interceptor):
                     tiered.tp,
                     tiered.position.fetch_offset,
                     max_bytes,
-                    max_offset=max_offset if max_offset >= 0 else None,
                     read_committed=plan.read_committed,
                 ),
             )
         except ReaderPoolFullError:
             self._count_error(tiered.tp, "queue-full")
-            return dataclasses.replace(read, skipped_error=_STORAGE_ERROR)
+            return _STORAGE_ERROR
+        # A read whose answer is not used (the broker refused the partition, the purgatory
+        # expired) must not be reported as an unhandled error.
+        future.add_done_callback(_retrieve)
         if tier.metrics is not None:
             tier.metrics.requests.labels(tiered.tp.topic).inc()
-        return dataclasses.replace(read, future=future)
+        return future
 
     def _reply(self, read: _Read, plan: _Plan, version: int, response: Any, filled: int) -> Any:
         """The partition entry for a remote-served partition."""
@@ -419,7 +486,9 @@ class FetchInterceptor(Interceptor):
         if future is not None and future.done():
             error, result = self._outcome(read, future)
             if result is not None:
-                records = _fit(result.records, max(0, plan.max_bytes - filled), filled == 0)
+                bound = read.last_stable_offset if plan.read_committed else read.high_watermark
+                records = result.records if bound < 0 else _before(result.records, bound)
+                records = _fit(records, max(0, plan.max_bytes - filled), filled == 0)
                 if records:
                     self._tier.quota.record(len(records))
                     if self._tier.metrics is not None:
@@ -643,6 +712,26 @@ def _fit(records: bytes, room: int, first: bool) -> bytes:
             break
         end = stop
     return records[:end]
+
+
+def _before(records: bytes, max_offset: int) -> bytes:
+    """The batches of ``records`` that start below ``max_offset``."""
+    end = 0
+    for position, header in iter_batches(records):
+        if header.base_offset >= max_offset:
+            break
+        end = position + header.size
+    return records if end == len(records) else records[:end]
+
+
+def _throttled(read: _Read) -> bool:
+    """A remote read the quota skipped (no read was made and no error is to be answered)."""
+    return read.future is None and read.skipped_error == _NONE
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _end(records: bytes) -> int:
