@@ -383,12 +383,16 @@ def plot(memory: list[Memory], summary: dict[str, object]) -> None:
     left.bar(
         labels, [m.bytes_per_entry for m in memory], color=["tab:blue", "tab:gray", "tab:blue"]
     )
-    left.axhline(
-        KIP_405_BYTES_PER_ENTRY, color="tab:red", linestyle="--", label="KIP-405 estimate (100 B)"
+    left.axhline(KIP_405_BYTES_PER_ENTRY, color="tab:red", linestyle="--")
+    left.text(
+        len(memory) - 0.55,
+        KIP_405_BYTES_PER_ENTRY * 1.15,
+        "KIP-405 estimate: 100 B",
+        color="tab:red",
+        ha="right",
     )
     left.set_ylabel("bytes per segment entry (RSS growth)")
     left.set_title("Memory per remote segment")
-    left.legend()
     left.tick_params(axis="x", labelsize=8)
     p50 = summary["lookup_median_p50_us"]
     p99 = summary["lookup_median_p99_us"]
