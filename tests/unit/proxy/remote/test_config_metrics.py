@@ -1,0 +1,82 @@
+"""RemoteFetchConfig from settings, and the remote tier's Prometheus series."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from proxy.remote.config import RemoteFetchConfig
+from proxy.remote.metrics import RemoteMetrics
+from proxy.remote.tier import RemoteTier
+from proxy.remote.wiring import check_remote_settings
+from storage.config import ConfigError, from_settings
+from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch
+
+
+def test_kafka_names_and_defaults() -> None:
+    config = from_settings(
+        RemoteFetchConfig,
+        {"remote.fetch.max.wait.ms": 200, "remote.log.reader.threads": 2},
+    )
+    assert (config.max_wait_ms, config.reader_threads) == (200, 2)
+    assert config.reader_max_pending_tasks == 100
+    assert config.fetch_max_bytes_per_second == 2**63 - 1
+    assert not config.enabled
+    assert not config.offload_enable
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"remote.log.reader.threads": 0},
+        {"remote.fetch.chunk.size.bytes": 0},
+        {"remote.fetch.max.wait.ms": -1},
+        {"remote.fetch.offload.min.lag.records": -5},
+    ],
+)
+def test_out_of_range_values_are_refused(settings: dict[str, int]) -> None:
+    with pytest.raises(ConfigError):
+        from_settings(RemoteFetchConfig, settings)
+
+
+def test_remote_settings_are_checked_only_when_enabled() -> None:
+    check_remote_settings({"remote.log.storage.backend": "nfs"})
+    with pytest.raises(ConfigError):
+        check_remote_settings(
+            {"remote.log.storage.system.enable": True, "remote.log.storage.backend": "nfs"}
+        )
+
+
+async def test_the_series_carry_kafkas_names(tmp_path: Path) -> None:
+    log = TieredLog.create(tmp_path)
+    await log.copy([data_batch(0, 3)])
+    registry = CollectorRegistry()
+    tier = RemoteTier(
+        config=RemoteFetchConfig(),
+        metadata=log.metadata,
+        indexes=log.indexes,
+        chunks=log.chunks,
+        metrics=RemoteMetrics(registry),
+    )
+    tier.start()
+    try:
+        await tier.reader.read(TP, 0, 100)
+        assert tier.metrics is not None
+        tier.metrics.bytes.labels(TP.topic).inc(10)
+        text = generate_latest(registry).decode()
+        for name in (
+            'tierproxy_RemoteFetchBytesPerSec_total{topic="tiered"} 10.0',
+            "tierproxy_RemoteLogReaderTaskQueueSize 0.0",
+            "tierproxy_RemoteLogReaderAvgIdlePercent",
+            "tierproxy_RemoteFetchPurgatorySize 0.0",
+            "tierproxy_RemoteFetchExpiresPerSec_total 0.0",
+            "tierproxy_RemoteIndexCacheMisses_total 1.0",
+            "tierproxy_RemoteChunkCacheMisses_total 1.0",
+        ):
+            assert name in text, name
+    finally:
+        await tier.close()
+        await log.close()
+    assert "tierproxy_RemoteLogReaderTaskQueueSize" not in generate_latest(registry).decode()
