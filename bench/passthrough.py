@@ -608,6 +608,7 @@ async def run(
         "record_bytes": RECORD_BYTES,
         "produce_rate": args.produce_rate,
         "data": "warm (written just before the rounds)",
+        "load_average_at_start": os.getloadavg(),
     }
     with running_proxy(broker, log_dir) as (proxy, proxy_pid):
         rss_fresh = rss_bytes(proxy_pid)
@@ -653,6 +654,12 @@ async def run(
 
         result["produce"] = await measure_produce(args, broker, direct, proxy)
         result["memory"]["rss_after_all_rounds_mib"] = rss_bytes(proxy_pid) / MIB
+    result["load_average_at_end"] = os.getloadavg()
+    start, end = (
+        tuple(round(v, 2) for v in result[key])
+        for key in ("load_average_at_start", "load_average_at_end")
+    )
+    print(f"load average (1, 5, 15 min): {start} at start, {end} at end (shared machine)")
     return result
 
 
