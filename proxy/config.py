@@ -88,7 +88,7 @@ class BrokerMapEntry:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ProxyConfig:
-    """Everything ``tierproxy serve`` reads from the config file and its flags."""
+    """Settings of the pass-through proxy: listeners, the broker, TLS, limits, logs."""
 
     bootstrap_servers: str = setting(
         "bootstrap.servers",

@@ -6,13 +6,13 @@ import argparse
 import asyncio
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import uvloop
 
-from proxy.config import ProxyConfig, load_settings, proxy_config
+from proxy.config import load_settings, proxy_config
 from proxy.logs import configure
 from proxy.remote.wiring import SERVE_CONFIG_CLASSES, check_remote_settings, serve
 from storage.config import ConfigError, describe
@@ -36,7 +36,7 @@ def register(subparsers: Any) -> None:
         "serve",
         help="run the proxy in front of a Kafka broker",
         description=_DESCRIPTION,
-        epilog=_settings_epilog(ProxyConfig),
+        epilog=_settings_epilog(SERVE_CONFIG_CLASSES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
@@ -73,12 +73,17 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _settings_epilog(config_class: type[Any]) -> str:
+def _settings_epilog(config_classes: Sequence[type[Any]]) -> str:
     lines = ["settings (TOML keys, with defaults):"]
-    for info in describe(config_class):
-        default = repr(info.default) if info.default != "" else '""'
-        lines.append(f"  {info.key} = {default}")
-        lines.extend(textwrap.wrap(info.doc, 88, initial_indent=" " * 6, subsequent_indent=" " * 6))
+    for config_class in config_classes:
+        summary = (config_class.__doc__ or config_class.__name__).strip().splitlines()[0]
+        lines.append(f"\n  # {summary}")
+        for info in describe(config_class):
+            default = repr(info.default) if info.default != "" else '""'
+            lines.append(f"  {info.key} = {default}")
+            lines.extend(
+                textwrap.wrap(info.doc, 88, initial_indent=" " * 6, subsequent_indent=" " * 6)
+            )
     return "\n".join(lines)
 
 
