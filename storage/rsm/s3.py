@@ -342,6 +342,11 @@ class S3RemoteStorage:
                 read_timeout=config.s3_read_timeout_ms / 1000,
                 retries={"total_max_attempts": 1},
                 s3={"addressing_style": "path" if config.s3_path_style_access else "auto"},
+                # Checksums only where S3 demands them: batches carry their own CRC32C, and
+                # botocore's default CRC32 trailers cost CPU on both sides and trip up some
+                # S3-compatible servers.
+                request_checksum_calculation="when_required",
+                response_checksum_validation="when_required",
             ),
         }
 
