@@ -135,7 +135,7 @@ def bar_chart(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
+    figure, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 5.0), squeeze=False)
     for axis, (panel_title, unit, groups) in zip(axes[0], panels, strict=True):
         series = sorted({label for values in groups.values() for label in values})
         width = 0.8 / max(1, len(series))
@@ -145,7 +145,7 @@ def bar_chart(
             bars = axis.bar(xs, heights, width, label=label)
             axis.bar_label(bars, fmt="%.3g", fontsize=7)
         axis.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(groups))])
-        axis.set_xticklabels(list(groups), fontsize=8)
+        axis.set_xticklabels(list(groups), fontsize=8, rotation=25, ha="right")
         axis.set_title(panel_title, fontsize=10)
         axis.set_ylabel(unit)
         axis.legend(fontsize=8)
