@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, Literal, Self
+from typing import Any, Final, Literal, Self, cast
 
 from protocol.errors import KafkaError, ProtocolError
 from protocol.frames import FrameDecoder, encode_frame
@@ -237,8 +237,8 @@ class _Protocol(asyncio.Protocol):
         self.closed: BrokerConnectionError | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's TCP transports are not asyncio.Transport subclasses, only duck-alike.
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         self._decoder.feed(data)
