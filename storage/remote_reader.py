@@ -346,13 +346,13 @@ class RemoteLogReader:
 
 
 def _before(records: bytes, max_offset: int) -> bytes:
-    """The batches of ``records`` that start below ``max_offset``."""
+    """The batches of ``records`` that start below ``max_offset`` (no copy if all do)."""
     end = 0
     for position, header in iter_batches(records):
         if header.base_offset >= max_offset:
             break
         end = position + header.size
-    return records[:end]
+    return records if end == len(records) else records[:end]
 
 
 def _next_offset(records: bytes) -> int:

@@ -1,0 +1,522 @@
+"""Catch-up reads from the remote tier through the proxy versus reads of the broker's log.
+
+Question: when N consumers catch up on the same old range of a partition, how fast do they
+read it from the remote tier through ``tierproxy serve`` (SeaweedFS as object storage, the
+offload policy on, so the proxy serves the tiered range although the broker still has it)
+compared with reading it directly from the broker; and how much do those catch-up readers
+slow down a consumer at the head of the log that goes through the same proxy?
+
+Run::
+
+    .venv/bin/python -m bench.catchup                      # embedded Tansu + SeaweedFS
+    .venv/bin/python -m bench.catchup --data-mib 128 --pairs 5 --consumers 1 4 8
+    KAFKA_HOME=/opt/kafka .venv/bin/python -m bench.catchup
+
+Set-up: one partition of ``--data-mib`` MiB of 1 KiB records (uncompressed) is produced and
+tiered by the real pipeline (Spark local[2], 8 MiB segments; the last, partial one stays
+local, as Kafka's active segment would),
+then ``--tail-mib`` more is produced in 16 KiB batches that stays local. The proxy runs with
+a chunk cache of ``--chunk-cache-mib`` (smaller than the data, so every round reads the range
+from SeaweedFS again; concurrent readers of one chunk still share its GET), 4 MiB chunks,
+read-ahead of 2 chunks.
+
+Catch-up: N raw Fetch loops (Fetch v12, one request in flight each, records left as bytes),
+each reading offsets [0, tiered end] with ``partition_max_bytes`` of 1 MiB and 8 MiB, run
+at once; rounds alternate direct and proxy (A B / B A, ``--pairs`` pairs). Reported: the
+median aggregate MiB/s of each path, the median per-pair ratio proxy/direct, and CPU
+seconds per GiB of the proxy, broker and SeaweedFS processes.
+
+Tail latency: one raw Fetch loop through the proxy reading the last 32 records of the log
+(64 KiB fetches, the untiered head) for ``--tail-seconds``: alone, while 4 catch-up loops
+read the tiered range through the proxy, and while they read it directly from the broker
+(the same load on the machine without the proxy's part in it), in rotating order; p50/p99
+of the Fetch round trip.
+
+Data is warm on both paths: the broker (Tansu keeps its log in memory) and SeaweedFS's
+volume files in the page cache. Everything shares the machine's two cores. Results:
+``bench/results/catchup.json`` and ``.png``. Goals (issue 6): remote >= 0.8 x local for one
+consumer, aggregate scaling with N, tail p99 within +-10 % under catch-up load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+
+from bench.common import (
+    GIB,
+    KIB,
+    MIB,
+    Pair,
+    alternate_async,
+    bar_chart,
+    cpu_seconds,
+    median,
+    percentile,
+    save_json,
+)
+from bench.passthrough import (
+    RECORD_BYTES,
+    Endpoint,
+    RawConnection,
+    fetch_request,
+    preload,
+    raw_fetch_all,
+    topic_id_and_end,
+)
+from protocol.headers import parse_response_header
+from protocol.messages import ApiKey, decode_response
+from proxy.embedded import (
+    BrokerInfo,
+    S3Info,
+    SeaweedFS,
+    broker_from_env,
+    create_bucket,
+    create_topic,
+    delete_bucket,
+    s3_info_from_env,
+)
+from storage.rlmm.config import RemoteLogMetadataConfig
+from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
+from storage.tiering.job import build_spark, open_pipeline, settings_from_flat
+from tests.integration.tiered.support import ProxyProcess, proxy_process, storage_settings
+
+SEGMENT_BYTES = 8 * MIB
+TAIL_FETCH_BYTES = 64 * KIB
+TAIL_LOAD_CONSUMERS = 4
+TAIL_RECORDS = 32
+TAIL_VARIANTS = ("alone", "catch-up via broker", "catch-up via proxy")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CatchupRound:
+    path: str
+    consumers: int
+    fetch_mib: int
+    mib: float
+    seconds: float
+    mib_per_s: float
+    proxy_cpu_s_per_gib: float
+    broker_cpu_s_per_gib: float
+    s3_cpu_s_per_gib: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TailRound:
+    load: str
+    fetches: int
+    p50_ms: float
+    p99_ms: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Setup:
+    topic: str
+    topic_id: uuid.UUID
+    tiered_end: int
+    """First offset after the tiered range."""
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pids:
+    proxy: int
+    broker: int | None
+    s3: int | None
+
+    def cpu(self) -> tuple[float, float, float]:
+        def of(pid: int | None) -> float:
+            return cpu_seconds(pid) if pid is not None else 0.0
+
+        return of(self.proxy), of(self.broker), of(self.s3)
+
+
+# -- set-up --------------------------------------------------------------------------------
+
+
+async def prepare(
+    args: argparse.Namespace, broker: BrokerInfo, s3: S3Info, bucket: str, spill: Path
+) -> Setup:
+    topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
+    metadata_topic = f"__rlm-{topic}"
+    await create_topic(broker.bootstrap, topic, partitions=1)
+    started = time.perf_counter()
+    await asyncio.to_thread(preload, broker.bootstrap, topic, args.data_mib * MIB // RECORD_BYTES)
+    print(f"produced {args.data_mib} MiB in {time.perf_counter() - started:.1f} s")
+    settings = settings_from_flat(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            **storage_settings(s3, bucket, metadata_topic),
+            "tiering.spill.dir": str(spill),
+            "topics": [
+                {
+                    "pattern": topic,
+                    "remote.storage.enable": True,
+                    "segment.bytes": SEGMENT_BYTES,
+                }
+            ],
+        }
+    )
+    spark = build_spark("local[2]", app_name="bench-catchup")
+    try:
+        started = time.perf_counter()
+        async with open_pipeline(settings, spark) as pipeline:
+            report = await pipeline.run_cycle()
+        if report.errors:
+            raise RuntimeError(f"tiering failed: {report.errors}")
+        print(
+            f"tiered {report.segments_copied} segments, {report.bytes_copied / MIB:.1f} MiB in "
+            f"{time.perf_counter() - started:.1f} s"
+        )
+    finally:
+        spark.stop()
+    await asyncio.to_thread(
+        produce_head, broker.bootstrap, topic, args.tail_mib * MIB // RECORD_BYTES
+    )
+    direct = Endpoint(name="direct", host=broker.host, port=broker.port)
+    topic_id, high_watermark = await topic_id_and_end(direct, topic)
+    rlmm = TopicBasedRemoteLogMetadataManager(
+        RemoteLogMetadataConfig(topic_name=metadata_topic, topic_partitions=3),
+        bootstrap_servers=broker.bootstrap,
+    )
+    await rlmm.start()
+    try:
+        tp = rlmm.cache.topic_id_partition(topic, 0)
+        end = None if tp is None else rlmm.cache.remote_log_end_offset(tp)
+    finally:
+        await rlmm.close()
+    if end is None:
+        raise RuntimeError("nothing was tiered")
+    return Setup(topic=topic, topic_id=topic_id, tiered_end=end + 1, high_watermark=high_watermark)
+
+
+def produce_head(bootstrap: str, topic: str, count: int) -> None:
+    """The untiered head, in the 16 KiB batches of a default producer (the bulk before it
+    is written in 1 MiB batches to load fast)."""
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16 * KIB, "acks": 1}
+    )
+    value = os.urandom(RECORD_BYTES)
+    for i in range(count):
+        while True:
+            try:
+                producer.produce(topic, value=value, key=b"head-%08d" % i, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.05)
+    if producer.flush(60):
+        raise RuntimeError("the head was not produced")
+
+
+@contextlib.contextmanager
+def running_proxy(
+    args: argparse.Namespace, broker: BrokerInfo, s3: S3Info, bucket: str, topic: str
+) -> Iterator[ProxyProcess]:
+    proxy = proxy_process(
+        broker,
+        Path(tempfile.mkdtemp(prefix="bench-catchup-")),
+        {
+            **storage_settings(s3, bucket, f"__rlm-{topic}"),
+            "remote.fetch.offload.enable": True,
+            "remote.fetch.chunk.cache.size.bytes": args.chunk_cache_mib * MIB,
+            "log.level": "WARNING",
+        },
+    )
+    proxy.start()
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+# -- catch-up ------------------------------------------------------------------------------
+
+
+def catchup_round(
+    endpoint: Endpoint, setup: Setup, pids: Pids, consumers: int, fetch_mib: int
+) -> Callable[[], Awaitable[CatchupRound]]:
+    async def measure() -> CatchupRound:
+        before = pids.cpu()
+        started = time.perf_counter()
+        totals = await asyncio.gather(
+            *(
+                raw_fetch_all(
+                    endpoint,
+                    version=12,
+                    topic=setup.topic,
+                    topic_id=setup.topic_id,
+                    end_offset=setup.tiered_end,
+                    partition_max_bytes=fetch_mib * MIB,
+                )
+                for _ in range(consumers)
+            )
+        )
+        seconds = time.perf_counter() - started
+        after = pids.cpu()
+        gib = sum(totals) / GIB
+        proxy_cpu, broker_cpu, s3_cpu = (b - a for a, b in zip(before, after, strict=True))
+        return CatchupRound(
+            path=endpoint.name,
+            consumers=consumers,
+            fetch_mib=fetch_mib,
+            mib=sum(totals) / MIB,
+            seconds=seconds,
+            mib_per_s=sum(totals) / MIB / seconds,
+            proxy_cpu_s_per_gib=proxy_cpu / gib,
+            broker_cpu_s_per_gib=broker_cpu / gib,
+            s3_cpu_s_per_gib=s3_cpu / gib,
+        )
+
+    return measure
+
+
+def summarise(pairs: list[Pair[CatchupRound]]) -> dict[str, float]:
+    return {
+        "direct_mib_per_s": median([p.a.mib_per_s for p in pairs]),
+        "proxy_mib_per_s": median([p.b.mib_per_s for p in pairs]),
+        "ratio_proxy_to_direct": median([p.b.mib_per_s / p.a.mib_per_s for p in pairs]),
+        "proxy_cpu_s_per_gib": median([p.b.proxy_cpu_s_per_gib for p in pairs]),
+        "broker_cpu_s_per_gib_direct": median([p.a.broker_cpu_s_per_gib for p in pairs]),
+        "broker_cpu_s_per_gib_proxy": median([p.b.broker_cpu_s_per_gib for p in pairs]),
+        "s3_cpu_s_per_gib_proxy": median([p.b.s3_cpu_s_per_gib for p in pairs]),
+    }
+
+
+# -- tail latency --------------------------------------------------------------------------
+
+
+async def tail_latencies(proxy: Endpoint, setup: Setup, seconds: float) -> list[float]:
+    """Fetch round trips (seconds) of a consumer reading the last records of the log."""
+    connection = await RawConnection.open(proxy)
+    latencies: list[float] = []
+    offset = max(setup.tiered_end, setup.high_watermark - TAIL_RECORDS)
+    request = fetch_request(12, setup.topic, setup.topic_id, offset, TAIL_FETCH_BYTES)
+    try:
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            connection.send(ApiKey.FETCH, 12, request)
+            frame = await connection.receive()
+            latencies.append(time.perf_counter() - started)
+            _, size = parse_response_header(frame, 1)
+            response = decode_response(ApiKey.FETCH, 12, memoryview(frame)[size:])
+            assert response.responses[0].partitions[0].records, "the tail read returned nothing"
+    finally:
+        await connection.close()
+    return latencies
+
+
+def tail_round(
+    proxy: Endpoint, setup: Setup, seconds: float, *, load_via: Endpoint | None
+) -> Callable[[], Awaitable[TailRound]]:
+    """The tail consumer through ``proxy``, alone or while catch-up readers go ``load_via``
+    (the proxy: the case in question; the broker: the same load on the machine without the
+    proxy's share, so the two tell the proxy's effect from the machine's)."""
+
+    async def measure() -> TailRound:
+        stop = asyncio.Event()
+
+        async def catch_up_forever(endpoint: Endpoint) -> None:
+            while not stop.is_set():
+                await raw_fetch_all(
+                    endpoint,
+                    version=12,
+                    topic=setup.topic,
+                    topic_id=setup.topic_id,
+                    end_offset=setup.tiered_end,
+                    partition_max_bytes=MIB,
+                )
+
+        load = []
+        if load_via is not None:
+            load = [
+                asyncio.create_task(catch_up_forever(load_via)) for _ in range(TAIL_LOAD_CONSUMERS)
+            ]
+        try:
+            if load:
+                await asyncio.sleep(1.0)  # let the catch-up readers get going
+            latencies = await tail_latencies(proxy, setup, seconds)
+        finally:
+            stop.set()
+            for task in load:
+                task.cancel()
+            await asyncio.gather(*load, return_exceptions=True)
+        return TailRound(
+            load="alone"
+            if load_via is None
+            else f"{TAIL_LOAD_CONSUMERS} catch-up via {load_via.name}",
+            fetches=len(latencies),
+            p50_ms=median(latencies) * 1000,
+            p99_ms=percentile(latencies, 0.99) * 1000,
+        )
+
+    return measure
+
+
+async def tail_rounds(
+    proxy: Endpoint, direct: Endpoint, setup: Setup, pairs: int, seconds: float
+) -> dict[str, Any]:
+    """Alone, loaded via the broker, loaded via the proxy, in rotating order."""
+    variants = {
+        "alone": tail_round(proxy, setup, seconds, load_via=None),
+        "catch-up via broker": tail_round(proxy, setup, seconds, load_via=direct),
+        "catch-up via proxy": tail_round(proxy, setup, seconds, load_via=proxy),
+    }
+    names = list(variants)
+    rounds: dict[str, list[TailRound]] = {name: [] for name in names}
+    for index in range(max(pairs, 1)):
+        for name in names[index % 3 :] + names[: index % 3]:
+            rounds[name].append(await variants[name]())
+    summary: dict[str, Any] = {
+        name: {
+            "p50_ms": median([r.p50_ms for r in got]),
+            "p99_ms": median([r.p99_ms for r in got]),
+        }
+        for name, got in rounds.items()
+    }
+    alone = [r.p99_ms for r in rounds["alone"]]
+    for name in names[1:]:
+        summary[name]["p99_ratio_to_alone"] = median(
+            [r.p99_ms / a for r, a in zip(rounds[name], alone, strict=True)]
+        )
+    summary["p99_ratio_proxy_load_to_broker_load"] = median(
+        [
+            p.p99_ms / b.p99_ms
+            for p, b in zip(
+                rounds["catch-up via proxy"], rounds["catch-up via broker"], strict=True
+            )
+        ]
+    )
+    summary["rounds"] = {name: [asdict(r) for r in got] for name, got in rounds.items()}
+    return summary
+
+
+# -- run -----------------------------------------------------------------------------------
+
+
+async def run(
+    args: argparse.Namespace,
+    broker: BrokerInfo,
+    s3: S3Info,
+    broker_pid: int | None,
+    s3_pid: int | None,
+) -> dict[str, Any]:
+    bucket = f"bench-catchup-{uuid.uuid4().hex[:8]}"
+    create_bucket(s3, bucket)
+    try:
+        setup = await prepare(args, broker, s3, bucket, Path(tempfile.mkdtemp(prefix="spill-")))
+        print(f"tiered range [0, {setup.tiered_end}), untiered head up to {setup.high_watermark}")
+        result: dict[str, Any] = {
+            "broker": broker.version,
+            "s3": s3.kind,
+            "data_mib": args.data_mib,
+            "tail_mib": args.tail_mib,
+            "chunk_cache_mib": args.chunk_cache_mib,
+            "pairs": args.pairs,
+            "record_bytes": RECORD_BYTES,
+            "data": "warm: broker log in memory (Tansu) or page cache; SeaweedFS files in page "
+            "cache; the proxy's chunk cache is smaller than the range, so rounds re-read it",
+            "cpu_count": os.cpu_count(),
+        }
+        direct = Endpoint(name="direct", host=broker.host, port=broker.port)
+        with running_proxy(args, broker, s3, bucket, setup.topic) as process:
+            proxy = Endpoint(name="proxy", host="127.0.0.1", port=process.port)
+            assert process.process.pid is not None
+            pids = Pids(proxy=process.process.pid, broker=broker_pid, s3=s3_pid)
+            catchup: dict[str, Any] = {}
+            for fetch_mib in args.fetch_mib:
+                for consumers in args.consumers:
+                    pairs = await alternate_async(
+                        args.pairs,
+                        catchup_round(direct, setup, pids, consumers, fetch_mib),
+                        catchup_round(proxy, setup, pids, consumers, fetch_mib),
+                    )
+                    summary = summarise(pairs)
+                    name = f"{consumers} consumer(s), {fetch_mib} MiB fetches"
+                    catchup[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
+                    print(
+                        f"{name:30s} direct {summary['direct_mib_per_s']:7.1f} MiB/s  proxy "
+                        f"{summary['proxy_mib_per_s']:7.1f} MiB/s  ratio "
+                        f"{summary['ratio_proxy_to_direct']:.3f}  proxy CPU "
+                        f"{summary['proxy_cpu_s_per_gib']:.2f} s/GiB"
+                    )
+            result["catchup"] = catchup
+            tail = await tail_rounds(proxy, direct, setup, args.pairs, args.tail_seconds)
+            result["tail"] = tail
+            print(
+                "tail p99: alone {:.2f} ms, with {} catch-up readers via the broker {:.2f} ms, "
+                "via the proxy {:.2f} ms".format(
+                    tail["alone"]["p99_ms"],
+                    TAIL_LOAD_CONSUMERS,
+                    tail["catch-up via broker"]["p99_ms"],
+                    tail["catch-up via proxy"]["p99_ms"],
+                )
+            )
+        return result
+    finally:
+        delete_bucket(s3, bucket)
+
+
+def plot(result: dict[str, Any]) -> Path:
+    throughput = {
+        name.replace(" consumer(s), ", "c, ").replace(" fetches", ""): {
+            "direct": entry["summary"]["direct_mib_per_s"],
+            "proxy (remote)": entry["summary"]["proxy_mib_per_s"],
+        }
+        for name, entry in result["catchup"].items()
+    }
+    tail = result["tail"]
+    latency = {
+        quantile: {name: tail[name][f"{quantile}_ms"] for name in TAIL_VARIANTS}
+        for quantile in ("p50", "p99")
+    }
+    return bar_chart(
+        "catchup",
+        [
+            ("catch-up aggregate throughput (consumers, fetch size)", "MiB/s", throughput),
+            ("tail consumer Fetch latency through the proxy", "ms", latency),
+        ],
+        title=f"catch-up from the remote tier vs the broker ({result['broker']}, "
+        f"{result['s3']}; medians of {result['pairs']} pairs)",
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-mib", type=int, default=96, help="tiered data (1 partition)")
+    parser.add_argument("--tail-mib", type=int, default=4, help="untiered data after it")
+    parser.add_argument("--chunk-cache-mib", type=int, default=32)
+    parser.add_argument("--pairs", type=int, default=3, help="A/B pairs per cell (>= 3)")
+    parser.add_argument("--consumers", type=int, nargs="+", default=[1, 4, 8])
+    parser.add_argument("--fetch-mib", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--tail-seconds", type=float, default=5.0)
+    args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        server = broker_from_env(os.environ)
+        stack.callback(server.close)
+        broker = server.start()
+        external = s3_info_from_env(os.environ)
+        s3_pid = None
+        if external is None:
+            seaweed = stack.enter_context(SeaweedFS())
+            s3 = seaweed.start()
+            s3_pid = seaweed.pid
+        else:
+            s3 = external
+        result = asyncio.run(run(args, broker, s3, getattr(server, "pid", None), s3_pid))
+    print(f"saved {save_json('catchup', result)} and {plot(result)}")
+
+
+if __name__ == "__main__":
+    main()
