@@ -161,6 +161,10 @@ class FetchInterceptor(Interceptor):
     def __init__(self, tier: RemoteTier) -> None:
         self._tier = tier
         self._plans: LRUCache[tuple[int, int], _Plan] = LRUCache(_PLANS_KEPT)
+        self._unresolved: LRUCache[TopicIdPartition, tuple[int, int]] = LRUCache(_PLANS_KEPT)
+        """Per partition, (remote end, offset): READ_COMMITTED reads from that offset reach a
+        transaction the remote tier cannot resolve yet, so the broker serves them even
+        under the offload policy, until more is tiered."""
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:
@@ -192,7 +196,7 @@ class FetchInterceptor(Interceptor):
         desired: dict[PartitionKey, FetchPosition] = {}
         read_committed = request.isolation_level == _READ_COMMITTED
         for key, position in view.client.items():
-            planned = self._plan_partition(key, position, version)
+            planned = self._plan_partition(key, position, read_committed)
             desired[key] = position
             if planned is not None:
                 tiered[key] = planned
@@ -234,8 +238,14 @@ class FetchInterceptor(Interceptor):
             return bound - 1
         return planned.remote.end + 1
 
+    def _unresolvable(self, tp: TopicIdPartition, remote: RemoteRange, offset: int) -> bool:
+        """Whether READ_COMMITTED reads at ``offset`` reach a transaction the remote tier
+        cannot resolve yet (see ``_unresolved``)."""
+        found = self._unresolved.get(tp)
+        return found is not None and found[0] == remote.end and offset >= found[1]
+
     def _plan_partition(
-        self, key: PartitionKey, position: FetchPosition, version: int
+        self, key: PartitionKey, position: FetchPosition, read_committed: bool
     ) -> _Tiered | None:
         topic, partition = key
         tier = self._tier
@@ -250,16 +260,19 @@ class FetchInterceptor(Interceptor):
         if remote is None:
             return None
         offset = position.fetch_offset
+        if not remote.start <= offset <= remote.end:
+            return _Tiered(tp=tp, remote=remote, position=position, served=False)
         state = tier.state(tp)
-        served = remote.start <= offset <= remote.end and (
-            (state.log_start_offset is not None and offset < state.log_start_offset)
-            or tier.offload.offload(
-                fetch_offset=offset,
-                remote_start=remote.start,
-                remote_end=remote.end,
-                high_watermark=state.high_watermark,
-                bytes_per_record=(tier.bytes_per_record(tp) if tier.offload.min_lag_bytes else 0.0),
-            )
+        if state.log_start_offset is not None and offset < state.log_start_offset:
+            return _Tiered(tp=tp, remote=remote, position=position, served=True)
+        if read_committed and self._unresolvable(tp, remote, offset):
+            return _Tiered(tp=tp, remote=remote, position=position, served=False)
+        served = tier.offload.offload(
+            fetch_offset=offset,
+            remote_start=remote.start,
+            remote_end=remote.end,
+            high_watermark=state.high_watermark,
+            bytes_per_record=tier.bytes_per_record(tp) if tier.offload.min_lag_bytes else 0.0,
         )
         return _Tiered(tp=tp, remote=remote, position=position, served=served)
 
@@ -520,6 +533,13 @@ class FetchInterceptor(Interceptor):
             self._count_error(tp, "not-found")
             return _OUT_OF_RANGE, None
         if isinstance(err, UnresolvedTransactionError):
+            offset = read.tiered.position.fetch_offset
+            broker_start = self._tier.state(tp).log_start_offset
+            if broker_start is not None and broker_start <= offset:
+                # Offloaded: the broker has these records and their outcome; let it serve
+                # them (the client asks again at once, as after an empty answer).
+                self._unresolved[tp] = (read.tiered.remote.end, offset)
+                return _NONE, None
             self._count_error(tp, "unresolved-transaction")
             return _STORAGE_ERROR, None
         reason = "storage"

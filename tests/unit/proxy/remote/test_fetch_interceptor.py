@@ -273,3 +273,23 @@ async def test_metrics_count_remote_reads(make_env: EnvFactory) -> None:
     assert env.tier.metrics.bytes.labels(TOPIC)._value.get() == sum(
         len(b) for b in env.all_batches[:15]
     )
+
+
+async def test_offload_hands_unresolvable_transactions_back_to_the_broker(
+    make_env: EnvFactory,
+) -> None:
+    pid = 9
+    segments = [[data_batch(0, 2), data_batch(2, 2, producer_id=pid, transactional=True)]]
+    local = [marker(4, pid, ControlType.ABORT), data_batch(5, 2)]
+    env = await make_env(segments=segments, local=local, local_start=0, offload_enable=True)
+    first = only(await fetch(env, 12, 0, isolation_level=1))
+    assert batches_of(first.records) == [segments[0][0]]  # stops before the open transaction
+    empty = only(await fetch(env, 12, 2, isolation_level=1))
+    assert (empty.error_code, empty.records) == (KafkaError.NONE, b"")
+    # The broker, which has the ABORT marker, serves the rest.
+    rest = only(await fetch(env, 12, 2, isolation_level=1))
+    assert batches_of(rest.records) == [segments[0][1], *local]
+    assert env.broker.fetches()[-1].topics[0].partitions[0].fetch_offset == 2
+    # READ_UNCOMMITTED readers need no outcome and stay offloaded.
+    uncommitted = only(await fetch(env, 12, 2))
+    assert batches_of(uncommitted.records) == [segments[0][1]]
