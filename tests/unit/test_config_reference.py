@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
-from proxy.config import ProxyConfig
+from proxy.config import ProxyConfig, load_settings, proxy_config
 from proxy.config_reference import DEFAULT_OUTPUT, discover, main, render, render_value
 from proxy.remote.config import RemoteFetchConfig
-from storage.config import describe
+from proxy.remote.wiring import SERVE_CONFIG_CLASSES, check_remote_settings
+from storage.config import check_unknown, describe, flatten, from_settings
 from storage.index_cache import IndexCacheConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.config import TieringConfig
-from storage.tiering.policy import TopicPolicy
+from storage.tiering.job import load_tiering_settings
+from storage.tiering.policy import TopicPolicy, resolve_policy
 
 EXPECTED = (
     ProxyConfig,
@@ -83,3 +86,30 @@ def test_discovery_does_not_import_pyspark() -> None:
 )
 def test_defaults_render_as_toml(value: object, text: str) -> None:
     assert render_value(value) == text
+
+
+EXAMPLE = DEFAULT_OUTPUT.parents[1] / "tierproxy.example.toml"
+
+
+def test_example_config_keys_all_exist() -> None:
+    flat = flatten(tomllib.loads(EXAMPLE.read_text(encoding="utf-8")))
+    tables = {"topics", "broker.map"}
+    check_unknown(
+        {key: value for key, value in flat.items() if key not in tables},
+        [section.config_class for section in discover()],
+    )
+
+
+def test_example_config_loads_for_the_pipeline() -> None:
+    settings = load_tiering_settings(EXAMPLE)
+    assert settings.storage.backend == "s3"
+    assert resolve_policy("tiered-demo", settings.rules).copies
+    assert not resolve_policy("unrelated", settings.rules).copies
+
+
+def test_example_config_loads_for_the_proxy() -> None:
+    flat = load_settings(EXAMPLE, {}, SERVE_CONFIG_CLASSES)
+    config = proxy_config(flat)
+    check_remote_settings(flat)
+    assert from_settings(RemoteFetchConfig, flat).enabled
+    assert config.metrics_port > 0
