@@ -462,7 +462,9 @@ def _section(outcome: Outcome) -> list[str]:
             lines += [*outcome.log_tail, "```"]
         return lines
     result = outcome.result
-    lines.append(f"Result of {_when(outcome.result_time)} (`{benchmark.result_path.name}`).")
+    lines.append(
+        f"Result file `{benchmark.result_path.name}`, written {_when(outcome.result_time)}."
+    )
     lines += _figures({key: value for key, value in result.items() if not _nested(value)})
     for key, value in result.items():
         if isinstance(value, Mapping) and value:
@@ -530,12 +532,31 @@ def render_report(
         if path.stem not in {outcome.benchmark.name for outcome in outcomes}
     )
     if others:
-        lines += ["", "## Other saved results", ""]
-        for path in others:
-            plot = path.with_suffix(".png")
-            link = f", [plot]({plot.name})" if plot.exists() else ""
-            lines.append(f"- [{path.name}]({path.name}){link} (`bench/{path.stem}.py`)")
+        lines += [
+            "",
+            "## Other saved results",
+            "",
+            "Earlier or larger runs saved next to these (not re-run by this report):",
+            "",
+        ]
+        lines += [_other_result(path) for path in others]
     return "\n".join(lines) + "\n"
+
+
+def _other_result(path: Path) -> str:
+    """One line for a saved result: links, its ratios, and its date."""
+    plot = path.with_suffix(".png")
+    text = f"- [{path.name}]({path.name})"
+    if plot.exists():
+        text += f", [plot]({plot.name})"
+    result = _load(path)
+    ratios = split_figures(result)[0] if result is not None else []
+    if ratios:
+        text += ": " + "; ".join(
+            f"{name.replace('.', ' / ')} **{fmt(value)}**" + (f" (goal {goal})" if goal else "")
+            for name, value, goal in ratios
+        )
+    return text + f" ({_when(path.stat().st_mtime)})"
 
 
 def _parse_args_option(values: Sequence[str]) -> dict[str, list[str]]:
