@@ -109,8 +109,14 @@ def histories(draw: st.DrawFn) -> tuple[list[list[bytes]], list[tuple[int, int]]
     return segments, record_timestamps(batches)
 
 
-async def tier(root: Path, segments: list[list[bytes]], **options: int) -> TieredLog:
-    log = TieredLog.create(root, **options)
+async def tier(
+    root: Path,
+    segments: list[list[bytes]],
+    *,
+    chunk_bytes: int = 64 * 1024,
+    chunk_cache_bytes: int | None = None,
+) -> TieredLog:
+    log = TieredLog.create(root, chunk_bytes=chunk_bytes, chunk_cache_bytes=chunk_cache_bytes)
     for batches in segments:
         await log.copy(batches)
     return log
@@ -191,9 +197,10 @@ async def test_one_read_stays_within_one_segment_and_prefetches_the_next(tmp_pat
         got = await log.reader.read(TP, 1, 1 << 20)
         assert got.records == b"".join(first)
         assert got.segment.start_offset == 0
-        for _ in range(5):
-            await asyncio.sleep(0)
         assert log.chunks.prefetches >= 1
+        async with asyncio.timeout(5):
+            while len(log.chunks) < 2:  # the prefetch reads through a thread
+                await asyncio.sleep(0.01)
         misses = log.chunks.misses
         assert (await log.reader.read(TP, 4, 1 << 20)).records == second[0]
         assert log.chunks.misses == misses
