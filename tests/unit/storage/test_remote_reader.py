@@ -19,13 +19,14 @@ from hypothesis import strategies as st
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.records import Compression, ControlType, parse_batch_header
-from storage.model import TopicIdPartition
+from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 from storage.remote_reader import (
     OffsetNotInRemoteError,
     TimestampAndOffset,
     UnresolvedTransactionError,
 )
 from storage.rsm.base import RemoteResourceNotFoundError
+from storage.rsm.local import LocalRemoteStorage
 from tests.unit.proxy.remote.tiered_log import (
     BASE_TIMESTAMP,
     TP,
@@ -189,21 +190,58 @@ def test_timestamp_lookups_find_the_first_record_at_or_after_the_target(
 # -- examples ------------------------------------------------------------------------------
 
 
+class CountingReads:
+    """The local-directory RSM, counting ranged reads of ``.log`` objects."""
+
+    def __init__(self, inner: LocalRemoteStorage) -> None:
+        self.inner = inner
+        self.log_reads = 0
+
+    async def copy_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
+    ) -> None:
+        await self.inner.copy_log_segment(metadata, data)
+
+    async def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
+    ) -> bytes:
+        self.log_reads += 1
+        return await self.inner.fetch_log_segment(metadata, start, end)
+
+    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        return await self.inner.fetch_index(metadata, index_type)
+
+    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        await self.inner.delete_log_segment(metadata)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
 async def test_one_read_stays_within_one_segment_and_prefetches_the_next(tmp_path: Path) -> None:
     first = [data_batch(0, 2, value_size=100), data_batch(2, 2, value_size=100)]
     second = [data_batch(4, 2, value_size=100)]
-    log = await tier(tmp_path, [first, second], chunk_bytes=1024)
+    counters: list[CountingReads] = []
+
+    def wrap(inner: LocalRemoteStorage) -> CountingReads:
+        counters.append(CountingReads(inner))
+        return counters[0]
+
+    log = TieredLog.create(tmp_path, chunk_bytes=1024, wrap=wrap)
+    for batches in (first, second):
+        await log.copy(batches)
     try:
         got = await log.reader.read(TP, 1, 1 << 20)
         assert got.records == b"".join(first)
         assert got.segment.start_offset == 0
         assert log.chunks.prefetches >= 1
-        async with asyncio.timeout(5):
-            while len(log.chunks) < 2:  # the prefetch reads through a thread
-                await asyncio.sleep(0.01)
-        misses = log.chunks.misses
+        for _ in range(2):
+            await asyncio.sleep(0)  # the prefetch task starts its GET
+        assert counters[0].log_reads == 2
         assert (await log.reader.read(TP, 4, 1 << 20)).records == second[0]
-        assert log.chunks.misses == misses
+        # One GET per segment: the second read was served by the prefetch (cached or still
+        # in flight), not by a GET of its own.
+        assert counters[0].log_reads == 2
     finally:
         await log.close()
 
