@@ -226,6 +226,8 @@ def run_benchmark(benchmark: Benchmark, extra_args: Sequence[str], timeout_s: fl
             detail=f"it exited 0 but wrote no readable {benchmark.result_path.name}",
             log_tail=tail,
         )
+    # The JSON holds everything the log said; logs stay only to explain failures.
+    benchmark.log_path.unlink()
     return Outcome(
         benchmark=benchmark,
         status="ok",
@@ -458,7 +460,8 @@ def _section(outcome: Outcome) -> list[str]:
     if outcome.result is None:
         lines.append(f"**Not measured: {outcome.status}** ({outcome.detail}).")
         if outcome.log_tail:
-            lines += ["", f"Last lines of `{benchmark.log_path.name}`:", "", "```"]
+            lines += ["", f"Last lines of [{benchmark.log_path.name}]({benchmark.log_path.name}):"]
+            lines += ["", "```"]
             lines += [*outcome.log_tail, "```"]
         return lines
     result = outcome.result

@@ -5,6 +5,9 @@ from __future__ import annotations
 import datetime
 from pathlib import Path
 
+import pytest
+
+import bench.report
 from bench.report import (
     BENCHMARKS,
     Benchmark,
@@ -90,6 +93,18 @@ def test_a_missing_script_is_an_outcome_not_an_error() -> None:
     assert outcome.status == "missing"
     assert outcome.result is None
     assert collect_existing(ghost).status == "missing"
+
+
+def test_a_failing_benchmark_is_reported_with_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bench.report, "RESULTS", tmp_path)
+    outcome = run_benchmark(BENCHMARKS[2], ["--no-such-flag"], timeout_s=120)
+    assert outcome.status == "failed"
+    assert outcome.detail == "exit code 2"
+    assert any("unrecognized arguments: --no-such-flag" in line for line in outcome.log_tail)
+    assert (tmp_path / "pipeline.log").exists()
+    assert not (tmp_path / "pipeline.json").exists()
 
 
 def test_no_run_writes_a_report_whatever_exists(tmp_path: Path) -> None:
