@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import subprocess
 import sys
+import textwrap
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from proxy.cli import build_parser
 from proxy.config import ProxyConfig, load_settings, proxy_config
 from proxy.config_reference import DEFAULT_OUTPUT, discover, main, render, render_value
 from proxy.remote.config import RemoteFetchConfig
 from proxy.remote.wiring import SERVE_CONFIG_CLASSES, check_remote_settings
-from storage.config import check_unknown, describe, flatten, from_settings
+from storage.config import ConfigError, check_unknown, describe, flatten, from_settings
 from storage.index_cache import IndexCacheConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.config import TieringConfig
-from storage.tiering.job import load_tiering_settings
+from storage.tiering.job import load_tiering_settings, settings_from_flat
 from storage.tiering.policy import TopicPolicy, resolve_policy
 
 EXPECTED = (
@@ -113,3 +117,51 @@ def test_example_config_loads_for_the_proxy() -> None:
     check_remote_settings(flat)
     assert from_settings(RemoteFetchConfig, flat).enabled
     assert config.metrics_port > 0
+
+
+DOCS = [DEFAULT_OUTPUT.parents[1] / "README.md", *sorted(DEFAULT_OUTPUT.parent.glob("*.md"))]
+
+
+def _blocks(language: str) -> list[tuple[Path, str]]:
+    pattern = re.compile(rf"^\s*```{language}\n(.*?)^\s*```", re.MULTILINE | re.DOTALL)
+    return [
+        (path, textwrap.dedent(block))
+        for path in DOCS
+        for block in pattern.findall(path.read_text(encoding="utf-8"))
+    ]
+
+
+def test_toml_in_the_docs_uses_real_settings() -> None:
+    classes = [section.config_class for section in discover()]
+    blocks = _blocks("toml")
+    assert blocks
+    for path, block in blocks:
+        flat = flatten(tomllib.loads(block))
+        try:
+            known = {k: v for k, v in flat.items() if k not in {"topics", "broker.map"}}
+            check_unknown(known, classes)
+            proxy_config(flat)
+            settings_from_flat(flat)
+        except ConfigError as err:
+            pytest.fail(f"{path.name}: {err}\n{block}")
+
+
+def _tierproxy_commands() -> list[tuple[Path, list[str]]]:
+    commands = []
+    for path, block in _blocks("bash"):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if "tierproxy" in words:
+                commands.append((path, words[words.index("tierproxy") + 1 :]))
+    return commands
+
+
+def test_tierproxy_commands_in_the_docs_parse() -> None:
+    commands = _tierproxy_commands()
+    assert len(commands) >= 8
+    parser = build_parser()
+    for path, argv in commands:
+        try:
+            parser.parse_args(argv)
+        except SystemExit:
+            pytest.fail(f"{path.name}: `tierproxy {shlex.join(argv)}` does not parse")
