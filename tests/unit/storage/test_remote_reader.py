@@ -10,6 +10,7 @@ import asyncio
 import tempfile
 import uuid
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import pytest
@@ -18,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
-from protocol.records import Compression, ControlType, parse_batch_header
+from protocol.records import Compression, ControlType, iter_batches, parse_batch_header
 from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 from storage.remote_reader import (
     OffsetNotInRemoteError,
@@ -368,3 +369,90 @@ async def test_timestamps_inside_compressed_batches(
         assert await log.reader.find_offset_by_timestamp(TP, BASE_TIMESTAMP + 10) is None
     finally:
         await log.close()
+
+
+@st.composite
+def divergent_histories(draw: st.DrawFn) -> dict[str, Any]:
+    """A log whose leader changed from epoch 0 to epoch 2 at offset ``d``, plus the copy of a
+    truncated leader of epoch 1 that wrote its own records from ``d`` (KIP-405 scenarios
+    4-5), uploaded before or after the real segments."""
+    sizes = draw(st.lists(st.integers(1, 4), min_size=4, max_size=14))
+    split = draw(st.integers(1, len(sizes) - 1))
+    true_batches, offset = [], 0
+    for n, count in enumerate(sizes):
+        epoch = 0 if n < split else 2
+        true_batches.append(data_batch(offset, count, epoch=epoch, value_size=20 + 7 * n))
+        offset += count
+    divergence = parse_batch_header(true_batches[split]).base_offset
+    stale_from = draw(st.integers(0, split - 1))
+    stale = [
+        *true_batches[stale_from:split],
+        data_batch(divergence, 3, epoch=1, value_size=11),
+        data_batch(divergence + 3, 2, epoch=1, value_size=13),
+    ]
+    # Sometimes the real segments before the divergence are gone and only the truncated
+    # leader's copy holds those offsets (scenario 5): it must be read only up to ``d``.
+    only_stale_before = draw(st.booleans())
+    first = split if only_stale_before else 0
+    cuts = sorted(set(draw(st.lists(st.integers(first + 1, len(true_batches)), max_size=4))))
+    segments, previous = [], first
+    for cut in [*cuts, len(true_batches)]:
+        if cut > previous:
+            segments.append(true_batches[previous:cut])
+            previous = cut
+    return {
+        "first_offset": parse_batch_header(
+            true_batches[stale_from if only_stale_before else 0]
+        ).base_offset,
+        "true": true_batches,
+        "segments": segments,
+        "stale": stale,
+        "stale_first": draw(st.booleans()),
+        "reads": draw(st.lists(st.tuples(st.floats(0, 1), st.integers(0, 500)), max_size=8)),
+    }
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(history=divergent_histories())
+def test_reads_never_return_a_truncated_leaders_records(history: dict[str, Any]) -> None:
+    true_log = b"".join(history["true"])
+    starts, position = {}, 0
+    for batch in history["true"]:
+        header = parse_batch_header(batch)
+        for o in range(header.base_offset, header.last_offset + 1):
+            starts[o] = position
+        position += len(batch)
+    boundaries = {0, *starts.values(), len(true_log)}
+    last = parse_batch_header(history["true"][-1]).last_offset
+
+    async def copy_stale(log: TieredLog) -> None:
+        saved = (log.lineage, log.producers)
+        log.lineage, log.producers = (EpochEntry(epoch=0, start_offset=0),), ()
+        await log.copy(history["stale"])
+        log.lineage, log.producers = saved
+
+    async def run(root: Path) -> None:
+        log = TieredLog.create(root)
+        try:
+            if history["stale_first"]:
+                await copy_stale(log)
+            for batches in history["segments"]:
+                await log.copy(batches)
+            if not history["stale_first"]:
+                await copy_stale(log)
+            low = history["first_offset"]
+            everywhere = [((o - low) / max(last - low, 1), 1 << 20) for o in range(low, last + 1)]
+            for fraction, max_bytes in [*everywhere, *history["reads"]]:
+                offset = low + round(fraction * (last - low))
+                got = (await log.reader.read(TP, offset, max_bytes)).records
+                start = starts[offset]
+                # A run of the true log's batches from the one holding the offset.
+                assert got, offset
+                assert true_log[start : start + len(got)] == got, offset
+                assert start + len(got) in boundaries
+                assert len(got) <= max_bytes or len(list(iter_batches(got))) == 1
+        finally:
+            await log.close()
+
+    with tempfile.TemporaryDirectory() as root:
+        asyncio.run(run(Path(root)))
