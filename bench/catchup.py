@@ -87,10 +87,11 @@ from proxy.embedded import (
     delete_bucket,
     s3_info_from_env,
 )
+from proxy.embedded.tierproxy import TierproxyServer
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 from storage.tiering.job import build_spark, open_pipeline, settings_from_flat
-from tests.integration.tiered.support import ProxyProcess, proxy_process, storage_settings
+from tests.integration.tiered.support import proxy_process, storage_settings
 
 SEGMENT_BYTES = 8 * MIB
 TAIL_FETCH_BYTES = 64 * KIB
@@ -222,7 +223,7 @@ def produce_head(bootstrap: str, topic: str, count: int) -> None:
 @contextlib.contextmanager
 def running_proxy(
     args: argparse.Namespace, broker: BrokerInfo, s3: S3Info, bucket: str, topic: str
-) -> Iterator[ProxyProcess]:
+) -> Iterator[TierproxyServer]:
     proxy = proxy_process(
         broker,
         Path(tempfile.mkdtemp(prefix="bench-catchup-")),

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,15 +34,8 @@ from aiokafka.errors import KafkaError
 from rich.console import Console
 from rich.table import Table
 
-from proxy.embedded import (
-    BrokerInfo,
-    ManagedProcess,
-    ServerStartError,
-    broker_from_env,
-    create_topic,
-    free_port,
-)
-from proxy.embedded.probe import api_versions
+from proxy.embedded import BrokerInfo, ServerStartError, broker_from_env, create_topic
+from proxy.embedded.tierproxy import TierproxyServer
 
 __all__ = ["DemoOptions", "register", "run"]
 
@@ -310,47 +302,24 @@ def _tier_steps(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> None:
 
 async def _proxy_steps(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> None:
     assert demo.config_path is not None
-    port, metrics_port = free_port(), free_port()
-    proxy = ManagedProcess(
-        "tierproxy serve",
-        _tierproxy(
-            "serve",
-            "--config",
-            str(demo.config_path),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--metrics-port",
-            str(metrics_port),
-        ),
+    proxy = TierproxyServer(
+        config=demo.config_path,
         log_path=work_dir / "serve.log",
+        start_timeout_s=_PROXY_START_TIMEOUT_S,
     )
     with reporter.step("start the proxy: tierproxy serve") as note:
         proxy.start()
-        proxy.wait_ready(
-            lambda: bool(api_versions("127.0.0.1", port)), timeout_s=_PROXY_START_TIMEOUT_S
-        )
-        demo.proxy_bootstrap = f"127.0.0.1:{port}"
-        note(f"clients bootstrap to {demo.proxy_bootstrap}, metrics on :{metrics_port}")
+        demo.proxy_bootstrap = proxy.bootstrap
+        note(f"clients bootstrap to {demo.proxy_bootstrap}, metrics on :{proxy.metrics_port}")
     try:
         with reporter.step("consume from offset 0 through the proxy and verify") as note:
             await _consume_and_verify(demo, demo.proxy_bootstrap)
-            demo.remote_fetch_bytes = _metric(metrics_port, _REMOTE_FETCH_BYTES_METRIC)
-            demo.remote_fetch_requests = _metric(metrics_port, _REMOTE_FETCH_REQUESTS_METRIC)
+            demo.remote_fetch_bytes = proxy.metric(_REMOTE_FETCH_BYTES_METRIC)
+            demo.remote_fetch_requests = proxy.metric(_REMOTE_FETCH_REQUESTS_METRIC)
             note(f"{demo.consumed:,} records read back, {len(demo.mismatches)} problems")
     finally:
         with reporter.step("stop the proxy"):
             proxy.stop()
-
-
-def _metric(port: int, name: str) -> float:
-    """Sum of every series of ``name`` on the proxy's Prometheus endpoint."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    return sum(
-        float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith((f"{name}{{", f"{name} "))
-    )
 
 
 def _record(index: int, value_bytes: int) -> tuple[bytes, bytes]:

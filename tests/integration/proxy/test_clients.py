@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic as ConfluentNewTopic
 
 from proxy.embedded import BrokerInfo
-from tests.integration.proxy.conftest import ProxyInfo
+from proxy.embedded.tierproxy import TierproxyServer
 from tests.integration.proxy.records import Seen, read_aiokafka, sample_records
 
 pytestmark = pytest.mark.integration
@@ -38,7 +38,7 @@ GROUP_TIMEOUTS = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
 
 
 async def test_aiokafka_produce_and_consume_through_the_proxy(
-    proxy: ProxyInfo, broker: BrokerInfo, new_topic: NewTopicFactory
+    proxy: TierproxyServer, broker: BrokerInfo, new_topic: NewTopicFactory
 ) -> None:
     topic = await new_topic(partitions=PARTITIONS)
     records = sample_records(COUNT, partitions=PARTITIONS, tag="aio")
@@ -72,7 +72,7 @@ async def test_aiokafka_produce_and_consume_through_the_proxy(
 
 
 async def test_aiokafka_group_subscribe_with_commits(
-    proxy: ProxyInfo, broker: BrokerInfo, new_topic: NewTopicFactory
+    proxy: TierproxyServer, broker: BrokerInfo, new_topic: NewTopicFactory
 ) -> None:
     topic = await new_topic(partitions=2)
     producer = AIOKafkaProducer(bootstrap_servers=proxy.bootstrap)
@@ -121,7 +121,7 @@ async def test_aiokafka_group_subscribe_with_commits(
     assert committed == {0: 20, 1: 20}
 
 
-async def test_aiokafka_admin_through_the_proxy(proxy: ProxyInfo, unique_topic: str) -> None:
+async def test_aiokafka_admin_through_the_proxy(proxy: TierproxyServer, unique_topic: str) -> None:
     admin = AIOKafkaAdminClient(bootstrap_servers=proxy.bootstrap)
     await admin.start()
     try:
@@ -139,7 +139,7 @@ async def test_aiokafka_admin_through_the_proxy(proxy: ProxyInfo, unique_topic: 
 
 
 def test_kafka_python_produce_consume_list_offsets_admin(
-    proxy: ProxyInfo, broker: BrokerInfo, unique_topic: str
+    proxy: TierproxyServer, broker: BrokerInfo, unique_topic: str
 ) -> None:
     admin = kafka.KafkaAdminClient(bootstrap_servers=proxy.bootstrap)
     try:
@@ -209,13 +209,13 @@ def test_kafka_python_produce_consume_list_offsets_admin(
 
 
 async def test_kafka_python_group_commits(
-    proxy: ProxyInfo, broker: BrokerInfo, new_topic: NewTopicFactory
+    proxy: TierproxyServer, broker: BrokerInfo, new_topic: NewTopicFactory
 ) -> None:
     topic = await new_topic(partitions=1)
     await asyncio.to_thread(kafka_python_group_round, proxy, broker, topic)
 
 
-def kafka_python_group_round(proxy: ProxyInfo, broker: BrokerInfo, topic: str) -> None:
+def kafka_python_group_round(proxy: TierproxyServer, broker: BrokerInfo, topic: str) -> None:
     producer = kafka.KafkaProducer(bootstrap_servers=proxy.bootstrap)
     try:
         for i in range(20):
@@ -304,7 +304,7 @@ def confluent_read(bootstrap: str, topic: str, partitions: int, count: int) -> l
 
 
 def test_confluent_kafka_produce_consume_offsets_admin(
-    proxy: ProxyInfo, broker: BrokerInfo, unique_topic: str
+    proxy: TierproxyServer, broker: BrokerInfo, unique_topic: str
 ) -> None:
     admin = AdminClient(confluent_config(proxy.bootstrap))
     futures = admin.create_topics([ConfluentNewTopic(unique_topic, 3, 1)])
@@ -351,13 +351,13 @@ def test_confluent_kafka_produce_consume_offsets_admin(
 
 
 async def test_confluent_kafka_group_subscribe_with_commits(
-    proxy: ProxyInfo, broker: BrokerInfo, new_topic: NewTopicFactory
+    proxy: TierproxyServer, broker: BrokerInfo, new_topic: NewTopicFactory
 ) -> None:
     topic = await new_topic(partitions=1)
     await asyncio.to_thread(confluent_group_round, proxy, broker, topic)
 
 
-def confluent_group_round(proxy: ProxyInfo, broker: BrokerInfo, topic: str) -> None:
+def confluent_group_round(proxy: TierproxyServer, broker: BrokerInfo, topic: str) -> None:
     producer = confluent_kafka.Producer(confluent_config(proxy.bootstrap))
     for i in range(30):
         producer.produce(topic, value=b"v%d" % i)
@@ -394,7 +394,7 @@ def confluent_group_round(proxy: ProxyInfo, broker: BrokerInfo, topic: str) -> N
 
 
 def test_confluent_kafka_pipelines_many_produce_requests(
-    proxy: ProxyInfo, broker: BrokerInfo, unique_topic: str
+    proxy: TierproxyServer, broker: BrokerInfo, unique_topic: str
 ) -> None:
     # One record per request and up to a thousand requests in flight on one connection.
     producer = confluent_kafka.Producer(
@@ -461,7 +461,7 @@ def kcat_round(kcat: str, bootstrap: str, topic: str) -> tuple[list[Seen], set[s
 
 @pytest.mark.skipif(KCAT is None, reason="kcat is not installed (apt-get install kcat)")
 async def test_kcat_produce_consume_and_metadata(
-    proxy: ProxyInfo, broker: BrokerInfo, new_topic: NewTopicFactory
+    proxy: TierproxyServer, broker: BrokerInfo, new_topic: NewTopicFactory
 ) -> None:
     assert KCAT is not None
     topic = await new_topic(partitions=2)
@@ -473,7 +473,7 @@ async def test_kcat_produce_consume_and_metadata(
 
 
 async def test_multi_mib_records_through_the_proxy(
-    proxy: ProxyInfo, broker: BrokerInfo, new_topic: NewTopicFactory
+    proxy: TierproxyServer, broker: BrokerInfo, new_topic: NewTopicFactory
 ) -> None:
     topic = await new_topic(partitions=1, configs={"max.message.bytes": str(16 * 1024 * 1024)})
     values = [bytes([i]) * (4 * 1024 * 1024 + i) for i in range(4)]

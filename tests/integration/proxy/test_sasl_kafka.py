@@ -21,7 +21,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from proxy.embedded import BrokerInfo, KafkaBroker, free_port
-from tests.integration.proxy.conftest import ProxyInfo, start_proxy
+from proxy.embedded.tierproxy import TierproxyServer
+from tests.integration.proxy.conftest import start_proxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
@@ -60,7 +61,9 @@ class SaslKafka(KafkaBroker):
 
 
 @pytest.fixture(scope="module")
-def sasl_proxy(broker: BrokerInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyInfo]:
+def sasl_proxy(
+    broker: BrokerInfo, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TierproxyServer]:
     if broker.kind != "kafka":
         pytest.skip("SASL/PLAIN needs Apache Kafka (KAFKA_HOME); Tansu has no SASL/PLAIN")
     kafka_home = Path(os.environ["KAFKA_HOME"])
@@ -128,12 +131,12 @@ def round_trip(bootstrap: str, user: str, password: str) -> list[bytes]:
         consumer.close()
 
 
-async def test_sasl_plain_passes_through(sasl_proxy: ProxyInfo) -> None:
+async def test_sasl_plain_passes_through(sasl_proxy: TierproxyServer) -> None:
     values = await asyncio.to_thread(round_trip, sasl_proxy.bootstrap, "alice", "alice-secret")
     assert values == [b"secret %d" % i for i in range(10)]
 
 
-def test_a_wrong_password_is_refused_by_the_broker(sasl_proxy: ProxyInfo) -> None:
+def test_a_wrong_password_is_refused_by_the_broker(sasl_proxy: TierproxyServer) -> None:
     admin = AdminClient(sasl_config(sasl_proxy.bootstrap, "alice", "wrong"))
     with pytest.raises(confluent_kafka.KafkaException, match=r"(?i)auth"):
         admin.list_topics(timeout=10)

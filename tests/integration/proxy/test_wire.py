@@ -21,8 +21,9 @@ from protocol.frames import FrameDecoder, encode_frame
 from protocol.headers import encode_request_header, parse_response_header, response_header_version
 from protocol.messages import ApiKey, decode_response, encode_request, nested_class, request_class
 from proxy.embedded import BrokerInfo
+from proxy.embedded.tierproxy import TierproxyServer
 from proxy.interceptors.api_versions import restrict_api_versions
-from tests.integration.proxy.conftest import ProxyInfo, start_proxy
+from tests.integration.proxy.conftest import start_proxy
 
 pytestmark = pytest.mark.integration
 
@@ -158,7 +159,7 @@ def body_of(api_key: ApiKey, version: int, payload: bytes) -> Any:
 
 
 async def test_pipelined_requests_match_the_broker_byte_for_byte(
-    proxy: ProxyInfo, broker: BrokerInfo, new_topic: Any
+    proxy: TierproxyServer, broker: BrokerInfo, new_topic: Any
 ) -> None:
     topic = await new_topic(partitions=1)
     producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
@@ -205,7 +206,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(
         info.process.stop()
 
 
-async def sigterm_round(info: ProxyInfo) -> None:
+async def sigterm_round(info: TierproxyServer) -> None:
     topic = f"sigterm-{uuid.uuid4().hex[:8]}"
     fetch_class = request_class(ApiKey.FETCH, 12)
     fetch_topic = nested_class(fetch_class, "topics")
@@ -252,7 +253,7 @@ async def sigterm_round(info: ProxyInfo) -> None:
     await wire.close()
 
 
-async def test_prometheus_endpoint_counts_what_passed(proxy: ProxyInfo) -> None:
+async def test_prometheus_endpoint_counts_what_passed(proxy: TierproxyServer) -> None:
     framed = requests("metrics-topic", 8)
     await pipelined(proxy.bootstrap, framed)
 

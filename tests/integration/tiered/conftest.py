@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from proxy.embedded import BrokerInfo, S3Info, create_bucket, delete_bucket
+from proxy.embedded.tierproxy import TierproxyServer
 from tests.integration.tiered.support import (
-    ProxyProcess,
     TieredTopic,
     high_watermarks,
     proxy_process,
@@ -29,7 +29,7 @@ from tests.integration.tiering.workload import create_topic, produce_mixed
 
 PARTITIONS = 2
 
-MakeProxy = Callable[..., ProxyProcess]
+MakeProxy = Callable[..., TierproxyServer]
 
 
 @pytest.fixture(scope="session")
@@ -72,9 +72,9 @@ def make_proxy(
     broker: BrokerInfo, s3: S3Info, tiered_topic: TieredTopic, tmp_path: Path
 ) -> Iterator[MakeProxy]:
     """Start ``tierproxy serve`` processes over the tiered topic; stopped after the test."""
-    made: list[ProxyProcess] = []
+    made: list[TierproxyServer] = []
 
-    def make(*, port: int | None = None, **settings: Any) -> ProxyProcess:
+    def make(*, port: int | None = None, **settings: Any) -> TierproxyServer:
         proxy = proxy_process(
             broker,
             tmp_path,
@@ -101,7 +101,7 @@ def shared_proxy(
     s3: S3Info,
     tiered_topic: TieredTopic,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[ProxyProcess]:
+) -> Iterator[TierproxyServer]:
     """One proxy for the tests that only read."""
     proxy = proxy_process(
         broker,

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import shutil
 import struct
 import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +23,8 @@ from typing import Any
 from protocol.headers import encode_request_header, parse_response_header, response_header_version
 from protocol.messages import ApiKey, decode_response, encode_request
 from protocol.records import ControlType, iter_batches, read_control_record
-from proxy.embedded import BrokerInfo, ManagedProcess, S3Info, free_port, free_ports
-from proxy.embedded.probe import api_versions
+from proxy.embedded import BrokerInfo, S3Info, free_port
+from proxy.embedded.tierproxy import TierproxyServer, write_config
 from storage.tiering.job import open_pipeline, settings_from_flat
 from storage.tiering.report import CycleReport
 from tests.unit.proxy.remote.scripted_broker import fetch_request
@@ -107,83 +104,25 @@ async def tier_topic(
 # -- the proxy -----------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class ProxyProcess:
-    """``tierproxy serve`` with the remote tier; restartable on the same ports."""
-
-    process: ManagedProcess
-    port: int
-    metrics_port: int
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        self.process.start()
-        self.process.wait_ready(lambda: bool(api_versions("127.0.0.1", self.port)), timeout_s=60)
-
-    def stop(self) -> None:
-        self.process.stop()
-
-    def metric(self, name: str) -> float:
-        """Sum of every series of ``name`` on the proxy's ``/metrics``."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            text = answer.read().decode()
-        total = 0.0
-        for line in text.splitlines():
-            if line.startswith(name + "{") or line.startswith(name + " "):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)
-    return json.dumps(str(value))
-
-
 def proxy_process(
     broker: BrokerInfo, log_dir: Path, settings: Mapping[str, Any], *, port: int | None = None
-) -> ProxyProcess:
+) -> TierproxyServer:
     """A (not yet started) ``tierproxy serve`` with the remote tier and ``settings``."""
-    port = port or free_ports(1)[0]
-    metrics_port = free_port()
-    config = log_dir / f"tierproxy-{port}.toml"
-    lines = {
-        "shutdown.timeout.ms": 2000,
-        "remote.log.storage.system.enable": True,
-        **settings,
-    }
-    config.write_text(
-        "".join(f"{key} = {_toml(value)}\n" for key, value in lines.items()), encoding="utf-8"
+    port = port or free_port()
+    config = write_config(
+        log_dir / f"tierproxy-{port}.toml",
+        {"shutdown.timeout.ms": 2000, "remote.log.storage.system.enable": True, **settings},
     )
-    process = ManagedProcess(
-        "tierproxy",
-        [
-            sys.executable,
-            "-m",
-            "proxy.cli",
-            "serve",
-            "--config",
-            str(config),
-            "--bootstrap",
-            broker.bootstrap,
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--metrics-port",
-            str(metrics_port),
-        ],
+    return TierproxyServer(
+        config=config,
         log_path=log_dir / f"tierproxy-{port}.log",
+        bootstrap=broker.bootstrap,
+        port=port,
     )
-    return ProxyProcess(process=process, port=port, metrics_port=metrics_port)
 
 
 @contextlib.contextmanager
-def running(proxy: ProxyProcess) -> Iterator[ProxyProcess]:
+def running(proxy: TierproxyServer) -> Iterator[TierproxyServer]:
     proxy.start()
     try:
         yield proxy

@@ -18,10 +18,10 @@ import shutil
 import pytest
 
 from proxy.embedded import BrokerInfo
+from proxy.embedded.tierproxy import TierproxyServer
 from tests.integration.tiered.support import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
-    ProxyProcess,
     Record,
     TieredTopic,
     aborted_offsets,
@@ -62,7 +62,7 @@ def expected(
 
 
 def test_confluent_kafka(
-    expected: Expected, shared_proxy: ProxyProcess, tiered_topic: TieredTopic
+    expected: Expected, shared_proxy: TierproxyServer, tiered_topic: TieredTopic
 ) -> None:
     isolation, records = expected
     before = shared_proxy.metric("tierproxy_RemoteFetchBytesPerSec_total")
@@ -77,7 +77,7 @@ def test_confluent_kafka(
 
 
 def test_kafka_python(
-    expected: Expected, shared_proxy: ProxyProcess, tiered_topic: TieredTopic
+    expected: Expected, shared_proxy: TierproxyServer, tiered_topic: TieredTopic
 ) -> None:
     isolation, records = expected
     got = consume_kafka_python(
@@ -90,7 +90,7 @@ def test_kafka_python(
 
 
 def test_aiokafka(
-    expected: Expected, shared_proxy: ProxyProcess, tiered_topic: TieredTopic
+    expected: Expected, shared_proxy: TierproxyServer, tiered_topic: TieredTopic
 ) -> None:
     isolation, records = expected
     got = asyncio.run(
@@ -104,7 +104,7 @@ def test_aiokafka(
     assert by_partition(got) == records
 
 
-def test_kcat(expected: Expected, shared_proxy: ProxyProcess, tiered_topic: TieredTopic) -> None:
+def test_kcat(expected: Expected, shared_proxy: TierproxyServer, tiered_topic: TieredTopic) -> None:
     if shutil.which("kcat") is None and shutil.which("kafkacat") is None:
         pytest.skip("kcat is not installed")
     isolation, records = expected
@@ -113,7 +113,7 @@ def test_kcat(expected: Expected, shared_proxy: ProxyProcess, tiered_topic: Tier
 
 
 def test_offsets_for_times_land_where_the_broker_says(
-    shared_proxy: ProxyProcess, broker: BrokerInfo, tiered_topic: TieredTopic
+    shared_proxy: TierproxyServer, broker: BrokerInfo, tiered_topic: TieredTopic
 ) -> None:
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
