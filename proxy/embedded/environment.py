@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Self
 
 from proxy.embedded.info import BrokerInfo, S3Info, probe_broker
 from proxy.embedded.kafka import KafkaBroker
@@ -18,12 +16,13 @@ from proxy.embedded.probe import KafkaProbeError
 from proxy.embedded.process import ServerStartError
 from proxy.embedded.s3 import s3_answers, s3_client, s3_info_from_env
 from proxy.embedded.seaweedfs import SeaweedFS
+from proxy.embedded.server import ClosedOnExit
 from proxy.embedded.tansu import TansuBroker
 
 __all__ = ["ExternalBroker", "ExternalS3", "broker_from_env", "s3_from_env"]
 
 
-class _Unmanaged:
+class _Unmanaged(ClosedOnExit):
     """start/stop/close for a server someone else runs: nothing to launch or kill."""
 
     startup_seconds = 0.0
@@ -33,17 +32,6 @@ class _Unmanaged:
 
     def close(self) -> None:
         """Nothing to clean up: the server is not ours."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class ExternalBroker(_Unmanaged):

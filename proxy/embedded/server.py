@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -17,7 +18,7 @@ from typing import Self, TypeVar
 
 from proxy.embedded.process import ManagedProcess, ServerStartError
 
-__all__ = ["EmbeddedServer", "retry_on_early_exit"]
+__all__ = ["ClosedOnExit", "EmbeddedServer", "retry_on_early_exit"]
 
 T = TypeVar("T")
 
@@ -41,7 +42,26 @@ def retry_on_early_exit(attempt: Callable[[], T], *, attempts: int = _START_ATTE
     return attempt()
 
 
-class EmbeddedServer:
+class ClosedOnExit(ABC):
+    """A context manager that calls ``close()`` on exit, for embedded and external servers alike."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release what the server holds (a process, a work directory), if anything."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class EmbeddedServer(ClosedOnExit):
     """Base class: a work directory, a process, and the stop/close/context-manager protocol."""
 
     name = "server"
@@ -78,14 +98,3 @@ class EmbeddedServer:
         self.stop()
         if self._owns_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
