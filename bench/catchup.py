@@ -64,7 +64,9 @@ from bench.common import (
     cpu_seconds,
     median,
     percentile,
+    produce_retrying,
     save_json,
+    throughput_summary,
 )
 from bench.passthrough import (
     RECORD_BYTES,
@@ -210,12 +212,7 @@ def produce_head(bootstrap: str, topic: str, count: int) -> None:
     )
     value = os.urandom(RECORD_BYTES)
     for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, value=value, key=b"head-%08d" % i, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_retrying(producer, topic, key=b"head-%08d" % i, value=value)
     if producer.flush(60):
         raise RuntimeError("the head was not produced")
 
@@ -284,12 +281,7 @@ def catchup_round(
 
 def summarise(pairs: list[Pair[CatchupRound]]) -> dict[str, float]:
     return {
-        "direct_mib_per_s": median([p.a.mib_per_s for p in pairs]),
-        "proxy_mib_per_s": median([p.b.mib_per_s for p in pairs]),
-        "ratio_proxy_to_direct": median([p.b.mib_per_s / p.a.mib_per_s for p in pairs]),
-        "proxy_cpu_s_per_gib": median([p.b.proxy_cpu_s_per_gib for p in pairs]),
-        "broker_cpu_s_per_gib_direct": median([p.a.broker_cpu_s_per_gib for p in pairs]),
-        "broker_cpu_s_per_gib_proxy": median([p.b.broker_cpu_s_per_gib for p in pairs]),
+        **throughput_summary(pairs),
         "s3_cpu_s_per_gib_proxy": median([p.b.s3_cpu_s_per_gib for p in pairs]),
     }
 

@@ -15,7 +15,10 @@ import statistics
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    import confluent_kafka
 
 __all__ = [
     "GIB",
@@ -29,8 +32,10 @@ __all__ = [
     "cpu_seconds",
     "median",
     "percentile",
+    "produce_retrying",
     "rss_bytes",
     "save_json",
+    "throughput_summary",
 ]
 
 KIB = 1024
@@ -93,6 +98,46 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     ordered = sorted(values)
     rank = max(0, min(len(ordered) - 1, round(fraction * len(ordered) + 0.5) - 1))
     return ordered[rank]
+
+
+class ThroughputRound(Protocol):
+    """What a direct-vs-proxy read round measured, whatever else its benchmark adds."""
+
+    @property
+    def mib_per_s(self) -> float: ...
+    @property
+    def proxy_cpu_s_per_gib(self) -> float: ...
+    @property
+    def broker_cpu_s_per_gib(self) -> float: ...
+
+
+R = TypeVar("R", bound=ThroughputRound)
+
+
+def throughput_summary(pairs: Sequence[Pair[R]]) -> dict[str, float]:
+    """Medians of direct (``a``) and proxy (``b``) read rounds: throughput, their ratio per
+    pair, and the CPU each side spent per GiB."""
+    return {
+        "direct_mib_per_s": median([p.a.mib_per_s for p in pairs]),
+        "proxy_mib_per_s": median([p.b.mib_per_s for p in pairs]),
+        "ratio_proxy_to_direct": median([p.b.mib_per_s / p.a.mib_per_s for p in pairs]),
+        "proxy_cpu_s_per_gib": median([p.b.proxy_cpu_s_per_gib for p in pairs]),
+        "broker_cpu_s_per_gib_direct": median([p.a.broker_cpu_s_per_gib for p in pairs]),
+        "broker_cpu_s_per_gib_proxy": median([p.b.broker_cpu_s_per_gib for p in pairs]),
+    }
+
+
+def produce_retrying(
+    producer: confluent_kafka.Producer, topic: str, *, key: bytes, value: bytes
+) -> None:
+    """Produce one record to partition 0, serving delivery reports while the producer's
+    local queue is full (confluent-kafka raises BufferError instead of waiting)."""
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key, partition=0)
+            return
+        except BufferError:
+            producer.poll(0.05)
 
 
 def cpu_seconds(pid: int | None = None) -> float:

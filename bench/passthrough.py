@@ -63,8 +63,10 @@ from bench.common import (
     cpu_seconds,
     median,
     percentile,
+    produce_retrying,
     rss_bytes,
     save_json,
+    throughput_summary,
 )
 from protocol.frames import FrameDecoder, encode_frame
 from protocol.headers import (
@@ -409,12 +411,7 @@ def preload(bootstrap: str, topic: str, count: int) -> None:
     )
     value = os.urandom(RECORD_BYTES)
     for i in range(count):
-        while True:
-            try:
-                producer.produce(topic, value=value, key=b"%08d" % i, partition=0)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_retrying(producer, topic, key=b"%08d" % i, value=value)
         if i % 10_000 == 0:
             producer.poll(0)
     if producer.flush(120):
@@ -468,17 +465,6 @@ def charged(
         )
 
     return measure
-
-
-def summarise(pairs: list[Pair[ConsumerRound]]) -> dict[str, float]:
-    return {
-        "direct_mib_per_s": median([p.a.mib_per_s for p in pairs]),
-        "proxy_mib_per_s": median([p.b.mib_per_s for p in pairs]),
-        "ratio_proxy_to_direct": median([p.b.mib_per_s / p.a.mib_per_s for p in pairs]),
-        "proxy_cpu_s_per_gib": median([p.b.proxy_cpu_s_per_gib for p in pairs]),
-        "broker_cpu_s_per_gib_direct": median([p.a.broker_cpu_s_per_gib for p in pairs]),
-        "broker_cpu_s_per_gib_proxy": median([p.b.broker_cpu_s_per_gib for p in pairs]),
-    }
 
 
 def consumer_workloads(
@@ -642,7 +628,7 @@ async def run(
                 charged(name, direct, proxy_pid, broker_pid, workload),
                 charged(name, proxy, proxy_pid, broker_pid, workload),
             )
-            summary = summarise(pairs)
+            summary = throughput_summary(pairs)
             consumer[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
             print(
                 f"{name:28s} direct {summary['direct_mib_per_s']:7.1f} MiB/s  proxy "
