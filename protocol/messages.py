@@ -196,13 +196,7 @@ def request_class(api_key: int, api_version: int) -> type[Any]:
 
     :raises RemoteProtocolError: UNSUPPORTED_VERSION if kio has no such API or version.
     """
-    try:
-        return load_request_schema(api_key, api_version)
-    except KioIndexError as err:
-        raise RemoteProtocolError(
-            f"no request schema for API key {api_key} version {api_version}",
-            KafkaError.UNSUPPORTED_VERSION,
-        ) from err
+    return _load_schema(load_request_schema, "request", api_key, api_version)
 
 
 @cache
@@ -211,11 +205,17 @@ def response_class(api_key: int, api_version: int) -> type[Any]:
 
     :raises RemoteProtocolError: UNSUPPORTED_VERSION if kio has no such API or version.
     """
+    return _load_schema(load_response_schema, "response", api_key, api_version)
+
+
+def _load_schema(
+    load: Callable[[int, int], type[Any]], kind: str, api_key: int, api_version: int
+) -> type[Any]:
     try:
-        return load_response_schema(api_key, api_version)
+        return load(api_key, api_version)
     except KioIndexError as err:
         raise RemoteProtocolError(
-            f"no response schema for API key {api_key} version {api_version}",
+            f"no {kind} schema for API key {api_key} version {api_version}",
             KafkaError.UNSUPPORTED_VERSION,
         ) from err
 
