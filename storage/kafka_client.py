@@ -226,6 +226,32 @@ def _make(cls: type[Any], **values: Any) -> Any:
     return cls(**{k: v for k, v in values.items() if k in names})
 
 
+def _topics(
+    request_cls: type[Any],
+    partitions: Sequence[tuple[str, Mapping[str, Any]]],
+    *,
+    name_field: str = "name",
+) -> tuple[Any, ...]:
+    """The ``topics`` field of a per-partition request, for ``request_cls``'s version.
+
+    ``partitions`` are ``(topic, partition fields)`` rows; they are grouped by topic in the
+    order topics first appear, as Fetch, ListOffsets and DeleteRecords all nest them.
+    """
+    topic_cls = nested_class(request_cls, "topics")
+    partition_cls = nested_class(topic_cls, "partitions")
+    by_topic: dict[str, list[Mapping[str, Any]]] = {}
+    for topic, fields in partitions:
+        by_topic.setdefault(topic, []).append(fields)
+    return tuple(
+        _make(
+            topic_cls,
+            **{name_field: topic},
+            partitions=tuple(_make(partition_cls, **fields) for fields in rows),
+        )
+        for topic, rows in by_topic.items()
+    )
+
+
 class _Protocol(asyncio.Protocol):
     """Frames in, responses matched to requests in order; nothing else."""
 
@@ -556,13 +582,22 @@ class KafkaClient:
         :raises KafkaClientError: for a top-level error of the whole response.
         """
         connection = await self._node(node_id)
-        by_topic: dict[str, list[FetchTarget]] = {}
-        for target in targets:
-            by_topic.setdefault(target.topic, []).append(target)
+        partitions = [
+            (
+                t.topic,
+                {
+                    "partition": t.partition,
+                    "fetch_offset": t.offset,
+                    "partition_max_bytes": t.max_bytes,
+                    "log_start_offset": -1,
+                    "current_leader_epoch": -1,
+                    "last_fetched_epoch": -1,
+                },
+            )
+            for t in targets
+        ]
 
         def build(cls: type[Any]) -> Any:
-            topic_cls = nested_class(cls, "topics")
-            partition_cls = nested_class(topic_cls, "partitions")
             return _make(
                 cls,
                 replica_id=-1,
@@ -572,25 +607,7 @@ class KafkaClient:
                 isolation_level=isolation_level,
                 session_id=0,
                 session_epoch=-1,
-                topics=tuple(
-                    _make(
-                        topic_cls,
-                        topic=topic,
-                        partitions=tuple(
-                            _make(
-                                partition_cls,
-                                partition=t.partition,
-                                fetch_offset=t.offset,
-                                partition_max_bytes=t.max_bytes,
-                                log_start_offset=-1,
-                                current_leader_epoch=-1,
-                                last_fetched_epoch=-1,
-                            )
-                            for t in items
-                        ),
-                    )
-                    for topic, items in by_topic.items()
-                ),
+                topics=_topics(cls, partitions, name_field="topic"),
                 forgotten_topics_data=(),
                 rack_id="",
             )
@@ -630,33 +647,17 @@ class KafkaClient:
         watermark for the log end.
         """
         connection = await self._node(node_id)
-        by_topic: dict[str, list[tuple[int, int]]] = {}
-        for topic, partition, timestamp in targets:
-            by_topic.setdefault(topic, []).append((partition, timestamp))
+        partitions = [
+            (topic, {"partition_index": p, "timestamp": ts, "current_leader_epoch": -1})
+            for topic, p, ts in targets
+        ]
 
         def build(cls: type[Any]) -> Any:
-            topic_cls = nested_class(cls, "topics")
-            partition_cls = nested_class(topic_cls, "partitions")
             return _make(
                 cls,
                 replica_id=-1,
                 isolation_level=isolation_level,
-                topics=tuple(
-                    _make(
-                        topic_cls,
-                        name=topic,
-                        partitions=tuple(
-                            _make(
-                                partition_cls,
-                                partition_index=p,
-                                timestamp=ts,
-                                current_leader_epoch=-1,
-                            )
-                            for p, ts in items
-                        ),
-                    )
-                    for topic, items in by_topic.items()
-                ),
+                topics=_topics(cls, partitions),
             )
 
         response = await connection.request(ApiKey.LIST_OFFSETS, build)
@@ -690,26 +691,13 @@ class KafkaClient:
             raise DeleteRecordsUnsupportedError(
                 f"the broker ({self.broker_kind}) does not support DeleteRecords"
             )
-        by_topic: dict[str, list[tuple[int, int]]] = {}
-        for topic, partition, offset in targets:
-            by_topic.setdefault(topic, []).append((partition, offset))
+        partitions = [(topic, {"partition_index": p, "offset": o}) for topic, p, o in targets]
 
         def build(cls: type[Any]) -> Any:
-            topic_cls = nested_class(cls, "topics")
-            partition_cls = nested_class(topic_cls, "partitions")
             return _make(
                 cls,
                 timeout=datetime.timedelta(milliseconds=timeout_ms),
-                topics=tuple(
-                    _make(
-                        topic_cls,
-                        name=topic,
-                        partitions=tuple(
-                            _make(partition_cls, partition_index=p, offset=o) for p, o in items
-                        ),
-                    )
-                    for topic, items in by_topic.items()
-                ),
+                topics=_topics(cls, partitions),
             )
 
         response = await connection.request(ApiKey.DELETE_RECORDS, build)
