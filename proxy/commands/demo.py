@@ -446,7 +446,11 @@ def _print_summary(console: Console, demo: DemoRun) -> None:
     table.add_row(
         "remote tier",
         f"{segments} segments, {_mib(sum(p.remote_bytes for p in demo.tiered))} in "
-        f"{demo.remote_dir}",
+        + (
+            str(demo.remote_dir)
+            if demo.options.work_dir is not None
+            else "a temporary local directory (removed; keep it with --work-dir)"
+        ),
     )
     table.add_row(
         "served from remote tier",
