@@ -60,8 +60,9 @@ server could not be started, the pipeline failed, or the broker refused a reques
 _CONSUME_TIMEOUT_S = 60.0
 _PIPELINE_TIMEOUT_S = 600.0
 _PROXY_START_TIMEOUT_S = 60.0
-_SEGMENT_BYTES = 256 * 1024
-"""Small segments so that every partition has several closed ones to tier."""
+_SEGMENTS_PER_PARTITION = 6
+"""Segment size is chosen so that every partition has about this many to tier."""
+_MIN_SEGMENT_BYTES = 16 * 1024
 _REMOTE_FETCH_BYTES_METRIC = "tierproxy_RemoteFetchBytesPerSec_total"
 _REMOTE_FETCH_REQUESTS_METRIC = "tierproxy_RemoteFetchRequestsPerSec_total"
 _BROKER_ORIGIN = {"tansu": "embedded", "kafka": "from KAFKA_HOME", "external": "KAFKA_BOOTSTRAP"}
@@ -246,11 +247,18 @@ remote.fetch.offload.enable = true
 [[topics]]
 pattern = "{demo.options.topic}"
 remote.storage.enable = true
-segment.bytes = {_SEGMENT_BYTES}
+segment.bytes = {_segment_bytes(demo)}
 """,
         encoding="utf-8",
     )
     return path
+
+
+def _segment_bytes(demo: DemoRun) -> int:
+    """Small segments, so that every partition has several closed ones whatever --records;
+    the last, still open range of each partition stays on the broker (the local tail)."""
+    per_partition = demo.produced_bytes // demo.options.partitions
+    return max(_MIN_SEGMENT_BYTES, per_partition // _SEGMENTS_PER_PARTITION)
 
 
 def _tierproxy(*arguments: str) -> list[str]:
