@@ -1,31 +1,45 @@
 """Tiering pipeline throughput next to a raw Fetch of the same data, and the cost of an idle cycle.
 
-Questions: (1) how fast does one ``tierproxy tier`` cycle copy a backlog to S3 compared with
-simply reading the same bytes from the broker (goal: at least 0.7x), and (2) what does a cycle
-cost when there is nothing to copy, for 1,000 partitions (goal: under 2 s)?
+Questions: (1) how fast does one ``tierproxy tier`` cycle copy a backlog to remote storage
+compared with simply reading the same bytes from the broker (goal: at least 0.7x), and (2) what
+does a cycle cost when there is nothing to copy, for 1,000 partitions (goal: under 2 s)?
 
 Run::
 
-    .venv/bin/python -m bench.pipeline                 # 256 MiB over 8 partitions, 3 pairs
+    .venv/bin/python -m bench.pipeline                 # 256 MiB over 8 partitions, 3 rounds
     .venv/bin/python -m bench.pipeline --gib 2 --out pipeline-2gib   # the issue's 2 GiB
-    .venv/bin/python -m bench.pipeline --gib 0.5 --pairs 5 --idle-partitions 1000
+    .venv/bin/python -m bench.pipeline --gib 0.5 --pairs 5 --backends local
 
 Servers: the broker the environment names (``KAFKA_BOOTSTRAP`` > ``KAFKA_HOME`` > embedded
-Tansu) and SeaweedFS (or ``S3_ENDPOINT``), as the tests use them; Spark ``local[2]``.
+Tansu) and, when the s3 backend is measured, SeaweedFS (or ``S3_ENDPOINT``), as the tests use
+them; Spark ``local[2]``.
+
+Two candidates (``--backends``, default both): the cycle copying to S3, and the same cycle with
+the local-directory backend (``remote.log.storage.backend = "local"``, a fresh temporary
+directory on the machine's disk, removed after each cycle outside the timing). On two cores
+SeaweedFS itself costs about 10 CPU-s/GiB, so the S3 ratio mostly measures SeaweedFS; the
+local-directory cycle shows what the pipeline costs without it.
 
 Throughput: ``--gib`` of 1 KiB records (random, uncompressed, stamped a day ago so that every
-segment is closed) go to ``--partitions`` partitions. Then rounds alternate: a raw fetch of the
-whole topic (one Fetch per round for every unfinished partition, 8 MiB per partition, batches
-counted but not decoded), then one pipeline cycle copying the whole topic into a fresh bucket
-prefix with a fresh metadata topic (so every cycle has the full backlog). Per pair the ratio
-pipeline MB/s / raw MB/s; medians over ``--pairs`` pairs. Pipeline time is the whole cycle
-(metadata, planning, both Spark stages, metadata publishes), without starting the metadata
-manager. CPU seconds per GiB are given for this process tree (driver, Spark JVM and its Python
-workers), the broker and the S3 server. Data is warm: just written, in the broker's memory
-(Tansu) or page cache.
+segment is closed) go to ``--partitions`` partitions. Then rounds alternate (raw, S3, local,
+raw, S3, local, ...): a raw fetch of the whole topic (one Fetch per round for every unfinished
+partition, 8 MiB per partition, batches counted but not decoded), then one pipeline cycle per
+backend copying the whole topic under a fresh prefix with a fresh metadata topic (so every
+cycle has the full backlog). Per round the ratio of each cycle's MB/s to that round's raw MB/s;
+medians over ``--pairs`` rounds. Pipeline time is the whole cycle (metadata, planning, both
+Spark stages, metadata publishes), without starting the metadata manager. CPU seconds per GiB
+are given for this process tree (driver, Spark JVM and its Python workers), the broker and the
+S3 server. Data is warm: just written, in the broker's memory (Tansu) or page cache.
+
+JSON keys: the S3 cycle keeps the original names (``pipeline_mb_s``, ``ratio``,
+``pipeline_cpu_s_per_gib``, ``broker_cpu_s_per_gib``, ``s3_cpu_s_per_gib``, ...,
+``median_pipeline_mb_s``, ``median_ratio``); the local-directory cycle has the same figures
+prefixed ``local_`` (``local_mb_s``, ``local_ratio``, ``local_cpu_s_per_gib``, ...,
+``median_local_ratio``). ``median_*`` also covers every MB/s, ratio and CPU figure.
 
 Idle cycle: ``--idle-partitions`` partitions (topics of 100) each hold one recent record, so
-nothing can close; after one warm-up cycle, ``--idle-cycles`` cycles are timed.
+nothing can close; after one warm-up cycle, ``--idle-cycles`` cycles are timed, with the first
+of ``--backends``.
 
 Results: ``bench/results/<--out>.json`` and ``.png`` (``pipeline`` by default).
 """
@@ -36,14 +50,16 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import Producer
 
@@ -61,21 +77,61 @@ VALUE_BYTES = 1024
 FETCH_BYTES = 8 * MIB
 DAY_MS = 86_400_000
 
+Backend = Literal["s3", "local"]
+BACKENDS: tuple[Backend, ...] = ("s3", "local")
+# The S3 cycle's figures keep the names bench/report.py and earlier results know; the
+# local-directory cycle's are the same figures prefixed "local_".
+_S3_KEYS = {
+    "mb_s": "pipeline_mb_s",
+    "seconds": "pipeline_seconds",
+    "copy_seconds": "pipeline_copy_seconds",
+    "cpu_s_per_gib": "pipeline_cpu_s_per_gib",
+}
+_MEDIAN_SUFFIXES = ("mb_s", "ratio", "cpu_s_per_gib")
 
-@dataclass
-class Pair:
-    raw_mb_s: float
-    pipeline_mb_s: float
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cycle:
+    """One pipeline cycle of a round, set against that round's raw fetch."""
+
+    mb_s: float
     ratio: float
-    raw_seconds: float
-    pipeline_seconds: float
-    pipeline_copy_seconds: float
+    seconds: float
+    copy_seconds: float
     segments: int
     bytes_copied: int
-    raw_cpu_s_per_gib: float
-    pipeline_cpu_s_per_gib: float
+    cpu_s_per_gib: float
     broker_cpu_s_per_gib: float
     s3_cpu_s_per_gib: float
+
+    def flat(self, backend: Backend) -> dict[str, float]:
+        """The figures under their JSON names for ``backend``."""
+        if backend == "s3":
+            return {_S3_KEYS.get(k, k): v for k, v in asdict(self).items()}
+        return {f"local_{k}": v for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Round:
+    """One raw fetch followed by one cycle per measured backend."""
+
+    raw_mb_s: float
+    raw_seconds: float
+    raw_cpu_s_per_gib: float
+    raw_broker_cpu_s_per_gib: float
+    cycles: dict[Backend, Cycle]
+
+    def flat(self) -> dict[str, float]:
+        """The round as one flat JSON object (the shape of bench/report.py's tables)."""
+        row = {
+            "raw_mb_s": self.raw_mb_s,
+            "raw_seconds": self.raw_seconds,
+            "raw_cpu_s_per_gib": self.raw_cpu_s_per_gib,
+            "raw_broker_cpu_s_per_gib": self.raw_broker_cpu_s_per_gib,
+        }
+        for backend, cycle in self.cycles.items():
+            row |= cycle.flat(backend)
+        return row
 
 
 def _cpu_of(pid: int) -> float:
@@ -129,13 +185,14 @@ class CpuMeter:
 
 
 @contextmanager
-def servers() -> Iterator[tuple[BrokerInfo, S3Info, int | None, int | None]]:
+def servers(with_s3: bool) -> Iterator[tuple[BrokerInfo, S3Info | None, int | None, int | None]]:
+    """The broker, and the S3 server only when a measured backend needs it."""
     broker_server = broker_from_env(os.environ)
-    external_s3 = s3_info_from_env(os.environ)
-    s3_server = None if external_s3 else SeaweedFS()
+    external_s3 = s3_info_from_env(os.environ) if with_s3 else None
+    s3_server = SeaweedFS() if with_s3 and external_s3 is None else None
     try:
         broker = broker_server.start()
-        s3 = external_s3 or s3_server.start()  # type: ignore[union-attr]
+        s3 = external_s3 or (s3_server.start() if s3_server else None)
         s3_pid = s3_server.pid if s3_server else None
         yield broker, s3, getattr(broker_server, "pid", None), s3_pid
     finally:
@@ -201,20 +258,49 @@ async def raw_fetch(bootstrap: str, topic: str, partitions: int) -> int:
     return total
 
 
-def settings(
-    broker: BrokerInfo, s3: S3Info, bucket: str, pattern: str, *, run: str, spill: Path
-) -> Any:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """Where a cycle copies to: an S3 bucket, or a directory for the local backend."""
+
+    backend: Backend
+    s3: S3Info | None = None
+    bucket: str = ""
+    local_dir: Path | None = None
+
+    def storage_settings(self) -> dict[str, Any]:
+        if self.backend == "local":
+            return {
+                "remote.log.storage.backend": "local",
+                "remote.log.storage.local.dir": str(self.local_dir),
+            }
+        assert self.s3 is not None
+        return {
+            "remote.log.storage.backend": "s3",
+            "remote.log.storage.s3.bucket": self.bucket,
+            "remote.log.storage.s3.endpoint": self.s3.endpoint_url,
+            "remote.log.storage.s3.region": self.s3.region,
+            "remote.log.storage.s3.access.key.id": self.s3.access_key,
+            "remote.log.storage.s3.secret.access.key": self.s3.secret_key,
+            "remote.log.storage.s3.path.style.access": True,
+        }
+
+
+def target_for(backend: Backend, s3: S3Info | None, scratch: Path, name: str) -> Target:
+    """A fresh bucket (s3) or directory under ``scratch`` (local) for one benchmark part."""
+    if backend == "local":
+        return Target(backend="local", local_dir=scratch / name)
+    assert s3 is not None
+    bucket = f"{name}-{uuid.uuid4().hex[:8]}"
+    create_bucket(s3, bucket)
+    return Target(backend="s3", s3=s3, bucket=bucket)
+
+
+def settings(broker: BrokerInfo, target: Target, pattern: str, *, run: str, spill: Path) -> Any:
     return settings_from_flat(
         {
             "bootstrap.servers": broker.bootstrap,
-            "remote.log.storage.backend": "s3",
             "remote.log.storage.prefix": run,
-            "remote.log.storage.s3.bucket": bucket,
-            "remote.log.storage.s3.endpoint": s3.endpoint_url,
-            "remote.log.storage.s3.region": s3.region,
-            "remote.log.storage.s3.access.key.id": s3.access_key,
-            "remote.log.storage.s3.secret.access.key": s3.secret_key,
-            "remote.log.storage.s3.path.style.access": True,
+            **target.storage_settings(),
             "remote.log.metadata.topic.name": f"__rlm-bench-{run}",
             "remote.log.metadata.topic.partitions": 3,
             "tiering.fetch.max.bytes": FETCH_BYTES,
@@ -236,64 +322,100 @@ async def pipeline_cycles(spark: Any, config: Any, cycles: int) -> list[CycleRep
         return [await pipeline.run_cycle() for _ in range(cycles)]
 
 
-def measure_pairs(
-    args: argparse.Namespace,
+def measure_cycle(
     broker: BrokerInfo,
-    s3: S3Info,
+    target: Target,
+    topic: str,
     meter: CpuMeter,
     *,
     spark: Any,
     spill: Path,
-) -> tuple[list[Pair], int]:
+    read: int,
+    raw_bytes_per_s: float,
+) -> Cycle:
+    """One cycle copying the whole topic under a fresh prefix; checks that it copied it all."""
+    run = f"{target.backend}-{uuid.uuid4().hex[:8]}"
+    config = settings(broker, target, topic, run=run, spill=spill)
+    before = meter.sample()
+    (report,) = asyncio.run(pipeline_cycles(spark, config, 1))
+    after = meter.sample()
+    if target.local_dir is not None:
+        shutil.rmtree(target.local_dir, ignore_errors=True)
+    copied = report.bytes_copied
+    if report.errors or copied < read * 0.99:
+        raise SystemExit(f"{target.backend}: copied {copied} of {read} bytes: {report.errors}")
+    gib = read / GIB
+    return Cycle(
+        mb_s=copied / report.seconds / 1e6,
+        ratio=(copied / report.seconds) / raw_bytes_per_s,
+        seconds=report.seconds,
+        copy_seconds=report.copy_seconds,
+        segments=report.segments_copied,
+        bytes_copied=copied,
+        cpu_s_per_gib=(after[0] - before[0]) / gib,
+        broker_cpu_s_per_gib=(after[1] - before[1]) / gib,
+        s3_cpu_s_per_gib=(after[2] - before[2]) / gib,
+    )
+
+
+def measure_rounds(
+    args: argparse.Namespace,
+    broker: BrokerInfo,
+    s3: S3Info | None,
+    meter: CpuMeter,
+    *,
+    spark: Any,
+    spill: Path,
+    scratch: Path,
+) -> tuple[list[Round], int]:
     topic = f"bench-pipeline-{uuid.uuid4().hex[:8]}"
     total = int(args.gib * GIB)
     asyncio.run(create_topic(broker.bootstrap, topic, partitions=args.partitions))
     started = time.monotonic()
     produce(broker.bootstrap, topic, args.partitions, total)
     print(f"produced {total / MIB:.0f} MiB in {time.monotonic() - started:.1f} s")
-    bucket = f"bench-{uuid.uuid4().hex[:8]}"
-    create_bucket(s3, bucket)
-    pairs = []
+    targets = [target_for(b, s3, scratch, "bench") for b in args.backends]
+    rounds = []
     for number in range(args.pairs):
         before = meter.sample()
         started = time.monotonic()
         read = asyncio.run(raw_fetch(broker.bootstrap, topic, args.partitions))
         raw_seconds = time.monotonic() - started
         raw_cpu = meter.sample()
-        config = settings(
-            broker, s3, bucket, topic, run=f"run{number}-{uuid.uuid4().hex[:6]}", spill=spill
-        )
-        (report,) = asyncio.run(pipeline_cycles(spark, config, 1))
-        after = meter.sample()
-        copied = report.bytes_copied
-        if report.errors or copied < read * 0.99:
-            raise SystemExit(f"pipeline copied {copied} of {read} bytes: {report.errors}")
-        gib = read / GIB
-        pair = Pair(
+        cycles = {
+            target.backend: measure_cycle(
+                broker,
+                target,
+                topic,
+                meter,
+                spark=spark,
+                spill=spill,
+                read=read,
+                raw_bytes_per_s=read / raw_seconds,
+            )
+            for target in targets
+        }
+        result = Round(
             raw_mb_s=read / raw_seconds / 1e6,
-            pipeline_mb_s=copied / report.seconds / 1e6,
-            ratio=(copied / report.seconds) / (read / raw_seconds),
             raw_seconds=raw_seconds,
-            pipeline_seconds=report.seconds,
-            pipeline_copy_seconds=report.copy_seconds,
-            segments=report.segments_copied,
-            bytes_copied=copied,
-            raw_cpu_s_per_gib=(raw_cpu[0] - before[0]) / gib,
-            pipeline_cpu_s_per_gib=(after[0] - raw_cpu[0]) / gib,
-            broker_cpu_s_per_gib=(after[1] - raw_cpu[1]) / gib,
-            s3_cpu_s_per_gib=(after[2] - raw_cpu[2]) / gib,
+            raw_cpu_s_per_gib=(raw_cpu[0] - before[0]) / (read / GIB),
+            raw_broker_cpu_s_per_gib=(raw_cpu[1] - before[1]) / (read / GIB),
+            cycles=cycles,
         )
         print(
-            f"pair {number + 1}: raw {pair.raw_mb_s:7.1f} MB/s  pipeline {pair.pipeline_mb_s:7.1f}"
-            f" MB/s ({pair.segments} segments, {pair.pipeline_seconds:.1f} s)  ratio "
-            f"{pair.ratio:.2f}"
+            f"round {number + 1}: raw {result.raw_mb_s:7.1f} MB/s"
+            + "".join(
+                f"  {b} {c.mb_s:6.1f} MB/s ({c.segments} segments, {c.seconds:.1f} s,"
+                f" ratio {c.ratio:.2f})"
+                for b, c in cycles.items()
+            )
         )
-        pairs.append(pair)
-    return pairs, total
+        rounds.append(result)
+    return rounds, total
 
 
 def measure_idle(
-    args: argparse.Namespace, broker: BrokerInfo, s3: S3Info, spark: Any, spill: Path
+    args: argparse.Namespace, broker: BrokerInfo, target: Target, spark: Any, spill: Path
 ) -> list[float]:
     prefix = f"bench-idle-{uuid.uuid4().hex[:6]}"
     topics: list[tuple[str, int]] = []
@@ -309,19 +431,28 @@ def measure_idle(
         for partition in range(count):
             producer.produce(name, value=b"x" * 100, partition=partition)
     producer.flush(60)
-    bucket = f"bench-idle-{uuid.uuid4().hex[:8]}"
-    create_bucket(s3, bucket)
     config = settings(
-        broker, s3, bucket, f"{prefix}-.*", run=f"idle-{uuid.uuid4().hex[:6]}", spill=spill
+        broker, target, f"{prefix}-.*", run=f"idle-{uuid.uuid4().hex[:6]}", spill=spill
     )
     reports = asyncio.run(pipeline_cycles(spark, config, args.idle_cycles + 1))
     seconds = [r.seconds for r in reports[1:]]
     partitions = sum(t.partitions for t in reports[-1].topics.values())
     print(
-        f"idle cycle over {partitions} partitions: median {statistics.median(seconds):.2f} s "
-        f"(first {reports[0].seconds:.2f} s)"
+        f"idle cycle over {partitions} partitions ({target.backend}): median "
+        f"{statistics.median(seconds):.2f} s (first {reports[0].seconds:.2f} s)"
     )
     return seconds
+
+
+def medians(rows: list[dict[str, float]]) -> dict[str, float]:
+    """``median_<key>`` for every MB/s, ratio and CPU figure of the rounds."""
+    keys = [k for k in rows[0] if k.endswith(_MEDIAN_SUFFIXES)]
+    return {f"median_{k}": statistics.median(row[k] for row in rows) for k in keys}
+
+
+_LABELS = {"s3": "pipeline → S3 (SeaweedFS)", "local": "pipeline → local dir"}
+_PREFIXES = {"s3": "pipeline", "local": "local"}
+_RATIO_KEYS = {"s3": "median_ratio", "local": "median_local_ratio"}
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -331,33 +462,74 @@ def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     pairs = result["pairs"]
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    backends: list[Backend] = result["backends"]
+    figure, (left, middle, right) = plt.subplots(1, 3, figsize=(15, 4.5))
     numbers = range(1, len(pairs) + 1)
     left.plot(numbers, [p["raw_mb_s"] for p in pairs], "o-", label="raw Fetch")
-    left.plot(numbers, [p["pipeline_mb_s"] for p in pairs], "s-", label="pipeline cycle")
-    left.set_xlabel("pair")
+    for backend, marker in zip(backends, "s^", strict=False):
+        key = f"{_PREFIXES[backend]}_mb_s"
+        ratio = result[_RATIO_KEYS[backend]]
+        label = f"{_LABELS[backend]} (ratio {ratio:.2f})"
+        left.plot(numbers, [p[key] for p in pairs], f"{marker}-", label=label)
+    left.set_xticks(list(numbers))
+    left.set_xlabel("round")
     left.set_ylabel("MB/s")
-    left.set_ylim(bottom=0)
-    left.set_title(
-        f"{result['mib']:.0f} MiB, {result['partitions']} partitions, "
-        f"ratio {result['median_ratio']:.2f}"
-    )
-    left.legend()
+    left.set_yscale("log")
+    left.set_title(f"{result['mib']:.0f} MiB, {result['partitions']} partitions")
+    left.legend(fontsize="small")
+    # Per candidate: its label, then the JSON keys of its CPU parts (this tree, broker, S3).
+    columns = [("raw Fetch", "median_raw_cpu_s_per_gib", "median_raw_broker_cpu_s_per_gib", "")]
+    for backend in backends:
+        local = "" if backend == "s3" else "local_"
+        columns.append(
+            (
+                _LABELS[backend].removeprefix("pipeline "),
+                f"median_{_PREFIXES[backend]}_cpu_s_per_gib",
+                f"median_{local}broker_cpu_s_per_gib",
+                f"median_{local}s3_cpu_s_per_gib",
+            )
+        )
+    bottoms = [0.0] * len(columns)
+    for part, label in enumerate(("this process tree (driver, Spark)", "broker", "SeaweedFS")):
+        heights = [result.get(column[part + 1], 0.0) for column in columns]
+        middle.bar([column[0] for column in columns], heights, bottom=bottoms, label=label)
+        bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+    middle.set_ylabel("CPU s/GiB (median)")
+    middle.set_title("CPU cost per GiB")
+    middle.legend(fontsize="small")
     right.bar(range(1, len(result["idle_seconds"]) + 1), result["idle_seconds"])
     right.axhline(2.0, color="red", linestyle="--", label="goal 2 s")
     right.set_xlabel("idle cycle")
     right.set_ylabel("seconds")
-    right.set_title(f"idle cycle, {result['idle_partitions']} partitions")
+    right.set_title(
+        f"idle cycle, {result['idle_partitions']} partitions ({result['idle_backend']})"
+    )
     right.legend()
     figure.tight_layout()
     figure.savefig(path, dpi=100)
+
+
+def _backends(text: str) -> tuple[Backend, ...]:
+    """``--backends``: a comma-separated subset of s3,local, in the order given."""
+    known: dict[str, Backend] = {backend: backend for backend in BACKENDS}
+    names = dict.fromkeys(name.strip() for name in text.split(","))
+    try:
+        return tuple(known[name] for name in names)
+    except KeyError as err:
+        raise argparse.ArgumentTypeError(f"unknown backend {err}; choose from s3,local") from err
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gib", type=float, default=0.25, help="data to tier (GiB)")
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--pairs", type=int, default=3, help="rounds (raw, then each backend)")
+    parser.add_argument(
+        "--backends",
+        type=_backends,
+        default=BACKENDS,
+        help="remote storage backends to measure, in round order (default: s3,local)",
+    )
     parser.add_argument("--idle-partitions", type=int, default=1000)
     parser.add_argument("--idle-cycles", type=int, default=5)
     parser.add_argument("--master", default="local[2]")
@@ -367,29 +539,37 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     RESULTS.mkdir(exist_ok=True)
     spill = Path(f"/tmp/tierproxy-bench-spill-{os.getpid()}")
-    with servers() as (broker, s3, broker_pid, s3_pid):
-        spark = build_spark(args.master, app_name="tierproxy-bench")
-        spark.sparkContext.setLogLevel("ERROR")
-        try:
-            meter = CpuMeter(broker_pid, s3_pid)
-            pairs, total = measure_pairs(args, broker, s3, meter, spark=spark, spill=spill)
-            idle = measure_idle(args, broker, s3, spark, spill)
-        finally:
-            spark.stop()
+    scratch = Path(tempfile.mkdtemp(prefix="tierproxy-bench-local-"))
+    try:
+        with servers("s3" in args.backends) as (broker, s3, broker_pid, s3_pid):
+            spark = build_spark(args.master, app_name="tierproxy-bench")
+            spark.sparkContext.setLogLevel("ERROR")
+            try:
+                meter = CpuMeter(broker_pid, s3_pid)
+                rounds, total = measure_rounds(
+                    args, broker, s3, meter, spark=spark, spill=spill, scratch=scratch
+                )
+                idle_target = target_for(args.backends[0], s3, scratch, "bench-idle")
+                idle = measure_idle(args, broker, idle_target, spark, spill)
+            finally:
+                spark.stop()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    rows = [r.flat() for r in rounds]
     result = {
         "broker": broker.kind,
-        "s3": s3.kind,
+        "s3": s3.kind if s3 else None,
+        "backends": list(args.backends),
         "master": args.master,
         "mib": total / MIB,
         "partitions": args.partitions,
         "value_bytes": VALUE_BYTES,
         "fetch_mib": FETCH_BYTES / MIB,
         "segment_mib": 64,
-        "pairs": [asdict(p) for p in pairs],
-        "median_raw_mb_s": statistics.median(p.raw_mb_s for p in pairs),
-        "median_pipeline_mb_s": statistics.median(p.pipeline_mb_s for p in pairs),
-        "median_ratio": statistics.median(p.ratio for p in pairs),
+        "pairs": rows,
+        **medians(rows),
         "goal_ratio": 0.7,
+        "idle_backend": idle_target.backend,
         "idle_partitions": args.idle_partitions,
         "idle_seconds": idle,
         "median_idle_seconds": statistics.median(idle),
@@ -397,11 +577,14 @@ def main(argv: list[str] | None = None) -> None:
     }
     (RESULTS / f"{args.out}.json").write_text(json.dumps(result, indent=2) + "\n")
     plot(result, RESULTS / f"{args.out}.png")
-    print(
-        f"median: raw {result['median_raw_mb_s']:.1f} MB/s, pipeline "
-        f"{result['median_pipeline_mb_s']:.1f} MB/s, ratio {result['median_ratio']:.2f} "
-        f"(goal 0.7); idle cycle {result['median_idle_seconds']:.2f} s (goal < 2 s)"
-    )
+    print(f"median: raw {result['median_raw_mb_s']:.1f} MB/s", end="")
+    for backend in args.backends:
+        print(
+            f"; {backend} {result[f'median_{_PREFIXES[backend]}_mb_s']:.1f} MB/s, ratio "
+            f"{result[_RATIO_KEYS[backend]]:.2f}",
+            end="",
+        )
+    print(f" (goal 0.7); idle cycle {result['median_idle_seconds']:.2f} s (goal < 2 s)")
 
 
 if __name__ == "__main__":
