@@ -6,7 +6,7 @@ does a cycle cost when there is nothing to copy, for 1,000 partitions (goal: und
 
 Run::
 
-    .venv/bin/python -m bench.pipeline                 # 256 MiB over 8 partitions, 3 rounds
+    .venv/bin/python -m bench.pipeline                 # 256 MiB over 8 partitions, 5 rounds
     .venv/bin/python -m bench.pipeline --gib 2 --out pipeline-2gib   # the 2 GiB
     .venv/bin/python -m bench.pipeline --gib 0.5 --pairs 5 --backends local
 
@@ -523,7 +523,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gib", type=float, default=0.25, help="data to tier (GiB)")
     parser.add_argument("--partitions", type=int, default=8)
-    parser.add_argument("--pairs", type=int, default=3, help="rounds (raw, then each backend)")
+    parser.add_argument("--pairs", type=int, default=5, help="rounds (raw, then each backend)")
     parser.add_argument(
         "--backends",
         type=_backends,
