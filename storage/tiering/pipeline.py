@@ -3,8 +3,9 @@ that knows nothing about tiering.
 
 A cycle (:meth:`TieringPipeline.run_cycle`):
 
-1. reads the cluster's topics and each topic's policy (:mod:`.policy`); compacted topics are
-   refused once, with the reason;
+1. reads the cluster's topics and each topic's policy (:mod:`.policy`); compacted topics, and
+   topics whose broker configs contradict the file (a ``retention.ms`` below the file's
+   ``local.retention.ms``, say), are skipped and reported once, with the reason;
 2. finishes partitions of topics deleted at the broker (KIP-405 "Topic deletion lifecycle":
    DELETE_PARTITION_MARKED, DELETE_PARTITION_STARTED, every segment deleted,
    DELETE_PARTITION_FINISHED; each step checks the metadata first, so a crash anywhere is
@@ -61,6 +62,7 @@ from protocol.metadata_records import (
     RemoteLogSegmentMetadataRecord,
     RemoteLogSegmentMetadataUpdateRecord,
 )
+from storage.config import ConfigError
 from storage.kafka_client import NO_TOPIC_ID, ClusterMetadata, KafkaClient, TopicMetadata
 from storage.model import (
     IndexType,
@@ -311,7 +313,17 @@ class TieringPipeline:
                 if isinstance(configs, dict)
                 else None
             )
-            policy = resolve_policy(name, self._rules, broker)
+            try:
+                policy = resolve_policy(name, self._rules, broker)
+            except ConfigError as err:
+                # One topic's broker configs contradicting the file must not stop the others.
+                self._report_once(
+                    name,
+                    f"not tiered: its settings are invalid ({err}); fix the config file or "
+                    "the topic's configs at the broker",
+                    stats.setdefault(name, TopicStats()),
+                )
+                continue
             reason = refusal_reason(name, policy)
             if reason is not None:
                 self._report_once(name, reason, stats.setdefault(name, TopicStats()))
