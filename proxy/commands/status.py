@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +38,17 @@ def register(subparsers: Any) -> None:
 def _handle(args: argparse.Namespace) -> int:
     from rich.console import Console  # noqa: PLC0415
 
+    from proxy.commands.tier import shared_config_classes  # noqa: PLC0415
     from storage.config import ConfigError  # noqa: PLC0415
     from storage.tiering.job import load_tiering_settings  # noqa: PLC0415
 
-    console = Console()
     try:
-        settings = load_tiering_settings(args.config)
+        settings = load_tiering_settings(args.config, accepted=shared_config_classes())
     except ConfigError as err:
-        console.print(f"[red]configuration error:[/] {err}")
+        # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
+        print(f"configuration error: {err}", file=sys.stderr)
         return 2
+    console = Console()
     rows = asyncio.run(_collect(settings, args.topic))
     if args.json:
         for row in rows:

@@ -28,18 +28,19 @@ from typing import Any
 
 from rich.console import Console
 
-from storage.config import ConfigError, flatten, from_settings
+from storage.config import ConfigError, check_unknown, flatten, from_settings
 from storage.kafka_client import KafkaClient
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.config import TieringConfig
 from storage.tiering.pipeline import MetadataManager, TieringPipeline, wall_clock_ms
-from storage.tiering.policy import TopicRules, compile_rules
+from storage.tiering.policy import TopicPolicy, TopicRules, compile_rules
 from storage.tiering.report import CycleReport, log_report, summary_table
 from storage.tiering.stages import SparkStageRunner
 from storage.tiering.tasks import StorageFactory
 
 __all__ = [
+    "TIERING_CONFIG_CLASSES",
     "TieringSettings",
     "build_spark",
     "load_tiering_settings",
@@ -51,6 +52,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _ERROR_BACKOFF_SECONDS = 5.0
+
+TIERING_CONFIG_CLASSES: tuple[type[Any], ...] = (
+    TieringConfig,
+    TopicPolicy,
+    RemoteStorageConfig,
+    RemoteLogMetadataConfig,
+)
+"""The settings classes the pipeline reads (``tierproxy status`` reads the same)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,11 +86,18 @@ def settings_from_flat(flat: dict[str, Any]) -> TieringSettings:
 
 
 def load_tiering_settings(
-    path: Path | None, overrides: dict[str, Any] | None = None
+    path: Path | None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    accepted: Sequence[type[Any]] | None = None,
 ) -> TieringSettings:
-    """Read the TOML config file (keys other parts use are left to them).
+    """Read the TOML config file.
 
-    :raises ConfigError: for an unreadable file or an invalid setting.
+    :param accepted: every settings class whose keys may appear in the file, to reject any
+        other key (a typo would otherwise leave a setting at its default without a word).
+        The CLI passes those of every command that shares the file; storage cannot know the
+        proxy's, so ``None`` (spark-submit) leaves keys the pipeline does not read unchecked.
+    :raises ConfigError: for an unreadable file, an unknown key or an invalid setting.
     """
     flat: dict[str, Any] = {}
     if path is not None:
@@ -90,6 +106,8 @@ def load_tiering_settings(
         except (OSError, tomllib.TOMLDecodeError) as err:
             raise ConfigError(f"cannot read config file {path}: {err}") from err
     flat.update(overrides or {})
+    if accepted is not None:
+        check_unknown(flat, accepted)
     return settings_from_flat(flat)
 
 
@@ -217,16 +235,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_from_arguments(args: argparse.Namespace, *, default_master: str | None) -> int:
-    """Load settings, start Spark, and run until done or interrupted (SIGINT/SIGTERM)."""
+def run_from_arguments(
+    args: argparse.Namespace,
+    *,
+    default_master: str | None,
+    accepted: Sequence[type[Any]] | None = None,
+) -> int:
+    """Load settings, start Spark, and run until done or interrupted (SIGINT/SIGTERM).
+
+    Returns 2 (before Spark starts) for invalid settings; ``accepted`` as for
+    :func:`load_tiering_settings`.
+    """
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     console = Console()
     try:
-        settings = load_tiering_settings(args.config)
+        settings = load_tiering_settings(args.config, accepted=accepted)
     except ConfigError as err:
-        console.print(f"[red]configuration error:[/] {err}")
+        # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
+        print(f"configuration error: {err}", file=sys.stderr)
         return 2
     spark = build_spark(args.master or default_master)
     try:

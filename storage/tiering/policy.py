@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from storage.config import ConfigError, describe, from_settings, setting
+from storage.config import ConfigError, check_unknown, describe, from_settings, setting
 
 __all__ = [
     "BrokerConfigValue",
@@ -250,12 +250,11 @@ def compile_rules(flat: Mapping[str, Any]) -> TopicRules:
             compiled = re.compile(pattern)
         except re.error as err:
             raise ConfigError(f"[[topics]] pattern {pattern!r} is invalid: {err}") from err
-        unknown = sorted(set(table) - set(_POLICY_KEYS) - {"pattern"})
-        if unknown:
-            raise ConfigError(
-                f"[[topics]] pattern {pattern!r} has unknown settings {', '.join(unknown)}"
-            )
         settings = {k: v for k, v in table.items() if k != "pattern"}
+        try:
+            check_unknown(settings, [TopicPolicy])
+        except ConfigError as err:
+            raise ConfigError(f"[[topics]] pattern {pattern!r}: {err}") from err
         from_settings(TopicPolicy, {**defaults, **settings})
         rules.append(TopicRule(pattern=compiled, settings=settings))
     from_settings(TopicPolicy, defaults)
