@@ -538,8 +538,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = parser.parse_args(argv)
     RESULTS.mkdir(exist_ok=True)
-    spill = Path(f"/tmp/tierproxy-bench-spill-{os.getpid()}")
-    scratch = Path(tempfile.mkdtemp(prefix="tierproxy-bench-local-"))
+    # Spill files and local-backend directories share one temporary directory, removed at exit.
+    scratch = Path(tempfile.mkdtemp(prefix="tierproxy-bench-"))
+    spill = scratch / "spill"
     try:
         with servers("s3" in args.backends) as (broker, s3, broker_pid, s3_pid):
             spark = build_spark(args.master, app_name="tierproxy-bench")
