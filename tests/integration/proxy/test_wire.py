@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 import os
 import signal
 import time
@@ -24,6 +23,7 @@ from proxy.embedded import BrokerInfo
 from proxy.embedded.tierproxy import TierproxyServer
 from proxy.interceptors.api_versions import restrict_api_versions
 from tests.integration.proxy.conftest import start_proxy
+from tests.unit.proxy.remote.scripted_broker import fetch_request
 
 pytestmark = pytest.mark.integration
 
@@ -97,37 +97,7 @@ def requests(topic: str, count: int) -> list[tuple[ApiKey, int, bytes]]:
             ),
         ),
     )
-    fetch_class = request_class(ApiKey.FETCH, 12)
-    fetch_topic = nested_class(fetch_class, "topics")
-    fetch = build(
-        fetch_class,
-        replica_id=-1,
-        max_wait=datetime.timedelta(0),
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(
-            build(
-                fetch_topic,
-                topic=topic,
-                partitions=(
-                    build(
-                        nested_class(fetch_topic, "partitions"),
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=0,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
+    fetch = fetch_request(12, [(topic, 0, 0, 1 << 20)], max_wait_ms=0, min_bytes=0)
     cycle = [
         (ApiKey.API_VERSIONS, 3, api_versions),
         (ApiKey.METADATA, 12, metadata),
@@ -208,38 +178,8 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(
 
 async def sigterm_round(info: TierproxyServer) -> None:
     topic = f"sigterm-{uuid.uuid4().hex[:8]}"
-    fetch_class = request_class(ApiKey.FETCH, 12)
-    fetch_topic = nested_class(fetch_class, "topics")
     # A long poll on an empty partition: the broker answers after max_wait (1.5 s).
-    long_poll = build(
-        fetch_class,
-        replica_id=-1,
-        max_wait=datetime.timedelta(milliseconds=1500),
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(
-            build(
-                fetch_topic,
-                topic=topic,
-                partitions=(
-                    build(
-                        nested_class(fetch_topic, "partitions"),
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=0,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=1 << 20,
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
+    long_poll = fetch_request(12, [(topic, 0, 0, 1 << 20)], max_wait_ms=1500)
     wire = await Wire.open(info.bootstrap)
     header = encode_request_header(ApiKey.FETCH, 12, 77, "sigterm-test")
     wire.writer.write(encode_frame(header + encode_request(long_poll)))
