@@ -119,6 +119,9 @@ def s3_bucket(s3: S3Info, request: pytest.FixtureRequest) -> Iterator[str]:
 def spark() -> Iterator[SparkSession]:
     from pyspark.sql import SparkSession
 
+    # PySpark's RDD workers take their interpreter from PYSPARK_PYTHON only (not from
+    # spark.pyspark.python): without it they run the system python3, without our packages.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     started = time.monotonic()
     session = (
         SparkSession.builder.master("local[2]")
