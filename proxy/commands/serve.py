@@ -14,7 +14,12 @@ import uvloop
 
 from proxy.config import load_settings, proxy_config
 from proxy.logs import configure
-from proxy.remote.wiring import SERVE_CONFIG_CLASSES, check_remote_settings, serve
+from proxy.remote.wiring import (
+    SERVE_CONFIG_CLASSES,
+    SHARED_CONFIG_CLASSES,
+    check_remote_settings,
+    serve,
+)
 from storage.config import ConfigError, describe
 
 __all__ = ["register", "run"]
@@ -115,8 +120,8 @@ def run(args: argparse.Namespace) -> int:
     Returns 2 for invalid settings, 0 after a graceful shutdown.
     """
     try:
-        from_file = load_settings(args.config, {}, SERVE_CONFIG_CLASSES)
-        settings = load_settings(args.config, _overrides(args, from_file), SERVE_CONFIG_CLASSES)
+        from_file = load_settings(args.config, {}, SHARED_CONFIG_CLASSES)
+        settings = load_settings(args.config, _overrides(args, from_file), SHARED_CONFIG_CLASSES)
         config = proxy_config(settings)
         check_remote_settings(settings)
     except ConfigError as err:

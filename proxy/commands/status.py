@@ -38,12 +38,12 @@ def register(subparsers: Any) -> None:
 def _handle(args: argparse.Namespace) -> int:
     from rich.console import Console  # noqa: PLC0415
 
-    from proxy.commands.tier import shared_config_classes  # noqa: PLC0415
+    from proxy.remote.wiring import SHARED_CONFIG_CLASSES  # noqa: PLC0415
     from storage.config import ConfigError  # noqa: PLC0415
     from storage.tiering.job import load_tiering_settings  # noqa: PLC0415
 
     try:
-        settings = load_tiering_settings(args.config, accepted=shared_config_classes())
+        settings = load_tiering_settings(args.config, accepted=SHARED_CONFIG_CLASSES)
     except ConfigError as err:
         # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
         print(f"configuration error: {err}", file=sys.stderr)

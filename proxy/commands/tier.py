@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-__all__ = ["register", "shared_config_classes"]
+__all__ = ["register"]
 
 _DESCRIPTION = """\
 Copy closed ranges of tiered topics to remote storage with their indexes and KIP-405
@@ -34,15 +34,7 @@ def register(subparsers: Any) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    from proxy.remote.wiring import SHARED_CONFIG_CLASSES  # noqa: PLC0415
     from storage.tiering.job import run_from_arguments  # noqa: PLC0415
 
-    return run_from_arguments(args, default_master="local[*]", accepted=shared_config_classes())
-
-
-def shared_config_classes() -> tuple[type[Any], ...]:
-    """Every settings class of ``serve``, ``tier`` and ``status``: one config file serves all
-    three, and a key none of them declares is a typo (exit 2, naming the closest key)."""
-    from proxy.remote.wiring import SERVE_CONFIG_CLASSES  # noqa: PLC0415
-    from storage.tiering.job import TIERING_CONFIG_CLASSES  # noqa: PLC0415
-
-    return (*SERVE_CONFIG_CLASSES, *TIERING_CONFIG_CLASSES)
+    return run_from_arguments(args, default_master="local[*]", accepted=SHARED_CONFIG_CLASSES)

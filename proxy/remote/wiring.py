@@ -21,10 +21,15 @@ from storage.config import from_settings
 from storage.index_cache import IndexCacheConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
-from storage.tiering.config import TieringConfig
-from storage.tiering.policy import TopicPolicy
+from storage.tiering.config import TIERING_CONFIG_CLASSES
 
-__all__ = ["SERVE_CONFIG_CLASSES", "check_remote_settings", "remote_interceptors", "serve"]
+__all__ = [
+    "SERVE_CONFIG_CLASSES",
+    "SHARED_CONFIG_CLASSES",
+    "check_remote_settings",
+    "remote_interceptors",
+    "serve",
+]
 
 _REMOTE_CONFIG_CLASSES: tuple[type[Any], ...] = (
     RemoteFetchConfig,
@@ -32,15 +37,14 @@ _REMOTE_CONFIG_CLASSES: tuple[type[Any], ...] = (
     RemoteLogMetadataConfig,
     IndexCacheConfig,
 )
-SERVE_CONFIG_CLASSES: tuple[type[Any], ...] = (
-    *CONFIG_CLASSES,
-    *_REMOTE_CONFIG_CLASSES,
-    # The pipeline's settings are accepted (and ignored) so that the proxy and
-    # `tierproxy tier` can share one config file.
-    TieringConfig,
-    TopicPolicy,
+SERVE_CONFIG_CLASSES: tuple[type[Any], ...] = (*CONFIG_CLASSES, *_REMOTE_CONFIG_CLASSES)
+"""Every settings class ``tierproxy serve`` reads (listed in its ``--help``)."""
+
+SHARED_CONFIG_CLASSES: tuple[type[Any], ...] = tuple(
+    dict.fromkeys((*SERVE_CONFIG_CLASSES, *TIERING_CONFIG_CLASSES))
 )
-"""Every settings class ``tierproxy serve`` accepts (for unknown-key checks and help)."""
+"""What one config file for ``serve``, ``tier`` and ``status`` may hold: each command accepts
+the others' settings, and a key none of them declares is a typo (exit 2, closest key named)."""
 
 
 def check_remote_settings(settings: Mapping[str, Any]) -> None:

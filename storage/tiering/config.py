@@ -9,6 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from storage.config import ConfigError, setting
+from storage.rlmm.config import RemoteLogMetadataConfig
+from storage.rsm.config import RemoteStorageConfig
+from storage.tiering.policy import TopicPolicy
 
 __all__ = ["TieringConfig"]
 
@@ -107,3 +110,12 @@ class TieringConfig:
         if self.spill_dir:
             return Path(self.spill_dir)
         return Path(tempfile.gettempdir()) / "tierproxy-tiering"
+
+
+TIERING_CONFIG_CLASSES: tuple[type[Any], ...] = (
+    TieringConfig,
+    TopicPolicy,
+    RemoteStorageConfig,
+    RemoteLogMetadataConfig,
+)
+"""The settings classes the pipeline reads (``tierproxy status`` reads the same)."""

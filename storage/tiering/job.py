@@ -32,9 +32,9 @@ from storage.config import ConfigError, check_unknown, flatten, from_settings
 from storage.kafka_client import KafkaClient
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
-from storage.tiering.config import TieringConfig
+from storage.tiering.config import TIERING_CONFIG_CLASSES, TieringConfig
 from storage.tiering.pipeline import MetadataManager, TieringPipeline, wall_clock_ms
-from storage.tiering.policy import TopicPolicy, TopicRules, compile_rules
+from storage.tiering.policy import TopicRules, compile_rules
 from storage.tiering.report import CycleReport, log_report, summary_table
 from storage.tiering.stages import SparkStageRunner
 from storage.tiering.tasks import StorageFactory
@@ -52,14 +52,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _ERROR_BACKOFF_SECONDS = 5.0
-
-TIERING_CONFIG_CLASSES: tuple[type[Any], ...] = (
-    TieringConfig,
-    TopicPolicy,
-    RemoteStorageConfig,
-    RemoteLogMetadataConfig,
-)
-"""The settings classes the pipeline reads (``tierproxy status`` reads the same)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

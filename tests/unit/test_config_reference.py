@@ -16,7 +16,7 @@ from proxy.cli import build_parser
 from proxy.config import ProxyConfig, load_settings, proxy_config
 from proxy.config_reference import DEFAULT_OUTPUT, discover, main, render, render_value
 from proxy.remote.config import RemoteFetchConfig
-from proxy.remote.wiring import SERVE_CONFIG_CLASSES, check_remote_settings
+from proxy.remote.wiring import SHARED_CONFIG_CLASSES, check_remote_settings
 from storage.config import ConfigError, check_unknown, describe, flatten, from_settings
 from storage.index_cache import IndexCacheConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
@@ -112,7 +112,7 @@ def test_example_config_loads_for_the_pipeline() -> None:
 
 
 def test_example_config_loads_for_the_proxy() -> None:
-    flat = load_settings(EXAMPLE, {}, SERVE_CONFIG_CLASSES)
+    flat = load_settings(EXAMPLE, {}, SHARED_CONFIG_CLASSES)
     config = proxy_config(flat)
     check_remote_settings(flat)
     assert from_settings(RemoteFetchConfig, flat).enabled
