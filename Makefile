@@ -1,12 +1,14 @@
-# tierproxy: every target bootstraps .venv from pyproject.toml first, so a
-# fresh clone needs nothing but python3 (>= 3.11), make and Java 17 (for Spark).
+# tierproxy: every target bootstraps .venv from pyproject.toml first, and the
+# targets that run servers fetch Apache Kafka's pinned jars from Maven Central
+# (proxy/embedded/maven/pom.xml) once, so a fresh clone needs nothing but
+# python3 (>= 3.11), make, a JDK 17 and Maven (installed with apt when root).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help demo test lint fmt bench compose-check apt-tools clean
+.PHONY: help demo test lint fmt bench compose-check apt-tools kafka-jars clean
 
 help:
 	@echo "make demo    set up .venv and run the end-to-end demo on embedded servers"
@@ -22,9 +24,10 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # Command-line tools the tests use (kcat as a real client, docker-compose to
-# validate the compose file, Java for PySpark). Installed with apt when we are
-# root and they are missing; otherwise reported, and the tests that need them skip.
-APT_TOOLS := kcat:kcat docker-compose:docker-compose java:openjdk-17-jre-headless
+# validate the compose file, a JDK for Kafka, Spark and the Java test clients,
+# Maven for Kafka's jars). Installed with apt when we are root and they are
+# missing; otherwise reported (CI fails the tests that need them).
+APT_TOOLS := kcat:kcat docker-compose:docker-compose javac:openjdk-17-jdk-headless mvn:maven
 apt-tools:
 	@missing=""; for pair in $(APT_TOOLS); do cmd=$${pair%%:*}; pkg=$${pair##*:}; \
 	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
@@ -36,7 +39,11 @@ apt-tools:
 	  else echo "note: missing$$missing (not root or no apt); tests needing them will skip"; fi; \
 	fi
 
-demo: $(STAMP) apt-tools
+# Apache Kafka's jars (the pinned 4.x and 3.9.x) into .kafka/<version>/libs, once.
+kafka-jars: $(STAMP) apt-tools
+	$(BIN)/python -m proxy.embedded.kafka_jars
+
+demo: $(STAMP) apt-tools kafka-jars
 	$(BIN)/tierproxy demo
 
 compose-check: apt-tools
@@ -53,11 +60,11 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: $(STAMP) apt-tools compose-check lint
+test: $(STAMP) apt-tools kafka-jars compose-check lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-bench: $(STAMP) apt-tools
+bench: $(STAMP) apt-tools kafka-jars
 	$(BIN)/python -m bench.report
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .kafka .mypy_cache .ruff_cache .pytest_cache .hypothesis

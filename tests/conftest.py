@@ -1,21 +1,27 @@
 """Session fixtures: real servers on 127.0.0.1, started lazily, stopped by PID at the end.
 
-* ``broker`` -> :class:`proxy.embedded.BrokerInfo`: ``KAFKA_BOOTSTRAP`` (external) over
-  ``KAFKA_HOME`` (Apache Kafka, KRaft) over Tansu (embedded default). Capabilities are flags on
-  it (``supports_delete_records``, ``supports_retention``, ...): skip with ``broker.limitations()``
-  or a specific reason when a test needs one. Tests marked ``kafka`` are skipped on Tansu.
+* ``brokers`` -> :class:`BrokerPool`: every broker kind the session uses, each started on
+  first use and kept until the session ends: ``kafka`` (Apache Kafka 4.x from Maven Central;
+  ``KAFKA_HOME`` or ``KAFKA_BOOTSTRAP`` replace it), ``kafka3`` (the pinned 3.9.x) and
+  ``tansu``.
+* ``broker`` -> :class:`proxy.embedded.BrokerInfo` of the test's ``broker_kind``: ``kafka``
+  unless the test (or its module) is marked ``@pytest.mark.brokers("kafka", "kafka3",
+  "tansu")``, which runs it once per kind named (test ids end in ``[kafka]`` and so on).
+  Capabilities are flags on it (``supports_delete_records``, ...).
 * ``s3`` -> :class:`proxy.embedded.S3Info`: ``S3_ENDPOINT`` (with ``S3_ACCESS_KEY``/
   ``S3_SECRET_KEY``/``S3_REGION`` or the ``AWS_*`` variables) over an embedded SeaweedFS.
 * ``s3_bucket`` -> a fresh bucket name per test, created on ``s3`` and deleted afterwards.
 * ``seaweedfs`` -> the embedded :class:`proxy.embedded.SeaweedFS`, for fault injection:
   ``stop()`` it mid-test and ``start()`` it again (same ports and data); it is restarted after
-  the test in any case. Skipped when ``S3_ENDPOINT`` is set.
+  the test in any case.
 * ``spark`` -> a ``local[2]`` SparkSession (UI off, 2 shuffle partitions, 1 GiB driver).
 * ``unique_topic`` -> a fresh topic name per test; ``new_topic`` -> an async function that
   creates a fresh topic with N partitions (and configs) on ``broker`` and returns its name.
 
 A server is started only when a test first asks for it; the terminal summary says which
-servers ran and how long each took to start.
+servers ran and how long each took to start. A server that is missing is never a quiet
+skip in CI: :func:`missing_server` fails the test when ``CI`` is set, and ``.ci/run`` also
+fails on any skip whose reason starts with "missing server".
 """
 
 from __future__ import annotations
@@ -26,15 +32,20 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
 from proxy.embedded import (
+    BrokerChoice,
     BrokerInfo,
+    ExternalBroker,
     ExternalS3,
+    KafkaBroker,
     S3Info,
     SeaweedFS,
+    TansuBroker,
     broker_from_env,
     create_bucket,
     create_topic,
@@ -46,34 +57,95 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 NewTopic = Callable[..., Awaitable[str]]
+BrokerServer = KafkaBroker | TansuBroker | ExternalBroker
+
+BROKER_KINDS: tuple[BrokerChoice, ...] = ("kafka", "kafka3", "tansu")
+"""Every broker kind, for the pass-through and client-compatibility suites."""
+KAFKA_KINDS: tuple[BrokerChoice, ...] = ("kafka", "kafka3")
+"""The Apache Kafka lines, for suites that need real deletion (the tiered suites)."""
 
 # What ran in this session and how long it took to start, for the terminal summary.
 _started: dict[str, str] = {}
+
+
+def missing_server(what: str) -> NoReturn:
+    """Skip a test whose server or tool is missing, except in CI, where that is a failure."""
+    reason = f"missing server: {what}"
+    if os.environ.get("CI"):
+        pytest.fail(reason, pytrace=False)
+    pytest.skip(reason)
 
 
 def _topic_safe(text: str, limit: int = 60) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-")[:limit]
 
 
+class BrokerPool:
+    """The session's brokers by kind, each started on first use and stopped at the end."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self._work_dir = work_dir
+        self._servers: dict[BrokerChoice, BrokerServer] = {}
+        self._infos: dict[BrokerChoice, BrokerInfo] = {}
+
+    def get(self, kind: BrokerChoice) -> BrokerInfo:
+        """The running broker of ``kind``, started now if it is the first use."""
+        if kind not in self._infos:
+            server = broker_from_env(os.environ, choice=kind, work_dir=self._work_dir / kind)
+            self._servers[kind] = server
+            info = server.start()
+            self._infos[kind] = info
+            _started[f"broker {kind}"] = (
+                f"external broker at {info.bootstrap} (KAFKA_BOOTSTRAP)"
+                if info.kind == "external"
+                else f"{info.version} at {info.bootstrap}, ready in {server.startup_seconds:.2f} s"
+            )
+        return self._infos[kind]
+
+    def server(self, kind: BrokerChoice) -> BrokerServer:
+        """The launcher of ``kind`` (started), for tests that stop or restart it."""
+        self.get(kind)
+        return self._servers[kind]
+
+    def close(self) -> None:
+        for server in self._servers.values():
+            server.close()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run tests marked ``brokers(...)`` once per broker kind named."""
+    marker = metafunc.definition.get_closest_marker("brokers")
+    if marker is not None and "broker_kind" in metafunc.fixturenames:
+        unknown = set(marker.args) - set(BROKER_KINDS)
+        if unknown:
+            raise pytest.UsageError(f"unknown broker kinds {sorted(unknown)} in {marker}")
+        metafunc.parametrize("broker_kind", marker.args)
+
+
+@pytest.fixture
+def broker_kind() -> BrokerChoice:
+    """The kind of broker a test runs against: ``kafka`` unless parametrized (see above)."""
+    return "kafka"
+
+
 @pytest.fixture(scope="session")
-def broker() -> Iterator[BrokerInfo]:
-    server = broker_from_env(os.environ)
+def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPool]:
+    pool = BrokerPool(tmp_path_factory.mktemp("brokers"))
     try:
-        info = server.start()
-        _started["broker"] = (
-            f"external broker at {info.bootstrap} (KAFKA_BOOTSTRAP)"
-            if info.kind == "external"
-            else f"{info.version} at {info.bootstrap}, ready in {server.startup_seconds:.2f} s"
-        )
-        yield info
+        yield pool
     finally:
-        server.close()
+        pool.close()
+
+
+@pytest.fixture
+def broker(brokers: BrokerPool, broker_kind: BrokerChoice) -> BrokerInfo:
+    return brokers.get(broker_kind)
 
 
 @pytest.fixture(scope="session")
 def _seaweedfs_server() -> Iterator[SeaweedFS]:
     if os.environ.get("S3_ENDPOINT"):
-        pytest.skip("S3_ENDPOINT is set: there is no embedded SeaweedFS to stop and start")
+        missing_server("S3_ENDPOINT is set: there is no embedded SeaweedFS to stop and start")
     server = SeaweedFS()
     try:
         info = server.start()
@@ -163,15 +235,6 @@ def new_topic(broker: BrokerInfo, request: pytest.FixtureRequest) -> NewTopic:
         return name
 
     return make
-
-
-@pytest.fixture(autouse=True)
-def _skip_kafka_only_on_tansu(request: pytest.FixtureRequest) -> None:
-    if request.node.get_closest_marker("kafka") is None:
-        return
-    info: BrokerInfo = request.getfixturevalue("broker")
-    if info.kind == "tansu":
-        pytest.skip("needs Apache Kafka: set KAFKA_HOME or KAFKA_BOOTSTRAP (running on Tansu)")
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

@@ -1,7 +1,10 @@
 """Which broker and which S3 endpoint to use, from the environment.
 
-Broker: ``KAFKA_BOOTSTRAP`` (an external broker, used as is) over ``KAFKA_HOME`` (Apache Kafka
-started in KRaft mode from that release) over the embedded Tansu. S3: ``S3_ENDPOINT`` (see
+Broker: Apache Kafka is the default. ``KAFKA_BOOTSTRAP`` (an external broker, used as is) over
+``KAFKA_HOME`` (Apache Kafka started in KRaft mode from that release's ``libs/``) over the
+pinned 4.x jars from Maven Central (:mod:`proxy.embedded.kafka_jars`). The other broker kinds
+are asked for by name: ``kafka3`` (the pinned 3.9.x, always from Maven Central) and ``tansu``
+(the embedded Tansu, which never deletes anything). S3: ``S3_ENDPOINT`` (see
 :func:`proxy.embedded.s3.s3_info_from_env` for the credentials) over an embedded SeaweedFS.
 """
 
@@ -9,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 from proxy.embedded.info import BrokerInfo, S3Info, probe_broker
 from proxy.embedded.kafka import KafkaBroker
+from proxy.embedded.kafka_jars import KAFKA_3, KAFKA_4, distribution_from_home, ensure_jars
 from proxy.embedded.probe import KafkaProbeError
 from proxy.embedded.process import ServerStartError
 from proxy.embedded.s3 import s3_answers, s3_client, s3_info_from_env
@@ -19,7 +24,11 @@ from proxy.embedded.seaweedfs import SeaweedFS
 from proxy.embedded.server import ClosedOnExit
 from proxy.embedded.tansu import TansuBroker
 
-__all__ = ["ExternalBroker", "ExternalS3", "broker_from_env", "s3_from_env"]
+__all__ = ["BrokerChoice", "ExternalBroker", "ExternalS3", "broker_from_env", "s3_from_env"]
+
+BrokerChoice = Literal["kafka", "kafka3", "tansu"]
+"""``kafka``: Apache Kafka 4.x (or the user's, from the environment); ``kafka3``: the pinned
+3.9.x; ``tansu``: the embedded Tansu."""
 
 
 class _Unmanaged(ClosedOnExit):
@@ -98,14 +107,25 @@ class ExternalS3(_Unmanaged):
 
 
 def broker_from_env(
-    environ: Mapping[str, str], *, work_dir: Path | None = None
+    environ: Mapping[str, str],
+    *,
+    choice: BrokerChoice = "kafka",
+    work_dir: Path | None = None,
 ) -> TansuBroker | KafkaBroker | ExternalBroker:
-    """The broker the environment asks for, not yet started."""
+    """The broker of kind ``choice``, not yet started; Kafka's jars are fetched if missing.
+
+    :raises proxy.embedded.kafka_jars.KafkaJarsError: Kafka's jars are missing and Maven
+        could not fetch them.
+    """
+    if choice == "tansu":
+        return TansuBroker(work_dir=work_dir)
+    if choice == "kafka3":
+        return KafkaBroker(ensure_jars(KAFKA_3), work_dir=work_dir)
     if bootstrap := environ.get("KAFKA_BOOTSTRAP"):
         return ExternalBroker(bootstrap)
     if kafka_home := environ.get("KAFKA_HOME"):
-        return KafkaBroker(Path(kafka_home), work_dir=work_dir)
-    return TansuBroker(work_dir=work_dir)
+        return KafkaBroker(distribution_from_home(Path(kafka_home)), work_dir=work_dir)
+    return KafkaBroker(ensure_jars(KAFKA_4), work_dir=work_dir)
 
 
 def s3_from_env(

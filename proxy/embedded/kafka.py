@@ -1,72 +1,311 @@
-"""Apache Kafka as a single-node KRaft broker, started from an unpacked release in ``KAFKA_HOME``.
+"""Apache Kafka in KRaft mode on loopback: one node, a three-node cluster, native tiered storage.
 
-Works with Kafka 3.3 to 4.x: the quorum is the static ``controller.quorum.voters`` form, which
-every KRaft release accepts, so storage is formatted with ``kafka-storage.sh format -t <id> -c
-server.properties`` on every version (``--standalone`` belongs to the dynamic form and is not
-needed). The cluster id is generated here as Kafka's ``Uuid.toString()`` (URL-safe base64 of
-16 random bytes, unpadded), which saves starting a JVM for ``kafka-storage.sh random-uuid``.
+Every node is a combined broker+controller started as ``java -cp '<libs>/*' kafka.Kafka
+server.properties`` from the jars of :mod:`proxy.embedded.kafka_jars` (Maven Central, pinned)
+or of a user's ``KAFKA_HOME``; storage is formatted first with ``kafka.tools.StorageTool
+format -t <cluster id> -c server.properties``. The quorum is the static
+``controller.quorum.voters`` form, which every KRaft release from 3.3 to 4.x accepts. The
+cluster id is generated here as Kafka's ``Uuid.toString()`` (URL-safe base64 of 16 random
+bytes, unpadded), which saves a JVM start for ``random-uuid``.
 
-Settings beyond a plain single node, all for tests: retention is checked every second (and the
-first check is not delayed by the internal ``log.initial.task.delay.ms``, 30 s by default),
-segments are 1 MiB (the smallest Kafka 4 accepts), deleted segment files go after 1 s, and the
-internal topics have replication factor 1 and few partitions. Unknown settings only draw a
-warning from older releases. The JVM gets a 512 MiB heap unless ``KAFKA_HEAP_OPTS`` is set.
+Settings beyond a plain node, all for tests: retention is checked every second (and the first
+check is not delayed by ``log.initial.task.delay.ms``, 30 s by default), segments are 1 MiB
+(the smallest Kafka 4 accepts), deleted segment files go after 1 s, the log cleaner gets a
+small dedupe buffer, and internal topics have few partitions. With ``native_tiered`` the node
+also runs Kafka's own tiered storage (KIP-405 as shipped) on a local directory
+(``LocalTieredStorage`` from the ``kafka-storage`` test jar), with the copy task every 500 ms:
+the reference that the proxy's answers are compared with.
+
+A node keeps its ports and data across ``stop()`` and ``start()``, so tests can restart a
+broker, or stop one of a cluster's nodes to force a leader election, and bring it back.
 """
 
 from __future__ import annotations
 
 import base64
 import os
-import re
+import signal
 import subprocess
+import time
 import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 from proxy.embedded.info import BrokerInfo, probe_broker
+from proxy.embedded.kafka_jars import KafkaDistribution
 from proxy.embedded.ports import LOOPBACK, free_ports
 from proxy.embedded.probe import metadata_brokers
 from proxy.embedded.process import ManagedProcess, ServerStartError, environment
-from proxy.embedded.server import EmbeddedServer, retry_on_early_exit
+from proxy.embedded.server import ClosedOnExit, EmbeddedServer, retry_on_early_exit
 
-__all__ = ["KafkaBroker", "kafka_version"]
+__all__ = [
+    "NATIVE_TIERED_TOPIC_CONFIGS",
+    "KafkaBroker",
+    "KafkaCluster",
+    "KafkaNode",
+    "cluster_id",
+    "native_tiered_properties",
+]
 
-_STARTUP_TIMEOUT_S = 120.0
-_FORMAT_TIMEOUT_S = 120.0
-_NODE_ID = 1
-_SEGMENT_BYTES = 1024 * 1024
-_JAR = re.compile(r"^kafka_[\d.]+-(\d+\.\d+\.\d+)\.jar$")
+_STARTUP_TIMEOUT_S: Final = 120.0
+_FORMAT_TIMEOUT_S: Final = 120.0
+_STOP_GRACE_S: Final = 20.0
+_SEGMENT_BYTES: Final = 1024 * 1024
+_HEAP: Final = "-Xms128m -Xmx512m"
+_CLUSTER_HEAP: Final = "-Xms128m -Xmx384m"
+_LOCAL_TIERED_STORAGE: Final = "org.apache.kafka.server.log.remote.storage.LocalTieredStorage"
+_JVM_LOGGING: Final = (
+    "-Dorg.slf4j.simpleLogger.showDateTime=true",
+    "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+    "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.clients=warn",
+    "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.common.metrics=warn",
+    "-Dorg.slf4j.simpleLogger.log.kafka.server.KafkaConfig=warn",
+    "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.common.config.AbstractConfig=warn",
+)
+
+NATIVE_TIERED_TOPIC_CONFIGS: Final = {
+    "remote.storage.enable": "true",
+    "local.retention.ms": "1000",
+    "local.retention.bytes": "1",
+}
+"""Topic settings that make a native-tiered broker copy every closed segment and then drop
+it locally at once: reads below the active segment must come from the remote tier."""
 
 
-def kafka_version(kafka_home: Path) -> str:
-    """The release in ``kafka_home`` (from ``libs/kafka_<scala>-<version>.jar``), or "unknown"."""
-    for jar in sorted((kafka_home / "libs").glob("kafka_*.jar")):
-        match = _JAR.match(jar.name)
-        if match:
-            return match.group(1)
-    return "unknown"
-
-
-def _cluster_id() -> str:
+def cluster_id() -> str:
+    """A fresh KRaft cluster id in Kafka's ``Uuid.toString()`` form."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Ports:
+    broker: int
+    controller: int
+    extra: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    """More client listeners: name -> (security protocol, port)."""
+
+
+def _base_properties(
+    *, node_id: int, ports: _Ports, voters: str, data_dir: Path, replication: int
+) -> dict[str, str]:
+    client = {"PLAINTEXT": ("PLAINTEXT", ports.broker), **ports.extra}
+    advertised = ",".join(f"{name}://{LOOPBACK}:{port}" for name, (_, port) in client.items())
+    protocols = ",".join(f"{name}:{protocol}" for name, (protocol, _) in client.items())
+    return {
+        "process.roles": "broker,controller",
+        "node.id": str(node_id),
+        "controller.quorum.voters": voters,
+        "listeners": f"{advertised},CONTROLLER://{LOOPBACK}:{ports.controller}",
+        "advertised.listeners": advertised,
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{protocols}",
+        "log.dirs": str(data_dir),
+        "num.partitions": "1",
+        "default.replication.factor": str(replication),
+        "min.insync.replicas": "1",
+        "offsets.topic.replication.factor": str(replication),
+        "offsets.topic.num.partitions": "5",
+        "transaction.state.log.replication.factor": str(replication),
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "5",
+        "share.coordinator.state.topic.replication.factor": str(replication),
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "log.retention.check.interval.ms": "1000",
+        "log.initial.task.delay.ms": "100",
+        "log.segment.bytes": str(_SEGMENT_BYTES),
+        "log.segment.delete.delay.ms": "1000",
+        "log.cleaner.dedupe.buffer.size": str(8 * 1024 * 1024),
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+    }
+
+
+def native_tiered_properties(storage_dir: Path) -> dict[str, str]:
+    """Broker settings for Kafka's own tiered storage on ``storage_dir``."""
+    return {
+        "remote.log.storage.system.enable": "true",
+        "remote.log.storage.manager.class.name": _LOCAL_TIERED_STORAGE,
+        "remote.log.storage.manager.impl.prefix": "rsm.config.",
+        "rsm.config.dir": str(storage_dir),
+        "remote.log.metadata.manager.impl.prefix": "rlmm.config.",
+        "remote.log.metadata.manager.listener.name": "PLAINTEXT",
+        "rlmm.config.remote.log.metadata.topic.replication.factor": "1",
+        "rlmm.config.remote.log.metadata.topic.num.partitions": "3",
+        "remote.log.manager.task.interval.ms": "500",
+    }
+
+
+class KafkaNode:
+    """One KRaft process: fixed ports and data directory, formatted once, restartable."""
+
+    def __init__(
+        self,
+        distribution: KafkaDistribution,
+        *,
+        node_id: int,
+        ports: _Ports,
+        voters: str,
+        cluster: str,
+        work_dir: Path,
+        properties: Mapping[str, str],
+        heap: str = _HEAP,
+    ) -> None:
+        self.distribution = distribution
+        self.node_id = node_id
+        self.port = ports.broker
+        self.data_dir = work_dir / f"data-{node_id}"
+        self.log_path = work_dir / f"kafka-{node_id}.log"
+        self._properties_path = work_dir / f"server-{node_id}.properties"
+        self._cluster = cluster
+        self._heap = heap
+        self._formatted = False
+        settings = _base_properties(
+            node_id=node_id,
+            ports=ports,
+            voters=voters,
+            data_dir=self.data_dir,
+            replication=1,
+        )
+        settings.update(properties)
+        self._properties_path.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        self._process = ManagedProcess(
+            f"kafka-{node_id}",
+            self._argv(),
+            log_path=self.log_path,
+            env=environment(),
+            cwd=work_dir,
+            stop_grace_s=_STOP_GRACE_S,
+        )
+
+    def _argv(self) -> list[str]:
+        command = self.distribution.java(self.distribution.server, str(self._properties_path))
+        java, _heap, *rest = command
+        return [java, *self._heap.split(), "-Djava.awt.headless=true", *_JVM_LOGGING, *rest]
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._process.running
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid
+
+    def format(self) -> None:
+        """Format the data directory for the cluster (once; a restart keeps the data).
+
+        :raises ServerStartError: the storage tool failed (its output quoted).
+        """
+        if self._formatted:
+            return
+        argv = self.distribution.java(
+            self.distribution.storage_tool,
+            "format",
+            "-t",
+            self._cluster,
+            "-c",
+            str(self._properties_path),
+        )
+        try:
+            result = subprocess.run(
+                argv, capture_output=True, text=True, timeout=_FORMAT_TIMEOUT_S, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise ServerStartError(f"kafka storage format failed: {err}") from err
+        if result.returncode != 0:  # checked here to quote the tool's own output
+            raise ServerStartError(
+                f"kafka storage format exited with {result.returncode}:\n"
+                f"{result.stdout[-4000:]}{result.stderr[-4000:]}"
+            )
+        self._formatted = True
+
+    def launch(self) -> None:
+        """Start the JVM (formatting first if needed); does not wait for readiness."""
+        self.format()
+        self._process.start()
+
+    def wait_ready(self, *, brokers: int, timeout_s: float) -> float:
+        """Wait until this node's Metadata lists ``brokers`` brokers; the seconds waited.
+
+        :raises ServerStartError: the JVM exited or the deadline passed (log tail quoted).
+        """
+        return self._process.wait_ready(
+            lambda: len(metadata_brokers(LOOPBACK, self.port, timeout_s=2.0)) >= brokers,
+            timeout_s=timeout_s,
+        )
+
+    def stop(self) -> None:
+        """Stop the JVM by PID (SIGTERM: a controlled shutdown); data and ports are kept."""
+        self._process.stop()
+
+    def kill(self) -> None:
+        """SIGKILL at once: a crash, no controlled shutdown."""
+        pid = self._process.pid
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+        self._process.stop()
+
+
 class KafkaBroker(EmbeddedServer):
-    """A combined broker+controller KRaft node on loopback ports, data in the work directory."""
+    """A single-node Kafka (combined broker+controller) on loopback, data in the work directory.
+
+    ``properties`` are added to (and override) the node's settings; ``native_tiered`` switches
+    on Kafka's own tiered storage in ``work_dir/tiered-storage``; ``extra_listeners`` (listener
+    name -> security protocol, e.g. ``{"SASL_PLAINTEXT": "SASL_PLAINTEXT"}``) adds client
+    listeners on free ports beside the PLAINTEXT one that the harness probes
+    (:meth:`listener_bootstrap` gives their addresses).
+    """
 
     name = "kafka"
 
     def __init__(
         self,
-        kafka_home: Path,
+        distribution: KafkaDistribution,
         *,
         work_dir: Path | None = None,
+        properties: Mapping[str, str] | None = None,
+        native_tiered: bool = False,
+        extra_listeners: Mapping[str, str] | None = None,
         startup_timeout_s: float = _STARTUP_TIMEOUT_S,
     ) -> None:
         super().__init__(work_dir)
-        self.kafka_home = kafka_home
+        self.distribution = distribution
+        self.native_tiered = native_tiered
+        self._extra = dict(properties or {})
+        self._extra_listeners = dict(extra_listeners or {})
+        self._ports: _Ports | None = None
         self._startup_timeout_s = startup_timeout_s
+        self._node: KafkaNode | None = None
         self._info: BrokerInfo | None = None
         self.startup_seconds = 0.0
+
+    @property
+    def version(self) -> str:
+        return self.distribution.version
+
+    @property
+    def tiered_storage_dir(self) -> Path:
+        """Where ``LocalTieredStorage`` keeps the remote segments (``native_tiered`` only)."""
+        return self.work_dir / "tiered-storage"
+
+    @property
+    def log_path(self) -> Path:
+        return self.work_dir / "kafka-1.log"
+
+    @property
+    def running(self) -> bool:
+        return self._node is not None and self._node.running
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._node is None else self._node.pid
 
     @property
     def info(self) -> BrokerInfo:
@@ -79,101 +318,198 @@ class KafkaBroker(EmbeddedServer):
         return self._info
 
     def start(self) -> BrokerInfo:
-        """Format storage, start the broker and wait until Metadata lists it.
+        """Start the broker (formatting storage the first time) and wait until it serves.
 
-        :raises ServerStartError: ``KAFKA_HOME`` has no Kafka scripts, formatting failed, or the
-            broker did not become ready.
+        A broker that was stopped restarts on the same port with its data.
+
+        :raises ServerStartError: formatting failed or the broker did not become ready.
         """
         if self.running:
             return self.info
-        start_script = self.kafka_home / "bin" / "kafka-server-start.sh"
-        if not start_script.is_file():
-            raise ServerStartError(f"KAFKA_HOME={self.kafka_home} has no bin/kafka-server-start.sh")
-        return retry_on_early_exit(self._start_once)
+        if self._node is None:
+            return retry_on_early_exit(self._first_start)
+        return self._ready(self._node)
 
-    def _start_once(self) -> BrokerInfo:
-        port, controller_port = free_ports(2)
-        data_dir = self.work_dir / f"data-{port}"
-        properties = self.work_dir / f"server-{port}.properties"
-        properties.write_text(self._properties(port, controller_port, data_dir))
-        env = environment(
-            LOG_DIR=str(self.work_dir / "logs"),
-            KAFKA_HEAP_OPTS=os.environ.get("KAFKA_HEAP_OPTS", "-Xms256m -Xmx512m"),
+    def listener_bootstrap(self, name: str) -> str:
+        """``host:port`` of the extra listener ``name``.
+
+        :raises RuntimeError: the broker has not been started.
+        :raises KeyError: there is no such listener.
+        """
+        if self._ports is None:
+            raise RuntimeError("the Kafka broker has not been started")
+        return f"{LOOPBACK}:{self._ports.extra[name][1]}"
+
+    def _first_start(self) -> BrokerInfo:
+        port, controller, *more = free_ports(2 + len(self._extra_listeners))
+        ports = _Ports(
+            broker=port,
+            controller=controller,
+            extra={
+                name: (protocol, extra_port)
+                for (name, protocol), extra_port in zip(
+                    self._extra_listeners.items(), more, strict=True
+                )
+            },
         )
-        self._format(properties, env)
-        self._process = ManagedProcess(
-            "kafka",
-            [str(self.kafka_home / "bin" / "kafka-server-start.sh"), str(properties)],
-            log_path=self.log_path,
-            env=env,
-            cwd=self.work_dir,
-            stop_grace_s=15.0,
+        properties = dict(self._extra)
+        if self.native_tiered:
+            self.tiered_storage_dir.mkdir(parents=True, exist_ok=True)
+            properties = {**native_tiered_properties(self.tiered_storage_dir), **properties}
+        run_dir = self.work_dir / f"node-{port}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        node = KafkaNode(
+            self.distribution,
+            node_id=1,
+            ports=ports,
+            voters=f"1@{LOOPBACK}:{controller}",
+            cluster=cluster_id(),
+            work_dir=run_dir,
+            properties=properties,
         )
-        self._process.start()
-        self.startup_seconds = self._process.wait_ready(
-            lambda: bool(metadata_brokers(LOOPBACK, port, timeout_s=2.0)),
-            timeout_s=self._startup_timeout_s,
-        )
+        info = self._ready(node)
+        self._node, self._ports = node, ports
+        return info
+
+    def _ready(self, node: KafkaNode) -> BrokerInfo:
+        node.launch()
+        self.startup_seconds = node.wait_ready(brokers=1, timeout_s=self._startup_timeout_s)
         self._info = probe_broker(
-            kind="kafka", host=LOOPBACK, port=port, version=f"Apache Kafka {self.version}"
+            kind="kafka",
+            host=LOOPBACK,
+            port=node.port,
+            version=f"Apache Kafka {self.version}",
         )
         return self._info
 
     @property
-    def version(self) -> str:
-        return kafka_version(self.kafka_home)
+    def node(self) -> KafkaNode:
+        """The node's process handle (to read its log or kill it).
 
-    def _format(self, properties: Path, env: dict[str, str]) -> None:
-        argv = [
-            str(self.kafka_home / "bin" / "kafka-storage.sh"),
-            "format",
-            "-t",
-            _cluster_id(),
-            "-c",
-            str(properties),
+        :raises RuntimeError: the broker has not been started.
+        """
+        if self._node is None:
+            raise RuntimeError("the Kafka broker has not been started")
+        return self._node
+
+    def stop(self) -> None:
+        """Stop the JVM by PID; the port and data stay for a later ``start()``."""
+        if self._node is not None:
+            self._node.stop()
+
+
+class KafkaCluster(ClosedOnExit):
+    """``size`` combined KRaft nodes forming one cluster (all are controller voters).
+
+    Each node can be stopped and started on its own (same ports, same data), for leader
+    elections and brokers that leave and come back.
+    """
+
+    def __init__(
+        self,
+        distribution: KafkaDistribution,
+        *,
+        size: int = 3,
+        work_dir: Path,
+        properties: Mapping[str, str] | None = None,
+        startup_timeout_s: float = _STARTUP_TIMEOUT_S,
+    ) -> None:
+        self.distribution = distribution
+        self.size = size
+        self.work_dir = work_dir
+        self._extra = dict(properties or {})
+        self._startup_timeout_s = startup_timeout_s
+        self.nodes: list[KafkaNode] = []
+        self.startup_seconds = 0.0
+        self._info: BrokerInfo | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(node.bootstrap for node in self.nodes)
+
+    @property
+    def info(self) -> BrokerInfo:
+        """The first node's address and the cluster's capabilities.
+
+        :raises RuntimeError: the cluster has not been started.
+        """
+        if self._info is None:
+            raise RuntimeError("the Kafka cluster has not been started")
+        return self._info
+
+    def node(self, node_id: int) -> KafkaNode:
+        """The node with ``node_id`` (1-based, as in Metadata)."""
+        return self.nodes[node_id - 1]
+
+    def start(self) -> BrokerInfo:
+        """Start every node and wait until each lists all brokers.
+
+        :raises ServerStartError: a node failed to format or start.
+        """
+        if not self.nodes:
+            retry_on_early_exit(self._first_start)
+        else:
+            self._launch_all()
+        return self.info
+
+    def _first_start(self) -> None:
+        ports = free_ports(2 * self.size)
+        pairs = [_Ports(broker=ports[2 * i], controller=ports[2 * i + 1]) for i in range(self.size)]
+        voters = ",".join(f"{i + 1}@{LOOPBACK}:{p.controller}" for i, p in enumerate(pairs))
+        cluster = cluster_id()
+        replication = min(3, self.size)
+        extra = {
+            "default.replication.factor": str(replication),
+            "offsets.topic.replication.factor": str(replication),
+            "transaction.state.log.replication.factor": str(replication),
+            "share.coordinator.state.topic.replication.factor": str(replication),
+            **self._extra,
+        }
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        run_dir = self.work_dir / f"cluster-{pairs[0].broker}"
+        run_dir.mkdir()
+        nodes = [
+            KafkaNode(
+                self.distribution,
+                node_id=i + 1,
+                ports=p,
+                voters=voters,
+                cluster=cluster,
+                work_dir=run_dir,
+                properties=extra,
+                heap=_CLUSTER_HEAP,
+            )
+            for i, p in enumerate(pairs)
         ]
         try:
-            result = subprocess.run(
-                argv,
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=_FORMAT_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise ServerStartError(f"kafka-storage.sh format failed: {err}") from err
-        if result.returncode != 0:  # checked here to quote the tool's own output
-            raise ServerStartError(
-                f"kafka-storage.sh format exited with {result.returncode}:\n"
-                f"{result.stdout}{result.stderr}"
-            )
+            self.nodes = nodes
+            self._launch_all()
+        except ServerStartError:
+            for node in nodes:
+                node.stop()
+            self.nodes = []
+            raise
 
-    @staticmethod
-    def _properties(port: int, controller_port: int, data_dir: Path) -> str:
-        settings = {
-            "process.roles": "broker,controller",
-            "node.id": str(_NODE_ID),
-            "controller.quorum.voters": f"{_NODE_ID}@{LOOPBACK}:{controller_port}",
-            "listeners": f"PLAINTEXT://{LOOPBACK}:{port},CONTROLLER://{LOOPBACK}:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            "log.dirs": str(data_dir),
-            "num.partitions": "1",
-            "default.replication.factor": "1",
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": "5",
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": "5",
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
-            "group.initial.rebalance.delay.ms": "0",
-            "log.retention.check.interval.ms": "1000",
-            "log.initial.task.delay.ms": "100",
-            "log.segment.bytes": str(_SEGMENT_BYTES),
-            "log.segment.delete.delay.ms": "1000",
-        }
-        return "".join(f"{key}={value}\n" for key, value in settings.items())
+    def _launch_all(self) -> None:
+        started = time.monotonic()
+        for node in self.nodes:
+            if not node.running:
+                node.launch()
+        for node in self.nodes:
+            node.wait_ready(brokers=self.size, timeout_s=self._startup_timeout_s)
+        self.startup_seconds = time.monotonic() - started
+        first = self.nodes[0]
+        self._info = probe_broker(
+            kind="kafka",
+            host=LOOPBACK,
+            port=first.port,
+            version=f"Apache Kafka {self.distribution.version} ({self.size} nodes)",
+        )
+
+    def running_nodes(self) -> Sequence[KafkaNode]:
+        return [node for node in self.nodes if node.running]
+
+    def close(self) -> None:
+        """Stop every node by PID (the work directory belongs to the caller)."""
+        for node in self.nodes:
+            node.stop()

@@ -1,7 +1,9 @@
 """The harness's servers work with real clients: broker, S3, Spark, and the supervisor itself.
 
-Broker: Tansu (or ``KAFKA_HOME``/``KAFKA_BOOTSTRAP``) with aiokafka and confluent-kafka, a few
-thousand records compared exactly. S3: SeaweedFS (or ``S3_ENDPOINT``) with aiobotocore: put,
+Brokers: Apache Kafka 4.x (the default, or ``KAFKA_HOME``/``KAFKA_BOOTSTRAP``), Apache Kafka
+3.9 and Tansu with aiokafka and confluent-kafka, a few thousand records compared exactly; the
+Kafka launcher from a ``KAFKA_HOME`` layout, restarted on its port with its data. S3: SeaweedFS
+(or ``S3_ENDPOINT``) with aiobotocore: put,
 ranged get, delete, and an outage made by stopping SeaweedFS and starting it again. Spark: a
 trivial job on the session's ``local[2]``.
 """
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import stat
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -25,6 +26,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from proxy.embedded import (
+    KAFKA_3,
     BrokerInfo,
     KafkaBroker,
     ManagedProcess,
@@ -32,8 +34,10 @@ from proxy.embedded import (
     SeaweedFS,
     ServerStartError,
     TansuBroker,
+    create_topic,
+    ensure_jars,
 )
-from proxy.embedded.tansu import tansu_binary
+from proxy.embedded.kafka_jars import distribution_from_home
 
 pytestmark = pytest.mark.integration
 
@@ -78,14 +82,18 @@ async def consume_all(
         await consumer.stop()
 
 
-@pytest.mark.kafka
-def test_kafka_marked_tests_run_only_on_apache_kafka(broker: BrokerInfo) -> None:
-    assert broker.kind != "tansu"
+def test_apache_kafka_is_the_default_broker(broker: BrokerInfo) -> None:
+    if broker.kind == "external":
+        return  # KAFKA_BOOTSTRAP: the user's broker, whatever it is
+    assert broker.kind == "kafka"
+    assert broker.version.startswith("Apache Kafka 4.")
     assert broker.supports_delete_records
     assert broker.supports_retention
+    assert broker.supports(2, 9)  # ListOffsets v9: -4 EARLIEST_LOCAL and -5 LATEST_TIERED
 
 
-def test_broker_reports_what_it_supports(broker: BrokerInfo) -> None:
+@pytest.mark.brokers("kafka", "kafka3", "tansu")
+def test_broker_reports_what_it_supports(broker: BrokerInfo, broker_kind: str) -> None:
     assert broker.supports(18, 0)  # ApiVersions
     assert broker.supports(1, 4)  # Fetch v4, the oldest version the proxy intercepts
     assert broker.node_id >= 0
@@ -93,8 +101,14 @@ def test_broker_reports_what_it_supports(broker: BrokerInfo) -> None:
         assert not broker.supports_delete_records
         assert not broker.supports_retention
         assert "no DeleteRecords" in broker.limitations()
+    if broker_kind == "kafka3":
+        assert broker.version == f"Apache Kafka {KAFKA_3}"
+        # 3.9 still serves Fetch v0-v3, which 4.0 removed; it already has ListOffsets v9.
+        assert broker.supports(1, 0)
+        assert broker.supports(2, 9)
 
 
+@pytest.mark.brokers("kafka", "kafka3", "tansu")
 async def test_new_topic_has_the_partitions_asked_for(
     broker: BrokerInfo, new_topic: NewTopic
 ) -> None:
@@ -109,6 +123,7 @@ async def test_new_topic_has_the_partitions_asked_for(
         await producer.stop()
 
 
+@pytest.mark.brokers("kafka", "kafka3", "tansu")
 async def test_aiokafka_round_trip_is_exact(broker: BrokerInfo, new_topic: NewTopic) -> None:
     topic = await new_topic(partitions=PARTITIONS)
     expected = expected_records(RECORDS, PARTITIONS)
@@ -174,6 +189,7 @@ def confluent_round_trip(bootstrap: str, topic: str, expected: dict[int, list[Re
         consumer.close()
 
 
+@pytest.mark.brokers("kafka", "kafka3", "tansu")
 async def test_confluent_kafka_round_trip_is_exact(broker: BrokerInfo, new_topic: NewTopic) -> None:
     topic = await new_topic(partitions=PARTITIONS)
     expected = expected_records(RECORDS, PARTITIONS)
@@ -304,45 +320,37 @@ def test_supervisor_stops_a_server_that_never_gets_ready(tmp_path: Any) -> None:
         os.kill(pid, 0)
 
 
-def write_script(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-
-
-def test_kafka_broker_formats_storage_then_starts_with_its_properties(tmp_path: Path) -> None:
-    """The KafkaBroker plumbing against a stand-in release (no Apache Kafka on this machine).
-
-    The stand-in ``kafka-storage.sh`` records how it was called; ``kafka-server-start.sh``
-    reads the listener port from the generated properties and runs Tansu there, so readiness
-    and probing go over the real protocol.
-    """
-    home = tmp_path / "kafka_2.13-3.9.1"
-    (home / "libs").mkdir(parents=True)
-    (home / "libs" / "kafka_2.13-3.9.1.jar").touch()
-    write_script(
-        home / "bin" / "kafka-storage.sh",
-        '#!/bin/sh\n[ "$1" = format ] && [ "$2" = -t ] && [ "$4" = -c ] && [ -f "$5" ] || exit 1\n'
-        f'echo "$@" > {tmp_path / "format-args"}\n',
-    )
-    write_script(
-        home / "bin" / "kafka-server-start.sh",
-        "#!/bin/sh\n"
-        "port=$(sed -n 's|^advertised.listeners=PLAINTEXT://127.0.0.1:||p' \"$1\")\n"
-        f"exec {tansu_binary()} broker --listener-url tcp://127.0.0.1:$port "
-        "--advertised-listener-url tcp://127.0.0.1:$port --storage-engine memory://tansu/\n",
-    )
-    with KafkaBroker(home, work_dir=tmp_path / "work") as kafka:
+def test_kafka_from_a_kafka_home_restarts_on_its_port_with_its_data(tmp_path: Path) -> None:
+    """A user's unpacked release (``KAFKA_HOME``) runs like the Maven jars: same ``libs/``."""
+    home = tmp_path / f"kafka_2.13-{KAFKA_3}"
+    home.mkdir()
+    (home / "libs").symlink_to(ensure_jars(KAFKA_3).libs)
+    distribution = distribution_from_home(home)
+    assert distribution.version == KAFKA_3
+    with KafkaBroker(distribution, work_dir=tmp_path / "work") as kafka:
         info = kafka.start()
-        assert (info.kind, info.version) == ("kafka", "Apache Kafka 3.9.1")
-        _, _, cluster_id, _, properties = (tmp_path / "format-args").read_text().split()
-        assert len(cluster_id) == 22  # Kafka's Uuid.toString(): unpadded URL-safe base64
-        settings = dict(line.split("=", 1) for line in Path(properties).read_text().splitlines())
+        assert (info.kind, info.version) == ("kafka", f"Apache Kafka {KAFKA_3}")
+        settings = dict(
+            line.split("=", 1)
+            for line in next((tmp_path / "work").glob("node-*/server-1.properties"))
+            .read_text()
+            .splitlines()
+        )
         assert settings["listeners"].startswith(f"PLAINTEXT://{info.bootstrap},CONTROLLER://")
         assert settings["controller.quorum.voters"].startswith("1@127.0.0.1:")
-        assert settings["log.retention.check.interval.ms"] == "1000"
         assert int(settings["log.segment.bytes"]) == 1024 * 1024
+        asyncio.run(create_topic(info.bootstrap, "kept", partitions=2))
+        kafka.stop()
+        assert kafka.start().bootstrap == info.bootstrap
+        assert sorted(metadata_topics(info.bootstrap)) == ["kept"]
         pid = kafka.pid
         assert pid is not None
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def metadata_topics(bootstrap: str) -> list[str]:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return [name for name in admin.list_topics(timeout=10).topics if not name.startswith("__")]

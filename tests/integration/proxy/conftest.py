@@ -1,7 +1,9 @@
-"""A ``tierproxy serve`` subprocess in front of the harness broker, shared by the module's tests.
+"""A ``tierproxy serve`` subprocess in front of each kind of broker, shared by the suite.
 
 The proxy runs as the real command (uvloop, its own process and core, logs to a file) and is
 stopped by PID. It listens on a free base port; ``proxy.bootstrap`` is what clients dial.
+``proxy`` is the one in front of the test's ``broker`` (see ``broker_kind`` in
+``tests/conftest.py``): one proxy per broker kind, started on first use.
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from proxy.embedded import BrokerInfo, free_port
+from proxy.embedded import BrokerChoice, BrokerInfo, free_port
 from proxy.embedded.tierproxy import TierproxyServer, write_config
+from tests.conftest import BrokerPool
 
 
 def start_proxy(broker: BrokerInfo, log_dir: Path, *extra: str) -> TierproxyServer:
@@ -33,11 +36,24 @@ def start_proxy(broker: BrokerInfo, log_dir: Path, *extra: str) -> TierproxyServ
 
 
 @pytest.fixture(scope="session")
-def proxy(
-    broker: BrokerInfo, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[TierproxyServer]:
-    info = start_proxy(broker, tmp_path_factory.mktemp("proxy"))
+def proxies(
+    brokers: BrokerPool, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[BrokerChoice, TierproxyServer]]:
+    started: dict[BrokerChoice, TierproxyServer] = {}
     try:
-        yield info
+        yield started
     finally:
-        info.stop()
+        for proxy in started.values():
+            proxy.stop()
+
+
+@pytest.fixture
+def proxy(
+    proxies: dict[BrokerChoice, TierproxyServer],
+    broker: BrokerInfo,
+    broker_kind: BrokerChoice,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> TierproxyServer:
+    if broker_kind not in proxies:
+        proxies[broker_kind] = start_proxy(broker, tmp_path_factory.mktemp(f"proxy-{broker_kind}"))
+    return proxies[broker_kind]

@@ -8,8 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+
+BASE_TIMESTAMP = (int(time.time()) - 3600) * 1000
+"""The first sample record's timestamp: an hour ago, so that Apache Kafka's retention (7 days
+by default, checked every second by the harness broker) never deletes the samples, as it
+would records stamped in a past year."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True, order=True)
@@ -37,7 +43,7 @@ class Outgoing:
 
 def sample_records(count: int, *, partitions: int, tag: str) -> list[Outgoing]:
     """Records with keys (some null), headers (some none) and explicit timestamps."""
-    base = 1_700_000_000_000
+    base = BASE_TIMESTAMP
     return [
         Outgoing(
             partition=i % partitions,

@@ -1,8 +1,9 @@
 """A broker restart behind a running proxy: the proxy closes the affected client connections
 with a log line, stays up, and serves clients again as soon as the broker is back.
 
-Uses its own Tansu on a fixed port (the shared broker must not be restarted under other
-tests). Tansu keeps records in memory, so the topic is created again after the restart.
+Uses a broker of its own (the shared ones must not be restarted under other tests): Apache
+Kafka restarts on the same port with its data, so the records from before are still there;
+Tansu keeps records in memory, so its topic is created again after the restart.
 """
 
 from __future__ import annotations
@@ -13,10 +14,19 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from proxy.embedded import TansuBroker, create_topic, free_port
+from proxy.embedded import (
+    KAFKA_3,
+    KAFKA_4,
+    BrokerChoice,
+    KafkaBroker,
+    TansuBroker,
+    create_topic,
+    ensure_jars,
+    free_port,
+)
 from tests.integration.proxy.conftest import start_proxy
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka", "kafka3", "tansu")]
 
 _TOPIC = "restart-me"
 
@@ -57,8 +67,16 @@ def _wait_for_log(path: Path, text: str, timeout_s: float) -> None:
     raise AssertionError(f"{text!r} not logged within {timeout_s} s:\n{path.read_text()[-2000:]}")
 
 
-async def test_the_proxy_outlives_a_broker_restart(tmp_path: Path) -> None:
-    broker = TansuBroker(port=free_port(), work_dir=tmp_path / "tansu")
+def own_broker(kind: BrokerChoice, work_dir: Path) -> KafkaBroker | TansuBroker:
+    if kind == "tansu":
+        return TansuBroker(port=free_port(), work_dir=work_dir)
+    return KafkaBroker(ensure_jars(KAFKA_4 if kind == "kafka" else KAFKA_3), work_dir=work_dir)
+
+
+async def test_the_proxy_outlives_a_broker_restart(
+    broker_kind: BrokerChoice, tmp_path: Path
+) -> None:
+    broker = own_broker(broker_kind, tmp_path / "broker")
     info = broker.start()
     proxy = start_proxy(info, tmp_path)
     try:
@@ -76,10 +94,12 @@ async def test_the_proxy_outlives_a_broker_restart(tmp_path: Path) -> None:
             assert proxy.process.running
 
             broker.start()
-            await create_topic(info.bootstrap, _TOPIC, partitions=1)
+            kept = before if isinstance(broker, KafkaBroker) else []
+            if not kept:
+                await create_topic(info.bootstrap, _TOPIC, partitions=1)
             after = [f"after-{i}".encode() for i in range(50)]
             await _produce(proxy.bootstrap, after)
-            assert await _consume(proxy.bootstrap, 50) == after
+            assert await _consume(proxy.bootstrap, len(kept) + 50) == kept + after
             assert proxy.process.running
         finally:
             await idle.stop()

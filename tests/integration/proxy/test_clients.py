@@ -25,9 +25,9 @@ from confluent_kafka.cimpl import NewTopic as ConfluentNewTopic
 
 from proxy.embedded import BrokerInfo
 from proxy.embedded.tierproxy import TierproxyServer
-from tests.integration.proxy.records import Seen, read_aiokafka, sample_records
+from tests.integration.proxy.records import BASE_TIMESTAMP, Seen, read_aiokafka, sample_records
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka", "kafka3", "tansu")]
 
 NewTopicFactory = Callable[..., Awaitable[str]]
 PARTITIONS = 3
@@ -188,7 +188,7 @@ def test_kafka_python_produce_consume_list_offsets_admin(
                 break
         through_proxy_offsets = (
             consumer.beginning_offsets(partitions),
-            consumer.offsets_for_times({tp: 1_700_000_030_000 for tp in partitions}),
+            consumer.offsets_for_times({tp: BASE_TIMESTAMP + 30_000 for tp in partitions}),
         )
         assert {(b.host, b.port) for b in consumer._client.cluster.brokers()} == {
             (proxy.host, proxy.port)
@@ -199,7 +199,7 @@ def test_kafka_python_produce_consume_list_offsets_admin(
     try:
         direct_offsets = (
             direct_consumer.beginning_offsets(partitions),
-            direct_consumer.offsets_for_times({tp: 1_700_000_030_000 for tp in partitions}),
+            direct_consumer.offsets_for_times({tp: BASE_TIMESTAMP + 30_000 for tp in partitions}),
         )
     finally:
         direct_consumer.close()
@@ -338,7 +338,7 @@ def test_confluent_kafka_produce_consume_offsets_admin(
             ]
             by_time = consumer.offsets_for_times(
                 [
-                    confluent_kafka.TopicPartition(unique_topic, p, 1_700_000_100_000)
+                    confluent_kafka.TopicPartition(unique_topic, p, BASE_TIMESTAMP + 100_000)
                     for p in range(3)
                 ],
                 timeout=10,
@@ -475,7 +475,15 @@ async def test_kcat_produce_consume_and_metadata(
 async def test_multi_mib_records_through_the_proxy(
     proxy: TierproxyServer, broker: BrokerInfo, new_topic: NewTopicFactory
 ) -> None:
-    topic = await new_topic(partitions=1, configs={"max.message.bytes": str(16 * 1024 * 1024)})
+    # Apache Kafka refuses a batch larger than the topic's segment (RECORD_LIST_TOO_LARGE),
+    # and the harness broker's segments are 1 MiB: this topic gets room for 4 MiB records.
+    topic = await new_topic(
+        partitions=1,
+        configs={
+            "max.message.bytes": str(16 * 1024 * 1024),
+            "segment.bytes": str(32 * 1024 * 1024),
+        },
+    )
     values = [bytes([i]) * (4 * 1024 * 1024 + i) for i in range(4)]
     producer = AIOKafkaProducer(
         bootstrap_servers=proxy.bootstrap, max_request_size=16 * 1024 * 1024

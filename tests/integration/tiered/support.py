@@ -38,15 +38,21 @@ READ_UNCOMMITTED = "read_uncommitted"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TieredTopic:
-    """A topic on the broker, partly copied to the remote tier."""
+    """A topic copied to the remote tier up to near its end, then deleted by the broker
+    below ``broker_log_starts``; what readers must get was read before the deletion."""
 
     topic: str
     partitions: int
     metadata_topic: str
     bucket: str
     high_watermarks: dict[int, int]
-    tiered_end: dict[int, int]
-    """Last tiered offset per partition."""
+    broker_log_starts: dict[int, int]
+    """The broker's own log start per partition after the deletion (all > 0)."""
+    expected: dict[str, list[Record]]
+    """Every record a reader at each isolation level gets, by partition and offset."""
+    offsets_for_times: dict[int, list[tuple[int, int]]]
+    """What the broker answered to offsetsForTimes before the deletion: per target timestamp,
+    ``(partition, offset)`` of every partition (a transaction marker counts, as in Kafka)."""
 
 
 def storage_settings(s3: S3Info, bucket: str, metadata_topic: str) -> dict[str, Any]:
@@ -141,6 +147,83 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, in
         return {p: (await fetch_once(bootstrap, topic, p, 0))[1] for p in range(partitions)}
 
     return asyncio.run(probe())
+
+
+def earliest_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's log start as ListOffsets EARLIEST (-2) answers it."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "earliest"})
+    try:
+        return {
+            p: int(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[0])
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def offsets_for_times(
+    bootstrap: str, topic: str, ends: Mapping[int, int]
+) -> dict[int, list[tuple[int, int]]]:
+    """The broker's offsetsForTimes answers for timestamps spread over the records' own (and
+    for 0 and after the last), per target: ``(partition, offset)`` for every partition."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    stamps = sorted(
+        {
+            t
+            for records in _record_timestamps(bootstrap, topic, ends).values()
+            for _offset, t in records
+        }
+    )
+    targets = [0, *stamps[:: max(1, len(stamps) // 8)], stamps[-1] + 1]
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "times"})
+    try:
+        return {
+            target: [
+                (tp.partition, tp.offset)
+                for tp in consumer.offsets_for_times(
+                    [TopicPartition(topic, p, target) for p in ends], 10
+                )
+            ]
+            for target in targets
+        }
+    finally:
+        consumer.close()
+
+
+def _record_timestamps(
+    bootstrap: str, topic: str, ends: Mapping[int, int]
+) -> dict[int, list[tuple[int, int]]]:
+    """``(offset, timestamp)`` of every record (READ_UNCOMMITTED), per partition."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"stamps-{time.monotonic_ns()}",
+            "enable.auto.commit": False,
+            "fetch.queue.backoff.ms": 0,
+        }
+    )
+    stamps: dict[int, list[tuple[int, int]]] = {p: [] for p in ends}
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        deadline = time.monotonic() + 60
+        while True:
+            positions = consumer.position([TopicPartition(topic, p) for p in ends])
+            if all(tp.offset >= ends[tp.partition] for tp in positions):
+                return stamps
+            assert time.monotonic() < deadline, "timestamps not all read"
+            message = consumer.poll(0.2)
+            if message is None or message.error() is not None:
+                continue
+            partition, offset = message.partition(), message.offset()
+            assert partition is not None and offset is not None
+            stamps[partition].append((offset, message.timestamp()[1]))
+    finally:
+        consumer.close()
 
 
 def consume_confluent(

@@ -1,7 +1,8 @@
 """Faults on the tiered read path, with real servers: SeaweedFS stopped mid-read, slow remote
 storage (a latency relay in front of SeaweedFS), a full reader queue, and the proxy
 restarted under a consumer group. Each test runs its own ``tierproxy serve`` over the
-session's tiered topic, with caches small enough that reads really reach remote storage."""
+session's tiered topic (on Apache Kafka, its tiered range deleted by the broker), with caches
+small enough that reads really reach remote storage."""
 
 from __future__ import annotations
 
@@ -12,14 +13,14 @@ from typing import Any
 import pytest
 
 from protocol.errors import KafkaError
-from proxy.embedded import BrokerInfo, S3Info, SeaweedFS
+from proxy.embedded import S3Info, SeaweedFS
 from tests.integration.tiered.conftest import MakeProxy
 from tests.integration.tiered.support import (
+    READ_UNCOMMITTED,
     LatencyRelay,
     Record,
     TieredTopic,
     by_partition,
-    consume_confluent,
     fetch_once,
     storage_settings,
 )
@@ -40,11 +41,9 @@ SMALL_FETCHES = {
 }
 
 
-@pytest.fixture(scope="module")
-def everything(broker: BrokerInfo, tiered_topic: TieredTopic) -> list[Record]:
-    return by_partition(
-        consume_confluent(broker.bootstrap, tiered_topic.topic, tiered_topic.high_watermarks)
-    )
+@pytest.fixture
+def everything(tiered_topic: TieredTopic) -> list[Record]:
+    return tiered_topic.expected[READ_UNCOMMITTED]
 
 
 def test_seaweedfs_stopped_mid_read_then_back(

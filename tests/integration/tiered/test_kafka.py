@@ -31,7 +31,7 @@ from tests.integration.tiered.support import (
 )
 from tests.integration.tiering.workload import create_topic, produce_mixed
 
-pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.kafka]
+pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.brokers("kafka", "kafka3")]
 
 
 def earliest(bootstrap: str, topic: str, partition: int) -> int:
@@ -137,7 +137,12 @@ def test_the_brokers_own_retention(
     broker: BrokerInfo, s3: S3Info, spark: Any, bucket: str, tmp_path: Path
 ) -> None:
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, ConfigResource  # type: ignore[attr-defined]
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+    )
 
     if not broker.supports_retention:
         pytest.skip(f"{broker.version} does not delete old segments")
@@ -163,8 +168,9 @@ def test_the_brokers_own_retention(
         )
     )
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    resource = ConfigResource("topic", topic, set_config={"retention.ms": "1000"})
-    for future in admin.alter_configs([resource]).values():
+    retention = ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource("topic", topic, incremental_configs=[retention])
+    for future in admin.incremental_alter_configs([resource]).values():
         future.result(30)
     deadline = time.monotonic() + 60
     while earliest(broker.bootstrap, topic, 0) == 0:

@@ -102,7 +102,7 @@ def build_in_sequence(
     segment_ms=st.integers(1, 400_000),
 )
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_parallel_plan_equals_sequential_build(  # noqa: PLR0917 (hypothesis arguments)
+def test_parallel_plan_equals_sequential_build(
     batches: list[LogBatch],
     cuts: int,
     max_bytes: int,
