@@ -51,10 +51,12 @@ __all__ = [
     "INTERCEPTED_VERSIONS",
     "ApiKey",
     "ErrorCode",
+    "build",
     "decode_request",
     "decode_response",
     "encode_request",
     "encode_response",
+    "has_field",
     "nested_class",
     "produce_acks",
     "request_class",
@@ -236,6 +238,39 @@ def nested_class(entity_class: type[Any], field_name: str) -> type[Any]:
     if isinstance(kind, EntityField | EntityTupleField):
         return kind.type_
     raise LocalProtocolError(f"{entity_class.__name__}.{field_name} does not hold entities")
+
+
+def build(entity_class: type[Any], **candidates: Any) -> Any:
+    """An entity of ``entity_class`` from those of ``candidates`` that its version has.
+
+    Fields come and go between versions (``log_start_offset`` from Fetch v5, ``topic_id``
+    instead of ``topic`` from v13, ...): callers pass every field they know a value for and
+    get the entity of the exact version they hold, without asking which fields it has.
+
+    :raises LocalProtocolError: a field the version has is missing from ``candidates``.
+    """
+    names = _field_names(entity_class)
+    try:
+        return entity_class(**{name: value for name, value in candidates.items() if name in names})
+    except TypeError as err:
+        raise LocalProtocolError(f"cannot build {entity_class.__name__}: {err}") from err
+
+
+def _field_names(entity_class: type[Any]) -> frozenset[str]:
+    names = _FIELD_NAMES.get(entity_class)
+    if names is None:
+        names = _FIELD_NAMES[entity_class] = frozenset(
+            field.name for field in dataclasses.fields(entity_class)
+        )
+    return names
+
+
+def has_field(entity_class: type[Any], name: str) -> bool:
+    """Whether this version of an entity has the field ``name``."""
+    return name in _field_names(entity_class)
+
+
+_FIELD_NAMES: dict[type[Any], frozenset[str]] = {}
 
 
 def decode_request(api_key: int, api_version: int, body: bytes | memoryview) -> Any:

@@ -66,9 +66,12 @@ __all__ = [
     "Record",
     "TimestampType",
     "batch_crc_ok",
+    "batches_below",
     "build_control_batch",
     "build_record_batch",
+    "fit_batches",
     "iter_batches",
+    "next_offset_after",
     "parse_batch_header",
     "read_control_record",
 ]
@@ -339,6 +342,43 @@ def iter_batches(buf: Buffer, start: int = 0) -> Iterator[tuple[int, BatchHeader
         header = parse_batch_header(buf, position)
         yield position, header
         position += header.size
+
+
+def batches_below(records: bytes, max_offset: int) -> bytes:
+    """The whole batches of ``records`` that start below ``max_offset`` (no copy if all do).
+
+    A batch is never split: one that starts below ``max_offset`` and ends above it is kept,
+    as Kafka returns whole batches up to the high watermark or last stable offset.
+    """
+    end = 0
+    for position, header in iter_batches(records):
+        if header.base_offset >= max_offset:
+            break
+        end = position + header.size
+    return records if end == len(records) else records[:end]
+
+
+def next_offset_after(records: bytes) -> int:
+    """The offset after the last whole batch of ``records``; -1 when there is none."""
+    last = -1
+    for _position, header in iter_batches(records):
+        last = header.next_offset
+    return last
+
+
+def fit_batches(records: bytes, room: int, *, at_least_one: bool) -> bytes:
+    """The leading whole batches of ``records`` that fit in ``room`` bytes; with
+    ``at_least_one``, the first batch even if it alone is larger (KIP-74: a response that
+    would otherwise be empty carries one batch, so a large record can always be read)."""
+    if len(records) <= room:
+        return records
+    end = 0
+    for position, header in iter_batches(records):
+        stop = position + header.size
+        if stop > room and not (at_least_one and end == 0):
+            break
+        end = stop
+    return records[:end]
 
 
 def batch_crc_ok(buf: Buffer, position: int, header: BatchHeader) -> bool:

@@ -419,7 +419,7 @@ class ConnectionPair(asyncio.Protocol):
         target.buffer = None
         if target.exchange is None:
             self._ready(target, (buffer,))
-        elif target.exchange.passes(buffer):
+        elif target.exchange.try_pass_through(buffer):
             self._ready(target, (_SIZE.pack(len(buffer)), buffer))
         else:
             self._spawn(self._finish(target, buffer))

@@ -54,9 +54,9 @@ class InterceptedExchange(Protocol):
         """The request payload to send to the broker, or ``None`` if answered locally."""
         ...
 
-    def passes(self, payload: bytes | bytearray) -> bool:
-        """Whether the broker's response goes to the client as it is, with no interceptor
-        (checked before :meth:`respond`, which then need not run)."""
+    def try_pass_through(self, payload: bytes | bytearray) -> bool:
+        """Let the broker's response go to the client as it is, if no interceptor needs to
+        change it; whether it did (then :meth:`respond` need not run)."""
         ...
 
     async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray:
@@ -215,7 +215,7 @@ class _ChainExchange:
     def forward(self) -> bytes | None:
         return self._forward
 
-    def passes(self, payload: bytes | bytearray) -> bool:
+    def try_pass_through(self, payload: bytes | bytearray) -> bool:
         if not self._filtered:
             return False
         header = self._call.header
@@ -227,9 +227,13 @@ class _ChainExchange:
         except RemoteProtocolError:
             return False  # respond() reports it
         body = memoryview(payload).toreadonly()[size:]
-        return correlation_id == header.correlation_id and not any(
+        if correlation_id != header.correlation_id or any(
             cast(ResponseFilter, i).wants_response(self._call, body) for i in self._interceptors
-        )
+        ):
+            return False
+        for interceptor in self._interceptors:
+            interceptor.on_raw_response(self._call, body)
+        return True
 
     async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray:
         header = self._call.header
@@ -287,7 +291,7 @@ class _ReadyAnswer:
     def forward(self) -> bytes | None:
         return None
 
-    def passes(self, payload: bytes | bytearray) -> bool:
+    def try_pass_through(self, payload: bytes | bytearray) -> bool:
         return False
 
     async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray:

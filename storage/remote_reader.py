@@ -61,7 +61,9 @@ from protocol.records import (
     Compression,
     CorruptRecordBatchError,
     TimestampType,
+    batches_below,
     iter_batches,
+    next_offset_after,
     parse_batch_header,
 )
 from protocol.varint import VarintError, decode_varint, decode_varlong
@@ -179,9 +181,9 @@ class RemoteLogReader:
             segment = self._metadata.segment_for(tp, segment.end_offset + 1, lineage)
         # A copy that a later unclean election truncated may hold the offset while its
         # following records are the truncated leader's: stop where it leaves the lineage.
-        records = _before(records, agreeing_end(segment, fetch_offset, lineage) + 1)
+        records = batches_below(records, agreeing_end(segment, fetch_offset, lineage) + 1)
         if max_offset is not None:
-            records = _before(records, max_offset)
+            records = batches_below(records, max_offset)
         aborted: tuple[AbortedTxn, ...] = ()
         if read_committed and records:
             records, aborted = await self._committed(tp, segment, fetch_offset, records, lineage)
@@ -264,7 +266,7 @@ class RemoteLogReader:
         records: bytes,
         lineage: Sequence[EpochEntry],
     ) -> tuple[bytes, tuple[AbortedTxn, ...]]:
-        upper = _next_offset(records)
+        upper = next_offset_after(records)
         found: list[AbortedTxn] = []
         current: RemoteLogSegmentMetadata | None = segment
         last = segment
@@ -290,13 +292,13 @@ class RemoteLogReader:
                 f"offset {fetch_offset} of {tp} lies in a transaction open at the remote "
                 f"tier's end (from offset {remote_lso})"
             )
-        records = _before(records, remote_lso)
+        records = batches_below(records, remote_lso)
         if not records:
             raise UnresolvedTransactionError(
                 f"the batch at offset {fetch_offset} of {tp} reaches into a transaction open "
                 f"at the remote tier's end (from offset {remote_lso})"
             )
-        upper = _next_offset(records)
+        upper = next_offset_after(records)
         return records, tuple(txn for txn in found if txn.first_offset < upper)
 
     # -- timestamps --------------------------------------------------------------------
@@ -343,24 +345,6 @@ class RemoteLogReader:
                 consumed = header.size
             position += consumed
         return None
-
-
-def _before(records: bytes, max_offset: int) -> bytes:
-    """The batches of ``records`` that start below ``max_offset`` (no copy if all do)."""
-    end = 0
-    for position, header in iter_batches(records):
-        if header.base_offset >= max_offset:
-            break
-        end = position + header.size
-    return records if end == len(records) else records[:end]
-
-
-def _next_offset(records: bytes) -> int:
-    last = None
-    for _position, header in iter_batches(records):
-        last = header
-    assert last is not None
-    return last.next_offset
 
 
 def _first_record_at(

@@ -8,7 +8,10 @@ them in registration order, responses in reverse order, like middleware.
 Decoding a multi-MiB Fetch response costs a copy of its records. An interceptor that can tell
 from a cheap scan of the encoded body that it has nothing to change also implements
 :class:`ResponseFilter`; when every interceptor of a chain does and none wants the response,
-it is forwarded as the broker sent it, undecoded.
+it is forwarded as the broker sent it, undecoded. ``wants_response`` is a pure predicate; each
+response then reaches every interceptor of its chain exactly once, either decoded through
+``on_response`` or, when it passes undecoded, as bytes through ``on_raw_response``: those two
+are where an interceptor learns from a response.
 
 ``on_request`` is synchronous on purpose: requests reach the broker in the order the client
 sent them with no queue in between, and every decision it needs (address maps, the remote
@@ -94,6 +97,11 @@ class Interceptor(Protocol):
         """
         return response
 
+    def on_raw_response(self, call: Call, body: memoryview) -> None:
+        """The response passes to the client undecoded (no interceptor wanted it); ``body``
+        is its encoded body after the response header. Called instead of ``on_response``."""
+        return None
+
 
 @runtime_checkable
 class ResponseFilter(Protocol):
@@ -101,5 +109,5 @@ class ResponseFilter(Protocol):
 
     def wants_response(self, call: Call, body: memoryview) -> bool:
         """Whether ``on_response`` must see this response, judged from its encoded body
-        (after the response header), without decoding it."""
+        (after the response header), without decoding it. Free of side effects."""
         ...

@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 if TYPE_CHECKING:
     from proxy.remote.tier import RemoteTier
 
-__all__ = ["RemoteMetrics"]
+__all__ = ["NoReadCounters", "ReadCounters", "RemoteMetrics"]
 
 
 class RemoteMetrics:
@@ -58,6 +58,15 @@ class RemoteMetrics:
         self._registry = registry
         self._collector: _TierCollector | None = None
 
+    def read_started(self, topic: str) -> None:
+        self.requests.labels(topic).inc()
+
+    def bytes_served(self, topic: str, size: int) -> None:
+        self.bytes.labels(topic).inc(size)
+
+    def read_failed(self, topic: str, reason: str) -> None:
+        self.errors.labels(topic, reason).inc()
+
     def watch(self, tier: RemoteTier) -> None:
         """Report ``tier``'s pool, caches, purgatory and quota at every scrape."""
         if self._collector is None:
@@ -68,6 +77,29 @@ class RemoteMetrics:
         if self._collector is not None:
             self._registry.unregister(self._collector)
             self._collector = None
+
+
+class ReadCounters(Protocol):
+    """What the read path counts per topic (:class:`RemoteMetrics`, or nothing)."""
+
+    def read_started(self, topic: str) -> None: ...
+
+    def bytes_served(self, topic: str, size: int) -> None: ...
+
+    def read_failed(self, topic: str, reason: str) -> None: ...
+
+
+class NoReadCounters:
+    """Counts nothing: for a proxy that runs without a metrics registry."""
+
+    def read_started(self, topic: str) -> None:
+        """Not counted."""
+
+    def bytes_served(self, topic: str, size: int) -> None:
+        """Not counted."""
+
+    def read_failed(self, topic: str, reason: str) -> None:
+        """Not counted."""
 
 
 class _TierCollector:

@@ -28,11 +28,12 @@ Rules of this file (everything that decides which partitions a Fetch covers live
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from cachetools import LRUCache
+
+from protocol.fetch_bodies import FINAL_EPOCH, FetchPosition, PartitionKey
 
 __all__ = [
     "FINAL_EPOCH",
@@ -44,22 +45,7 @@ __all__ = [
 ]
 
 INITIAL_EPOCH = 0
-FINAL_EPOCH = -1
 _NO_SESSION = 0
-
-PartitionKey = tuple[str | uuid.UUID, int]
-"""A partition as the request names it: (topic name, or topic id from v13, partition)."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FetchPosition:
-    """The per-partition fields of a Fetch request that a session remembers."""
-
-    fetch_offset: int
-    partition_max_bytes: int
-    current_leader_epoch: int = -1
-    last_fetched_epoch: int = -1
-    log_start_offset: int = -1
 
 
 @dataclass(slots=True, kw_only=True)

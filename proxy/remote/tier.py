@@ -1,6 +1,7 @@
 """The remote tier as the proxy's interceptors share it: caches, reader, pool, purgatory,
 quota, offload policy, fetch sessions, and what the proxy has learned about each tiered
-partition from the broker's answers.
+partition from the broker's answers (:class:`~proxy.remote.broker_view.BrokerView`). The
+interceptors are built over it with explicit collaborators (``FetchInterceptor.for_tier``).
 
 :func:`open_remote_tier` builds it from the settings for ``tierproxy serve``: the remote
 storage manager, the topic-based metadata manager (a consumer of ``__remote_log_metadata``
@@ -13,12 +14,12 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from cachetools import LRUCache
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
+from proxy.remote.broker_view import BrokerView
 from proxy.remote.config import RemoteFetchConfig
 from proxy.remote.metrics import RemoteMetrics
 from proxy.remote.offload import OffloadPolicy
@@ -27,6 +28,7 @@ from proxy.remote.pool import ReaderPool
 from proxy.remote.purgatory import RemoteFetchPurgatory
 from proxy.remote.quota import FetchQuota
 from proxy.remote.sessions import FetchSessions
+from proxy.remote.unresolved import UnresolvedTransactions
 from storage.chunk_cache import ChunkCache
 from storage.config import from_settings
 from storage.index_cache import IndexCacheConfig, RemoteIndexCache
@@ -37,12 +39,10 @@ from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.factory import create_remote_storage
 
-__all__ = ["PartitionState", "RemoteLogMetadata", "RemoteTier", "open_remote_tier"]
+__all__ = ["RemoteLogMetadata", "RemoteTier", "open_remote_tier"]
 
 _TOPIC_IDS_KEPT = 100_000
 """Topic names whose current id the proxy remembers from Metadata responses (a few MB)."""
-_PARTITIONS_KEPT = 1_000_000
-"""Tiered partitions whose broker offsets the proxy remembers (about 100 bytes each)."""
 
 
 class RemoteLogMetadata(RemoteSegmentLookup, Protocol):
@@ -59,17 +59,6 @@ class RemoteLogMetadata(RemoteSegmentLookup, Protocol):
     ) -> TopicIdPartition | None: ...
 
     def segments(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]: ...
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PartitionState:
-    """What the broker last said about a tiered partition (``None``: not known yet)."""
-
-    high_watermark: int | None = None
-    last_stable_offset: int | None = None
-    log_start_offset: int | None = None
-    """The broker's own log start (its local log), or a lower bound learned from an
-    OFFSET_OUT_OF_RANGE answer."""
 
 
 class RemoteTier:
@@ -106,9 +95,10 @@ class RemoteTier:
             min_lag_bytes=config.offload_min_lag_bytes,
         )
         self.sessions = FetchSessions(slots=config.session_cache_slots)
+        self.broker_view = BrokerView()
+        self.unresolved = UnresolvedTransactions()
         self.metrics = metrics
         self._topic_ids: LRUCache[str, uuid.UUID] = LRUCache(_TOPIC_IDS_KEPT)
-        self._state: LRUCache[TopicIdPartition, PartitionState] = LRUCache(_PARTITIONS_KEPT)
         if metrics is not None:
             metrics.watch(self)
 
@@ -168,12 +158,6 @@ class RemoteTier:
             size += segment.segment_size_in_bytes
             offsets += segment.end_offset - segment.start_offset + 1
         return size / offsets if offsets else 0.0
-
-    def state(self, tp: TopicIdPartition) -> PartitionState:
-        return self._state.get(tp) or PartitionState()
-
-    def update_state(self, tp: TopicIdPartition, state: PartitionState) -> None:
-        self._state[tp] = state
 
 
 async def open_remote_tier(

@@ -60,15 +60,16 @@ def check_remote_settings(settings: Mapping[str, Any]) -> None:
 def remote_interceptors(tier: Any) -> tuple[Interceptor, ...]:
     """The read path's interceptors over ``tier`` (a :class:`~proxy.remote.tier.RemoteTier`),
     in registration order."""
-    from proxy.interceptors.fetch import FetchInterceptor, MetadataTopicIds  # noqa: PLC0415
+    from proxy.interceptors.fetch import FetchInterceptor  # noqa: PLC0415
     from proxy.interceptors.list_offsets import ListOffsetsInterceptor  # noqa: PLC0415
     from proxy.interceptors.offset_for_leader_epoch import (  # noqa: PLC0415
         OffsetForLeaderEpochInterceptor,
     )
+    from proxy.interceptors.topic_ids import MetadataTopicIds  # noqa: PLC0415
 
     return (
         MetadataTopicIds(tier),
-        FetchInterceptor(tier),
+        FetchInterceptor.for_tier(tier),
         ListOffsetsInterceptor(tier),
         OffsetForLeaderEpochInterceptor(tier),
     )

@@ -229,10 +229,10 @@ async def test_fetch_responses_without_endpoints_pass_undecoded_through_the_rout
         responses=(),
     )
     payload = encode_response_header(9, 1) + encode_response(plain)
-    assert route.exchange.passes(bytearray(payload))
+    assert route.exchange.try_pass_through(bytearray(payload))
     moved, _, _ = response_with_brokers(ApiKey.FETCH, 16)
     payload = encode_response_header(9, 1) + encode_response(moved)
-    assert not route.exchange.passes(bytearray(payload))
+    assert not route.exchange.try_pass_through(bytearray(payload))
     out = await route.exchange.respond(bytearray(payload))
     endpoints = decode_response(ApiKey.FETCH, 16, bytes(out)[5:]).node_endpoints
     assert {(e.host, e.port) for e in endpoints} == {("proxy", 19092), ("proxy", 19093)}

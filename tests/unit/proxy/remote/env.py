@@ -15,12 +15,10 @@ from prometheus_client import CollectorRegistry
 from protocol.errors import KafkaError
 from protocol.messages import ApiKey
 from protocol.records import parse_batch_header
-from proxy.interceptors.fetch import FetchInterceptor, MetadataTopicIds
-from proxy.interceptors.list_offsets import ListOffsetsInterceptor
-from proxy.interceptors.offset_for_leader_epoch import OffsetForLeaderEpochInterceptor
 from proxy.remote.config import RemoteFetchConfig
 from proxy.remote.metrics import RemoteMetrics
 from proxy.remote.tier import RemoteTier
+from proxy.remote.wiring import remote_interceptors
 from proxy.server import ProxyServer
 from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteStorageError
@@ -165,12 +163,7 @@ async def start_env(
     tier.start()
     proxy = await make_proxy(
         fake_broker,
-        interceptors=(
-            MetadataTopicIds(tier),
-            FetchInterceptor(tier),
-            ListOffsetsInterceptor(tier),
-            OffsetForLeaderEpochInterceptor(tier),
-        ),
+        interceptors=remote_interceptors(tier),
     )
     client = await KafkaClient.connect(proxy)
     env = Env(

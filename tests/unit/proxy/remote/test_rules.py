@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from protocol.fetch_bodies import FetchPosition
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from proxy.remote.epochs import EpochEndOffset, end_offset
 from proxy.remote.offsets import (
@@ -19,7 +20,7 @@ from proxy.remote.offsets import (
     answer,
     plan,
 )
-from proxy.remote.sessions import FetchPosition, FetchSessions
+from proxy.remote.sessions import FetchSessions
 from storage.rlmm.cache import RemoteLogMetadataCache
 from tests.unit.storage.rlmm.reference import TP, copy, lineage, seg
 

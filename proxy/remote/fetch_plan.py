@@ -1,0 +1,143 @@
+"""Which partitions of a consumer's Fetch the remote tier serves, and what the broker is asked.
+
+A partition is *tiered* when the remote tier holds part of it, and *served remotely* when
+its fetch offset lies in the remote tier (``[remote log start, remote log end]``) and either
+
+- the broker cannot serve it: earlier answers showed that the broker's own log starts after
+  the offset (the broker would answer OFFSET_OUT_OF_RANGE); or
+- the offload policy wants it (``remote.fetch.offload.enable``; DESIGN.md "Read path" 4),
+  unless READ_COMMITTED reads there reach a transaction the remote tier cannot resolve yet.
+
+A partition known to be served remotely is forwarded as a *probe*: at the last offset the
+broker serves (or just after the remote tier until that is known) with a one-byte limit,
+and the request's ``min_bytes`` set to 0. The broker still checks the client's rights and
+leader epoch for it, answers at once, and reports its high watermark, last stable offset
+and log start, but reads at most its last batch. A tiered partition that is not served
+remotely is forwarded as the client asked; if the broker then answers OFFSET_OUT_OF_RANGE
+inside the remote tier, the response stage serves it remotely all the same.
+
+Nothing here changes state: the planner reads what :class:`~proxy.remote.broker_view.
+BrokerView` learned and what the metadata cache says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import uuid
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from protocol.fetch_bodies import FetchPosition, PartitionKey
+from proxy.remote.broker_view import BrokerView
+from proxy.remote.offload import OffloadPolicy
+from proxy.remote.offsets import RemoteRange
+from proxy.remote.unresolved import UnresolvedTransactions
+from storage.model import TopicIdPartition
+
+__all__ = ["PROBE_BYTES", "FetchPlanner", "TieredPartition", "TieredPartitions"]
+
+PROBE_BYTES: Final = 1
+"""``partition_max_bytes`` forwarded for a remote-served partition: the broker answers at
+once (at least one byte is readable) and reads next to nothing."""
+
+
+class TieredPartitions(Protocol):
+    """How the planner finds a request's partition in the remote tier (``RemoteTier``)."""
+
+    def partition(
+        self, *, topic: str | None, topic_id: uuid.UUID | None, partition: int
+    ) -> TopicIdPartition | None: ...
+
+    def remote_range(self, tp: TopicIdPartition) -> RemoteRange | None: ...
+
+    def bytes_per_record(self, tp: TopicIdPartition) -> float: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TieredPartition:
+    """A tiered partition of one Fetch, as planned when the request went out."""
+
+    key: PartitionKey
+    tp: TopicIdPartition
+    remote: RemoteRange
+    position: FetchPosition
+    """Where the client fetches."""
+    served: bool
+    """Forwarded as a probe: served remotely whatever the broker says (see the module)."""
+
+
+class FetchPlanner:
+    """Plans the tiered partitions of Fetch requests; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        partitions: TieredPartitions,
+        broker_view: BrokerView,
+        offload: OffloadPolicy,
+        unresolved: UnresolvedTransactions,
+    ) -> None:
+        self._partitions = partitions
+        self._broker = broker_view
+        self._offload = offload
+        self._unresolved = unresolved
+
+    def plan(
+        self, key: PartitionKey, position: FetchPosition, *, read_committed: bool
+    ) -> TieredPartition | None:
+        """The plan of one partition, ``None`` when nothing of it is tiered."""
+        topic, partition = key
+        tp = self._partitions.partition(
+            topic=topic if isinstance(topic, str) else None,
+            topic_id=topic if isinstance(topic, uuid.UUID) else None,
+            partition=partition,
+        )
+        if tp is None:
+            return None
+        remote = self._partitions.remote_range(tp)
+        if remote is None:
+            return None
+        planned = functools.partial(
+            TieredPartition, key=key, tp=tp, remote=remote, position=position
+        )
+        offset = position.fetch_offset
+        if not remote.start <= offset <= remote.end:
+            return planned(served=False)
+        state = self._broker.state(tp)
+        if state.log_start_offset is not None and offset < state.log_start_offset:
+            return planned(served=True)
+        if read_committed and self._unresolved.blocks(tp, remote, offset):
+            return planned(served=False)
+        offload = self._offload
+        return planned(
+            served=offload.offload(
+                fetch_offset=offset,
+                remote_start=remote.start,
+                remote_end=remote.end,
+                high_watermark=state.high_watermark,
+                bytes_per_record=(
+                    self._partitions.bytes_per_record(tp) if offload.min_lag_bytes else 0.0
+                ),
+            )
+        )
+
+    def forwarded_position(self, tiered: TieredPartition, *, read_committed: bool) -> FetchPosition:
+        """Where the broker is asked about ``tiered``: the client's position, or the probe."""
+        if not tiered.served:
+            return tiered.position
+        return dataclasses.replace(
+            tiered.position,
+            fetch_offset=self._probe_offset(tiered, read_committed),
+            partition_max_bytes=PROBE_BYTES,
+        )
+
+    def _probe_offset(self, tiered: TieredPartition, read_committed: bool) -> int:
+        """At the last offset the broker serves (its last batch is all it reads, and brokers
+        that ignore the byte limit, like Tansu, send no more), or after the remote tier
+        until that is known."""
+        state = self._broker.state(tiered.tp)
+        bound = state.last_stable_offset if read_committed else state.high_watermark
+        if bound is not None and bound > 0:
+            return bound - 1
+        return tiered.remote.end + 1
