@@ -32,6 +32,7 @@ import asyncio
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Final, Self
 
 from cachetools import LRUCache
@@ -62,7 +63,6 @@ from proxy.remote.tier import RemoteTier
 __all__ = ["FetchInterceptor"]
 
 _NONE: Final = int(KafkaError.NONE)
-_OUT_OF_RANGE: Final = int(KafkaError.OFFSET_OUT_OF_RANGE)
 _PLANS_KEPT: Final = 100_000
 """Fetches between request and response whose plan is kept; a connection that dies
 mid-Fetch leaves its plan behind, so the map is bounded."""
@@ -84,6 +84,18 @@ class _Plan:
     """Reads of remote-served partitions started with the request."""
 
 
+class _Verdict(Enum):
+    """Who answers a tiered partition, given the broker's answer."""
+
+    REMOTE = "remote"
+    """The remote tier: a probe the broker accepted, or an offset it no longer holds."""
+    BROKER = "broker"
+    """The broker's own answer stands (its records, or its error)."""
+    RETRY = "retry"
+    """Neither yet: the broker's log start moved and nobody knows whether the remote tier
+    still joins it. No records and no error; the next Fetch probes (see the planner)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Read:
     """A remote read of one partition, from the broker's answer to the reply's fields."""
@@ -91,11 +103,13 @@ class _Read:
     tiered: TieredPartition
     state: PartitionState
     started: Started = None
+    retry: bool = False
+    """Answer without records and without reading (:attr:`_Verdict.RETRY`)."""
 
     @property
     def throttled(self) -> bool:
         """No read was made and no error is to be answered (quota, or no room left)."""
-        return self.started is None
+        return self.started is None and not self.retry
 
 
 class FetchInterceptor(Interceptor):
@@ -183,7 +197,7 @@ class FetchInterceptor(Interceptor):
             started=asyncio.get_running_loop().time(),
         )
         for key, planned in tiered.items():
-            if planned.served:
+            if planned.served and planned.reach_known:
                 # The read runs while the broker answers the probe, so a Fetch costs the
                 # longer of the two round trips, not their sum; its result is used only if
                 # the broker's answer allows it.
@@ -268,11 +282,13 @@ class FetchInterceptor(Interceptor):
             if tiered is None:
                 local_bytes += len(part.records)
                 continue
-            state = self._broker.learn(
-                tiered.tp, part, fetch_offset=tiered.position.fetch_offset, remote=tiered.remote
-            )
-            if _served_remotely(tiered, part):
-                reads.append(_Read(tiered=tiered, state=state))
+            asked = (
+                plan.view.sent.get(part.key) or plan.view.broker.get(part.key) or tiered.position
+            ).fetch_offset
+            state = self._broker.learn(tiered.tp, part, offset=asked, remote=tiered.remote)
+            verdict = _verdict(tiered, part, state)
+            if verdict is not _Verdict.BROKER:
+                reads.append(_Read(tiered=tiered, state=state, retry=verdict is _Verdict.RETRY))
                 continue
             local_bytes += len(part.records)
             if part.error == KafkaError.NONE and part.log_start_offset >= 0:
@@ -283,7 +299,7 @@ class FetchInterceptor(Interceptor):
             reads += [
                 _Read(tiered=tiered, state=self._broker.state(tiered.tp))
                 for key, tiered in plan.tiered.items()
-                if tiered.served and key not in editor
+                if tiered.served and tiered.reach_known and key not in editor
             ]
         return reads, local_bytes
 
@@ -291,6 +307,8 @@ class FetchInterceptor(Interceptor):
         """The read for a partition the broker answered: the early one, or a new one unless
         the quota, the queue or the budget say no."""
         key = read.tiered.key
+        if read.retry:
+            return read
         if key in plan.early:
             started = plan.early[key]
         elif budget <= 0 and budget < plan.request.max_bytes:
@@ -351,16 +369,26 @@ class FetchInterceptor(Interceptor):
             await asyncio.sleep(remaining)
 
 
-def _served_remotely(tiered: TieredPartition, answer: FetchedPartition) -> bool:
-    """Whether the remote tier answers a tiered partition, given the broker's answer: a
-    probe the broker accepted, or any read the broker refused as out of range inside the
-    remote tier. Any other error is the broker's answer (authorisation, leadership, ...)."""
+def _verdict(tiered: TieredPartition, answer: FetchedPartition, state: PartitionState) -> _Verdict:
+    """Who answers ``tiered`` now that the broker answered ``answer`` (and ``state`` holds
+    what that taught). Errors other than OFFSET_OUT_OF_RANGE are always the broker's
+    (authorisation, leadership, ...): they hold whatever the position."""
     offset, remote = tiered.position.fetch_offset, tiered.remote
+    reaches = state.reaches(remote)
     if answer.error == KafkaError.NONE:
-        return tiered.served
-    if answer.error == KafkaError.OFFSET_OUT_OF_RANGE and remote.start <= offset:
-        return tiered.served or offset <= remote.end
-    return False
+        if not tiered.served:
+            return _Verdict.BROKER
+        # A probe's records are the broker's at the probe position, never the client's.
+        return _Verdict.REMOTE if reaches else _Verdict.RETRY
+    if answer.error != KafkaError.OFFSET_OUT_OF_RANGE or tiered.served:
+        # A refused probe: the broker's log starts after it, so after the client's offset,
+        # and the remote tier does not reach it: out of range, as Kafka answers.
+        return _Verdict.BROKER
+    if not remote.start <= offset <= remote.end or reaches is False:
+        return _Verdict.BROKER
+    if reaches is None:
+        return _Verdict.RETRY
+    return _Verdict.REMOTE
 
 
 def _known(value: int | None) -> int:

@@ -102,10 +102,11 @@ class ListOffsetsInterceptor(Interceptor):
         return dataclasses.replace(request, topics=tuple(topics))
 
     def _needs_answer(self, topic: str, partition: int, query: _Query) -> bool:
-        """Whether the broker's answer for this partition may need changing."""
+        """Whether the broker's answer for this partition may need changing (or, for an
+        EARLIEST_LOCAL of a tiered partition, teaches where the broker's log starts)."""
         if query.query is OffsetQuery.LATEST_TIERED:
             return True
-        if query.query in _BROKER_ANSWERS:
+        if query.query is OffsetQuery.BROKER:
             return False
         return self._tier.partition(topic=topic, topic_id=None, partition=partition) is not None
 
@@ -126,7 +127,7 @@ class ListOffsetsInterceptor(Interceptor):
                 tp = self._tier.partition(
                     topic=topic.name, topic_id=None, partition=part.partition_index
                 )
-                remote = None if tp is None else self._tier.remote_range(tp)
+                remote = None if tp is None else self._reachable(tp, query, part.offset)
                 if query.query in _BROKER_ANSWERS or (
                     remote is None and query.query is not OffsetQuery.LATEST_TIERED
                 ):
@@ -145,6 +146,18 @@ class ListOffsetsInterceptor(Interceptor):
                 for topic, parts in zip(response.topics, topics, strict=True)
             ),
         )
+
+    def _reachable(self, tp: TopicIdPartition, query: _Query, offset: int) -> RemoteRange | None:
+        """``tp``'s remote tier, or ``None`` when it does not join the broker's log (a gap:
+        remote data below it is not served, as in Kafka). EARLIEST answers (EARLIEST_LOCAL
+        was asked as EARLIEST) are the broker's exact log start: the broker view learns it."""
+        remote = self._tier.remote_range(tp)
+        broker = self._tier.broker_view
+        if query.query in (OffsetQuery.EARLIEST, OffsetQuery.EARLIEST_LOCAL):
+            broker.learn_log_start(tp, offset, remote)
+        if remote is None or broker.state(tp).reaches(remote) is False:
+            return None
+        return remote
 
     async def _answer(
         self,

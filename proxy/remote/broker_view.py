@@ -1,20 +1,30 @@
 """What the broker last said about each tiered partition: where the read path learns.
 
-Rules of this file (everything the proxy learns from the broker's Fetch answers lives here):
+Rules of this file (everything the proxy learns from the broker's answers lives here):
 
-- A partition the broker answers without error reports its high watermark, last stable
-  offset and (v5+) its own log start: all three are kept as the latest word.
-- OFFSET_OUT_OF_RANGE at an offset inside the remote tier means the broker's log starts
-  after that offset but no later than the remote end + 1 (nothing is deleted before it is
-  tiered). That bound is kept until an answer without error says exactly where the log
-  starts; the read path then probes the broker there from the next Fetch on.
+- A Fetch answer without error reports the partition's high watermark, last stable offset
+  and (v5+) the broker's own log start at the time: the latest word on all three. Below
+  v5 an answer without error at offset ``o`` only says that the log starts at or before
+  ``o``.
+- A Fetch answer OFFSET_OUT_OF_RANGE at offset ``o`` (with Kafka, it carries no offsets at
+  all) says that the log starts after ``o``: a log start known to be at or below ``o`` is
+  out of date (the broker's retention or a DeleteRecords moved it).
+- A ListOffsets EARLIEST answer is the broker's exact log start.
 - Nothing else changes the state: errors such as NOT_LEADER or an authorisation failure
   say nothing about the log.
+
+The remote tier is *reachable* only when it joins the broker's log: its end + 1 is at or
+above the broker's log start. Kafka never shows a gap (its earliest offset is the first it
+can serve contiguously), so remote data below a gap — left when the broker deleted data
+that was never tiered, by its own retention or a DeleteRecords — is never served and never
+reported as the log start. Gaps are logged once per remote end and kept for the metrics.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -22,10 +32,13 @@ from cachetools import LRUCache
 
 from protocol.errors import KafkaError
 from protocol.fetch_bodies import FetchedPartition
+from proxy.logs import event
 from proxy.remote.offsets import RemoteRange
 from storage.model import TopicIdPartition
 
 __all__ = ["BrokerView", "PartitionState"]
+
+_log = logging.getLogger("tierproxy.fetch")
 
 _PARTITIONS_KEPT: Final = 1_000_000
 """Tiered partitions whose broker offsets the proxy remembers (about 100 bytes each)."""
@@ -33,58 +46,136 @@ _PARTITIONS_KEPT: Final = 1_000_000
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PartitionState:
-    """What the broker last said about a tiered partition (``None``: not known yet)."""
+    """What the broker last said about a tiered partition (``None``: not known)."""
 
     high_watermark: int | None = None
     last_stable_offset: int | None = None
     log_start_offset: int | None = None
-    """The broker's own log start (its local log), or a lower bound learned from an
-    OFFSET_OUT_OF_RANGE answer."""
+    """The broker's own log start (its local log), when an answer said it exactly."""
+    log_start_at_most: int | None = None
+    """An offset the broker served without error (Fetch v4 answers carry no log start)."""
+    log_start_after: int | None = None
+    """An offset the broker refused as out of range: its log starts after it."""
+
+    def reaches(self, remote: RemoteRange) -> bool | None:
+        """Whether the remote tier joins the broker's log (``None``: not known yet)."""
+        if self.log_start_offset is not None:
+            return self.log_start_offset <= remote.end + 1
+        if self.log_start_at_most is not None and self.log_start_at_most <= remote.end + 1:
+            return True
+        if self.log_start_after is not None and self.log_start_after >= remote.end + 1:
+            return False
+        return None
+
+    def broker_holds(self, offset: int) -> bool | None:
+        """Whether the broker's own log holds ``offset`` (``None``: not known)."""
+        if self.log_start_offset is not None:
+            return self.log_start_offset <= offset
+        if self.log_start_at_most is not None and self.log_start_at_most <= offset:
+            return True
+        if self.log_start_after is not None and offset <= self.log_start_after:
+            return False
+        return None
 
     def whole_log_start(self, remote: RemoteRange) -> int:
-        """The start of the whole log, remote tier included: what Kafka with tiered storage
-        reports as ``log_start_offset``."""
-        if self.log_start_offset is None or self.log_start_offset < 0:
+        """The start of the whole log, remote tier included when it joins the broker's:
+        what Kafka with tiered storage reports as ``log_start_offset``."""
+        broker = self.log_start_offset
+        if broker is None or broker < 0:
             return remote.start
-        return min(remote.start, self.log_start_offset)
+        return min(remote.start, broker) if broker <= remote.end + 1 else broker
+
+    def gap(self, remote: RemoteRange) -> int | None:
+        """Offsets the broker deleted between the remote end and its log start (at least
+        that many when the exact log start is not known); ``None`` when there is none."""
+        if self.reaches(remote) is not False:
+            return None
+        start = self.log_start_offset
+        if start is None:
+            start = (self.log_start_after or remote.end) + 1
+        return start - (remote.end + 1)
 
 
 class BrokerView:
-    """The latest :class:`PartitionState` per tiered partition, learned from Fetch answers."""
+    """The latest :class:`PartitionState` per tiered partition; see the module docstring."""
 
     def __init__(self, *, capacity: int = _PARTITIONS_KEPT) -> None:
         self._states: LRUCache[TopicIdPartition, PartitionState] = LRUCache(capacity)
+        self._gaps: LRUCache[TopicIdPartition, tuple[int, int]] = LRUCache(capacity)
+        """Per partition with a gap: (remote end, offsets missing), as last logged."""
 
     def state(self, tp: TopicIdPartition) -> PartitionState:
         return self._states.get(tp) or PartitionState()
 
     def learn(
-        self,
-        tp: TopicIdPartition,
-        answer: FetchedPartition,
-        *,
-        fetch_offset: int,
-        remote: RemoteRange,
+        self, tp: TopicIdPartition, answer: FetchedPartition, *, offset: int, remote: RemoteRange
     ) -> PartitionState:
-        """Apply the broker's answer for ``tp`` (fetched at ``fetch_offset``); the new state."""
+        """Apply the broker's Fetch answer for ``tp`` at ``offset``; the new state."""
         state = self.state(tp)
         if answer.error == KafkaError.NONE:
+            exact = answer.log_start_offset if answer.log_start_offset >= 0 else None
+            at_most = None
+            if exact is None:  # Fetch v4: served at ``offset``, so the log starts by then
+                known = state.log_start_at_most
+                at_most = offset if known is None else min(known, offset)
             state = PartitionState(
                 high_watermark=answer.high_watermark,
                 last_stable_offset=answer.last_stable_offset,
-                log_start_offset=(
-                    answer.log_start_offset
-                    if answer.log_start_offset >= 0
-                    else state.log_start_offset
-                ),
+                log_start_offset=exact,
+                log_start_at_most=at_most,
             )
-        elif (
-            answer.error == KafkaError.OFFSET_OUT_OF_RANGE
-            and remote.start <= fetch_offset <= remote.end
-        ):
-            floor = max(state.log_start_offset or 0, remote.end + 1)
-            state = dataclasses.replace(state, log_start_offset=floor)
+        elif answer.error == KafkaError.OFFSET_OUT_OF_RANGE:
+            stale = state.log_start_offset is not None and state.log_start_offset <= offset
+            state = dataclasses.replace(
+                state,
+                log_start_offset=None if stale else state.log_start_offset,
+                log_start_at_most=None,
+                log_start_after=max(offset, state.log_start_after or -1),
+            )
         else:
             return state
+        return self._keep(tp, state, remote)
+
+    def learn_log_start(
+        self, tp: TopicIdPartition, log_start_offset: int, remote: RemoteRange | None
+    ) -> None:
+        """The broker answered ListOffsets EARLIEST for ``tp`` with ``log_start_offset``."""
+        if log_start_offset < 0:
+            return
+        state = dataclasses.replace(
+            self.state(tp),
+            log_start_offset=log_start_offset,
+            log_start_at_most=None,
+            log_start_after=None,
+        )
+        self._keep(tp, state, remote)
+
+    def gaps(self) -> Mapping[TopicIdPartition, tuple[int, int]]:
+        """Partitions whose remote tier does not reach the broker's log: (remote end,
+        offsets missing)."""
+        return dict(self._gaps.items())
+
+    def _keep(
+        self, tp: TopicIdPartition, state: PartitionState, remote: RemoteRange | None
+    ) -> PartitionState:
         self._states[tp] = state
+        gap = None if remote is None else state.gap(remote)
+        if gap is None:
+            self._gaps.pop(tp, None)
+            return state
+        assert remote is not None
+        if self._gaps.get(tp) != (remote.end, gap):
+            self._gaps[tp] = (remote.end, gap)
+            event(
+                _log,
+                logging.WARNING,
+                "remote.log.gap",
+                topic=tp.topic,
+                partition=tp.partition,
+                remote_end=remote.end,
+                broker_log_start=state.log_start_offset,
+                missing_records=gap,
+                meaning="the broker deleted data that was never tiered; "
+                "the remote tier below it is not served",
+            )
         return state

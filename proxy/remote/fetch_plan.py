@@ -1,20 +1,26 @@
 """Which partitions of a consumer's Fetch the remote tier serves, and what the broker is asked.
 
-A partition is *tiered* when the remote tier holds part of it, and *served remotely* when
-its fetch offset lies in the remote tier (``[remote log start, remote log end]``) and either
+A partition is *tiered* when the remote tier holds part of it. When its fetch offset lies in
+the remote tier (``[remote log start, remote log end]``):
 
-- the broker cannot serve it: earlier answers showed that the broker's own log starts after
-  the offset (the broker would answer OFFSET_OUT_OF_RANGE); or
-- the offload policy wants it (``remote.fetch.offload.enable``; DESIGN.md "Read path" 4),
+- If the remote tier does not join the broker's log (a gap: the broker deleted data that
+  was never tiered), it is unreachable, as in Kafka: the partition is left to the broker,
+  whose OFFSET_OUT_OF_RANGE sends the consumer to the first offset servable contiguously.
+- If nobody knows yet where the broker's log starts, the partition is forwarded as a
+  *reach probe* just after the remote tier: the broker's answer tells whether the two
+  tiers join (then the remote tier serves the partition in this very response) or not
+  (then its OFFSET_OUT_OF_RANGE is the client's answer).
+- Otherwise it is *served remotely* when the broker no longer holds the offset, or when
+  the offload policy wants it (``remote.fetch.offload.enable``; DESIGN.md "Read path" 4),
   unless READ_COMMITTED reads there reach a transaction the remote tier cannot resolve yet.
 
-A partition known to be served remotely is forwarded as a *probe*: at the last offset the
-broker serves (or just after the remote tier until that is known) with a one-byte limit,
-and the request's ``min_bytes`` set to 0. The broker still checks the client's rights and
-leader epoch for it, answers at once, and reports its high watermark, last stable offset
-and log start, but reads at most its last batch. A tiered partition that is not served
-remotely is forwarded as the client asked; if the broker then answers OFFSET_OUT_OF_RANGE
-inside the remote tier, the response stage serves it remotely all the same.
+A partition served remotely is forwarded as a *probe*: at the broker's high watermark (last
+stable offset for READ_COMMITTED; just after the remote tier until that is known) with a
+one-byte limit, and the request's ``min_bytes`` set to 0. The broker still checks the
+client's rights and leader epoch for it, answers at once, and reports its high watermark,
+last stable offset and log start; at its high watermark it has nothing to read (a batch
+only if records arrived since the last answer). Every other partition is forwarded as the
+client asked.
 
 Nothing here changes state: the planner reads what :class:`~proxy.remote.broker_view.
 BrokerView` learned and what the metadata cache says.
@@ -64,7 +70,10 @@ class TieredPartition:
     position: FetchPosition
     """Where the client fetches."""
     served: bool
-    """Forwarded as a probe: served remotely whatever the broker says (see the module)."""
+    """Forwarded as a probe: served remotely if the broker's answer allows it."""
+    reach_known: bool = True
+    """``False`` for a reach probe: whether the remote tier joins the broker's log is what
+    the broker's answer tells."""
 
 
 class FetchPlanner:
@@ -105,7 +114,12 @@ class FetchPlanner:
         if not remote.start <= offset <= remote.end:
             return planned(served=False)
         state = self._broker.state(tp)
-        if state.log_start_offset is not None and offset < state.log_start_offset:
+        reaches = state.reaches(remote)
+        if reaches is False:
+            return None
+        if reaches is None:
+            return planned(served=True, reach_known=False)
+        if state.broker_holds(offset) is not True:
             return planned(served=True)
         if read_committed and self._unresolved.blocks(tp, remote, offset):
             return planned(served=False)
@@ -133,11 +147,10 @@ class FetchPlanner:
         )
 
     def _probe_offset(self, tiered: TieredPartition, read_committed: bool) -> int:
-        """At the last offset the broker serves (its last batch is all it reads, and brokers
-        that ignore the byte limit, like Tansu, send no more), or after the remote tier
-        until that is known."""
+        """At the broker's high watermark or last stable offset, where it has nothing to
+        read, or just after the remote tier for a reach probe or while neither is known."""
         state = self._broker.state(tiered.tp)
         bound = state.last_stable_offset if read_committed else state.high_watermark
-        if bound is not None and bound > 0:
-            return bound - 1
+        if tiered.reach_known and bound is not None and bound > tiered.remote.end:
+            return bound
         return tiered.remote.end + 1

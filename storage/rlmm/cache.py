@@ -104,6 +104,7 @@ class _Partition:
         "_chain",
         "_highest",
         "_highest_dirty",
+        "_holes",
         "_last_epochs",
         "_lineage",
         "delete_status",
@@ -117,6 +118,9 @@ class _Partition:
         self.delete_status: PartitionDeleteStatus | None = None
         self._chain = array("i")
         """Slots of the lineage chain, head to tip."""
+        self._holes: list[int] = []
+        """Start offsets of the chain's segments that begin after a hole (offsets no copy
+        holds), in order: the remote log is contiguous only from the last of them."""
         self._lineage: tuple[EpochEntry, ...] = ()
         self._highest: dict[int, int] = {}
         self._highest_dirty = False
@@ -195,6 +199,7 @@ class _Partition:
         if tip is None:
             self._chain = array("i")
             self._lineage = ()
+            self._holes = []
         else:
             self._splice(tip, len(chain), self.seg.start[tip])
 
@@ -204,6 +209,8 @@ class _Partition:
         seg, chain = self.seg, self._chain
         if self._step(seg.start[slot], _first_epoch(seg, slot)) != chain[-1]:
             return False
+        if seg.start[slot] > seg.end[chain[-1]] + 1:
+            self._holes.append(seg.start[slot])
         chain.append(slot)
         entries = list(self._lineage)
         for epoch, first, _ in seg.ranges(slot):
@@ -242,6 +249,21 @@ class _Partition:
 
     def chain(self) -> array[int]:
         return self._chain
+
+    def contiguous_start(self) -> int | None:
+        """The first offset of the chain's last contiguous run (its end is the tip's)."""
+        if not self._chain:
+            return None
+        return self._holes[-1] if self._holes else self.seg.start[self._chain[0]]
+
+    def holes(self) -> list[tuple[int, int]]:
+        """The offset ranges (first, last) that no copy of the chain holds, in order."""
+        seg, chain = self.seg, self._chain
+        out = []
+        for start in self._holes:
+            position = bisect.bisect_left(chain, start, key=seg.start.__getitem__)
+            out.append((seg.end[chain[position - 1]] + 1, start - 1))
+        return out
 
     def _splice(self, top: int, keep_from: int, converge_below: int) -> None:
         """Walk the chain down again from ``top``, keeping ``chain[keep_from:]`` above it.
@@ -291,7 +313,27 @@ class _Partition:
                 merged.append(EpochEntry(epoch=epoch, start_offset=suffix_start))
             merged.extend(old_lineage[above:])
         self._lineage = tuple(merged)
+        replaced = [seg.start[slot] for slot in old_chain[kept:keep_from]]
         old_chain[kept:keep_from] = array("i", walked)
+        low = min([seg.start[walked[0]], *replaced[:1]])
+        self._refresh_holes(kept, kept + len(walked), low, max(replaced, default=low))
+
+    def _refresh_holes(self, first: int, after: int, low: int, replaced_high: int) -> None:
+        """Recompute the holes before ``chain[first:after + 1]`` (the walked part and the
+        element after it), dropping those recorded from offset ``low`` up to there or up to
+        ``replaced_high``, the last start of the elements the walk replaced."""
+        seg, chain = self.seg, self._chain
+        last = min(after, len(chain) - 1)
+        high = max(seg.start[chain[last]], replaced_high)
+        holes = self._holes
+        del holes[bisect.bisect_left(holes, low) : bisect.bisect_right(holes, high)]
+        found = [
+            seg.start[chain[i]]
+            for i in range(max(first, 1), last + 1)
+            if seg.start[chain[i]] > seg.end[chain[i - 1]] + 1
+        ]
+        position = bisect.bisect_left(holes, low)
+        holes[position:position] = found
 
     def _step(self, start: int, epoch: int) -> int | None:
         """The chain predecessor of offset ``start`` written in ``epoch`` (see module doc)."""
@@ -644,12 +686,18 @@ class RemoteLogMetadataCache:
         return None if partition is None else partition.highest(epoch)
 
     def remote_log_start_offset(self, tp: TopicIdPartition) -> int | None:
-        """The first offset of the remote log (start of the lineage chain), or ``None``."""
+        """The first offset of the remote log, or ``None``: the start of the lineage chain's
+        last contiguous run. Copies below a hole in the chain (offsets that no copy holds,
+        left when the broker deleted data before it was tiered) cannot be read through to
+        the end, so, as in Kafka, they are not part of the log; :meth:`remote_log_holes`
+        names the holes."""
         partition = self._find_partition(tp)
-        if partition is None:
-            return None
-        chain = partition.chain()
-        return partition.seg.start[chain[0]] if chain else None
+        return None if partition is None else partition.contiguous_start()
+
+    def remote_log_holes(self, tp: TopicIdPartition) -> list[tuple[int, int]]:
+        """Offset ranges (first, last) inside the lineage chain that no copy holds."""
+        partition = self._find_partition(tp)
+        return [] if partition is None else partition.holes()
 
     def remote_log_end_offset(self, tp: TopicIdPartition) -> int | None:
         """The last offset of the remote log (end of the lineage tip, inclusive), or ``None``."""

@@ -52,19 +52,18 @@ async def test_out_of_range_partitions_get_remote_batches_with_the_whole_log_sta
     assert batches_of(first.records) == env.all_batches[1:5]  # one segment per read
     assert first.log_start_offset == 0
     assert first.preferred_read_replica == -1
-    assert first.high_watermark == -1  # a Kafka broker reports none with OFFSET_OUT_OF_RANGE
-    # From now on the proxy probes the broker past the remote tier: real offsets come back.
+    # The first Fetch probes just past the remote tier, to learn whether the broker's log
+    # joins it: the broker's real offsets come back with the remote records.
+    assert (first.high_watermark, first.last_stable_offset) == (LAST + 1, LAST + 1)
+    forwarded = env.broker.fetches()[-1].topics[0].partitions[0]
+    assert (forwarded.fetch_offset, forwarded.partition_max_bytes) == (TIERED_END + 1, 1)
     second = only(await fetch(env, 12, 10))
     assert (second.high_watermark, second.last_stable_offset) == (LAST + 1, LAST + 1)
     assert second.log_start_offset == 0
+    assert batches_of(second.records)[0] == env.all_batches[5]
+    # From now on the probe goes to the high watermark, where the broker has nothing to read.
     forwarded = env.broker.fetches()[-1].topics[0].partitions[0]
-    # The first probe goes just past the remote tier; once the high watermark is known,
-    # to the last offset.
-    assert (forwarded.fetch_offset, forwarded.partition_max_bytes) == (TIERED_END + 1, 1)
-    third = only(await fetch(env, 12, 12))
-    assert batches_of(third.records)[0] == env.all_batches[6]
-    forwarded = env.broker.fetches()[-1].topics[0].partitions[0]
-    assert (forwarded.fetch_offset, forwarded.partition_max_bytes) == (LAST, 1)
+    assert (forwarded.fetch_offset, forwarded.partition_max_bytes) == (LAST + 1, 1)
     assert env.broker.fetches()[-1].min_bytes == 0
     # Past the remote tier the broker serves the client's own position again.
     local = only(await fetch(env, 12, TIERED_END + 1))
@@ -101,7 +100,7 @@ async def test_offload_serves_tiered_ranges_the_broker_still_has(make_env: EnvFa
         if f.topics[0].partitions[0].partition_max_bytes == 1
     ]
     assert served, "the broker was never spared a tiered read"
-    assert {p.fetch_offset for p in served} <= {TIERED_END + 1, LAST}
+    assert {p.fetch_offset for p in served} <= {TIERED_END + 1, LAST + 1}
 
 
 async def test_offload_lag_threshold(make_env: EnvFactory) -> None:
@@ -110,7 +109,7 @@ async def test_offload_lag_threshold(make_env: EnvFactory) -> None:
     await fetch(env, 12, 20)
     assert env.broker.fetches()[-1].topics[0].partitions[0].fetch_offset == 20
     await fetch(env, 12, 10)
-    assert env.broker.fetches()[-1].topics[0].partitions[0].fetch_offset == LAST
+    assert env.broker.fetches()[-1].topics[0].partitions[0].fetch_offset == LAST + 1
 
 
 async def test_read_committed_gets_the_remote_aborted_transactions(make_env: EnvFactory) -> None:

@@ -7,6 +7,7 @@ the property tests check the compact, incremental cache against it.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from dataclasses import dataclass, field, replace
 
@@ -234,11 +235,23 @@ class ReferenceCache:
                     entries.append(EpochEntry(epoch=epoch, start_offset=offset))
         return tuple(entries)
 
+    def holes(self) -> list[tuple[int, int]]:
+        """Offset ranges between consecutive chain copies that neither holds."""
+        chain = [c.metadata for c in self.chain()]
+        return [
+            (a.end_offset + 1, b.start_offset - 1)
+            for a, b in itertools.pairwise(chain)
+            if b.start_offset > a.end_offset + 1
+        ]
+
     def start_and_end(self) -> tuple[int | None, int | None]:
+        """The chain's last contiguous run: from the last hole (or the head) to the tip."""
         chain = self.chain()
         if not chain:
             return None, None
-        return chain[0].metadata.start_offset, chain[-1].metadata.end_offset
+        holes = self.holes()
+        start = holes[-1][1] + 1 if holes else chain[0].metadata.start_offset
+        return start, chain[-1].metadata.end_offset
 
     def highest(self, epoch: int) -> int | None:
         offsets = [

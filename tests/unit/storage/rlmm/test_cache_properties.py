@@ -210,6 +210,7 @@ def assert_agrees(
         cache.remote_log_start_offset(TP),
         cache.remote_log_end_offset(TP),
     ) == model.start_and_end()
+    assert cache.remote_log_holes(TP) == model.holes()
     for history in (own, other):
         for offset in OFFSETS:
             assert ident(cache.segment_for(TP, offset, history)) == ident(
