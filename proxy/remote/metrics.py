@@ -55,7 +55,7 @@ class RemoteMetrics:
             ["topic", "reason"],
             registry=registry,
         )
-        self._registry = registry
+        self.registry = registry
         self._collector: _TierCollector | None = None
 
     def read_started(self, topic: str) -> None:
@@ -71,11 +71,11 @@ class RemoteMetrics:
         """Report ``tier``'s pool, caches, purgatory and quota at every scrape."""
         if self._collector is None:
             self._collector = _TierCollector(tier)
-            self._registry.register(self._collector)
+            self.registry.register(self._collector)
 
     def unwatch(self) -> None:
         if self._collector is not None:
-            self._registry.unregister(self._collector)
+            self.registry.unregister(self._collector)
             self._collector = None
 
 
@@ -140,6 +140,19 @@ class _TierCollector:
             "Partition reads answered empty because the remote fetch quota was exceeded.",
             tier.quota.throttled,
         )
+        gaps = GaugeMetricFamily(
+            "tierproxy_remote_log_gap_records",
+            "Offsets the broker deleted before they were tiered, between a partition's remote "
+            "log end and the broker's log start, per topic: the remote tier below such a gap "
+            "is not served (alert on > 0: broker retention outran tiering).",
+            labels=["topic"],
+        )
+        per_topic: dict[str, int] = {}
+        for tp, (_remote_end, missing) in tier.broker_view.gaps().items():
+            per_topic[tp.topic] = per_topic.get(tp.topic, 0) + missing
+        for topic, missing in sorted(per_topic.items()):
+            gaps.add_metric([topic], missing)
+        yield gaps
         yield from _cache("tierproxy_RemoteIndexCache", "index files", tier.indexes)
         yield from _cache("tierproxy_RemoteChunkCache", "segment chunks", tier.chunks)
         yield _gauge(

@@ -231,6 +231,9 @@ class TieringPipeline:
         self._final_states: dict[TopicIdPartition, ChainState] = {}
         self._samples: dict[TopicIdPartition, tuple[int, int | None, float]] = {}
         """Per partition: the offset sampled, its batch's max timestamp, bytes per offset."""
+        self._gaps_found: list[tuple[TopicIdPartition, int, str]] = []
+        self._broker_retention: dict[str, tuple[int, int]] = {}
+        """Per topic: the broker's own retention.ms and retention.bytes for its local log."""
 
     @property
     def cache(self) -> RemoteLogMetadataCache:
@@ -277,7 +280,7 @@ class TieringPipeline:
         # forgot (the next cycle would copy it again).
         await self._local_retention(partitions, now, stats, errors)
         await self._remote_retention(partitions, now, stats, errors)
-        self._record_lag(partitions, stats)
+        self._record_lag(partitions, now, stats)
         return CycleReport(
             started_ms=now,
             seconds=time.monotonic() - started,
@@ -329,6 +332,10 @@ class TieringPipeline:
                 self._report_once(name, reason, stats.setdefault(name, TopicStats()))
                 continue
             policies[name] = policy
+            self._broker_retention[name] = (
+                _broker_int(broker, "retention.ms"),
+                _broker_int(broker, "retention.bytes"),
+            )
         return policies
 
     # -- deleted topics, disabled topics, leftovers ---------------------------------------
@@ -544,6 +551,7 @@ class TieringPipeline:
             p.log_start = sample.log_start
             p.high_watermark = sample.high_watermark
             p.last_stable = sample.last_stable
+            self._check_gap(p)
             first_ts, ratio = sample.first_max_timestamp, sample.bytes_per_offset
             if key in known:
                 _, first_ts, ratio = self._samples[p.tp]
@@ -551,6 +559,26 @@ class TieringPipeline:
                 self._samples[p.tp] = (offsets[key], first_ts, ratio)
             p.first_max_timestamp = first_ts
             p.bytes_per_offset = self._remote_ratio(p.tp) or ratio or _DEFAULT_BYTES_PER_OFFSET
+
+    def _check_gap(self, p: _Partition) -> None:
+        """Say so when the broker deleted data that was never tiered (its log start is past
+        the remote log end + 1): copying resumes at its log start, so the remote log gets a
+        hole, and the proxy serves nothing below it. The pipeline itself never moves the log
+        start past what it tiered; the broker's own retention or an operator's DeleteRecords
+        did."""
+        if p.remote_end is None or p.log_start <= p.remote_end + 1:
+            return
+        missing = p.log_start - (p.remote_end + 1)
+        message = (
+            f"partition {p.tp.partition}: the broker deleted offsets {p.remote_end + 1}-"
+            f"{p.log_start - 1} ({missing} records) before they were tiered (its retention "
+            "ran ahead of tiering, or a DeleteRecords); the remote tier below them is no "
+            "longer served"
+        )
+        key = (p.tp.topic, message)
+        if key not in self._reported:
+            self._reported.add(key)
+            self._gaps_found.append((p.tp, missing, message))
 
     def _remote_ratio(self, tp: TopicIdPartition) -> float | None:
         recent = self.cache.segments(tp, {_S.COPY_SEGMENT_FINISHED})[-_RATIO_SEGMENTS:]
@@ -946,13 +974,57 @@ class TieringPipeline:
                 p.log_start = answer.low_watermark
                 stats[p.tp.topic].log_starts_advanced += 1
 
-    def _record_lag(self, partitions: list[_Partition], stats: dict[str, TopicStats]) -> None:
+    def _record_lag(
+        self, partitions: list[_Partition], now: int, stats: dict[str, TopicStats]
+    ) -> None:
+        for tp, missing, message in self._gaps_found:
+            topic_stats = stats.setdefault(tp.topic, TopicStats())
+            topic_stats.missing_offsets += missing
+            topic_stats.notes.append(message)
+        self._gaps_found.clear()
         for p in partitions:
             if p.error is not None or p.high_watermark < 0:
                 continue
             # Exact where this cycle read the untiered tail, estimated beyond it.
-            lag, _ = self._estimate(p, max(p.copy_start, p.last_stable))
+            lag, first_ts = self._estimate(p, max(p.copy_start, p.last_stable))
             stats[p.tp.topic].lag_bytes += lag
+            self._check_retention_lag(p, lag, first_ts, now, stats[p.tp.topic])
+
+    def _check_retention_lag(
+        self, p: _Partition, lag_bytes: int, first_ts: int | None, now: int, stats: TopicStats
+    ) -> None:
+        """Warn before the broker's own retention deletes data that is not tiered yet: when
+        the oldest untiered data is older than half the broker's ``retention.ms``, or the
+        untiered bytes exceed half its ``retention.bytes`` (a partition's)."""
+        retention_ms, retention_bytes = self._broker_retention.get(p.tp.topic, (-1, -1))
+        age = None if first_ts is None or first_ts < 0 else now - first_ts
+        if retention_ms >= 0 and age is not None and age > retention_ms / 2:
+            self._report_once(
+                p.tp.topic,
+                f"tiering lags behind the broker's retention.ms={retention_ms}: the oldest "
+                f"untiered data is {age // 1000} s old; once it passes retention.ms the "
+                "broker deletes it untiered (tier more often, or raise retention.ms)",
+                stats,
+            )
+        if 0 <= retention_bytes < lag_bytes * 2:
+            self._report_once(
+                p.tp.topic,
+                f"tiering lags behind the broker's retention.bytes={retention_bytes}: about "
+                f"{lag_bytes} bytes of a partition are untiered; past retention.bytes the "
+                "broker deletes them untiered (tier more often, or raise retention.bytes)",
+                stats,
+            )
+
+
+def _broker_int(configs: Mapping[str, BrokerConfigValue] | None, key: str) -> int:
+    """A numeric topic config as the broker reports it (-1 when unknown or unlimited)."""
+    value = None if configs is None else configs.get(key)
+    if value is None or value.value is None:
+        return -1
+    try:
+        return int(value.value)
+    except ValueError:
+        return -1
 
 
 def _first_line(err: Exception) -> str:

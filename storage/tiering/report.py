@@ -33,6 +33,8 @@ class TopicStats:
     log_starts_advanced: int = 0
     lag_bytes: int = 0
     lag_segments: int = 0
+    missing_offsets: int = 0
+    """Offsets the broker deleted before they were tiered, found this cycle (gaps)."""
     notes: list[str] = field(default_factory=list)
 
 

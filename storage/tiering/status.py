@@ -2,8 +2,11 @@
 
 ``tierproxy status`` prints, per partition of every tiered topic (or of the topics asked
 for), the broker's local log start and end (its log start offset and high watermark), the
-remote log start and end and its segments and bytes (from the metadata topic), and the copy
-lag: offsets and estimated bytes between the remote log end and the last stable offset.
+remote log start and end and its segments and bytes (from the metadata topic), the copy
+lag: offsets and estimated bytes between the remote log end and the last stable offset,
+and the offsets that are *missing*: deleted by the broker before they were tiered, either
+between the remote log end and the broker's log start (a gap: the remote tier below it is
+not served) or inside the remote log (a hole: copies below it are not served).
 """
 
 from __future__ import annotations
@@ -48,7 +51,13 @@ class PartitionStatus:
     lag_offsets: int
     lag_bytes: int
     """Estimated from the partition's average bytes per offset."""
+    missing: tuple[tuple[int, int], ...] = ()
+    """Offset ranges (first, last) that neither tier holds, below the broker's log start."""
     error: str | None = None
+
+    @property
+    def missing_offsets(self) -> int:
+        return sum(last - first + 1 for first, last in self.missing)
 
 
 async def collect_status(
@@ -137,6 +146,9 @@ def _row(
         error = "no answer from the leader" if sample is None else "Fetch failed"
     copied_to = max(remote_end + 1 if remote_end is not None else 0, log_start, 0)
     lag = max(0, last_stable - copied_to) if last_stable >= 0 else 0
+    missing = list(cache.remote_log_holes(tp))
+    if remote_end is not None and log_start > remote_end + 1:
+        missing.append((remote_end + 1, log_start - 1))
     return PartitionStatus(
         topic=tp.topic,
         partition=tp.partition,
@@ -150,6 +162,7 @@ def _row(
         remote_bytes=remote_bytes,
         lag_offsets=lag,
         lag_bytes=estimate_bytes(start=0, end=lag, bytes_per_offset=ratio or 0.0),
+        missing=tuple(missing),
         error=error,
     )
 
@@ -169,6 +182,7 @@ def status_table(rows: Iterable[PartitionStatus]) -> Table:
         "remote bytes",
         "lag offsets",
         "lag bytes",
+        "missing",
     ):
         table.add_column(column, justify="left" if column == "topic" else "right")
     for row in rows:
@@ -184,8 +198,18 @@ def status_table(rows: Iterable[PartitionStatus]) -> Table:
             format_bytes(row.remote_bytes),
             str(row.lag_offsets),
             f"~{format_bytes(row.lag_bytes)}",
+            _missing(row),
         )
     return table
+
+
+def _missing(row: PartitionStatus) -> str:
+    """``-``, or how many offsets are missing and where (the ranges, at most three)."""
+    if not row.missing:
+        return "-"
+    ranges = ", ".join(f"{first}-{last}" for first, last in row.missing[:3])
+    more = ", ..." if len(row.missing) > 3 else ""
+    return f"{row.missing_offsets} ({ranges}{more})"
 
 
 def _offset(value: int | None) -> str:

@@ -149,18 +149,24 @@ def high_watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, in
     return asyncio.run(probe())
 
 
-def earliest_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
-    """Each partition's log start as ListOffsets EARLIEST (-2) answers it."""
+def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+    """Each partition's (log start, end) as ListOffsets EARLIEST (-2) and LATEST answer."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "earliest"})
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks"})
     try:
-        return {
-            p: int(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[0])
-            for p in range(partitions)
-        }
+        marks = {}
+        for p in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            marks[p] = (int(low), int(high))
+        return marks
     finally:
         consumer.close()
+
+
+def earliest_offsets(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
+    """Each partition's log start as ListOffsets EARLIEST (-2) answers it."""
+    return {p: low for p, (low, _high) in watermarks(bootstrap, topic, partitions).items()}
 
 
 def offsets_for_times(

@@ -10,9 +10,11 @@ reads 34-39 once instead of looping over 0-29.
 
 from __future__ import annotations
 
+from prometheus_client import generate_latest
+
 from protocol.errors import KafkaError
 from protocol.records import parse_batch_header
-from tests.unit.proxy.remote.env import LAST, TIERED_END, EnvFactory, fetch, only
+from tests.unit.proxy.remote.env import LAST, TIERED_END, TOPIC, EnvFactory, fetch, only
 from tests.unit.proxy.remote.scripted_broker import batches_of
 from tests.unit.proxy.remote.test_offsets_interceptors import list_offset
 
@@ -31,7 +33,12 @@ async def test_fetches_below_the_gap_are_out_of_range(make_env: EnvFactory) -> N
         part = only(await fetch(env, 12, offset))
         assert part.error_code == KafkaError.OFFSET_OUT_OF_RANGE, offset
         assert not part.records
-    assert env.tier.broker_view.gaps()
+    # Counted where an operator can alert on it: 4 offsets were never tiered (exactly once
+    # the broker's log start is known: the consumer's reset asks for it).
+    await list_offset(env, 8, -2)
+    assert env.tier.metrics is not None
+    text = generate_latest(env.tier.metrics.registry).decode()
+    assert f'tierproxy_remote_log_gap_records{{topic="{TOPIC}"}} 4.0' in text
     # The first Fetch asked the broker just past the remote tier, not at the client's 0.
     first = env.broker.fetches()[0].topics[0].partitions[0]
     assert first.fetch_offset == TIERED_END + 1
