@@ -257,8 +257,7 @@ class FetchInterceptor(Interceptor):
         budget = plan.request.max_bytes - local_bytes
         reads = [self._start(call, plan, read, budget) for read in reads]
         await self._purgatory.wait(
-            [r.started for r in reads if isinstance(r.started, asyncio.Future)],
-            plan.request.max_wait_ms,
+            [r.started for r in reads if isinstance(r.started, asyncio.Future)]
         )
         filled = local_bytes
         for read in reads:

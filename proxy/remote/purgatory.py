@@ -5,10 +5,12 @@ Kafka parks a Fetch with remote partitions in ``RemoteFetchPurgatory`` (a
 with what it has, and the partitions whose reads are still running get no records and no
 error, so the consumer asks again. The rules here:
 
-- A Fetch waits until every one of its reads is done, or until ``min(request max wait,
-  remote.fetch.max.wait.ms)`` has passed, whichever comes first (KIP-1018 gave remote
-  reads their own bound so that a slow store does not hold a consumer for its whole
-  ``fetch.max.wait.ms``, and a consumer asking for less is not held longer than it asked).
+- A Fetch waits until every one of its reads is done, or until ``remote.fetch.max.wait.ms``
+  has passed, whichever comes first, whatever the request's own max wait: Kafka's
+  ``ReplicaManager.processRemoteFetch`` parks a ``DelayedRemoteFetch`` for
+  ``remoteFetchMaxWaitMs`` (KIP-1018 gave remote reads their own bound). A consumer with
+  ``fetch.max.wait.ms=0`` therefore still sees a cold read complete, instead of polling
+  in a tight loop and never getting the data.
 - Waiting never cancels a read: the reads belong to the reader pool, and one that
   finishes after its Fetch left still fills the caches the next Fetch reads from.
 - ``size`` counts Fetches currently waiting, ``expirations`` those that left with reads
@@ -32,11 +34,7 @@ class RemoteFetchPurgatory:
         self.size = 0
         self.expirations = 0
 
-    def deadline_seconds(self, request_max_wait_ms: int) -> float:
-        """How long a Fetch with this ``max_wait_ms`` may wait for remote reads."""
-        return max(0, min(request_max_wait_ms, self.max_wait_ms)) / 1000
-
-    async def wait(self, reads: Collection[asyncio.Future[Any]], request_max_wait_ms: int) -> bool:
+    async def wait(self, reads: Collection[asyncio.Future[Any]]) -> bool:
         """Wait for ``reads`` within the Fetch's deadline; ``True`` if all finished.
 
         Unfinished reads keep running; their exceptions are marked retrieved so that a
@@ -47,9 +45,7 @@ class RemoteFetchPurgatory:
             return True
         self.size += 1
         try:
-            _done, still = await asyncio.wait(
-                pending, timeout=self.deadline_seconds(request_max_wait_ms)
-            )
+            _done, still = await asyncio.wait(pending, timeout=max(0, self.max_wait_ms) / 1000)
         finally:
             self.size -= 1
         if not still:

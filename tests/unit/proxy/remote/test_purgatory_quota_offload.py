@@ -24,23 +24,20 @@ async def test_waits_until_every_read_is_done() -> None:
     for n, read in enumerate(reads):
         loop.call_later(0.01 * (n + 1), read.set_result, n)
     started = time.monotonic()
-    assert await purgatory.wait(reads, request_max_wait_ms=500)
+    assert await purgatory.wait(reads)
     assert time.monotonic() - started < 0.3
     assert purgatory.expirations == 0
     assert purgatory.size == 0
 
 
-@pytest.mark.parametrize(("config_ms", "request_ms"), [(50, 1000), (1000, 50)])
-async def test_returns_at_the_earlier_deadline_and_reads_go_on(
-    config_ms: int, request_ms: int
-) -> None:
-    purgatory = RemoteFetchPurgatory(max_wait_ms=config_ms)
+async def test_returns_at_the_remote_max_wait_and_reads_go_on() -> None:
+    purgatory = RemoteFetchPurgatory(max_wait_ms=50)
     loop = asyncio.get_running_loop()
     slow: asyncio.Future[Any] = loop.create_future()
     fast: asyncio.Future[Any] = loop.create_future()
     fast.set_result("ready")
     started = time.monotonic()
-    assert not await purgatory.wait([fast, slow], request_max_wait_ms=request_ms)
+    assert not await purgatory.wait([fast, slow])
     assert 0.04 <= time.monotonic() - started < 0.5
     assert purgatory.expirations == 1
     assert not slow.done()
@@ -50,8 +47,7 @@ async def test_returns_at_the_earlier_deadline_and_reads_go_on(
 
 async def test_nothing_to_wait_for_returns_at_once() -> None:
     purgatory = RemoteFetchPurgatory(max_wait_ms=1000)
-    assert await purgatory.wait([], request_max_wait_ms=1000)
-    assert purgatory.deadline_seconds(-5) == 0
+    assert await purgatory.wait([])
 
 
 # -- quota ---------------------------------------------------------------------------------
