@@ -257,6 +257,14 @@ class _ChainExchange:
             try:
                 response = decode_response(header.api_key, header.api_version, body)
             except RemoteProtocolError as err:
+                if self._call.request is not self._call.client_request:
+                    # The broker answered a rewritten request (a Fetch with probe positions,
+                    # say): its bytes answer a question the client never asked, and passed
+                    # on they would put the probe's records at the client's position.
+                    raise RemoteProtocolError(
+                        f"undecodable answer to a rewritten request (API {header.api_key} "
+                        f"v{header.api_version}): {err}"
+                    ) from err
                 # Forwarding what the broker said is what a pass-through proxy would do;
                 # the client sees the same bytes it would have seen without the proxy.
                 event(

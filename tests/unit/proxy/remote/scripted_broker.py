@@ -91,6 +91,8 @@ class ScriptedBroker:
     requests: list[tuple[int, int, Any]] = field(default_factory=list)
     sessions: dict[int, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=dict)
     delay: float = 0.0
+    garble_fetches: bool = False
+    """Answer Fetch with a body no decoder accepts (its correlation id stays right)."""
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
 
     def fetches(self) -> list[Any]:
@@ -102,7 +104,10 @@ class ScriptedBroker:
         if self.delay:
             await asyncio.sleep(self.delay)
         if header.api_key == ApiKey.FETCH:
-            return response_payload(header, self._fetch(header.api_version, request))
+            payload = response_payload(header, self._fetch(header.api_version, request))
+            if self.garble_fetches:  # cut inside the body: the header still matches
+                return payload[: len(payload) - 7]
+            return payload
         if header.api_key == ApiKey.LIST_OFFSETS:
             return response_payload(header, self._list_offsets(header.api_version, request))
         if header.api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:

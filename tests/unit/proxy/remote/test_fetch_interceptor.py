@@ -293,3 +293,22 @@ async def test_a_client_that_never_waits_still_gets_a_cold_read(make_env: EnvFac
     part = only(await fetch(env, 12, 0, max_wait_ms=0))
     assert part.error_code == KafkaError.NONE
     assert batches_of(part.records)[0] == env.all_batches[0]
+
+
+async def test_an_undecodable_answer_to_a_rewritten_fetch_closes_that_connection(
+    make_env: EnvFactory,
+) -> None:
+    """Passed on raw, the broker's answer to a probe would put the probe's records at the
+    client's position: the connection is closed instead, and other clients go on."""
+    env = await make_env()
+    bystander = await KafkaClient.connect(env.proxy)
+    try:
+        env.broker.garble_fetches = True
+        with pytest.raises(ConnectionError):
+            await fetch(env, 12, 0)  # rewritten: a reach probe past the remote tier
+        env.broker.garble_fetches = False
+        request = fetch_request(12, [(TOPIC, 0, TIERED_END + 1, 1 << 20)])
+        part = only(await bystander.call(ApiKey.FETCH, 12, request))
+        assert part.error_code == KafkaError.NONE and part.records
+    finally:
+        await bystander.close()
