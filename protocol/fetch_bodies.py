@@ -284,6 +284,12 @@ class FetchResponseEditor:
             topic.parts[index] = dataclasses.replace(part, log_start_offset=log_start_offset)
             self._changed = True
 
+    def set_records(self, key: PartitionKey, records: bytes) -> None:
+        """Replace the records of a partition the broker answered (fewer whole batches)."""
+        topic, index = self._where[key]
+        topic.parts[index] = dataclasses.replace(topic.parts[index], records=records)
+        self._changed = True
+
     def put(self, partition: FetchedPartition) -> None:
         """Answer ``partition.key`` with ``partition``: replaces the broker's entry (keeping
         the fields not modelled here) or adds one after its topic's others."""

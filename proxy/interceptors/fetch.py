@@ -66,6 +66,8 @@ _NONE: Final = int(KafkaError.NONE)
 _PLANS_KEPT: Final = 100_000
 """Fetches between request and response whose plan is kept; a connection that dies
 mid-Fetch leaves its plan behind, so the map is bounded."""
+_CONNECTIONS_KEPT: Final = 100_000
+"""Connections whose partitions' turns (see ``_fill``) are remembered."""
 _SESSION_FIELDS: Final = struct.Struct(">hi")
 """Fetch v7+ response body after ``throttle_time_ms``: ``error_code``, ``session_id``."""
 _THROTTLE_BYTES: Final = 4
@@ -94,6 +96,36 @@ class _Verdict(Enum):
     RETRY = "retry"
     """Neither yet: the broker's log start moved and nobody knows whether the remote tier
     still joins it. No records and no error; the next Fetch probes (see the planner)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Local:
+    """A partition the broker answered with records of its own."""
+
+    key: PartitionKey
+    records: bytes
+
+
+class _Turns:
+    """Which partitions of one connection got records least recently (see ``_fill``)."""
+
+    __slots__ = ("_last", "_tick")
+
+    def __init__(self) -> None:
+        self._last: dict[PartitionKey, int] = {}
+        self._tick = 0
+
+    def order(self, entries: list[_Local | _Read]) -> list[_Local | _Read]:
+        """``entries`` with those served least recently (or never) first; stable."""
+        return sorted(entries, key=lambda e: self._last.get(_key_of(e), -1))
+
+    def served(self, key: PartitionKey) -> None:
+        self._tick += 1
+        self._last[key] = self._tick
+
+
+def _key_of(entry: _Local | _Read) -> PartitionKey:
+    return entry.key if isinstance(entry, _Local) else entry.tiered.key
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -130,6 +162,7 @@ class FetchInterceptor(Interceptor):
         self._purgatory = purgatory
         self._broker = broker_view
         self._plans: LRUCache[tuple[int, int], _Plan] = LRUCache(_PLANS_KEPT)
+        self._turns: LRUCache[int, _Turns] = LRUCache(_CONNECTIONS_KEPT)
 
     @classmethod
     def for_tier(cls, tier: RemoteTier) -> Self:
@@ -251,35 +284,66 @@ class FetchInterceptor(Interceptor):
             self._session_answered(plan, editor.error, editor.session_id)
         if editor.error != KafkaError.NONE or not plan.tiered:
             return response
-        reads, local_bytes = self._collect(plan, editor)
+        reads, local = self._collect(plan, editor)
         if not reads:
             return editor.body()
-        budget = plan.request.max_bytes - local_bytes
-        reads = [self._start(call, plan, read, budget) for read in reads]
+        reads = [self._start(call, plan, read) for read in reads]
         await self._purgatory.wait(
             [r.started for r in reads if isinstance(r.started, asyncio.Future)]
         )
-        filled = local_bytes
-        for read in reads:
-            reply = self._reply(read, plan, filled)
-            filled += len(reply.records)
-            editor.put(reply)
+        filled = self._fill(call.connection.connection_id, plan, editor, [*local, *reads])
         if filled == 0 and plan.request.min_bytes > 0 and all(r.throttled for r in reads):
             await self._hold(plan)
         return editor.body()
 
-    def _collect(self, plan: _Plan, editor: FetchResponseEditor) -> tuple[list[_Read], int]:
-        """The remote reads this response needs, and the bytes of the broker's records.
+    def _fill(
+        self,
+        connection_id: int,
+        plan: _Plan,
+        editor: FetchResponseEditor,
+        entries: list[_Local | _Read],
+    ) -> int:
+        """Put the partitions' records into the response within its ``max_bytes``; the bytes.
+
+        Partitions take turns: those that got records least recently come first, as Kafka's
+        fetch sessions move partitions that returned data to the end. Otherwise, with the
+        broker's partitions always first, a remote batch larger than what they left would
+        never fit. A broker partition that comes later keeps the whole batches that fit.
+        """
+        turns = self._turns.get(connection_id)
+        if turns is None:
+            turns = self._turns[connection_id] = _Turns()
+        filled = 0
+        for entry in turns.order(entries):
+            room = max(0, plan.request.max_bytes - filled)
+            if isinstance(entry, _Local):
+                records = fit_batches(entry.records, room, at_least_one=filled == 0)
+                if len(records) < len(entry.records):
+                    editor.set_records(entry.key, records)
+            else:
+                reply = self._reply(entry, plan, room, first=filled == 0)
+                editor.put(reply)
+                records = reply.records
+            if records:
+                turns.served(_key_of(entry))
+            filled += len(records)
+        return filled
+
+    def _collect(
+        self, plan: _Plan, editor: FetchResponseEditor
+    ) -> tuple[list[_Read], list[_Local]]:
+        """The remote reads this response needs, and the broker's partitions with records.
 
         Every tiered partition the broker answered teaches the broker view; those it serves
         itself get the whole log's start on the way.
         """
         reads: list[_Read] = []
-        local_bytes = 0
+        local: list[_Local] = []
         for part in editor.partitions():
             tiered = plan.tiered.get(part.key)
             if tiered is None:
-                local_bytes += len(part.records)
+                if part.records:
+                    local.append(_Local(key=part.key, records=part.records))
                 continue
             asked = (
                 plan.view.sent.get(part.key) or plan.view.broker.get(part.key) or tiered.position
@@ -289,7 +353,8 @@ class FetchInterceptor(Interceptor):
             if verdict is not _Verdict.BROKER:
                 reads.append(_Read(tiered=tiered, state=state, retry=verdict is _Verdict.RETRY))
                 continue
-            local_bytes += len(part.records)
+            if part.records:
+                local.append(_Local(key=part.key, records=part.records))
             if part.error == KafkaError.NONE and part.log_start_offset >= 0:
                 editor.set_log_start(part.key, min(tiered.remote.start, part.log_start_offset))
         if plan.view.incremental:
@@ -300,30 +365,28 @@ class FetchInterceptor(Interceptor):
                 for key, tiered in plan.tiered.items()
                 if tiered.served and tiered.reach_known and key not in editor
             ]
-        return reads, local_bytes
+        return reads, local
 
-    def _start(self, call: Call, plan: _Plan, read: _Read, budget: int) -> _Read:
+    def _start(self, call: Call, plan: _Plan, read: _Read) -> _Read:
         """The read for a partition the broker answered: the early one, or a new one unless
-        the quota, the queue or the budget say no."""
+        the quota or the queue say no. It is bounded by the partition's own limit only:
+        where it falls in the response's ``max_bytes`` is decided when the response is
+        filled (see :meth:`_fill`)."""
         key = read.tiered.key
         if read.retry:
             return read
         if key in plan.early:
             started = plan.early[key]
-        elif budget <= 0 and budget < plan.request.max_bytes:
-            # The broker's partitions already filled the response (budget < max_bytes means
-            # they brought records), so KIP-74's "at least one batch" does not apply.
-            return read
         else:
             started = self._reads.start(
                 call.connection.connection_id,
                 read.tiered,
-                min(read.tiered.position.partition_max_bytes, budget),
+                min(read.tiered.position.partition_max_bytes, plan.request.max_bytes),
                 read_committed=plan.request.read_committed,
             )
         return _Read(tiered=read.tiered, state=read.state, started=started)
 
-    def _reply(self, read: _Read, plan: _Plan, filled: int) -> FetchedPartition:
+    def _reply(self, read: _Read, plan: _Plan, room: int, *, first: bool) -> FetchedPartition:
         """The partition entry for a remote-served partition."""
         state, tiered = read.state, read.tiered
         high_watermark = _known(state.high_watermark)
@@ -339,8 +402,7 @@ class FetchInterceptor(Interceptor):
                 result = outcome.records
                 bound = last_stable_offset if read_committed else high_watermark
                 records = result.records if bound < 0 else batches_below(result.records, bound)
-                room = max(0, plan.request.max_bytes - filled)
-                records = fit_batches(records, room, at_least_one=filled == 0)
+                records = fit_batches(records, room, at_least_one=first)
                 self._reads.served(tiered.tp, len(records))
                 if read_committed:
                     end = next_offset_after(records)

@@ -131,9 +131,13 @@ async def start_env(
     segments: list[list[bytes]] | None = None,
     local: list[bytes] | None = None,
     local_start: int = TIERED_END + 1,
+    untiered: dict[int, list[bytes]] | None = None,
     **settings: Any,
 ) -> Env:
-    """Tier ``segments``, model the broker with ``local`` from ``local_start``, start a proxy."""
+    """Tier ``segments``, model the broker with ``local`` from ``local_start``, start a proxy.
+
+    ``untiered`` adds partitions 1, 2, ... of the topic that only the broker holds.
+    """
     if segments is None:
         batches = [data_batch(o, 2, value_size=50) for o in range(0, TIERED_END + 1, 2)]
         segments = [batches[0:5], batches[5:10], batches[10:15]]
@@ -151,7 +155,10 @@ async def start_env(
         await log.copy(batches)
     all_batches = [b for batches in segments for b in batches] + local
     model = ModelPartition(batches=all_batches, local_start=local_start)
-    broker = ScriptedBroker(partitions={(TOPIC, 0): model}, topic_ids={TOPIC: TP.topic_id})
+    partitions = {(TOPIC, 0): model}
+    for index, batches in (untiered or {}).items():
+        partitions[(TOPIC, index)] = ModelPartition(batches=batches)
+    broker = ScriptedBroker(partitions=partitions, topic_ids={TOPIC: TP.topic_id})
     fake_broker.script = broker.script
     tier = RemoteTier(
         config=RemoteFetchConfig(**settings),

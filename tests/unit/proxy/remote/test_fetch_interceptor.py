@@ -31,6 +31,7 @@ from tests.unit.proxy.remote.scripted_broker import (
     ModelPartition,
     batches_of,
     fetch_request,
+    partitions_of,
 )
 from tests.unit.proxy.remote.tiered_log import data_batch, marker
 
@@ -312,3 +313,27 @@ async def test_an_undecodable_answer_to_a_rewritten_fetch_closes_that_connection
         assert part.error_code == KafkaError.NONE and part.records
     finally:
         await bystander.close()
+
+
+async def test_remote_partitions_take_turns_with_the_brokers(make_env: EnvFactory) -> None:
+    """A partition the broker serves fills ``max_bytes`` on every Fetch; the remote one must
+    still make progress, as partitions take turns in Kafka's fetch sessions."""
+    big = [data_batch(o, 1, value_size=400) for o in range(40)]
+    env = await make_env(untiered={1: big})
+    size = len(env.all_batches[0])
+    offsets = {0: 0, 1: 0}
+    remote_batches = 0
+    for _ in range(6):
+        request = fetch_request(
+            12,
+            [(TOPIC, 0, offsets[0], 1 << 20), (TOPIC, 1, offsets[1], 1 << 20)],
+            max_bytes=len(big[0]) + size // 2,
+        )
+        answer = partitions_of(await env.client.call(ApiKey.FETCH, 12, request))
+        for (_topic, partition), part in answer.items():
+            batches = batches_of(part.records)
+            if batches:
+                offsets[partition] = parse_batch_header(batches[-1]).next_offset
+                remote_batches += len(batches) if partition == 0 else 0
+    assert remote_batches >= 2, "the remote partition starved"
+    assert offsets[1] >= 2, "the broker's partition starved"
