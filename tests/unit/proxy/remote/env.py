@@ -156,8 +156,8 @@ async def start_env(
     all_batches = [b for batches in segments for b in batches] + local
     model = ModelPartition(batches=all_batches, local_start=local_start)
     partitions = {(TOPIC, 0): model}
-    for index, batches in (untiered or {}).items():
-        partitions[(TOPIC, index)] = ModelPartition(batches=batches)
+    for number, batches in (untiered or {}).items():
+        partitions[(TOPIC, number)] = ModelPartition(batches=batches)
     broker = ScriptedBroker(partitions=partitions, topic_ids={TOPIC: TP.topic_id})
     fake_broker.script = broker.script
     tier = RemoteTier(
