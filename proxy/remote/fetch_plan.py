@@ -12,7 +12,8 @@ the remote tier (``[remote log start, remote log end]``):
   (then its OFFSET_OUT_OF_RANGE is the client's answer).
 - Otherwise it is *served remotely* when the broker no longer holds the offset, or when
   the offload policy wants it (``remote.fetch.offload.enable``; DESIGN.md "Read path" 4),
-  unless READ_COMMITTED reads there reach a transaction the remote tier cannot resolve yet.
+  unless the remote tier recently failed to serve it there (see
+  :mod:`proxy.remote.fallbacks`): the broker, which still holds it, serves it then.
 
 A partition served remotely is forwarded as a *probe*: at the broker's high watermark (last
 stable offset for READ_COMMITTED; just after the remote tier until that is known) with a
@@ -36,9 +37,9 @@ from typing import Final, Protocol
 
 from protocol.fetch_bodies import FetchPosition, PartitionKey
 from proxy.remote.broker_view import BrokerView
+from proxy.remote.fallbacks import BrokerFallbacks
 from proxy.remote.offload import OffloadPolicy
 from proxy.remote.offsets import RemoteRange
-from proxy.remote.unresolved import UnresolvedTransactions
 from storage.model import TopicIdPartition
 
 __all__ = ["PROBE_BYTES", "FetchPlanner", "TieredPartition", "TieredPartitions"]
@@ -85,12 +86,12 @@ class FetchPlanner:
         partitions: TieredPartitions,
         broker_view: BrokerView,
         offload: OffloadPolicy,
-        unresolved: UnresolvedTransactions,
+        fallbacks: BrokerFallbacks,
     ) -> None:
         self._partitions = partitions
         self._broker = broker_view
         self._offload = offload
-        self._unresolved = unresolved
+        self._fallbacks = fallbacks
 
     def plan(
         self, key: PartitionKey, position: FetchPosition, *, read_committed: bool
@@ -121,7 +122,7 @@ class FetchPlanner:
             return planned(served=True, reach_known=False)
         if state.broker_holds(offset) is not True:
             return planned(served=True)
-        if read_committed and self._unresolved.blocks(tp, remote, offset):
+        if self._fallbacks.applies(tp, remote, offset, read_committed=read_committed):
             return planned(served=False)
         offload = self._offload
         return planned(

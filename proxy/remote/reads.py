@@ -5,6 +5,9 @@ no records and no error) and while the reader pool's queue has room. Its outcome
 partition's answer:
 
 - Records: whole batches from the one holding the fetch offset (the caller bounds them).
+- Any miss for an offset the broker still holds (the offload policy served it remotely):
+  no records and no error, and the broker serves it from the next Fetch on (see
+  :mod:`proxy.remote.fallbacks`). The cases below are for offsets only the remote tier has.
 - Remote storage failing or overloaded (unreachable, timed out, reader queue full, damaged
   object): KAFKA_STORAGE_ERROR. Apache Kafka itself answers UNKNOWN_SERVER_ERROR here (its
   ``RemoteStorageException`` is not an ``ApiException``, so ``Errors.forException`` maps it
@@ -14,9 +17,8 @@ partition's answer:
   trying to access log file", retriable. Each such answer is counted by reason.
 - The segment was deleted between lookup and read, or the offset left the remote tier:
   OFFSET_OUT_OF_RANGE, so the client re-resolves its position with ListOffsets.
-- A READ_COMMITTED read that reaches a transaction the remote tier cannot resolve: no
-  records and no error when the broker still holds the offset (it serves the partition from
-  then on, see :mod:`proxy.remote.unresolved`), KAFKA_STORAGE_ERROR otherwise.
+- A READ_COMMITTED read that reaches a transaction the remote tier cannot resolve:
+  KAFKA_STORAGE_ERROR, retried until the marker's segment is tiered.
 - The read did not finish within the purgatory's wait: no records and no error, as Kafka
   does; the client asks again and finds the data in the cache.
 """
@@ -33,11 +35,11 @@ from protocol.indexes import CorruptIndexError
 from protocol.records import CorruptRecordBatchError
 from proxy.logs import event
 from proxy.remote.broker_view import BrokerView
+from proxy.remote.fallbacks import STORE_OUTAGE_SECONDS, BrokerFallbacks
 from proxy.remote.fetch_plan import TieredPartition
 from proxy.remote.metrics import ReadCounters
 from proxy.remote.pool import ReaderPool, ReaderPoolFullError
 from proxy.remote.quota import FetchQuota
-from proxy.remote.unresolved import UnresolvedTransactions
 from storage.model import TopicIdPartition
 from storage.remote_reader import (
     OffsetNotInRemoteError,
@@ -78,14 +80,14 @@ class RemoteReads:
         reader: RemoteLogReader,
         quota: FetchQuota,
         broker_view: BrokerView,
-        unresolved: UnresolvedTransactions,
+        fallbacks: BrokerFallbacks,
         counters: ReadCounters,
     ) -> None:
         self._pool = pool
         self._reader = reader
         self._quota = quota
         self._broker = broker_view
-        self._unresolved = unresolved
+        self._fallbacks = fallbacks
         self._counters = counters
 
     def start(
@@ -129,34 +131,40 @@ class RemoteReads:
             return Outcome(error=_NONE, records=future.result())
         tp, offset = tiered.tp, tiered.position.fetch_offset
         if isinstance(err, OffsetNotInRemoteError | RemoteResourceNotFoundError):
-            self._counters.read_failed(tp.topic, "not-found")
-            return Outcome(error=_OUT_OF_RANGE, records=None)
-        if isinstance(err, UnresolvedTransactionError):
-            broker_start = self._broker.state(tp).log_start_offset
-            if broker_start is not None and broker_start <= offset:
-                # Offloaded: the broker has these records and their outcome; let it serve
-                # them (the client asks again at once, as after an empty answer).
-                self._unresolved.remember(tp, tiered.remote, offset)
-                return Outcome(error=_NONE, records=None)
-            self._counters.read_failed(tp.topic, "unresolved-transaction")
-            return Outcome(error=_STORAGE_ERROR, records=None)
-        reason = "storage"
-        if isinstance(err, CorruptIndexError | CorruptRecordBatchError):
-            reason = "corrupt"
-        elif not isinstance(err, RemoteStorageError):
-            reason = "internal"
-        event(
-            _log,
-            logging.WARNING,
-            "remote.read.failed",
-            topic=tp.topic,
-            partition=tp.partition,
-            offset=offset,
-            reason=reason,
-            error=repr(err),
-        )
+            error, reason, lasting = _OUT_OF_RANGE, "not-found", True
+        elif isinstance(err, UnresolvedTransactionError):
+            error, reason, lasting = _STORAGE_ERROR, "unresolved-transaction", True
+        else:
+            error, reason, lasting = _STORAGE_ERROR, _failure_reason(err), False
+            event(
+                _log,
+                logging.WARNING,
+                "remote.read.failed",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=offset,
+                reason=reason,
+                error=repr(err),
+            )
         self._counters.read_failed(tp.topic, reason)
-        return Outcome(error=_STORAGE_ERROR, records=None)
+        if self._broker.state(tp).broker_holds(offset):
+            self._fallbacks.remember(
+                tp,
+                tiered.remote,
+                offset,
+                read_committed_only=isinstance(err, UnresolvedTransactionError),
+                for_seconds=None if lasting else STORE_OUTAGE_SECONDS,
+            )
+            return Outcome(error=_NONE, records=None)
+        return Outcome(error=error, records=None)
+
+
+def _failure_reason(err: BaseException) -> str:
+    if isinstance(err, CorruptIndexError | CorruptRecordBatchError):
+        return "corrupt"
+    if isinstance(err, RemoteStorageError):
+        return "storage"
+    return "internal"
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -21,6 +21,7 @@ from cachetools import LRUCache
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from proxy.remote.broker_view import BrokerView
 from proxy.remote.config import RemoteFetchConfig
+from proxy.remote.fallbacks import BrokerFallbacks
 from proxy.remote.metrics import RemoteMetrics
 from proxy.remote.offload import OffloadPolicy
 from proxy.remote.offsets import RemoteRange
@@ -28,7 +29,6 @@ from proxy.remote.pool import ReaderPool
 from proxy.remote.purgatory import RemoteFetchPurgatory
 from proxy.remote.quota import FetchQuota
 from proxy.remote.sessions import FetchSessions
-from proxy.remote.unresolved import UnresolvedTransactions
 from storage.chunk_cache import ChunkCache
 from storage.config import from_settings
 from storage.index_cache import IndexCacheConfig, RemoteIndexCache
@@ -96,7 +96,7 @@ class RemoteTier:
         )
         self.sessions = FetchSessions(slots=config.session_cache_slots)
         self.broker_view = BrokerView()
-        self.unresolved = UnresolvedTransactions()
+        self.fallbacks = BrokerFallbacks()
         self.metrics = metrics
         self._topic_ids: LRUCache[str, uuid.UUID] = LRUCache(_TOPIC_IDS_KEPT)
         if metrics is not None:

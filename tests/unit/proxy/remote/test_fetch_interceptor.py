@@ -16,7 +16,7 @@ import pytest
 from protocol.errors import KafkaError
 from protocol.messages import ApiKey
 from protocol.records import ControlType, parse_batch_header
-from storage.rsm.base import RemoteStorageError
+from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
 from tests.unit.proxy.remote.env import (
     LAST,
     TIERED_END,
@@ -337,3 +337,27 @@ async def test_remote_partitions_take_turns_with_the_brokers(make_env: EnvFactor
                 remote_batches += len(batches) if partition == 0 else 0
     assert remote_batches >= 2, "the remote partition starved"
     assert offsets[1] >= 2, "the broker's partition starved"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        RemoteStorageError("store down", retriable=True),
+        RemoteResourceNotFoundError("segment object deleted"),
+    ],
+)
+async def test_offload_misses_fall_back_to_the_broker(
+    make_env: EnvFactory, failure: RemoteStorageError
+) -> None:
+    """The broker still holds what the offload policy serves remotely: a remote miss there
+    is served by the broker, never answered OFFSET_OUT_OF_RANGE or a storage error."""
+    env = await make_env(local_start=0, offload_enable=True)
+    await fetch(env, 12, 20)  # learns where the broker's log starts
+    env.storage.error = failure
+    first = only(await fetch(env, 12, 0))
+    assert first.error_code == KafkaError.NONE
+    assert not first.records
+    second = only(await fetch(env, 12, 0))
+    assert second.error_code == KafkaError.NONE
+    assert batches_of(second.records)[0] == env.all_batches[0]
+    assert env.broker.fetches()[-1].topics[0].partitions[0].fetch_offset == 0
