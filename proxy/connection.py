@@ -194,6 +194,7 @@ class ConnectionPair(asyncio.Protocol):
                 task.cancel()
         self._ordered.clear()
         self._awaiting.clear()
+        self._router.connection_closed(self.connection_id)
         self._metrics.connection_closed()
         self._done.set_result(None)
         self._on_closed(self)

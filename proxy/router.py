@@ -105,6 +105,7 @@ class Router:
                     )
                 for version in versions:
                     chains.setdefault((int(api_key), version), []).append(interceptor)
+        self._interceptors = tuple(dict.fromkeys(interceptors))
         self._chains: Mapping[tuple[int, int], _Chain] = {
             key: _Chain(
                 interceptors=tuple(chain),
@@ -113,6 +114,11 @@ class Router:
             )
             for key, chain in chains.items()
         }
+
+    def connection_closed(self, connection_id: int) -> None:
+        """Tell every interceptor that a client connection is gone."""
+        for interceptor in self._interceptors:
+            interceptor.on_connection_closed(connection_id)
 
     def route(self, frame: bytes, connection: ConnectionInfo) -> Route:
         """Decide how to handle one request frame (payload without its size prefix).

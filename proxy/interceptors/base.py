@@ -102,6 +102,11 @@ class Interceptor(Protocol):
         is its encoded body after the response header. Called instead of ``on_response``."""
         return None
 
+    def on_connection_closed(self, connection_id: int) -> None:
+        """The client connection ``connection_id`` is gone: release what was kept for it
+        (its requests in flight get no response)."""
+        return None
+
 
 @runtime_checkable
 class ResponseFilter(Protocol):

@@ -63,9 +63,13 @@ from proxy.remote.tier import RemoteTier
 __all__ = ["FetchInterceptor"]
 
 _NONE: Final = int(KafkaError.NONE)
-_PLANS_KEPT: Final = 100_000
-"""Fetches between request and response whose plan is kept; a connection that dies
-mid-Fetch leaves its plan behind, so the map is bounded."""
+_PLAN_BYTES_KEPT: Final = 64 * 1024 * 1024
+"""Memory for the plans of Fetches between request and response (an estimate, see
+:func:`_plan_size`): a closed connection's plans are dropped at once, so this bound only
+bites with very many Fetches in flight; the oldest plans then go, their queued reads
+cancelled, and their responses pass as the broker sent them."""
+_PLAN_BYTES: Final = 512
+_PARTITION_PLAN_BYTES: Final = 300
 _CONNECTIONS_KEPT: Final = 100_000
 """Connections whose partitions' turns (see ``_fill``) are remembered."""
 _SESSION_FIELDS: Final = struct.Struct(">hi")
@@ -144,6 +148,60 @@ class _Read:
         return self.started is None and not self.retry
 
 
+def _plan_size(plan: _Plan) -> int:
+    """About how many bytes a plan holds (its views, positions and read handles)."""
+    return _PLAN_BYTES + _PARTITION_PLAN_BYTES * (len(plan.view.client) + len(plan.tiered))
+
+
+def _cancel_early_reads(plan: _Plan) -> None:
+    for started in plan.early.values():
+        if isinstance(started, asyncio.Future):
+            started.cancel()  # a read still queued never starts; a running one finishes
+
+
+class _PlanCache(LRUCache[tuple[int, int], _Plan]):
+    """Plans by (connection, correlation id), bounded in bytes; evicted plans' queued
+    reads are cancelled."""
+
+    def __init__(self, max_bytes: int = _PLAN_BYTES_KEPT) -> None:
+        super().__init__(maxsize=max_bytes, getsizeof=_plan_size)
+
+    def popitem(self) -> tuple[tuple[int, int], _Plan]:
+        key, plan = super().popitem()
+        _cancel_early_reads(plan)
+        return key, plan
+
+
+class _Plans:
+    """The plans of Fetches in flight, with each connection's correlation ids."""
+
+    def __init__(self) -> None:
+        self._plans = _PlanCache()
+        self._by_connection: dict[int, set[int]] = {}
+
+    def add(self, connection_id: int, correlation_id: int, plan: _Plan) -> None:
+        self._plans[(connection_id, correlation_id)] = plan
+        self._by_connection.setdefault(connection_id, set()).add(correlation_id)
+
+    def get(self, connection_id: int, correlation_id: int) -> _Plan | None:
+        return self._plans.get((connection_id, correlation_id))
+
+    def pop(self, connection_id: int, correlation_id: int) -> _Plan | None:
+        ids = self._by_connection.get(connection_id)
+        if ids is not None:
+            ids.discard(correlation_id)
+            if not ids:
+                del self._by_connection[connection_id]
+        return self._plans.pop((connection_id, correlation_id), None)
+
+    def release(self, connection_id: int) -> None:
+        """Drop a closed connection's plans and cancel their queued reads."""
+        for correlation_id in self._by_connection.pop(connection_id, ()):
+            plan = self._plans.pop((connection_id, correlation_id), None)
+            if plan is not None:
+                _cancel_early_reads(plan)
+
+
 class FetchInterceptor(Interceptor):
     """Serves the tiered part of consumers' Fetches; see the module docstring."""
 
@@ -161,7 +219,7 @@ class FetchInterceptor(Interceptor):
         self._sessions = sessions
         self._purgatory = purgatory
         self._broker = broker_view
-        self._plans: LRUCache[tuple[int, int], _Plan] = LRUCache(_PLANS_KEPT)
+        self._plans = _Plans()
         self._turns: LRUCache[int, _Turns] = LRUCache(_CONNECTIONS_KEPT)
 
     @classmethod
@@ -238,7 +296,7 @@ class FetchInterceptor(Interceptor):
                 plan.early[key] = self._reads.start(
                     connection_id, planned, budget, read_committed=request.read_committed
                 )
-        self._plans[(connection_id, call.header.correlation_id)] = plan
+        self._plans.add(connection_id, call.header.correlation_id, plan)
         unchanged = len(sent) == len(view.listed) and all(
             position == view.client[key] for key, position in sent
         )
@@ -247,12 +305,18 @@ class FetchInterceptor(Interceptor):
         served = any(t.served for t in tiered.values())
         return rewrite_fetch_request(call.request, version, sent, min_bytes=0 if served else None)
 
+    def on_connection_closed(self, connection_id: int) -> None:
+        """Drop the connection's plans (their queued reads cancelled), sessions and turns."""
+        self._plans.release(connection_id)
+        self._sessions.release(connection_id)
+        self._turns.pop(connection_id, None)
+
     # -- response ----------------------------------------------------------------------
 
     def wants_response(self, call: Call, body: memoryview) -> bool:
         """Whether the response must be decoded: tiered partitions are involved and the
         broker did not fail the whole Fetch (v7+ session fields, read without decoding)."""
-        plan = self._plans.get((call.connection.connection_id, call.header.correlation_id))
+        plan = self._plans.get(call.connection.connection_id, call.header.correlation_id)
         if plan is None or not plan.tiered:
             return False
         if call.header.api_version < FIRST_SESSION_VERSION:
@@ -265,7 +329,7 @@ class FetchInterceptor(Interceptor):
 
     def on_raw_response(self, call: Call, body: memoryview) -> None:
         """A response that passes undecoded: only its session fields matter."""
-        plan = self._plans.pop((call.connection.connection_id, call.header.correlation_id), None)
+        plan = self._plans.pop(call.connection.connection_id, call.header.correlation_id)
         if plan is None or call.header.api_version < FIRST_SESSION_VERSION:
             return
         error, session_id = _SESSION_FIELDS.unpack_from(body, _THROTTLE_BYTES)
@@ -276,7 +340,7 @@ class FetchInterceptor(Interceptor):
         self._sessions.answered(plan.view, session_id=0 if failed else session_id, error=failed)
 
     async def on_response(self, call: Call, response: Any) -> Any:
-        plan = self._plans.pop((call.connection.connection_id, call.header.correlation_id), None)
+        plan = self._plans.pop(call.connection.connection_id, call.header.correlation_id)
         if plan is None:
             return response
         editor = FetchResponseEditor(response, call.header.api_version)
@@ -288,9 +352,14 @@ class FetchInterceptor(Interceptor):
         if not reads:
             return editor.body()
         reads = [self._start(call, plan, read) for read in reads]
-        await self._purgatory.wait(
-            [r.started for r in reads if isinstance(r.started, asyncio.Future)]
-        )
+        futures = [r.started for r in reads if isinstance(r.started, asyncio.Future)]
+        try:
+            await self._purgatory.wait(futures)
+        except asyncio.CancelledError:
+            # The connection closed while this response waited: nobody will read these.
+            for future in futures:
+                future.cancel()
+            raise
         filled = self._fill(call.connection.connection_id, plan, editor, [*local, *reads])
         if filled == 0 and plan.request.min_bytes > 0 and all(r.throttled for r in reads):
             await self._hold(plan)

@@ -24,6 +24,9 @@ Rules of this file (everything that decides which partitions a Fetch covers live
   client starts a new full session, as after a broker's own eviction.
 - A top-level error in the broker's response (FETCH_SESSION_ID_NOT_FOUND,
   INVALID_FETCH_SESSION_EPOCH, ...) ends the proxy's copy too.
+- A closed client connection takes its sessions with it (:meth:`FetchSessions.release`), as
+  the broker drops them once its own connection closes: heavy connection churn must not
+  push the ``slots`` bound into evicting the sessions of live consumers.
 """
 
 from __future__ import annotations
@@ -86,9 +89,16 @@ class FetchSessions:
 
     def __init__(self, *, slots: int) -> None:
         self._sessions: LRUCache[tuple[int, int], dict[PartitionKey, _Tracked]] = LRUCache(slots)
+        self._by_connection: dict[int, set[int]] = {}
+        """Session ids per client connection, to release them when it closes."""
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+    def release(self, connection_id: int) -> None:
+        """Forget every session of a closed client connection."""
+        for session_id in self._by_connection.pop(connection_id, ()):
+            self._sessions.pop((connection_id, session_id), None)
 
     def open(
         self,
@@ -169,6 +179,7 @@ class FetchSessions:
             self._sessions.pop((view.connection_id, view.request_session_id), None)
             return
         if view.creates_session and session_id != _NO_SESSION:
+            self._by_connection.setdefault(view.connection_id, set()).add(session_id)
             self._sessions[(view.connection_id, session_id)] = {
                 key: _Tracked(client=position, broker=view.sent.get(key, position))
                 for key, position in view.client.items()

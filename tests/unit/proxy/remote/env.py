@@ -47,6 +47,8 @@ class FaultyStorage:
         self.inner = inner
         self.delay = 0.0
         self.error: RemoteStorageError | None = None
+        self.log_reads: list[int] = []
+        """Start offsets of the segments whose ``.log`` was read, in order."""
 
     async def _fault(self) -> None:
         if self.delay:
@@ -62,6 +64,7 @@ class FaultyStorage:
     async def fetch_log_segment(
         self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
     ) -> bytes:
+        self.log_reads.append(metadata.start_offset)
         await self._fault()
         return await self.inner.fetch_log_segment(metadata, start, end)
 

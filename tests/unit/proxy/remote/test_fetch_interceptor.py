@@ -8,15 +8,19 @@ tiered range, so consumers from offset 0 take the OFFSET_OUT_OF_RANGE branch.
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 import uuid
 
 import pytest
 
 from protocol.errors import KafkaError
-from protocol.messages import ApiKey
+from protocol.headers import encode_request_header
+from protocol.messages import ApiKey, encode_request
 from protocol.records import ControlType, parse_batch_header
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
+from tests.conditions import wait_for
 from tests.unit.proxy.remote.env import (
     LAST,
     TIERED_END,
@@ -361,3 +365,46 @@ async def test_offload_misses_fall_back_to_the_broker(
     assert second.error_code == KafkaError.NONE
     assert batches_of(second.records)[0] == env.all_batches[0]
     assert env.broker.fetches()[-1].topics[0].partitions[0].fetch_offset == 0
+
+
+async def test_closed_connections_take_their_fetch_sessions_along(make_env: EnvFactory) -> None:
+    """Churn of short-lived consumers must not evict a live consumer's fetch session."""
+    env = await make_env(session_cache_slots=3)
+    live = await env.client.call(
+        ApiKey.FETCH, 12, fetch_request(12, [(TOPIC, 0, 0, 1 << 20)], session_epoch=0)
+    )
+    for _ in range(10):
+        passer_by = await KafkaClient.connect(env.proxy)
+        request = fetch_request(12, [(TOPIC, 0, 5, 1 << 20)], session_epoch=0)
+        await passer_by.call(ApiKey.FETCH, 12, request)
+        await passer_by.close()
+    await wait_for(lambda: len(env.tier.sessions) == 1)
+    again = await env.client.call(
+        ApiKey.FETCH,
+        12,
+        fetch_request(12, [], session_id=live.session_id, session_epoch=1),
+    )
+    assert again.error_code == KafkaError.NONE
+
+
+async def test_a_closed_connections_queued_reads_are_cancelled(make_env: EnvFactory) -> None:
+    env = await make_env(reader_threads=1, max_wait_ms=5000)
+    # Learns where the broker's log starts, so the next reads start early; reads one batch.
+    await fetch(env, 12, 0, partition_max_bytes=1)
+    env.storage.delay = 0.5
+    env.storage.log_reads.clear()
+    address = env.proxy.routes[0].advertised
+    _reader, writer = await asyncio.open_connection(address.host, address.port)
+    for correlation_id, offset in enumerate((10, 20, 16), start=1):
+        payload = encode_request_header(ApiKey.FETCH, 12, correlation_id, "leaving")
+        payload += encode_request(fetch_request(12, [(TOPIC, 0, offset, 1)]))
+        writer.write(len(payload).to_bytes(4, "big") + payload)
+    await writer.drain()
+    await wait_for(lambda: env.tier.pool.queue_size == 2, what="two reads queued")
+    # The consumer is gone: a reset (a half-close would still be answered).
+    writer.get_extra_info("socket").setsockopt(
+        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+    )
+    writer.transport.abort()
+    await wait_for(lambda: env.tier.pool.queue_size == 0, what="the queue drained")
+    assert 20 not in env.storage.log_reads, "a closed connection's queued reads still ran"
