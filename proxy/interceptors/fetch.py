@@ -63,6 +63,8 @@ from proxy.remote.tier import RemoteTier
 __all__ = ["FetchInterceptor"]
 
 _NONE: Final = int(KafkaError.NONE)
+_READABLE: Final = frozenset({int(KafkaError.NONE), int(KafkaError.OFFSET_OUT_OF_RANGE)})
+"""Broker answers that let a connection read a partition (its rights and leadership hold)."""
 _PLAN_BYTES_KEPT: Final = 64 * 1024 * 1024
 """Memory for the plans of Fetches between request and response (an estimate, see
 :func:`_plan_size`): a closed connection's plans are dropped at once, so this bound only
@@ -221,6 +223,9 @@ class FetchInterceptor(Interceptor):
         self._broker = broker_view
         self._plans = _Plans()
         self._turns: LRUCache[int, _Turns] = LRUCache(_CONNECTIONS_KEPT)
+        self._allowed: LRUCache[int, set[PartitionKey]] = LRUCache(_CONNECTIONS_KEPT)
+        """Per connection, tiered partitions the broker answered without refusing them
+        (no error, or OFFSET_OUT_OF_RANGE): reads of these may start with the request."""
 
     @classmethod
     def for_tier(cls, tier: RemoteTier) -> Self:
@@ -287,11 +292,13 @@ class FetchInterceptor(Interceptor):
             tiered=tiered,
             started=asyncio.get_running_loop().time(),
         )
+        allowed = self._allowed.get(connection_id, ())
         for key, planned in tiered.items():
-            if planned.served and planned.reach_known:
+            if planned.served and planned.reach_known and key in allowed:
                 # The read runs while the broker answers the probe, so a Fetch costs the
-                # longer of the two round trips, not their sum; its result is used only if
-                # the broker's answer allows it.
+                # longer of the two round trips, not their sum. Only for partitions the
+                # broker already let this connection read: a client without rights must
+                # not make the proxy read remote storage at all.
                 budget = min(planned.position.partition_max_bytes, request.max_bytes)
                 plan.early[key] = self._reads.start(
                     connection_id, planned, budget, read_committed=request.read_committed
@@ -310,6 +317,7 @@ class FetchInterceptor(Interceptor):
         self._plans.release(connection_id)
         self._sessions.release(connection_id)
         self._turns.pop(connection_id, None)
+        self._allowed.pop(connection_id, None)
 
     # -- response ----------------------------------------------------------------------
 
@@ -348,7 +356,7 @@ class FetchInterceptor(Interceptor):
             self._session_answered(plan, editor.error, editor.session_id)
         if editor.error != KafkaError.NONE or not plan.tiered:
             return response
-        reads, local = self._collect(plan, editor)
+        reads, local = self._collect(call.connection.connection_id, plan, editor)
         if not reads:
             return editor.body()
         reads = [self._start(call, plan, read) for read in reads]
@@ -399,15 +407,19 @@ class FetchInterceptor(Interceptor):
         return filled
 
     def _collect(
-        self, plan: _Plan, editor: FetchResponseEditor
+        self, connection_id: int, plan: _Plan, editor: FetchResponseEditor
     ) -> tuple[list[_Read], list[_Local]]:
         """The remote reads this response needs, and the broker's partitions with records.
 
-        Every tiered partition the broker answered teaches the broker view; those it serves
-        itself get the whole log's start on the way.
+        Every tiered partition the broker answered teaches the broker view (and, unless the
+        broker refused it, lets this connection's next reads of it start early); those it
+        serves itself get the whole log's start on the way.
         """
         reads: list[_Read] = []
         local: list[_Local] = []
+        allowed = self._allowed.get(connection_id)
+        if allowed is None:
+            allowed = self._allowed[connection_id] = set()
         for part in editor.partitions():
             tiered = plan.tiered.get(part.key)
             if tiered is None:
@@ -418,6 +430,10 @@ class FetchInterceptor(Interceptor):
                 plan.view.sent.get(part.key) or plan.view.broker.get(part.key) or tiered.position
             ).fetch_offset
             state = self._broker.learn(tiered.tp, part, offset=asked, remote=tiered.remote)
+            if part.error in _READABLE:
+                allowed.add(part.key)
+            else:
+                allowed.discard(part.key)
             verdict = _verdict(tiered, part, state)
             if verdict is not _Verdict.BROKER:
                 reads.append(_Read(tiered=tiered, state=state, retry=verdict is _Verdict.RETRY))

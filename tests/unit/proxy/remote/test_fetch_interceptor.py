@@ -408,3 +408,25 @@ async def test_a_closed_connections_queued_reads_are_cancelled(make_env: EnvFact
     writer.transport.abort()
     await wait_for(lambda: env.tier.pool.queue_size == 0, what="the queue drained")
     assert 20 not in env.storage.log_reads, "a closed connection's queued reads still ran"
+
+
+async def test_no_remote_read_before_the_broker_lets_the_connection_read(
+    make_env: EnvFactory,
+) -> None:
+    """What one client learned must not let another, without rights, make the proxy read
+    remote storage: its reads wait for the broker's answer, which refuses them."""
+    env = await make_env()
+    await fetch(env, 12, 0)  # an authorised client: the broker's log start is known now
+    assert env.tier.metrics is not None
+    reads = env.tier.metrics.requests.labels(TOPIC)
+    before = reads._value.get()
+    env.model.error = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    stranger = await KafkaClient.connect(env.proxy)
+    try:
+        request = fetch_request(12, [(TOPIC, 0, 10, 1 << 20)])
+        part = only(await stranger.call(ApiKey.FETCH, 12, request))
+    finally:
+        await stranger.close()
+    assert part.error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert not part.records
+    assert reads._value.get() == before, "a remote read started for a refused client"
