@@ -251,6 +251,19 @@ class FetchResponseEditor:
         return int(self._body.error_code)
 
     @property
+    def throttle_time_ms(self) -> int:
+        """How long the broker asked the client to wait before its next request."""
+        return int(self._body.throttle_time / timedelta(milliseconds=1))
+
+    def set_throttle_time_ms(self, throttle_time_ms: int) -> None:
+        """Ask the client to wait ``throttle_time_ms`` before its next request (KIP-219)."""
+        if throttle_time_ms != self.throttle_time_ms:
+            self._body = dataclasses.replace(
+                self._body, throttle_time=timedelta(milliseconds=throttle_time_ms)
+            )
+            self._changed = True
+
+    @property
     def session_id(self) -> int:
         return int(self._body.session_id) if self.version >= FIRST_SESSION_VERSION else NO_SESSION
 

@@ -187,6 +187,9 @@ INTERCEPTED_VERSIONS: Final[Mapping[ApiKey, range]] = MappingProxyType(
         ApiKey.DESCRIBE_CLUSTER: _kio_versions(ApiKey.DESCRIBE_CLUSTER),
         ApiKey.PRODUCE: _kio_versions(ApiKey.PRODUCE),
         ApiKey.DELETE_RECORDS: _kio_versions(ApiKey.DELETE_RECORDS),
+        # Who the client logs in as (for per-user fetch quotas); passed through unchanged.
+        ApiKey.SASL_HANDSHAKE: _kio_versions(ApiKey.SASL_HANDSHAKE),
+        ApiKey.SASL_AUTHENTICATE: _kio_versions(ApiKey.SASL_AUTHENTICATE),
     }
 )
 """API versions the proxy decodes; any other request passes through as raw bytes."""

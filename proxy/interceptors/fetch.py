@@ -51,8 +51,10 @@ from protocol.fetch_bodies import (
 )
 from protocol.messages import ApiKey
 from protocol.records import batches_below, fit_batches, next_offset_after
+from proxy.identities import ClientIdentities
 from proxy.interceptors.base import Answer, Call, Interceptor
 from proxy.remote.broker_view import BrokerView, PartitionState
+from proxy.remote.client_quotas import ClientQuotas, QuotaEntity
 from proxy.remote.fetch_plan import FetchPlanner, TieredPartition
 from proxy.remote.metrics import NoReadCounters
 from proxy.remote.purgatory import RemoteFetchPurgatory
@@ -215,12 +217,16 @@ class FetchInterceptor(Interceptor):
         sessions: FetchSessions,
         purgatory: RemoteFetchPurgatory,
         broker_view: BrokerView,
+        quotas: ClientQuotas,
+        identities: ClientIdentities,
     ) -> None:
         self._planner = planner
         self._reads = reads
         self._sessions = sessions
         self._purgatory = purgatory
         self._broker = broker_view
+        self._quotas = quotas
+        self._identities = identities
         self._plans = _Plans()
         self._turns: LRUCache[int, _Turns] = LRUCache(_CONNECTIONS_KEPT)
         self._allowed: LRUCache[int, set[PartitionKey]] = LRUCache(_CONNECTIONS_KEPT)
@@ -248,6 +254,8 @@ class FetchInterceptor(Interceptor):
             sessions=tier.sessions,
             purgatory=tier.purgatory,
             broker_view=tier.broker_view,
+            quotas=tier.client_quotas,
+            identities=tier.identities,
         )
 
     @property
@@ -359,6 +367,18 @@ class FetchInterceptor(Interceptor):
         reads, local = self._collect(call.connection.connection_id, plan, editor)
         if not reads:
             return editor.body()
+        entity = QuotaEntity(
+            principal=self._identities.principal(call.connection.connection_id),
+            client_id=call.header.client_id,
+        )
+        throttle = max(editor.throttle_time_ms, self._quotas.throttle_time_ms(entity))
+        if throttle > 0:
+            # The broker throttles this client, or its remote bytes are over quota: no
+            # remote bytes in this response (reads already running still warm the cache).
+            for read in reads:
+                editor.put(self._reply(read, plan, None))
+            editor.set_throttle_time_ms(throttle)
+            return editor.body()
         reads = [self._start(call, plan, read) for read in reads]
         futures = [r.started for r in reads if isinstance(r.started, asyncio.Future)]
         try:
@@ -368,7 +388,7 @@ class FetchInterceptor(Interceptor):
             for future in futures:
                 future.cancel()
             raise
-        filled = self._fill(call.connection.connection_id, plan, editor, [*local, *reads])
+        filled = self._fill(call.connection.connection_id, plan, editor, entity, [*local, *reads])
         if filled == 0 and plan.request.min_bytes > 0 and all(r.throttled for r in reads):
             await self._hold(plan)
         return editor.body()
@@ -378,6 +398,7 @@ class FetchInterceptor(Interceptor):
         connection_id: int,
         plan: _Plan,
         editor: FetchResponseEditor,
+        entity: QuotaEntity,
         entries: list[_Local | _Read],
     ) -> int:
         """Put the partitions' records into the response within its ``max_bytes``; the bytes.
@@ -386,11 +407,14 @@ class FetchInterceptor(Interceptor):
         fetch sessions move partitions that returned data to the end. Otherwise, with the
         broker's partitions always first, a remote batch larger than what they left would
         never fit. A broker partition that comes later keeps the whole batches that fit.
+        The remote bytes then count against the client's quota; if they break it, they are
+        not served (see :mod:`proxy.remote.client_quotas`).
         """
         turns = self._turns.get(connection_id)
         if turns is None:
             turns = self._turns[connection_id] = _Turns()
         filled = 0
+        replies: list[tuple[_Read, FetchedPartition]] = []
         for entry in turns.order(entries):
             room = max(0, plan.request.max_bytes - filled)
             if isinstance(entry, _Local):
@@ -399,11 +423,20 @@ class FetchInterceptor(Interceptor):
                     editor.set_records(entry.key, records)
             else:
                 reply = self._reply(entry, plan, room, first=filled == 0)
-                editor.put(reply)
+                replies.append((entry, reply))
                 records = reply.records
             if records:
                 turns.served(_key_of(entry))
             filled += len(records)
+        remote_bytes = sum(len(reply.records) for _read, reply in replies)
+        throttle = self._quotas.record(entity, remote_bytes)
+        if throttle > 0:
+            replies = [(read, self._reply(read, plan, None)) for read, _reply in replies]
+            editor.set_throttle_time_ms(max(editor.throttle_time_ms, throttle))
+            filled -= remote_bytes
+        for read, reply in replies:
+            self._reads.served(read.tiered.tp, len(reply.records))
+            editor.put(reply)
         return filled
 
     def _collect(
@@ -471,8 +504,11 @@ class FetchInterceptor(Interceptor):
             )
         return _Read(tiered=read.tiered, state=read.state, started=started)
 
-    def _reply(self, read: _Read, plan: _Plan, room: int, *, first: bool) -> FetchedPartition:
-        """The partition entry for a remote-served partition."""
+    def _reply(
+        self, read: _Read, plan: _Plan, room: int | None, *, first: bool = False
+    ) -> FetchedPartition:
+        """The partition entry for a remote-served partition; with no ``room`` (throttled),
+        its error if any but no records."""
         state, tiered = read.state, read.tiered
         high_watermark = _known(state.high_watermark)
         last_stable_offset = _known(state.last_stable_offset)
@@ -480,7 +516,7 @@ class FetchInterceptor(Interceptor):
         error, records, aborted = _NONE, b"", None
         if isinstance(read.started, int):
             error = read.started
-        elif read.started is not None:
+        elif read.started is not None and room is not None:
             outcome = self._reads.outcome(tiered, read.started)
             error = outcome.error
             if outcome.records is not None:
@@ -488,7 +524,6 @@ class FetchInterceptor(Interceptor):
                 bound = last_stable_offset if read_committed else high_watermark
                 records = result.records if bound < 0 else batches_below(result.records, bound)
                 records = fit_batches(records, room, at_least_one=first)
-                self._reads.served(tiered.tp, len(records))
                 if read_committed:
                     end = next_offset_after(records)
                     aborted = tuple(t for t in result.aborted if t.first_offset < end)

@@ -8,7 +8,9 @@ Aiven's tiered-storage plugin (4 MiB chunks, read-ahead), which Kafka itself doe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from storage.config import ConfigError, setting
 
@@ -122,6 +124,32 @@ class RemoteFetchConfig:
         "Fetch sessions (KIP-227) whose partitions the proxy tracks; a client whose session "
         "was forgotten is asked to start a new one (FETCH_SESSION_ID_NOT_FOUND).",
     )
+    client_quota_bytes_per_second: int = setting(
+        "remote.fetch.client.quota.bytes.per.second",
+        _LONG_MAX,
+        "Bytes per second each client (user and client id) may fetch from the remote tier; "
+        "above it, its Fetches get no remote records and a throttle time, as Kafka's fetch "
+        "quotas do. The broker's own quota never sees these bytes.",
+    )
+    client_quotas: tuple[Mapping[str, Any], ...] = setting(
+        "remote.fetch.client.quotas",
+        (),
+        "Bounds for particular clients, as an array of tables with `user` (the principal's "
+        "name), `client.id`, or both, and `bytes.per.second`; the most specific entry applies "
+        "(both, then user, then client id).",
+    )
+    quota_window_num: int = setting(
+        "quota.window.num",
+        11,
+        "Windows over which client quotas measure the fetch rate.",
+        kafka="quota.window.num",
+    )
+    quota_window_size_seconds: int = setting(
+        "quota.window.size.seconds",
+        1,
+        "Length of one client-quota window in seconds.",
+        kafka="quota.window.size.seconds",
+    )
     list_offsets_kip405_minus_3: bool = setting(
         "remote.list.offsets.kip405.sentinels",
         False,
@@ -139,6 +167,9 @@ class RemoteFetchConfig:
             ),
             "remote.fetch.chunk.size.bytes": self.chunk_size_bytes,
             "remote.fetch.session.cache.slots": self.session_cache_slots,
+            "remote.fetch.client.quota.bytes.per.second": self.client_quota_bytes_per_second,
+            "quota.window.num": self.quota_window_num,
+            "quota.window.size.seconds": self.quota_window_size_seconds,
         }
         for key, value in positive.items():
             if value < 1:
@@ -155,3 +186,28 @@ class RemoteFetchConfig:
         for key, value in not_negative.items():
             if value < 0:
                 raise ConfigError(f"{key} must not be negative, not {value}")
+        self.client_quota_bounds()
+
+    def client_quota_bounds(self) -> dict[tuple[str | None, str | None], int]:
+        """``remote.fetch.client.quotas`` as (principal, client id) -> bytes per second.
+
+        :raises ConfigError: for an entry without a bound, or naming neither user nor client.
+        """
+        bounds: dict[tuple[str | None, str | None], int] = {}
+        for entry in self.client_quotas:
+            unknown = set(entry) - {"user", "client.id", "bytes.per.second"}
+            user, client_id = entry.get("user"), entry.get("client.id")
+            bound = entry.get("bytes.per.second")
+            if unknown or (user is None and client_id is None):
+                raise ConfigError(
+                    "each remote.fetch.client.quotas entry has `user`, `client.id` or both, "
+                    f"and `bytes.per.second`; not {dict(entry)!r}"
+                )
+            if not isinstance(bound, int) or isinstance(bound, bool) or bound < 1:
+                raise ConfigError(
+                    f"remote.fetch.client.quotas: bytes.per.second must be a positive "
+                    f"integer, not {bound!r}"
+                )
+            principal = None if user is None else f"User:{user}"
+            bounds[(principal, None if client_id is None else str(client_id))] = bound
+        return bounds

@@ -153,6 +153,21 @@ class _TierCollector:
         for topic, missing in sorted(per_topic.items()):
             gaps.add_metric([topic], missing)
         yield gaps
+        throttled = CounterMetricFamily(
+            "tierproxy_remote_fetch_client_throttle_seconds",
+            "Throttle time given to clients whose remote fetch bytes broke their quota "
+            "(remote.fetch.client.quota.bytes.per.second), per user and client id "
+            "(Kafka's Fetch throttle-time per client).",
+            labels=["user", "client_id"],
+        )
+        for entity, milliseconds in sorted(
+            tier.client_quotas.throttle_ms.items(),
+            key=lambda item: (item[0].principal or "", item[0].client_id or ""),
+        ):
+            throttled.add_metric(
+                [entity.principal or "", entity.client_id or ""], milliseconds / 1000
+            )
+        yield throttled
         yield from _cache("tierproxy_RemoteIndexCache", "index files", tier.indexes)
         yield from _cache("tierproxy_RemoteChunkCache", "segment chunks", tier.chunks)
         yield _gauge(

@@ -58,9 +58,14 @@ class FetchQuota:
         self._expire(now)
         if not self._samples:
             return 0.0
-        elapsed = now - self._samples[0][0]
-        elapsed = max(elapsed, (self._window_num - 1) * self._window, self._window)
-        return sum(total for _start, total in self._samples) / elapsed
+        return sum(total for _start, total in self._samples) / self.window_seconds()
+
+    def window_seconds(self) -> float:
+        """The span the rate is measured over now (Kafka's ``Rate.windowSize``)."""
+        now = self._clock()
+        self._expire(now)
+        elapsed = now - self._samples[0][0] if self._samples else 0.0
+        return max(elapsed, (self._window_num - 1) * self._window, self._window)
 
     def exceeded(self) -> bool:
         """Whether a new remote read should be skipped; counts it as throttled if so."""

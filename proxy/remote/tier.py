@@ -19,7 +19,9 @@ from typing import Any, Protocol
 from cachetools import LRUCache
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
+from proxy.identities import ClientIdentities
 from proxy.remote.broker_view import BrokerView
+from proxy.remote.client_quotas import ClientQuotas
 from proxy.remote.config import RemoteFetchConfig
 from proxy.remote.fallbacks import BrokerFallbacks
 from proxy.remote.metrics import RemoteMetrics
@@ -97,6 +99,14 @@ class RemoteTier:
         self.sessions = FetchSessions(slots=config.session_cache_slots)
         self.broker_view = BrokerView()
         self.fallbacks = BrokerFallbacks()
+        self.identities = ClientIdentities()
+        self.client_quotas = ClientQuotas(
+            default_bytes_per_second=config.client_quota_bytes_per_second,
+            bounds=config.client_quota_bounds(),
+            window_num=config.quota_window_num,
+            window_seconds=config.quota_window_size_seconds,
+            clock=clock,
+        )
         self.metrics = metrics
         self._topic_ids: LRUCache[str, uuid.UUID] = LRUCache(_TOPIC_IDS_KEPT)
         if metrics is not None:

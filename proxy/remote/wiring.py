@@ -65,9 +65,11 @@ def remote_interceptors(tier: Any) -> tuple[Interceptor, ...]:
     from proxy.interceptors.offset_for_leader_epoch import (  # noqa: PLC0415
         OffsetForLeaderEpochInterceptor,
     )
+    from proxy.interceptors.sasl_identity import SaslIdentity  # noqa: PLC0415
     from proxy.interceptors.topic_ids import MetadataTopicIds  # noqa: PLC0415
 
     return (
+        SaslIdentity(tier.identities),
         MetadataTopicIds(tier),
         FetchInterceptor.for_tier(tier),
         ListOffsetsInterceptor(tier),

@@ -91,6 +91,8 @@ class ScriptedBroker:
     requests: list[tuple[int, int, Any]] = field(default_factory=list)
     sessions: dict[int, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=dict)
     delay: float = 0.0
+    throttle_ms: int = 0
+    """The throttle time every Fetch answer carries (the broker's own quota)."""
     garble_fetches: bool = False
     """Answer Fetch with a body no decoder accepts (its correlation id stays right)."""
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
@@ -169,7 +171,7 @@ class ScriptedBroker:
             )
         return build(
             body_class,
-            throttle_time=datetime.timedelta(0),
+            throttle_time=datetime.timedelta(milliseconds=self.throttle_ms),
             error_code=err(KafkaError.NONE),
             session_id=session_id,
             responses=tuple(

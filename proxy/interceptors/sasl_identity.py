@@ -1,0 +1,44 @@
+"""Feeds :class:`proxy.identities.ClientIdentities` from the SASL requests passing through."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
+from proxy.identities import ClientIdentities
+from proxy.interceptors.base import Call, Interceptor
+
+__all__ = ["SaslIdentity"]
+
+
+class SaslIdentity(Interceptor):
+    """Feeds :class:`ClientIdentities` from SaslHandshake and SaslAuthenticate requests."""
+
+    def __init__(self, identities: ClientIdentities) -> None:
+        self._identities = identities
+
+    @property
+    def versions(self) -> Mapping[ApiKey, range]:
+        return {
+            ApiKey.SASL_HANDSHAKE: INTERCEPTED_VERSIONS[ApiKey.SASL_HANDSHAKE],
+            ApiKey.SASL_AUTHENTICATE: INTERCEPTED_VERSIONS[ApiKey.SASL_AUTHENTICATE],
+        }
+
+    @property
+    def needs_request(self) -> bool:
+        return True
+
+    def on_request(self, call: Call) -> Any:
+        connection_id = call.connection.connection_id
+        if call.header.api_key == ApiKey.SASL_HANDSHAKE:
+            self._identities.mechanism_chosen(connection_id, str(call.request.mechanism))
+        else:
+            self._identities.authenticating(connection_id, bytes(call.request.auth_bytes))
+        return call.request
+
+    def wants_response(self, call: Call, body: memoryview) -> bool:
+        return False
+
+    def on_connection_closed(self, connection_id: int) -> None:
+        self._identities.forget(connection_id)
