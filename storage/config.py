@@ -120,6 +120,9 @@ def check_unknown(flat: Mapping[str, Any], config_classes: Iterable[type[Any]]) 
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:
+    if isinstance(value, bool) and not isinstance(default, bool) and default is not None:
+        # TOML's true is a Python int: ``segment.bytes = true`` must not mean 1.
+        raise ConfigError(f"{key} must be of type {type(default).__name__}, not {value!r}")
     if default is None or isinstance(value, type(default)):
         return value
     if isinstance(default, bool):

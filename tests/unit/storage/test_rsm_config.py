@@ -94,3 +94,9 @@ async def test_factory_builds_s3_without_connecting() -> None:
     storage = create_remote_storage(config)
     assert isinstance(storage, S3RemoteStorage)
     await storage.close()
+
+
+def test_true_is_not_an_integer_setting() -> None:
+    """TOML's ``true`` is a Python int; an integer setting must still refuse it."""
+    with pytest.raises(ConfigError, match="must be of type int, not True"):
+        from_settings(RemoteStorageConfig, {"remote.log.storage.retry.max.attempts": True})
