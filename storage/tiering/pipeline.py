@@ -25,8 +25,10 @@ A cycle (:meth:`TieringPipeline.run_cycle`):
    end (a success after a failure stays STARTED and is deleted next cycle, so the remote log
    never has a hole that later copies would skip);
 7. local retention: where the broker supports DeleteRecords (Apache Kafka), its log start is
-   moved to the end of the tiered, locally expired data, never further. Other brokers (Tansu)
-   are reported once per topic and keep their data;
+   moved to the end of the tiered, locally expired data, never further, and never past the
+   first offset of a transaction still open at the remote log end (READ_COMMITTED reads of it
+   stay with the broker, which knows how it ends). Other brokers (Tansu) are reported once
+   per topic and keep their data;
 8. remote retention (:mod:`.retention`): expired segments get DELETE_SEGMENT_STARTED, their
    objects are deleted, then DELETE_SEGMENT_FINISHED. While the broker still holds the
    offsets of the newest remote segment (it cannot delete records), that segment is kept: it
@@ -825,6 +827,29 @@ class TieringPipeline:
         self._chains[p.tp] = (tip.segment_id.id, state)
         return state
 
+    async def _open_transactions_start(self, p: _Partition) -> int:
+        """The first offset of the earliest transaction still open at the remote log end
+        (its marker not tiered yet), or the largest offset: the broker's log start never
+        moves past it. Kafka resolves READ_COMMITTED reads there from its local transaction
+        index; the proxy can read only the broker's answers and the remote tier, and the
+        remote tier does not know yet how such a transaction ends."""
+        none = 1 << 63
+        if p.remote_end is None:
+            return none
+        tip = self.cache.segment_for(p.tp, p.remote_end, self.cache.lineage(p.tp))
+        if tip is None:
+            return none
+        cached = self._chains.get(p.tp)
+        if cached is not None and cached[0] == tip.segment_id.id:
+            producers = cached[1].producers
+        else:
+            snapshot = await self._rsm.fetch_index(tip, IndexType.PRODUCER_SNAPSHOT)
+            producers = parse_producer_snapshot(snapshot)
+        return min(
+            (e.current_txn_first_offset for e in producers if e.current_txn_first_offset >= 0),
+            default=none,
+        )
+
     async def _finish_copies(
         self,
         jobs: Sequence[CopyJob],
@@ -943,6 +968,13 @@ class TieringPipeline:
                 now_ms=now,
             )
             if target is not None:
+                try:
+                    target = min(target, await self._open_transactions_start(p))
+                except (RemoteStorageError, CorruptIndexError) as err:
+                    # Not knowing which transactions are open, keep the local data.
+                    errors.append(f"{p.tp}: producer snapshot of the remote end: {err}")
+                    continue
+            if target is not None and target > p.log_start:
                 targets.setdefault(p.leader_id, []).append((p, target))
         if not targets:
             return

@@ -33,6 +33,8 @@ from tests.integration.tiering.workload import create_topic, produce_mixed
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.brokers("kafka", "kafka3")]
 
+SEGMENT_MS = 2000
+
 
 def earliest(bootstrap: str, topic: str, partition: int) -> int:
     from confluent_kafka import Consumer, TopicPartition
@@ -180,3 +182,65 @@ def test_the_brokers_own_retention(
     with running(proxy):
         got = consume_group_with_restart(proxy.bootstrap, topic, ends, READ_UNCOMMITTED)
         assert by_partition(got) == before[READ_UNCOMMITTED]
+
+
+def test_read_committed_across_a_transaction_still_open_at_the_remote_end(
+    broker: BrokerInfo, s3: S3Info, spark: Any, bucket: str, tmp_path: Path
+) -> None:
+    """A transaction whose marker is not tiered yet keeps its records on the broker: the
+    pipeline never moves the log start past its first offset, so READ_COMMITTED consumers
+    through the proxy read across the tier boundary without a stall (the broker knows how
+    the transaction ended; the remote tier does not yet)."""
+    from confluent_kafka import Producer
+
+    topic = f"kafka-open-txn-{uuid.uuid4().hex[:8]}"
+    metadata_topic = f"__rlm-{topic}"
+    create_topic(broker.bootstrap, topic, 1)
+    transactional = Producer(
+        {"bootstrap.servers": broker.bootstrap, "transactional.id": f"open-{topic}"}
+    )
+    plain = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    for i in range(200):  # ~60 KiB before the transaction: tiered and dropped locally
+        plain.produce(topic, value=bytes([i % 256]) * 300, partition=0)
+    plain.flush(30)
+    transactional.init_transactions(30)
+    transactional.begin_transaction()
+    for i in range(5):
+        transactional.produce(topic, key=b"txn", value=b"t%d" % i, partition=0)
+    transactional.flush(30)
+    for i in range(400):  # closed segments inside the transaction
+        plain.produce(topic, key=str(i).encode(), value=bytes([i % 256]) * 300, partition=0)
+    plain.flush(30)
+    time.sleep(SEGMENT_MS / 1000 + 0.5)
+    # The marker comes more than segment.ms after the segments before it, so it starts a
+    # segment of its own: the last one, too young to be copied by the cycle that follows.
+    transactional.commit_transaction(30)
+    for i in range(3):
+        plain.produce(topic, value=b"tail %d" % i, partition=0)
+    plain.flush(30)
+    ends = high_watermarks(broker.bootstrap, topic, 1)
+    expected = by_partition(
+        consume_confluent(broker.bootstrap, topic, ends, isolation=READ_COMMITTED)
+    )
+    first_txn_offset = next(offset for _p, offset, key, _v in expected if key == b"txn")
+    report = asyncio.run(
+        tier_topic(
+            broker,
+            s3,
+            spark,
+            topic=topic,
+            bucket=bucket,
+            metadata_topic=metadata_topic,
+            spill=tmp_path / "spill",
+            **{"local.retention.ms": 1, "retention.ms": -1, "segment.ms": SEGMENT_MS},
+        )
+    )
+    assert report.topics[topic].lag_bytes > 0, "the marker's segment was tiered too"
+    proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+    with running(proxy):
+        got = consume_confluent(
+            proxy.bootstrap, topic, ends, isolation=READ_COMMITTED, timeout_s=30
+        )
+        assert by_partition(got) == expected
+        assert proxy.metric("tierproxy_RemoteFetchErrorsPerSec_total") == 0
+    assert 0 < earliest(broker.bootstrap, topic, 0) <= first_txn_offset
