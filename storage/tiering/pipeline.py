@@ -827,6 +827,26 @@ class TieringPipeline:
         self._chains[p.tp] = (tip.segment_id.id, state)
         return state
 
+    async def _local_target(self, p: _Partition, now: int, errors: list[str]) -> int | None:
+        """Where the broker's log start may move now, or ``None`` to leave it."""
+        target = local_log_start_target(
+            self._finished_chain(p.tp),
+            log_start_offset=p.log_start,
+            untiered_bytes=self._untiered_bytes(p),
+            local_retention_ms=p.policy.effective_local_retention_ms,
+            local_retention_bytes=p.policy.effective_local_retention_bytes,
+            now_ms=now,
+        )
+        if target is None:
+            return None
+        try:
+            target = min(target, await self._open_transactions_start(p))
+        except (RemoteStorageError, CorruptIndexError) as err:
+            # Not knowing which transactions are open, keep the local data.
+            errors.append(f"{p.tp}: producer snapshot of the remote end: {err}")
+            return None
+        return target if target > p.log_start else None
+
     async def _open_transactions_start(self, p: _Partition) -> int:
         """The first offset of the earliest transaction still open at the remote log end
         (its marker not tiered yet), or the largest offset: the broker's log start never
@@ -959,22 +979,8 @@ class TieringPipeline:
         for p in partitions:
             if p.error is not None or not p.policy.manages_local_retention:
                 continue
-            target = local_log_start_target(
-                self._finished_chain(p.tp),
-                log_start_offset=p.log_start,
-                untiered_bytes=self._untiered_bytes(p),
-                local_retention_ms=p.policy.effective_local_retention_ms,
-                local_retention_bytes=p.policy.effective_local_retention_bytes,
-                now_ms=now,
-            )
+            target = await self._local_target(p, now, errors)
             if target is not None:
-                try:
-                    target = min(target, await self._open_transactions_start(p))
-                except (RemoteStorageError, CorruptIndexError) as err:
-                    # Not knowing which transactions are open, keep the local data.
-                    errors.append(f"{p.tp}: producer snapshot of the remote end: {err}")
-                    continue
-            if target is not None and target > p.log_start:
                 targets.setdefault(p.leader_id, []).append((p, target))
         if not targets:
             return
