@@ -8,7 +8,10 @@ manager (see DESIGN.md "Metadata"):
   ``data`` is the schema in Kafka's non-flexible encoding: ``string`` = int16 length +
   UTF-8, ``uuid`` = 16 bytes (most significant half first), arrays = int32 count, and
   big-endian ``int8``/``int32``/``int64``. Types: 0 RemoteLogSegmentMetadataRecord,
-  1 RemoteLogSegmentMetadataRecordUpdate, 2 DeletePartitionStateRecord.
+  1 RemoteLogSegmentMetadataRecordUpdate, 2 DeletePartitionStateRecord, and tierproxy's
+  own 3 RemoteLogStartOffsetRecord: the whole log's start moved (a DeleteRecords, or the
+  broker deleting data before it was tiered), which Kafka keeps in its log (its
+  ``logStartOffset``) and an unmodified broker cannot keep for the remote tier.
 - The flat-file store keeps, per user partition, ``magic, topic-id,
   metadata-topic-offset`` followed by entries framed the same way, with the smaller
   "Stored" schemas (the partition is implied by the file): 0
@@ -48,6 +51,8 @@ __all__ = [
     "RemoteLogSegmentMetadataRecordStored",
     "RemoteLogSegmentMetadataUpdateRecord",
     "RemoteLogSegmentState",
+    "RemoteLogStartOffsetRecord",
+    "RemoteLogStartOffsetRecordStored",
     "RemotePartitionDeleteState",
     "StoredMetadataRecord",
     "decode_committed_offsets",
@@ -138,10 +143,23 @@ class DeletePartitionStateRecord:
     state: RemotePartitionDeleteState
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteLogStartOffsetRecord:
+    """apiKey 3 (tierproxy): offsets below ``start_offset`` are deleted from the whole log;
+    the remote tier never serves them again and their segments are to be deleted."""
+
+    topic: str
+    topic_id: uuid.UUID
+    partition: int
+    start_offset: int
+    event_timestamp: int
+
+
 MetadataRecord: TypeAlias = (
     RemoteLogSegmentMetadataRecord
     | RemoteLogSegmentMetadataUpdateRecord
     | DeletePartitionStateRecord
+    | RemoteLogStartOffsetRecord
 )
 
 
@@ -169,8 +187,18 @@ class DeletePartitionStateRecordStored:
     state: RemotePartitionDeleteState
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RemoteLogStartOffsetRecordStored:
+    """Flat-file apiKey 2: the whole log's start, partition implied by the file."""
+
+    start_offset: int
+    event_timestamp: int
+
+
 StoredMetadataRecord: TypeAlias = (
-    RemoteLogSegmentMetadataRecordStored | DeletePartitionStateRecordStored
+    RemoteLogSegmentMetadataRecordStored
+    | DeletePartitionStateRecordStored
+    | RemoteLogStartOffsetRecordStored
 )
 
 
@@ -192,6 +220,7 @@ _EPOCH_ENTRY = struct.Struct(">iq")  # leaderEpoch, offset
 _SIZE_AND_STATE = struct.Struct(">ib")  # segmentSizeInBytes, state
 _UPDATE_BODY = struct.Struct(">iqb")  # leaderEpoch, eventTimestamp, state
 _PARTITION_STATE_BODY = struct.Struct(">iqb")  # epoch, eventTimestamp, state
+_LOG_START_BODY = struct.Struct(">qq")  # startOffset, eventTimestamp
 _STORED_SEGMENT_HEAD = struct.Struct(">16sqqiqq")  # segmentId + the segment body
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -260,11 +289,16 @@ def encode_metadata_record(record: MetadataRecord) -> bytes:
             _ID_PARTITION_SEGMENT, record.topic_id.bytes, record.partition, record.segment_id.bytes
         )
         writer.fixed(_UPDATE_BODY, record.leader_epoch, record.event_timestamp, record.state)
-    else:
+    elif isinstance(record, DeletePartitionStateRecord):
         writer = _Writer(2, "DeletePartitionStateRecord")
         writer.string(record.topic)
         writer.fixed(_ID_PARTITION, record.topic_id.bytes, record.partition)
         writer.fixed(_PARTITION_STATE_BODY, record.epoch, record.event_timestamp, record.state)
+    else:
+        writer = _Writer(3, "RemoteLogStartOffsetRecord")
+        writer.string(record.topic)
+        writer.fixed(_ID_PARTITION, record.topic_id.bytes, record.partition)
+        writer.fixed(_LOG_START_BODY, record.start_offset, record.event_timestamp)
     return writer.result()
 
 
@@ -286,9 +320,12 @@ def encode_stored_record(record: StoredMetadataRecord) -> bytes:
         )
         writer.epochs(record.segment_leader_epochs)
         writer.fixed(_SIZE_AND_STATE, record.segment_size_in_bytes, record.state)
-    else:
+    elif isinstance(record, DeletePartitionStateRecordStored):
         writer = _Writer(1, "DeletePartitionStateRecordStored")
         writer.fixed(_PARTITION_STATE_BODY, record.epoch, record.event_timestamp, record.state)
+    else:
+        writer = _Writer(2, "RemoteLogStartOffsetRecordStored")
+        writer.fixed(_LOG_START_BODY, record.start_offset, record.event_timestamp)
     return writer.result()
 
 
@@ -473,14 +510,36 @@ def _read_stored_partition_state(reader: _Reader) -> DeletePartitionStateRecordS
     )
 
 
+def _read_log_start_record(reader: _Reader) -> RemoteLogStartOffsetRecord:
+    topic = reader.string("topic")
+    topic_id, partition = reader.fixed(_ID_PARTITION, "TopicIdPartition")
+    start_offset, event_timestamp = reader.fixed(_LOG_START_BODY, "startOffset/eventTimestamp")
+    return RemoteLogStartOffsetRecord(
+        topic=topic,
+        topic_id=uuid.UUID(bytes=topic_id),
+        partition=partition,
+        start_offset=start_offset,
+        event_timestamp=event_timestamp,
+    )
+
+
+def _read_stored_log_start(reader: _Reader) -> RemoteLogStartOffsetRecordStored:
+    start_offset, event_timestamp = reader.fixed(_LOG_START_BODY, "startOffset/eventTimestamp")
+    return RemoteLogStartOffsetRecordStored(
+        start_offset=start_offset, event_timestamp=event_timestamp
+    )
+
+
 _TOPIC_READERS: dict[int, tuple[str, Callable[[_Reader], MetadataRecord]]] = {
     0: ("RemoteLogSegmentMetadataRecord", _read_segment_record),
     1: ("RemoteLogSegmentMetadataRecordUpdate", _read_update_record),
     2: ("DeletePartitionStateRecord", _read_partition_state_record),
+    3: ("RemoteLogStartOffsetRecord", _read_log_start_record),
 }
 _STORED_READERS: dict[int, tuple[str, Callable[[_Reader], StoredMetadataRecord]]] = {
     0: ("RemoteLogSegmentMetadataRecordStored", _read_stored_segment),
     1: ("DeletePartitionStateRecordStored", _read_stored_partition_state),
+    2: ("RemoteLogStartOffsetRecordStored", _read_stored_log_start),
 }
 
 

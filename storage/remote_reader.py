@@ -103,6 +103,8 @@ class RemoteSegmentLookup(Protocol):
 
     def lineage(self, tp: TopicIdPartition) -> tuple[EpochEntry, ...]: ...
 
+    def log_start_offset(self, tp: TopicIdPartition) -> int: ...
+
 
 class OffsetNotInRemoteError(LookupError):
     """No readable remote segment holds the offset under the lineage."""
@@ -207,9 +209,10 @@ class RemoteLogReader:
         """
         if lineage is None:
             lineage = self._metadata.lineage(tp)
+        starting_offset = self._metadata.log_start_offset(tp)
         segment = self._metadata.segment_for_timestamp(tp, timestamp, lineage)
         while segment is not None:
-            found = await self._find_in_segment(segment, timestamp)
+            found = await self._find_in_segment(segment, timestamp, starting_offset)
             if found is not None:
                 offset, record_timestamp = found
                 epochs = [
@@ -304,21 +307,23 @@ class RemoteLogReader:
     # -- timestamps --------------------------------------------------------------------
 
     async def _find_in_segment(
-        self, segment: RemoteLogSegmentMetadata, timestamp: int
+        self, segment: RemoteLogSegmentMetadata, timestamp: int, starting_offset: int
     ) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the segment's first record at or after ``timestamp``.
+        """``(offset, timestamp)`` of the segment's first record at or after ``timestamp``
+        and at or after ``starting_offset`` (the log start: records below it are deleted).
 
         Kafka's ``LogSegment.findOffsetByTimestamp``: the time index gives an offset after
         which the answer lies, the offset index a position before it, and the batches from
         there are scanned record by record.
         """
+        first = max(segment.start_offset, starting_offset)
         time_index = TimeIndex(
             await self._indexes.get(segment, IndexType.TIMESTAMP), base_offset=segment.start_offset
         )
         offset_index = OffsetIndex(
             await self._indexes.get(segment, IndexType.OFFSET), base_offset=segment.start_offset
         )
-        from_offset = max(time_index.lookup(timestamp).offset, segment.start_offset)
+        from_offset = max(time_index.lookup(timestamp).offset, first)
         position = offset_index.lookup(from_offset).position
         size = segment.segment_size_in_bytes
         while position + BATCH_HEADER_SIZE <= size:
@@ -326,10 +331,10 @@ class RemoteLogReader:
             consumed = 0
             for at, header in iter_batches(window):
                 consumed = at + header.size
-                if header.last_offset < segment.start_offset or header.max_timestamp < timestamp:
+                if header.last_offset < first or header.max_timestamp < timestamp:
                     continue
-                found = _first_record_at(window, at, header, timestamp)
-                if found is not None and found[0] >= segment.start_offset:
+                found = _first_record_at(window, at, header, timestamp, first)
+                if found is not None:
                     return found
             if consumed == 0:
                 if len(window) < BATCH_HEADER_SIZE:
@@ -339,8 +344,8 @@ class RemoteLogReader:
                 if len(window) < header.size:
                     return None  # a partial batch ends the object
                 if header.max_timestamp >= timestamp:
-                    found = _first_record_at(window, 0, header, timestamp)
-                    if found is not None and found[0] >= segment.start_offset:
+                    found = _first_record_at(window, 0, header, timestamp, first)
+                    if found is not None:
                         return found
                 consumed = header.size
             position += consumed
@@ -348,9 +353,10 @@ class RemoteLogReader:
 
 
 def _first_record_at(
-    buf: bytes, position: int, header: BatchHeader, timestamp: int
+    buf: bytes, position: int, header: BatchHeader, timestamp: int, min_offset: int
 ) -> tuple[int, int] | None:
-    """``(offset, timestamp)`` of the batch's first record with a timestamp ``>=`` the target.
+    """``(offset, timestamp)`` of the batch's first record at or after ``min_offset`` with a
+    timestamp ``>=`` the target.
 
     Records of a LOG_APPEND_TIME batch all carry the batch's max timestamp (Kafka's
     ``DefaultRecord.timestamp``), so their offsets need not be decoded.
@@ -366,12 +372,14 @@ def _first_record_at(
             end = point + length
             timestamp_delta, after = decode_varlong(payload, point + 1)
             offset_delta, _ = decode_varint(payload, after)
+            point = end
+            if header.base_offset + offset_delta < min_offset:
+                continue
             if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
                 return header.base_offset + offset_delta, header.max_timestamp
             record_timestamp = header.first_timestamp + timestamp_delta
             if record_timestamp >= timestamp:
                 return header.base_offset + offset_delta, record_timestamp
-            point = end
     except (VarintError, ValueError, IndexError, struct.error, cramjam.DecompressionError) as err:
         raise CorruptRecordBatchError(
             f"records of the batch at offset {header.base_offset} cannot be decoded: {err}"

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from cachetools import LRUCache
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
+from protocol.metadata_records import MetadataRecord
 from proxy.identities import ClientIdentities
 from proxy.remote.broker_view import BrokerView
 from proxy.remote.client_quotas import ClientQuotas
@@ -41,7 +42,7 @@ from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.factory import create_remote_storage
 
-__all__ = ["RemoteLogMetadata", "RemoteTier", "open_remote_tier"]
+__all__ = ["MetadataPublisher", "RemoteLogMetadata", "RemoteTier", "open_remote_tier"]
 
 _TOPIC_IDS_KEPT = 100_000
 """Topic names whose current id the proxy remembers from Metadata responses (a few MB)."""
@@ -62,6 +63,15 @@ class RemoteLogMetadata(RemoteSegmentLookup, Protocol):
 
     def segments(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]: ...
 
+    def log_start_offset(self, tp: TopicIdPartition) -> int: ...
+
+
+class MetadataPublisher(Protocol):
+    """How the proxy records a change in the metadata topic (the metadata manager's
+    ``publish``): returns once the proxy's own metadata cache has applied it."""
+
+    async def __call__(self, record: MetadataRecord) -> None: ...
+
 
 class RemoteTier:
     """Everything the tiered read path shares, across connections."""
@@ -73,11 +83,13 @@ class RemoteTier:
         metadata: RemoteLogMetadata,
         indexes: RemoteIndexCache,
         chunks: ChunkCache,
+        publish: MetadataPublisher,
         metrics: RemoteMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
         self.metadata = metadata
+        self.publish = publish
         self.indexes = indexes
         self.chunks = chunks
         self.reader = RemoteLogReader(metadata=metadata, indexes=indexes, chunks=chunks)
@@ -209,7 +221,12 @@ async def open_remote_tier(
         disk_max_bytes=fetch_config.chunk_cache_disk_size_bytes,
     )
     tier = RemoteTier(
-        config=fetch_config, metadata=rlmm.cache, indexes=indexes, chunks=chunks, metrics=metrics
+        config=fetch_config,
+        metadata=rlmm.cache,
+        indexes=indexes,
+        chunks=chunks,
+        publish=rlmm.publish,
+        metrics=metrics,
     )
     tier.start()
 

@@ -21,7 +21,7 @@ from storage.config import from_settings
 from storage.index_cache import IndexCacheConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
-from storage.tiering.config import TIERING_CONFIG_CLASSES
+from storage.tiering.config import TIERING_CONFIG_CLASSES, TieringConfig
 
 __all__ = [
     "SERVE_CONFIG_CLASSES",
@@ -37,6 +37,8 @@ _REMOTE_CONFIG_CLASSES: tuple[type[Any], ...] = (
     RemoteLogMetadataConfig,
     IndexCacheConfig,
 )
+_PIPELINE_CLIENT_ID = TieringConfig().client_id
+
 SERVE_CONFIG_CLASSES: tuple[type[Any], ...] = (*CONFIG_CLASSES, *_REMOTE_CONFIG_CLASSES)
 """Every settings class ``tierproxy serve`` reads (listed in its ``--help``)."""
 
@@ -57,9 +59,13 @@ def check_remote_settings(settings: Mapping[str, Any]) -> None:
             from_settings(config_class, settings)
 
 
-def remote_interceptors(tier: Any) -> tuple[Interceptor, ...]:
+def remote_interceptors(
+    tier: Any, *, pipeline_client_id: str = _PIPELINE_CLIENT_ID
+) -> tuple[Interceptor, ...]:
     """The read path's interceptors over ``tier`` (a :class:`~proxy.remote.tier.RemoteTier`),
-    in registration order."""
+    in registration order. ``pipeline_client_id`` is the tiering pipeline's client id, whose
+    DeleteRecords are never taken for an operator's."""
+    from proxy.interceptors.delete_records import DeleteRecordsInterceptor  # noqa: PLC0415
     from proxy.interceptors.fetch import FetchInterceptor  # noqa: PLC0415
     from proxy.interceptors.list_offsets import ListOffsetsInterceptor  # noqa: PLC0415
     from proxy.interceptors.offset_for_leader_epoch import (  # noqa: PLC0415
@@ -74,6 +80,7 @@ def remote_interceptors(tier: Any) -> tuple[Interceptor, ...]:
         FetchInterceptor.for_tier(tier),
         ListOffsetsInterceptor(tier),
         OffsetForLeaderEpochInterceptor(tier),
+        DeleteRecordsInterceptor(tier, pipeline_client_id=pipeline_client_id),
     )
 
 
@@ -95,7 +102,10 @@ async def serve(config: ProxyConfig, settings: Mapping[str, Any]) -> None:
         bootstrap_servers=config.bootstrap_servers,
         metrics=RemoteMetrics(metrics.registry),
     )
+    interceptors = remote_interceptors(
+        tier, pipeline_client_id=from_settings(TieringConfig, settings).client_id
+    )
     try:
-        await run_until_stopped(config, interceptors=remote_interceptors(tier), metrics=metrics)
+        await run_until_stopped(config, interceptors=interceptors, metrics=metrics)
     finally:
         await close()

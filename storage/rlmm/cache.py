@@ -52,6 +52,7 @@ from protocol.metadata_records import (
     MetadataRecord,
     RemoteLogSegmentMetadataRecord,
     RemoteLogSegmentMetadataUpdateRecord,
+    RemoteLogStartOffsetRecord,
 )
 from storage.model import (
     RemoteLogSegmentId,
@@ -108,6 +109,7 @@ class _Partition:
         "_last_epochs",
         "_lineage",
         "delete_status",
+        "log_start",
         "seg",
         "tp",
     )
@@ -116,6 +118,8 @@ class _Partition:
         self.tp = tp
         self.seg = PartitionSegments()
         self.delete_status: PartitionDeleteStatus | None = None
+        self.log_start = 0
+        """The whole log's start (RemoteLogStartOffsetRecord): nothing below is served."""
         self._chain = array("i")
         """Slots of the lineage chain, head to tip."""
         self._holes: list[int] = []
@@ -251,10 +255,13 @@ class _Partition:
         return self._chain
 
     def contiguous_start(self) -> int | None:
-        """The first offset of the chain's last contiguous run (its end is the tip's)."""
+        """The first readable offset of the chain's last contiguous run (its end is the
+        tip's), at or above the log start; ``None`` if nothing is readable."""
         if not self._chain:
             return None
-        return self._holes[-1] if self._holes else self.seg.start[self._chain[0]]
+        start = self._holes[-1] if self._holes else self.seg.start[self._chain[0]]
+        start = max(start, self.log_start)
+        return start if start <= self.seg.end[self._chain[-1]] else None
 
     def holes(self) -> list[tuple[int, int]]:
         """The offset ranges (first, last) that no copy of the chain holds, in order."""
@@ -411,14 +418,19 @@ class _Partition:
         return self._highest.get(epoch)
 
     def referenced(self, slot: int, lineage: _LineageView) -> bool:
-        """Whether :meth:`find` under ``lineage`` returns ``slot`` for at least one offset.
+        """Whether :meth:`find` under ``lineage`` returns ``slot`` for at least one offset at
+        or above the log start.
 
         Which copy is chosen can only change where a copy starts or ends, where a copy's or
-        the lineage's epoch changes, so trying those points inside the segment suffices.
+        the lineage's epoch changes, so trying those points inside the segment (and the log
+        start) suffices.
         """
         seg = self.seg
         first, last = seg.start[slot], seg.end[slot]
+        if last < self.log_start:
+            return False
         points = {a for _, a, _ in seg.ranges(slot)}
+        points.add(self.log_start)
         points.update(e.start_offset for e in lineage.entries if first <= e.start_offset <= last)
         position = seg.position_from(first - seg.max_len)
         while position < len(seg.index):
@@ -432,6 +444,8 @@ class _Partition:
             if first <= seg.end[other] + 1 <= last:
                 points.add(seg.end[other] + 1)
         for point in points:
+            if point < self.log_start:
+                continue
             epoch = lineage.epoch_at(point)
             if epoch is not None and self.find(epoch, point, lineage) == slot:
                 return True
@@ -504,6 +518,8 @@ class RemoteLogMetadataCache:
                 leader_epoch=record.leader_epoch,
                 event_timestamp=record.event_timestamp,
             )
+        elif isinstance(record, RemoteLogStartOffsetRecord):
+            self.set_log_start(_tp_of(record), record.start_offset)
         else:
             self.update_partition_delete(
                 _tp_of(record),
@@ -525,8 +541,24 @@ class RemoteLogMetadataCache:
             self._check_add(_metadata_of(record))
         elif isinstance(record, RemoteLogSegmentMetadataUpdateRecord):
             self._check_update(_segment_id_of(record), record.state)
+        elif isinstance(record, RemoteLogStartOffsetRecord):
+            if record.start_offset < 0:
+                raise InvalidSegmentMetadataError(
+                    f"log start {record.start_offset} of {_tp_of(record)} is negative"
+                )
         else:
             self._check_partition(_tp_of(record), record.state)
+
+    def set_log_start(self, tp: TopicIdPartition, start_offset: int) -> None:
+        """Offsets below ``start_offset`` are deleted from the whole log (it only moves up):
+        reads below it find nothing, and the pipeline deletes segments wholly below it."""
+        partition = self._partition(tp)
+        partition.log_start = max(partition.log_start, start_offset)
+
+    def log_start_offset(self, tp: TopicIdPartition) -> int:
+        """The whole log's start as deletions recorded it (0 when none was)."""
+        partition = self._find_partition(tp)
+        return 0 if partition is None else partition.log_start
 
     def add_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
         """A copy attempt starts (COPY_SEGMENT_STARTED); a repeat of a known one updates it.
@@ -585,6 +617,7 @@ class RemoteLogMetadataCache:
         tp: TopicIdPartition,
         segments: Iterable[RemoteLogSegmentMetadata],
         delete_status: PartitionDeleteStatus | None,
+        log_start: int = 0,
     ) -> None:
         """Load a partition's materialised state (from a snapshot) without replaying events.
 
@@ -603,6 +636,7 @@ class RemoteLogMetadataCache:
             partition.insert(metadata)
             self._segment_count += 1
         partition.delete_status = delete_status
+        partition.log_start = log_start
 
     def drop_partition(self, tp: TopicIdPartition) -> None:
         """Forget a partition entirely (before re-reading its metadata from the topic)."""
@@ -636,7 +670,7 @@ class RemoteLogMetadataCache:
         view = _LineageView(lineage)
         epoch = view.epoch_at(offset)
         partition = self._find_partition(tp)
-        if epoch is None or partition is None:
+        if epoch is None or partition is None or offset < partition.log_start:
             return None
         slot = partition.find(epoch, offset, view)
         return None if slot is None else partition.seg.metadata(slot, partition.tp)
@@ -669,6 +703,7 @@ class RemoteLogMetadataCache:
         for slot in seg.live():
             if (
                 seg.state[slot] == _FINISHED
+                and seg.end[slot] >= partition.log_start
                 and seg.max_timestamp[slot] >= timestamp
                 and view.agrees(seg.ranges(slot), seg.start[slot])
             ):
@@ -700,12 +735,12 @@ class RemoteLogMetadataCache:
         return [] if partition is None else partition.holes()
 
     def remote_log_end_offset(self, tp: TopicIdPartition) -> int | None:
-        """The last offset of the remote log (end of the lineage tip, inclusive), or ``None``."""
+        """The last offset of the remote log (end of the lineage tip, inclusive), or ``None``
+        when nothing is readable (no copy, or all below the log start)."""
         partition = self._find_partition(tp)
-        if partition is None:
+        if partition is None or partition.contiguous_start() is None:
             return None
-        chain = partition.chain()
-        return partition.seg.end[chain[-1]] if chain else None
+        return partition.seg.end[partition.chain()[-1]]
 
     def lineage(self, tp: TopicIdPartition) -> tuple[EpochEntry, ...]:
         """The leader-epoch history of the remote log, for lookups and OffsetForLeaderEpoch."""
@@ -747,8 +782,9 @@ class RemoteLogMetadataCache:
 
     def unreferenced_segments(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
         """Copies no read will use: unfinished or being deleted, or finished but never
-        chosen under :meth:`lineage` (duplicates and truncated leaders' copies). These are
-        what a cleaner may delete."""
+        chosen under :meth:`lineage` (duplicates, truncated leaders' copies, and copies
+        wholly below the log start, whose records were deleted). These are what a cleaner
+        may delete."""
         partition = self._find_partition(tp)
         if partition is None:
             return []
@@ -989,7 +1025,7 @@ def _segment_id_of(
     )
 
 
-def _tp_of(record: DeletePartitionStateRecord) -> TopicIdPartition:
+def _tp_of(record: DeletePartitionStateRecord | RemoteLogStartOffsetRecord) -> TopicIdPartition:
     return TopicIdPartition(
         topic_id=record.topic_id, topic=record.topic, partition=record.partition
     )

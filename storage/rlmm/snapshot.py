@@ -41,6 +41,7 @@ from protocol.metadata_records import (
     FlatFileSnapshot,
     MetadataRecordError,
     RemoteLogSegmentMetadataRecordStored,
+    RemoteLogStartOffsetRecordStored,
     StoredMetadataRecord,
     decode_committed_offsets,
     decode_flat_file,
@@ -115,9 +116,9 @@ class SnapshotStore:
                 replay.add(self._rebuild(path, name, err))
                 continue
             tp = TopicIdPartition(topic_id=snapshot.topic_id, topic=topic, partition=partition)
-            segments, status = _materialise(tp, snapshot.entries)
+            segments, status, log_start = _materialise(tp, snapshot.entries)
             try:
-                cache.restore_partition(tp, segments, status)
+                cache.restore_partition(tp, segments, status, log_start)
             except RemoteLogMetadataError as err:
                 cache.drop_partition(tp)
                 replay.add(self._rebuild(path, name, err))
@@ -218,6 +219,9 @@ def _encode_snapshot(cache: RemoteLogMetadataCache, tp: TopicIdPartition, positi
                 epoch=status.epoch, event_timestamp=status.event_timestamp, state=status.state
             )
         )
+    log_start = cache.log_start_offset(tp)
+    if log_start:
+        entries.append(RemoteLogStartOffsetRecordStored(start_offset=log_start, event_timestamp=0))
     body = encode_flat_file(
         FlatFileSnapshot(
             topic_id=tp.topic_id, metadata_topic_offset=position, entries=tuple(entries)
@@ -242,14 +246,18 @@ def _read_snapshot(path: Path) -> FlatFileSnapshot:
 
 def _materialise(
     tp: TopicIdPartition, entries: Iterable[StoredMetadataRecord]
-) -> tuple[list[RemoteLogSegmentMetadata], PartitionDeleteStatus | None]:
+) -> tuple[list[RemoteLogSegmentMetadata], PartitionDeleteStatus | None, int]:
     segments = []
     status = None
+    log_start = 0
     for entry in entries:
         if isinstance(entry, DeletePartitionStateRecordStored):
             status = PartitionDeleteStatus(
                 state=entry.state, epoch=entry.epoch, event_timestamp=entry.event_timestamp
             )
+            continue
+        if isinstance(entry, RemoteLogStartOffsetRecordStored):
+            log_start = entry.start_offset
             continue
         segments.append(
             RemoteLogSegmentMetadata(
@@ -264,7 +272,7 @@ def _materialise(
                 state=entry.state,
             )
         )
-    return segments, status
+    return segments, status, log_start
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

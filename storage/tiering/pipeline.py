@@ -63,6 +63,7 @@ from protocol.metadata_records import (
     MetadataRecord,
     RemoteLogSegmentMetadataRecord,
     RemoteLogSegmentMetadataUpdateRecord,
+    RemoteLogStartOffsetRecord,
 )
 from storage.config import ConfigError
 from storage.kafka_client import NO_TOPIC_ID, ClusterMetadata, KafkaClient, TopicMetadata
@@ -553,7 +554,7 @@ class TieringPipeline:
             p.log_start = sample.log_start
             p.high_watermark = sample.high_watermark
             p.last_stable = sample.last_stable
-            self._check_gap(p)
+            await self._follow_log_start(p)
             first_ts, ratio = sample.first_max_timestamp, sample.bytes_per_offset
             if key in known:
                 _, first_ts, ratio = self._samples[p.tp]
@@ -562,20 +563,44 @@ class TieringPipeline:
             p.first_max_timestamp = first_ts
             p.bytes_per_offset = self._remote_ratio(p.tp) or ratio or _DEFAULT_BYTES_PER_OFFSET
 
+    async def _follow_log_start(self, p: _Partition) -> None:
+        """When the broker's log starts past the remote log end + 1 (it deleted records
+        that were never tiered: its own retention ran ahead of tiering, or an operator's
+        DeleteRecords), the whole log starts there, as in Kafka, whose earliest offset is
+        the first it can serve contiguously: a RemoteLogStartOffsetRecord makes every proxy
+        stop serving below it, and the next cycle deletes the segments wholly below it.
+
+        A start that moves inside the tiered range is left alone: the pipeline's own
+        DeleteRecords and the broker's own local retention do that to tiered data, which
+        the remote tier keeps serving. An operator's DeleteRecords into the tiered range is
+        seen only when it goes through the proxy (see ``proxy.interceptors.delete_records``).
+        """
+        if p.remote_end is None or p.log_start <= p.remote_end + 1:
+            return
+        if p.log_start <= self.cache.log_start_offset(p.tp):
+            return
+        self._check_gap(p)
+        await self._rlmm.publish(
+            RemoteLogStartOffsetRecord(
+                topic=p.tp.topic,
+                topic_id=p.tp.topic_id,
+                partition=p.tp.partition,
+                start_offset=p.log_start,
+                event_timestamp=self._clock(),
+            )
+        )
+
     def _check_gap(self, p: _Partition) -> None:
         """Say so when the broker deleted data that was never tiered (its log start is past
         the remote log end + 1): copying resumes at its log start, so the remote log gets a
-        hole, and the proxy serves nothing below it. The pipeline itself never moves the log
-        start past what it tiered; the broker's own retention or an operator's DeleteRecords
-        did."""
-        if p.remote_end is None or p.log_start <= p.remote_end + 1:
-            return
+        hole, and the proxy serves nothing below it."""
+        assert p.remote_end is not None  # checked by the caller
         missing = p.log_start - (p.remote_end + 1)
         message = (
             f"partition {p.tp.partition}: the broker deleted offsets {p.remote_end + 1}-"
             f"{p.log_start - 1} ({missing} records) before they were tiered (its retention "
-            "ran ahead of tiering, or a DeleteRecords); the remote tier below them is no "
-            "longer served"
+            "ran ahead of tiering, or a DeleteRecords); the whole log now starts at "
+            f"{p.log_start}: the remote segments below are deleted"
         )
         key = (p.tp.topic, message)
         if key not in self._reported:

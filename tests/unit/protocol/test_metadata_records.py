@@ -29,6 +29,8 @@ from protocol.metadata_records import (
     RemoteLogSegmentMetadataRecordStored,
     RemoteLogSegmentMetadataUpdateRecord,
     RemoteLogSegmentState,
+    RemoteLogStartOffsetRecord,
+    RemoteLogStartOffsetRecordStored,
     RemotePartitionDeleteState,
     StoredMetadataRecord,
     decode_committed_offsets,
@@ -84,7 +86,15 @@ partition_records = st.builds(
     event_timestamp=INT64,
     state=PARTITION_STATES,
 )
-metadata_records = segment_records | update_records | partition_records
+log_start_records = st.builds(
+    RemoteLogStartOffsetRecord,
+    topic=TOPICS,
+    topic_id=UUIDS,
+    partition=INT32,
+    start_offset=INT64,
+    event_timestamp=INT64,
+)
+metadata_records = segment_records | update_records | partition_records | log_start_records
 
 stored_segments = st.builds(
     RemoteLogSegmentMetadataRecordStored,
@@ -101,7 +111,10 @@ stored_segments = st.builds(
 stored_partition_states = st.builds(
     DeletePartitionStateRecordStored, epoch=INT32, event_timestamp=INT64, state=PARTITION_STATES
 )
-stored_records = stored_segments | stored_partition_states
+stored_log_starts = st.builds(
+    RemoteLogStartOffsetRecordStored, start_offset=INT64, event_timestamp=INT64
+)
+stored_records = stored_segments | stored_partition_states | stored_log_starts
 
 
 def kio_encoding(*fields: tuple[Callable[..., None], Any]) -> bytes:
@@ -152,6 +165,16 @@ def expected_topic_value(record: MetadataRecord) -> bytes:
             (w.write_int64, record.event_timestamp),
             (w.write_int8, record.state),
         )
+    if isinstance(record, RemoteLogStartOffsetRecord):
+        return kio_encoding(
+            (w.write_unsigned_varint, 3),
+            (w.write_unsigned_varint, 0),
+            (w.write_legacy_string, record.topic),
+            (w.write_uuid, record.topic_id),
+            (w.write_int32, record.partition),
+            (w.write_int64, record.start_offset),
+            (w.write_int64, record.event_timestamp),
+        )
     return kio_encoding(
         (w.write_unsigned_varint, 2),
         (w.write_unsigned_varint, 0),
@@ -179,6 +202,13 @@ def expected_stored_value(record: StoredMetadataRecord) -> bytes:
             *kio_epochs(record.segment_leader_epochs),
             (w.write_int32, record.segment_size_in_bytes),
             (w.write_int8, record.state),
+        )
+    if isinstance(record, RemoteLogStartOffsetRecordStored):
+        return kio_encoding(
+            (w.write_unsigned_varint, 2),
+            (w.write_unsigned_varint, 0),
+            (w.write_int64, record.start_offset),
+            (w.write_int64, record.event_timestamp),
         )
     return kio_encoding(
         (w.write_unsigned_varint, 1),
@@ -400,8 +430,8 @@ def test_flat_file_refusals() -> None:
         decode_flat_file(data[:-1])
     with pytest.raises(MetadataRecordError, match="unknown magic 1"):
         decode_flat_file(b"\x01" + data[1:])
-    with pytest.raises(MetadataRecordError, match="unknown stored metadata entry type 2"):
-        decode_flat_file(data + b"\x02\x00")
+    with pytest.raises(MetadataRecordError, match="unknown stored metadata entry type 3"):
+        decode_flat_file(data + b"\x03\x00")
     with pytest.raises(LocalProtocolError):
         encode_flat_file(
             FlatFileSnapshot(topic_id=uuid.uuid4(), metadata_topic_offset=2**63, entries=())

@@ -166,6 +166,7 @@ async def start_env(
     tier = RemoteTier(
         config=RemoteFetchConfig(**settings),
         metadata=log.metadata,
+        publish=log.publish,
         indexes=log.indexes,
         chunks=log.chunks,
         metrics=RemoteMetrics(CollectorRegistry()),

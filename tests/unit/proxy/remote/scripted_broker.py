@@ -114,6 +114,8 @@ class ScriptedBroker:
             return response_payload(header, self._list_offsets(header.api_version, request))
         if header.api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
             return response_payload(header, self._epochs(header.api_version, request))
+        if header.api_key == ApiKey.DELETE_RECORDS:
+            return response_payload(header, self._delete_records(header.api_version, request))
         raise AssertionError(f"unexpected API {header.api_key}")
 
     # -- Fetch ---------------------------------------------------------------------------
@@ -256,6 +258,36 @@ class ScriptedBroker:
                     return timestamp, offset
         return -1, -1
 
+    def _delete_records(self, version: int, request: Any) -> Any:
+        """Kafka's ``deleteRecordsOnLocalLog``: -1 means the high watermark, an offset past
+        it is out of range, and the log start only moves up."""
+        body_class = response_class(ApiKey.DELETE_RECORDS, version)
+        topic_class = nested_class(body_class, "topics")
+        partition_class = nested_class(topic_class, "partitions")
+        topics = []
+        for topic in request.topics:
+            parts = []
+            for part in topic.partitions:
+                model = self.partitions[(topic.name, part.partition_index)]
+                offset = model.high_watermark if part.offset == -1 else part.offset
+                code, low = KafkaError.NONE, -1
+                if model.error != KafkaError.NONE:
+                    code = model.error
+                elif offset > model.high_watermark:
+                    code = KafkaError.OFFSET_OUT_OF_RANGE
+                else:
+                    model.local_start = max(model.local_start, offset)
+                    low = model.local_start
+                parts.append(
+                    partition_class(
+                        partition_index=part.partition_index,
+                        low_watermark=low,
+                        error_code=err(code),
+                    )
+                )
+            topics.append(topic_class(name=topic.name, partitions=tuple(parts)))
+        return build(body_class, throttle_time=datetime.timedelta(0), topics=tuple(topics))
+
     def _epochs(self, version: int, request: Any) -> Any:
         body_class = response_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, version)
         topic_class = nested_class(body_class, "topics")
@@ -312,9 +344,17 @@ class KafkaClient:
         reader, writer = await asyncio.open_connection(address.host, address.port)
         return cls(reader, writer)
 
-    async def call(self, api_key: int, version: int, body: Any, seconds: float = 5.0) -> Any:
+    async def call(
+        self,
+        api_key: int,
+        version: int,
+        body: Any,
+        seconds: float = 5.0,
+        *,
+        client_id: str = "test",
+    ) -> Any:
         correlation_id = next(self._ids)
-        payload = encode_request_header(api_key, version, correlation_id, "test")
+        payload = encode_request_header(api_key, version, correlation_id, client_id)
         payload += encode_request(body)
         self._writer.write(struct.pack(">i", len(payload)) + payload)
         await self._writer.drain()

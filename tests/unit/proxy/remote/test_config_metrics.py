@@ -56,6 +56,7 @@ async def test_the_series_carry_kafkas_names(tmp_path: Path) -> None:
     tier = RemoteTier(
         config=RemoteFetchConfig(),
         metadata=log.metadata,
+        publish=log.publish,
         indexes=log.indexes,
         chunks=log.chunks,
         metrics=RemoteMetrics(registry),

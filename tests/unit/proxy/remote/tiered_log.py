@@ -15,6 +15,7 @@ from pathlib import Path
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.indexes.producer_snapshot import ProducerSnapshotEntry
+from protocol.metadata_records import MetadataRecord
 from protocol.records import (
     Compression,
     ControlType,
@@ -128,6 +129,10 @@ class TieredLog:
         metadata = RemoteLogMetadataCache()
         reader = RemoteLogReader(metadata=metadata, indexes=indexes, chunks=chunks)
         return cls(rsm=rsm, metadata=metadata, indexes=indexes, chunks=chunks, reader=reader)
+
+    async def publish(self, record: MetadataRecord) -> None:
+        """The metadata topic in memory: records apply to the cache at once."""
+        self.metadata.apply(record)
 
     async def copy(
         self,

@@ -107,6 +107,7 @@ class ReferenceCache:
 
     copies: list[_Copy] = field(default_factory=list)
     arrivals: int = 0
+    log_start: int = 0
 
     # -- events ---------------------------------------------------------------------------
 
@@ -131,6 +132,10 @@ class ReferenceCache:
         else:
             existing.metadata = replace(existing.metadata, state=state)
         return True
+
+    def set_log_start(self, offset: int) -> None:
+        """The whole log's start moves up to ``offset`` (never down)."""
+        self.log_start = max(self.log_start, offset)
 
     def _find(self, segment_id: uuid.UUID) -> _Copy | None:
         for entry in self.copies:
@@ -158,6 +163,8 @@ class ReferenceCache:
         self, offset: int, history: tuple[EpochEntry, ...]
     ) -> RemoteLogSegmentMetadata | None:
         epoch = lineage_epoch(history, offset)
+        if offset < self.log_start:
+            return None
         candidates = [
             c
             for c in self.finished()
@@ -245,13 +252,15 @@ class ReferenceCache:
         ]
 
     def start_and_end(self) -> tuple[int | None, int | None]:
-        """The chain's last contiguous run: from the last hole (or the head) to the tip."""
+        """The chain's last contiguous run, from the last hole (or the head) or the log
+        start, whichever is later, to the tip; nothing when the log start is past it."""
         chain = self.chain()
         if not chain:
             return None, None
         holes = self.holes()
         start = holes[-1][1] + 1 if holes else chain[0].metadata.start_offset
-        return start, chain[-1].metadata.end_offset
+        start, end = max(start, self.log_start), chain[-1].metadata.end_offset
+        return (start, end) if start <= end else (None, None)
 
     def highest(self, epoch: int) -> int | None:
         offsets = [
@@ -267,7 +276,11 @@ class ReferenceCache:
     ) -> RemoteLogSegmentMetadata | None:
         for c in self.finished():
             m = c.metadata
-            if m.max_timestamp >= timestamp and self.agrees_from(m, m.start_offset, history):
+            if (
+                m.end_offset >= self.log_start
+                and m.max_timestamp >= timestamp
+                and self.agrees_from(m, m.start_offset, history)
+            ):
                 return m
         return None
 

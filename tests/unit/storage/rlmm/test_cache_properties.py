@@ -40,7 +40,14 @@ class Update:
     state: RemoteLogSegmentState
 
 
-Event = Add | Update
+@dataclass(frozen=True)
+class LogStart:
+    """The whole log's start moves (a DeleteRecords, or data deleted before it was tiered)."""
+
+    offset: int
+
+
+Event = Add | Update | LogStart
 
 
 @st.composite
@@ -70,8 +77,11 @@ def arbitrary_segments(draw: st.DrawFn) -> RemoteLogSegmentMetadata:
 def arbitrary_histories(draw: st.DrawFn) -> list[Event]:
     events: list[Event] = []
     for _ in range(draw(st.integers(1, 30))):
-        if draw(st.integers(0, 2)) == 0 or not events:
+        kind = draw(st.integers(0, 6))
+        if kind < 2 or not events:
             events.append(Add(draw(arbitrary_segments())))
+        elif kind == 6:
+            events.append(LogStart(draw(st.integers(0, 45))))
         else:
             events.append(Update(draw(st.integers(0, 1000)), draw(st.sampled_from(list(S)))))
     return events
@@ -169,6 +179,9 @@ def replay(events: list[Event]) -> tuple[RemoteLogMetadataCache, ReferenceCache]
             added.append(event.metadata)
             expected = model.add(event.metadata)
             outcome = _outcome(cache.add_segment, event.metadata)
+        elif isinstance(event, LogStart):
+            model.set_log_start(event.offset)
+            expected = outcome = _outcome(cache.set_log_start, TP, event.offset)
         else:
             target = added[event.pick % len(added)]
             expected = model.update(target.segment_id.id, event.state)
@@ -234,7 +247,9 @@ def assert_agrees(
 def restored(cache: RemoteLogMetadataCache) -> RemoteLogMetadataCache:
     fresh = RemoteLogMetadataCache()
     for tp in cache.partitions():
-        fresh.restore_partition(tp, cache.segments(tp), cache.delete_status(tp))
+        fresh.restore_partition(
+            tp, cache.segments(tp), cache.delete_status(tp), cache.log_start_offset(tp)
+        )
     return fresh
 
 

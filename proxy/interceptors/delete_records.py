@@ -1,0 +1,142 @@
+"""DeleteRecords over the whole log: an operator's deletion reaches the remote tier too.
+
+Kafka with tiered storage moves the log's ``logStartOffset`` on DeleteRecords, never serves
+an offset below it again (remote or local), and its remote log manager deletes the remote
+segments that lie wholly below it. An unmodified broker only knows its local log: asked to
+delete below its own log start it does nothing, and above it it forgets only local data,
+while the remote tier would go on serving every deleted record. So for a tiered partition
+the proxy, after the broker accepted the request:
+
+- records the new whole-log start in the metadata topic (a ``RemoteLogStartOffsetRecord``):
+  this proxy stops serving below it as soon as the record is written, every other proxy
+  once it has read it, and the tiering pipeline deletes the segments wholly below it;
+- answers ``low_watermark`` = the whole log's new start, as Kafka does.
+
+The broker checks the request first (ACLs, leadership, an offset above the high watermark):
+a partition it refuses keeps the broker's error and nothing is recorded. A deletion sent
+to the broker directly, not through a proxy, deletes only the broker's local copy. The
+tiering pipeline's own DeleteRecords (its client id, ``tiering.client.id``) drop only local
+copies of tiered data, so they pass through untouched, should the pipeline ever be pointed
+at the proxy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any, Final
+
+from cachetools import LRUCache
+
+from protocol.errors import KafkaError
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, ErrorCode
+from protocol.metadata_records import RemoteLogStartOffsetRecord
+from proxy.interceptors.base import Call, Interceptor
+from proxy.logs import event
+from proxy.remote.tier import RemoteTier
+from storage.model import TopicIdPartition
+
+__all__ = ["DeleteRecordsInterceptor"]
+
+_log = logging.getLogger("tierproxy.delete_records")
+
+_HIGH_WATERMARK: Final = -1
+"""DeleteRecords' "up to the high watermark" offset."""
+_PLANS_KEPT: Final = 10_000
+_STORAGE_ERROR: Final = ErrorCode(int(KafkaError.KAFKA_STORAGE_ERROR))
+
+_Key = tuple[str, int]
+
+
+class DeleteRecordsInterceptor(Interceptor):
+    """Extends DeleteRecords of tiered partitions to the remote tier; see the module."""
+
+    def __init__(self, tier: RemoteTier, *, pipeline_client_id: str) -> None:
+        self._tier = tier
+        self._pipeline_client_id = pipeline_client_id
+        self._plans: LRUCache[tuple[int, int], dict[_Key, tuple[TopicIdPartition, int]]] = LRUCache(
+            _PLANS_KEPT
+        )
+
+    @property
+    def versions(self) -> Mapping[ApiKey, range]:
+        return {ApiKey.DELETE_RECORDS: INTERCEPTED_VERSIONS[ApiKey.DELETE_RECORDS]}
+
+    @property
+    def needs_request(self) -> bool:
+        return True
+
+    def on_request(self, call: Call) -> Any:
+        if call.header.client_id == self._pipeline_client_id:
+            return call.request
+        tiered: dict[_Key, tuple[TopicIdPartition, int]] = {}
+        for topic in call.request.topics:
+            for part in topic.partitions:
+                tp = self._tier.partition(
+                    topic=topic.name, topic_id=None, partition=part.partition_index
+                )
+                if tp is not None:
+                    tiered[(topic.name, part.partition_index)] = (tp, int(part.offset))
+        if tiered:
+            self._plans[(call.connection.connection_id, call.header.correlation_id)] = tiered
+        return call.request
+
+    def wants_response(self, call: Call, body: memoryview) -> bool:
+        return (call.connection.connection_id, call.header.correlation_id) in self._plans
+
+    async def on_response(self, call: Call, response: Any) -> Any:
+        tiered = self._plans.pop((call.connection.connection_id, call.header.correlation_id), None)
+        if tiered is None:
+            return response
+        topics = []
+        for topic in response.topics:
+            parts = []
+            for part in topic.partitions:
+                found = tiered.get((topic.name, part.partition_index))
+                if found is not None and int(part.error_code) == KafkaError.NONE:
+                    part = await self._extend(found[0], found[1], part)  # noqa: PLW2901
+                parts.append(part)
+            topics.append(dataclasses.replace(topic, partitions=tuple(parts)))
+        return dataclasses.replace(response, topics=tuple(topics))
+
+    async def _extend(self, tp: TopicIdPartition, asked: int, part: Any) -> Any:
+        """Record the deletion for the remote tier; the partition's answer."""
+        broker_low_watermark = int(part.low_watermark)
+        target = broker_low_watermark if asked == _HIGH_WATERMARK else asked
+        remote = self._tier.remote_range(tp)
+        if remote is None or self._tier.broker_view.state(tp).reaches(remote) is False:
+            return part  # nothing of the remote tier is served: the broker's answer stands
+        if target <= remote.start:
+            return dataclasses.replace(part, low_watermark=remote.start)  # nothing deleted
+        try:
+            await self._tier.publish(
+                RemoteLogStartOffsetRecord(
+                    topic=tp.topic,
+                    topic_id=tp.topic_id,
+                    partition=tp.partition,
+                    start_offset=target,
+                    event_timestamp=int(time.time() * 1000),
+                )
+            )
+        except Exception as err:  # the metadata topic is out of reach: the client retries
+            event(
+                _log,
+                logging.WARNING,
+                "delete_records.remote_failed",
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=target,
+                error=repr(err),
+            )
+            return dataclasses.replace(part, error_code=_STORAGE_ERROR, low_watermark=-1)
+        event(
+            _log,
+            logging.INFO,
+            "delete_records.remote",
+            topic=tp.topic,
+            partition=tp.partition,
+            log_start=target,
+        )
+        return dataclasses.replace(part, low_watermark=target)
