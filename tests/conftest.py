@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import pytest
 
 from proxy.embedded import (
+    KAFKA_3,
+    KAFKA_4,
     BrokerChoice,
     BrokerInfo,
     ExternalBroker,
@@ -50,8 +52,10 @@ from proxy.embedded import (
     create_bucket,
     create_topic,
     delete_bucket,
+    ensure_jars,
     s3_info_from_env,
 )
+from proxy.embedded.kafka_jars import KafkaDistribution, distribution_from_home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -140,6 +144,18 @@ def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPool]:
 @pytest.fixture
 def broker(brokers: BrokerPool, broker_kind: BrokerChoice) -> BrokerInfo:
     return brokers.get(broker_kind)
+
+
+@pytest.fixture
+def kafka_distribution(broker_kind: BrokerChoice) -> KafkaDistribution:
+    """The jars of the test's Apache Kafka broker, for Kafka's own tools."""
+    if broker_kind == "kafka3":
+        return ensure_jars(KAFKA_3)
+    if broker_kind == "tansu":
+        pytest.fail("Kafka's tools are run against Apache Kafka brokers only")
+    if kafka_home := os.environ.get("KAFKA_HOME"):
+        return distribution_from_home(Path(kafka_home))
+    return ensure_jars(KAFKA_4)
 
 
 @pytest.fixture(scope="session")

@@ -65,6 +65,19 @@ def create_bucket(info: S3Info, name: str) -> None:
         client.close()
 
 
+def object_keys(info: S3Info, name: str) -> list[str]:
+    """Every object key in bucket ``name``."""
+    client = s3_client(info)
+    try:
+        return [
+            item["Key"]
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=name)
+            for item in page.get("Contents", ())
+        ]
+    finally:
+        client.close()
+
+
 def delete_bucket(info: S3Info, name: str) -> None:
     """Abort unfinished multipart uploads, delete every object, then the bucket itself.
 

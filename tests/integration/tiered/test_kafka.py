@@ -9,6 +9,7 @@ every record, read committed and uncommitted, exactly as before the deletion.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from pathlib import Path
@@ -17,6 +18,9 @@ from typing import Any
 import pytest
 
 from proxy.embedded import BrokerInfo, S3Info, create_bucket, delete_bucket
+from proxy.embedded.kafka_jars import KafkaDistribution
+from proxy.embedded.kafka_tools import run_tool
+from proxy.embedded.s3 import object_keys
 from tests.integration.tiered.support import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -244,3 +248,55 @@ def test_read_committed_across_a_transaction_still_open_at_the_remote_end(
         assert by_partition(got) == expected
         assert proxy.metric("tierproxy_RemoteFetchErrorsPerSec_total") == 0
     assert 0 < earliest(broker.bootstrap, topic, 0) <= first_txn_offset
+
+
+def test_delete_records_through_the_proxy_purges_the_remote_tier(
+    broker: BrokerInfo,
+    s3: S3Info,
+    spark: Any,
+    bucket: str,
+    tmp_path: Path,
+    kafka_distribution: KafkaDistribution,
+) -> None:
+    """Kafka's own DeleteRecordsCommand through the proxy, into the tiered range: nothing
+    below the offset is served again, and the next tiering cycle deletes the segments below."""
+    topic = f"kafka-purge-{uuid.uuid4().hex[:8]}"
+    metadata_topic = f"__rlm-{topic}"
+    create_topic(broker.bootstrap, topic, 1)
+    produce_mixed(broker.bootstrap, topic, 1, records=200)
+    ends = high_watermarks(broker.bootstrap, topic, 1)
+    expected = by_partition(consume_confluent(broker.bootstrap, topic, ends))
+    tier: dict[str, Any] = {
+        "topic": topic,
+        "bucket": bucket,
+        "metadata_topic": metadata_topic,
+        "spill": tmp_path / "spill",
+        "local.retention.ms": 1,
+        "retention.ms": -1,
+    }
+    first = asyncio.run(tier_topic(broker, s3, spark, **tier))
+    assert first.topics[topic].segments_copied >= 3
+    cut = expected[len(expected) // 2][1]  # an offset in the middle of the remote tier
+    assert cut < earliest(broker.bootstrap, topic, 0)
+    plan = tmp_path / "delete.json"
+    plan.write_text(
+        json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "offset": cut}]})
+    )
+    proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+    with running(proxy):
+        run = run_tool(
+            kafka_distribution,
+            kafka_distribution.delete_records,
+            "--bootstrap-server",
+            proxy.bootstrap,
+            "--offset-json-file",
+            str(plan),
+        )
+        assert f"low_watermark: {cut}" in run.stdout, run.stdout
+        assert earliest(proxy.bootstrap, topic, 0) == cut
+        got = by_partition(consume_confluent(proxy.bootstrap, topic, ends))
+        assert got == [r for r in expected if r[1] >= cut]
+    objects_before = len(object_keys(s3, bucket))
+    second = asyncio.run(tier_topic(broker, s3, spark, **tier))
+    assert second.topics[topic].leftovers_deleted >= 1
+    assert len(object_keys(s3, bucket)) < objects_before
