@@ -130,5 +130,9 @@ def run(args: argparse.Namespace) -> int:
     configure(config.log_level, config.log_format)
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
-        runner.run(serve(config, settings))
+        try:
+            runner.run(serve(config, settings))
+        except ConfigError as err:  # found at start-up against the cluster
+            print(f"tierproxy serve: {err}", file=sys.stderr)
+            return 2
     return 0

@@ -46,10 +46,14 @@ def _handle(args: argparse.Namespace) -> int:
         settings = load_tiering_settings(args.config, accepted=SHARED_CONFIG_CLASSES)
     except ConfigError as err:
         # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
-        print(f"configuration error: {err}", file=sys.stderr)
+        print(f"tierproxy status: {err}", file=sys.stderr)
         return 2
     console = Console()
-    rows = asyncio.run(_collect(settings, args.topic))
+    try:
+        rows = asyncio.run(_collect(settings, args.topic))
+    except ConfigError as err:  # found against the cluster
+        print(f"tierproxy status: {err}", file=sys.stderr)
+        return 2
     if args.json:
         for row in rows:
             print(json.dumps(dataclasses.asdict(row)))

@@ -203,6 +203,7 @@ async def open_remote_tier(
         from_settings(RemoteLogMetadataConfig, settings),
         bootstrap_servers=bootstrap_servers,
         client_options=client_options,
+        command="serve",
     )
     try:
         await rlmm.start()

@@ -1,25 +1,46 @@
 """Settings of the topic-based remote log metadata manager (``remote.log.metadata.*``).
 
-Names and defaults follow KIP-405's "Configs" section where it has them (partitions 50,
-retention one year). Two differ on purpose:
+Names and defaults follow KIP-405's "Configs" section where it has them (50 partitions).
+Some differ on purpose:
 
-- ``remote.log.metadata.topic.name``: Kafka hard-codes ``__remote_log_metadata``; tierproxy
-  lets it be chosen so that several proxy deployments (or tests) can share one cluster.
+- ``remote.log.metadata.topic.name`` is ``__tierproxy_remote_log_metadata``, never Kafka's
+  ``__remote_log_metadata``: tierproxy's records follow the KIP text, Kafka's shipped
+  manager another framing and partitioner, and a Kafka 3.6+ broker with native tiered
+  storage on stops consuming its metadata topic at the first record it cannot read. The
+  name can be chosen, so that several deployments (or tests) can share one cluster; Kafka's
+  own name is refused when the broker has native tiered storage on.
+- ``remote.log.metadata.topic.retention.ms`` is -1 (keep forever), as in Kafka as shipped
+  (the KIP's year would drop the metadata of segments older than a year, which then could
+  never be read or deleted again after a restart).
 - ``remote.log.metadata.topic.replication.factor`` defaults to 1, not Kafka's 3: the embedded
   demo and the tests run a single broker, which refuses a topic replicated three times.
   Production clusters should set 3.
+- ``remote.log.metadata.snapshot.dir`` is on by default (``auto``): snapshots under
+  ``./tierproxy-state/<command>`` (or ``$TIERPROXY_STATE_DIR/<command>``), so a restart reads
+  only the tail of the topic; each command keeps its own, as they run as separate processes.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from storage.config import ConfigError, setting
 
-__all__ = ["DEFAULT_TOPIC_NAME", "RemoteLogMetadataConfig"]
+__all__ = [
+    "AUTO_SNAPSHOT_DIR",
+    "DEFAULT_TOPIC_NAME",
+    "KAFKA_TOPIC_NAME",
+    "RemoteLogMetadataConfig",
+    "snapshot_dir_for",
+]
 
-DEFAULT_TOPIC_NAME = "__remote_log_metadata"
-_ONE_YEAR_MS = 365 * 24 * 60 * 60 * 1000
+DEFAULT_TOPIC_NAME = "__tierproxy_remote_log_metadata"
+KAFKA_TOPIC_NAME = "__remote_log_metadata"
+"""The name Kafka's own topic-based manager uses: its records are not tierproxy's."""
+AUTO_SNAPSHOT_DIR = "auto"
+_KEEP_FOREVER = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -32,7 +53,8 @@ class RemoteLogMetadataConfig:
     topic_name: str = setting(
         "remote.log.metadata.topic.name",
         DEFAULT_TOPIC_NAME,
-        "Name of the metadata topic (Kafka's fixed name by default).",
+        "Name of the metadata topic. Never Kafka's own __remote_log_metadata on a cluster "
+        "with native tiered storage (refused at start): the record formats differ.",
     )
     topic_partitions: int = setting(
         "remote.log.metadata.topic.partitions",
@@ -50,15 +72,17 @@ class RemoteLogMetadataConfig:
     )
     topic_retention_ms: int = setting(
         "remote.log.metadata.topic.retention.ms",
-        _ONE_YEAR_MS,
-        "retention.ms of the metadata topic when tierproxy creates it (-1 keeps forever).",
+        _KEEP_FOREVER,
+        "retention.ms of the metadata topic when tierproxy creates it: -1 keeps it forever, "
+        "as Kafka does; a finite value loses the metadata of older segments.",
         kafka="remote.log.metadata.topic.retention.ms",
     )
     snapshot_dir: str = setting(
         "remote.log.metadata.snapshot.dir",
-        "",
+        AUTO_SNAPSHOT_DIR,
         "Directory for the per-partition flat-file snapshots and _rlmm_committed_offsets, "
-        "so a restart reads only the tail of the topic; empty replays the whole topic.",
+        "so a restart reads only the tail of the topic. auto: ./tierproxy-state/<command> "
+        "(or $TIERPROXY_STATE_DIR/<command>); empty: none, every start replays the topic.",
     )
     snapshot_interval_ms: int = setting(
         "remote.log.metadata.snapshot.interval.ms",
@@ -96,3 +120,16 @@ class RemoteLogMetadataConfig:
             )
         if not self.topic_name:
             raise ConfigError("remote.log.metadata.topic.name must not be empty")
+
+
+def snapshot_dir_for(config: RemoteLogMetadataConfig, command: str | None) -> Path | None:
+    """Where ``command`` (``serve``, ``tier``, ...) keeps its snapshots, or ``None`` (no
+    snapshots: none configured, or ``auto`` for a process that names no command)."""
+    if not config.snapshot_dir:
+        return None
+    if config.snapshot_dir != AUTO_SNAPSHOT_DIR:
+        return Path(config.snapshot_dir)
+    if command is None:
+        return None
+    root = Path(os.environ.get("TIERPROXY_STATE_DIR") or "tierproxy-state")
+    return root / command / config.topic_name

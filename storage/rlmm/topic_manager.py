@@ -29,12 +29,12 @@ import collections
 import contextlib
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError
 
 from protocol.errors import KafkaError as KafkaErrorCode
@@ -45,9 +45,15 @@ from protocol.metadata_records import (
     encode_metadata_record,
 )
 from protocol.murmur2 import metadata_partition_for
+from storage.config import ConfigError
 from storage.model import TopicIdPartition
 from storage.rlmm.cache import RemoteLogMetadataCache
-from storage.rlmm.config import RemoteLogMetadataConfig
+from storage.rlmm.config import (
+    DEFAULT_TOPIC_NAME,
+    KAFKA_TOPIC_NAME,
+    RemoteLogMetadataConfig,
+    snapshot_dir_for,
+)
 from storage.rlmm.snapshot import PartitionKey, SnapshotStore
 from storage.rlmm.state import RemoteLogMetadataError
 
@@ -84,7 +90,11 @@ class TopicBasedRemoteLogMetadataManager:
         *,
         bootstrap_servers: str,
         client_options: Mapping[str, Any] | None = None,
+        command: str | None = None,
     ) -> None:
+        """``command`` (``serve``, ``tier``) names the process, for its own snapshot
+        directory when ``remote.log.metadata.snapshot.dir`` is ``auto``; without one, only an
+        explicit directory keeps snapshots."""
         self.config = config
         self.cache = RemoteLogMetadataCache()
         self.applied_records = 0
@@ -94,9 +104,10 @@ class TopicBasedRemoteLogMetadataManager:
         self._bootstrap = bootstrap_servers
         self._options = dict(client_options or {})
         self._partition_count = config.topic_partitions
+        self.snapshot_dir = snapshot_dir_for(config, command)
         self._snapshots = (
-            SnapshotStore(Path(config.snapshot_dir), config.topic_partitions)
-            if config.snapshot_dir
+            SnapshotStore(self.snapshot_dir, config.topic_partitions)
+            if self.snapshot_dir is not None
             else None
         )
         self._producer: AIOKafkaProducer | None = None
@@ -159,7 +170,7 @@ class TopicBasedRemoteLogMetadataManager:
                 "loaded %d segments of %d partitions from %s",
                 len(self.cache),
                 len(restored.applied_through),
-                self.config.snapshot_dir,
+                self.snapshot_dir,
             )
         self._producer = AIOKafkaProducer(
             bootstrap_servers=self._bootstrap, acks="all", **self._options
@@ -274,6 +285,8 @@ class TopicBasedRemoteLogMetadataManager:
         admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, **self._options)
         await admin.start()
         try:
+            if self.config.topic_name == KAFKA_TOPIC_NAME:
+                await self._refuse_kafkas_own_topic(admin)
             count = await self._partitions_of(admin)
             if count is None:
                 await self._create_topic(admin)
@@ -281,6 +294,8 @@ class TopicBasedRemoteLogMetadataManager:
                 while count is None:  # metadata of a new topic may lag behind its creation
                     await asyncio.sleep(_RETRY_BACKOFF_S / 5)
                     count = await self._partitions_of(admin)
+            else:
+                await self._warn_about_retention(admin)
         finally:
             await admin.close()
         if count != self.config.topic_partitions:
@@ -289,6 +304,55 @@ class TopicBasedRemoteLogMetadataManager:
                 f"remote.log.metadata.topic.partitions is {self.config.topic_partitions}; "
                 "writers would place records in different partitions"
             )
+
+    async def _refuse_kafkas_own_topic(self, admin: AIOKafkaAdminClient) -> None:
+        """Kafka's own metadata manager reads ``__remote_log_metadata`` on brokers with
+        native tiered storage, and stops at the first record in tierproxy's format.
+
+        :raises ConfigError: the broker has ``remote.log.storage.system.enable=true``.
+        """
+        cluster = await admin.describe_cluster()
+        brokers = cluster.get("brokers") or []
+        if not brokers:
+            return
+        resource = ConfigResource(
+            ConfigResourceType.BROKER,
+            str(brokers[0]["node_id"]),
+            configs={"remote.log.storage.system.enable": None},
+        )
+        for response in await admin.describe_configs([resource]):
+            for result in response.to_object()["resources"]:
+                for entry in result["config_entries"]:
+                    if entry["config_names"] == "remote.log.storage.system.enable" and (
+                        str(entry["config_value"]).lower() == "true"
+                    ):
+                        raise ConfigError(
+                            f"remote.log.metadata.topic.name is {KAFKA_TOPIC_NAME!r}, the topic "
+                            "of the broker's own native tiered storage (it has "
+                            "remote.log.storage.system.enable=true): tierproxy's records would "
+                            "stop its metadata consumer. Use another name (the default is "
+                            f"{DEFAULT_TOPIC_NAME!r})"
+                        )
+
+    async def _warn_about_retention(self, admin: AIOKafkaAdminClient) -> None:
+        """A metadata topic with a finite retention forgets old segments: warn."""
+        resource = ConfigResource(
+            ConfigResourceType.TOPIC, self.config.topic_name, configs={"retention.ms": None}
+        )
+        for response in await admin.describe_configs([resource]):
+            for result in response.to_object()["resources"]:
+                for entry in result["config_entries"]:
+                    if entry["config_names"] != "retention.ms":
+                        continue
+                    value = int(entry["config_value"] or -1)
+                    if value >= 0:
+                        log.warning(
+                            "metadata topic %s has retention.ms=%d: the metadata of segments "
+                            "older than that will be lost (they can then neither be read nor "
+                            "deleted); set its retention.ms to -1 as Kafka does",
+                            self.config.topic_name,
+                            value,
+                        )
 
     async def _partitions_of(self, admin: AIOKafkaAdminClient) -> int | None:
         # Describe every topic: describing one by name may auto-create it with defaults.

@@ -146,7 +146,7 @@ async def open_pipeline(
     owned_rlmm = None
     if rlmm is None:
         owned_rlmm = TopicBasedRemoteLogMetadataManager(
-            settings.metadata, bootstrap_servers=config.bootstrap_servers
+            settings.metadata, bootstrap_servers=config.bootstrap_servers, command="tier"
         )
         await owned_rlmm.start()
         rlmm = owned_rlmm
@@ -246,11 +246,14 @@ def run_from_arguments(
         settings = load_tiering_settings(args.config, accepted=accepted)
     except ConfigError as err:
         # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
-        print(f"configuration error: {err}", file=sys.stderr)
+        print(f"tierproxy tier: {err}", file=sys.stderr)
         return 2
     spark = build_spark(args.master or default_master)
     try:
         return asyncio.run(_run_with_signals(settings, spark, once=args.once, console=console))
+    except ConfigError as err:  # found at start-up against the cluster
+        print(f"tierproxy tier: {err}", file=sys.stderr)
+        return 2
     finally:
         spark.stop()
 

@@ -22,6 +22,7 @@ from protocol.errors import KafkaError
 from storage.kafka_client import KafkaClient, TopicMetadata
 from storage.model import RemoteLogSegmentState, TopicIdPartition
 from storage.rlmm.cache import RemoteLogMetadataCache
+from storage.rlmm.config import DEFAULT_TOPIC_NAME
 from storage.tiering.planner import estimate_bytes
 from storage.tiering.policy import BrokerConfigValue, TopicRules, resolve_policy
 from storage.tiering.report import format_bytes
@@ -66,7 +67,7 @@ async def collect_status(
     rules: TopicRules,
     *,
     topic_pattern: str | None = None,
-    metadata_topic: str = "__remote_log_metadata",
+    metadata_topic: str = DEFAULT_TOPIC_NAME,
 ) -> list[PartitionStatus]:
     """Status rows of tiered topics (and of any topic with remote data), by topic and partition.
 

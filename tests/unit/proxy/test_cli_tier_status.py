@@ -39,7 +39,7 @@ def test_a_typo_exits_2_naming_the_closest_key(
     assert main([command, "--config", str(path)]) == 2
     err = capsys.readouterr().err
     assert (
-        f"configuration error: {prefix}unknown setting 'segment.byte' "
+        f"tierproxy {command}: {prefix}unknown setting 'segment.byte' "
         "(did you mean 'segment.bytes'?)"
     ) in err
 
