@@ -1,16 +1,16 @@
-"""Each topic's current id, learned from Metadata responses (v10+).
+"""Each topic's current id, learned from the Metadata responses passing through.
 
 A Fetch below v13 names topics, not ids. If a topic was deleted and created again under the
 same name, the remote tier may still hold the old topic's segments; the read path must never
-serve them to the new topic. Metadata v10+ answers carry each topic's id, which the proxy
-remembers so that :meth:`~proxy.remote.tier.RemoteTier.partition` can refuse a name whose
-tiered id is not the current one.
+serve them to the new topic (see :mod:`proxy.remote.topic_ids`). Metadata v10+ answers carry
+each topic's id, which the proxy remembers; for an older Metadata request, which shows no
+ids, the proxy looks the names up itself at once.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, Protocol
 
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
@@ -22,9 +22,11 @@ _FIRST_TOPIC_ID_VERSION: Final = 10
 
 
 class TopicIdObserver(Protocol):
-    """What learns the topic ids (``RemoteTier``)."""
+    """What learns the topic ids (:class:`proxy.remote.topic_ids.TopicIds`)."""
 
-    def observe_topic(self, name: str, topic_id: uuid.UUID) -> None: ...
+    def observe(self, name: str, topic_id: uuid.UUID) -> None: ...
+
+    def want(self, names: Iterable[str]) -> None: ...
 
 
 class MetadataTopicIds(Interceptor):
@@ -35,8 +37,7 @@ class MetadataTopicIds(Interceptor):
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:
-        versions = INTERCEPTED_VERSIONS[ApiKey.METADATA]
-        return {ApiKey.METADATA: range(_FIRST_TOPIC_ID_VERSION, versions[-1] + 1)}
+        return {ApiKey.METADATA: INTERCEPTED_VERSIONS[ApiKey.METADATA]}
 
     @property
     def needs_request(self) -> bool:
@@ -46,7 +47,10 @@ class MetadataTopicIds(Interceptor):
         return True
 
     async def on_response(self, call: Call, response: Any) -> Any:
+        if call.header.api_version < _FIRST_TOPIC_ID_VERSION:
+            self._observer.want(topic.name for topic in response.topics if topic.name)
+            return response
         for topic in response.topics:
             if topic.name and topic.topic_id is not None and topic.topic_id.int:
-                self._observer.observe_topic(topic.name, topic.topic_id)
+                self._observer.observe(topic.name, topic.topic_id)
         return response

@@ -11,13 +11,13 @@ that keeps the metadata cache current), the index and chunk caches and the reade
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from cachetools import LRUCache
-
+from protocol.errors import KafkaError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.metadata_records import MetadataRecord
 from proxy.identities import ClientIdentities
@@ -32,9 +32,11 @@ from proxy.remote.pool import ReaderPool
 from proxy.remote.purgatory import RemoteFetchPurgatory
 from proxy.remote.quota import FetchQuota
 from proxy.remote.sessions import FetchSessions
+from proxy.remote.topic_ids import TopicIdLookup, TopicIds
 from storage.chunk_cache import ChunkCache
 from storage.config import from_settings
 from storage.index_cache import IndexCacheConfig, RemoteIndexCache
+from storage.kafka_client import NO_TOPIC_ID, KafkaClient
 from storage.model import RemoteLogSegmentMetadata, TopicIdPartition
 from storage.remote_reader import RemoteLogReader, RemoteSegmentLookup
 from storage.rlmm.config import RemoteLogMetadataConfig
@@ -43,9 +45,6 @@ from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.factory import create_remote_storage
 
 __all__ = ["MetadataPublisher", "RemoteLogMetadata", "RemoteTier", "open_remote_tier"]
-
-_TOPIC_IDS_KEPT = 100_000
-"""Topic names whose current id the proxy remembers from Metadata responses (a few MB)."""
 
 
 class RemoteLogMetadata(RemoteSegmentLookup, Protocol):
@@ -64,6 +63,8 @@ class RemoteLogMetadata(RemoteSegmentLookup, Protocol):
     def segments(self, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]: ...
 
     def log_start_offset(self, tp: TopicIdPartition) -> int: ...
+
+    def partitions(self) -> list[TopicIdPartition]: ...
 
 
 class MetadataPublisher(Protocol):
@@ -84,6 +85,7 @@ class RemoteTier:
         indexes: RemoteIndexCache,
         chunks: ChunkCache,
         publish: MetadataPublisher,
+        topic_id_lookup: TopicIdLookup | None = None,
         metrics: RemoteMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -120,27 +122,30 @@ class RemoteTier:
             clock=clock,
         )
         self.metrics = metrics
-        self._topic_ids: LRUCache[str, uuid.UUID] = LRUCache(_TOPIC_IDS_KEPT)
+        self.topic_ids = TopicIds(
+            lookup=topic_id_lookup, tiered_names=self._tiered_names, refresh_seconds=30.0
+        )
         if metrics is not None:
             metrics.watch(self)
 
     def start(self) -> None:
-        """Start the reader pool (needs the running event loop)."""
+        """Start the reader pool and the topic-id refresh (needs the running event loop)."""
         self.pool.start()
+        self.topic_ids.start()
 
     async def close(self) -> None:
-        """Stop the pool and the caches' background loads."""
+        """Stop the pool, the topic-id refresh and the caches' background loads."""
         if self.metrics is not None:
             self.metrics.unwatch()
+        await self.topic_ids.close()
         await self.pool.close()
         await self.chunks.close()
         await self.indexes.close()
 
     # -- partitions ------------------------------------------------------------------------
 
-    def observe_topic(self, name: str, topic_id: uuid.UUID) -> None:
-        """A Metadata response named ``topic_id`` as the current id of ``name``."""
-        self._topic_ids[name] = topic_id
+    def _tiered_names(self) -> set[str]:
+        return {tp.topic for tp in self.metadata.partitions()}
 
     def partition(
         self, *, topic: str | None, topic_id: uuid.UUID | None, partition: int
@@ -148,7 +153,8 @@ class RemoteTier:
         """The tiered partition a request names, or ``None`` if nothing of it is tiered.
 
         By id when the request has one (Fetch v13+); by name otherwise, refusing the tiered
-        data of an older topic of that name when Metadata showed a newer id.
+        data of an older topic of that name when the broker says the name has a newer id
+        (see :mod:`proxy.remote.topic_ids`).
         """
         if topic_id is not None:
             return self.metadata.topic_id_partition_by_id(topic_id, partition)
@@ -157,7 +163,7 @@ class RemoteTier:
         tp = self.metadata.topic_id_partition(topic, partition)
         if tp is None:
             return None
-        current = self._topic_ids.get(topic)
+        current = self.topic_ids.current(topic)
         if current is not None and current != tp.topic_id:
             return None
         return tp
@@ -227,6 +233,7 @@ async def open_remote_tier(
         indexes=indexes,
         chunks=chunks,
         publish=rlmm.publish,
+        topic_id_lookup=functools.partial(_current_topic_ids, bootstrap_servers),
         metrics=metrics,
     )
     tier.start()
@@ -237,3 +244,14 @@ async def open_remote_tier(
         await rsm.close()
 
     return tier, close
+
+
+async def _current_topic_ids(bootstrap_servers: str, names: list[str]) -> dict[str, uuid.UUID]:
+    """The broker's current ids of ``names`` (Metadata v10+), for :class:`TopicIds`."""
+    async with KafkaClient(bootstrap_servers, client_id="tierproxy-topic-ids") as client:
+        metadata = await client.metadata(names)
+    return {
+        name: topic.topic_id
+        for name, topic in metadata.topics.items()
+        if topic.error == KafkaError.NONE and topic.topic_id != NO_TOPIC_ID
+    }

@@ -76,7 +76,7 @@ def remote_interceptors(
 
     return (
         SaslIdentity(tier.identities),
-        MetadataTopicIds(tier),
+        MetadataTopicIds(tier.topic_ids),
         FetchInterceptor.for_tier(tier),
         ListOffsetsInterceptor(tier),
         OffsetForLeaderEpochInterceptor(tier),

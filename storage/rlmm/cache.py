@@ -806,16 +806,18 @@ class RemoteLogMetadataCache:
         return [p.tp for parts in self._topics.values() for p in parts.values()]
 
     def topic_id_partition(self, topic: str, partition: int) -> TopicIdPartition | None:
-        """The partition ``topic-partition`` of the newest topic id seen for ``topic``.
+        """The partition ``topic-partition`` of the newest topic id seen for ``topic`` that
+        is not being deleted.
 
         After a topic is deleted and re-created, the older id's segments belong to a
-        different topic and must not answer for the new one.
+        different topic and must not answer for the new one; once the pipeline marks the
+        old id's partitions for deletion, they never answer for the name again.
         """
-        ids = self._topic_ids_by_name.get(topic)
-        if not ids:
-            return None
-        found = self._topics[ids[-1]].get(partition)
-        return None if found is None else found.tp
+        for topic_id in reversed(self._topic_ids_by_name.get(topic, ())):
+            found = self._topics[topic_id].get(partition)
+            if found is not None and found.delete_status is None:
+                return found.tp
+        return None
 
     def topic_id_partition_by_id(
         self, topic_id: uuid.UUID, partition: int

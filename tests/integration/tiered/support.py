@@ -284,7 +284,10 @@ def consume_kafka_python(
     *,
     isolation: str = READ_UNCOMMITTED,
     timeout_s: float = 60,
+    api_version: tuple[int, int] | None = None,
 ) -> list[Record]:
+    """kafka-python reads ``topic``; ``api_version`` makes it speak an older Kafka's
+    protocol versions (Metadata without topic ids, Fetch naming topics)."""
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(
@@ -292,6 +295,7 @@ def consume_kafka_python(
         enable_auto_commit=False,
         isolation_level=isolation,
         auto_offset_reset="earliest",
+        api_version=api_version,
     )
     records: list[Record] = []
     try:

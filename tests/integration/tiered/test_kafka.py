@@ -27,13 +27,14 @@ from tests.integration.tiered.support import (
     Record,
     by_partition,
     consume_confluent,
+    consume_kafka_python,
     high_watermarks,
     proxy_process,
     running,
     storage_settings,
     tier_topic,
 )
-from tests.integration.tiering.workload import create_topic, produce_mixed
+from tests.integration.tiering.workload import create_topic, delete_topic, produce_mixed
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.brokers("kafka", "kafka3")]
 
@@ -300,3 +301,54 @@ def test_delete_records_through_the_proxy_purges_the_remote_tier(
     second = asyncio.run(tier_topic(broker, s3, spark, **tier))
     assert second.topics[topic].leftovers_deleted >= 1
     assert len(object_keys(s3, bucket)) < objects_before
+
+
+def delete_records_directly(bootstrap: str, topic: str, offset: int) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_records([TopicPartition(topic, 0, offset)]).values():
+        future.result(30)
+
+
+def test_a_recreated_topic_never_gets_its_deleted_namesakes_tiered_data(
+    broker: BrokerInfo, s3: S3Info, spark: Any, bucket: str, tmp_path: Path
+) -> None:
+    """The old topic's segments stay in the remote tier until the pipeline processes the
+    deletion; meanwhile clients that fetch by name, with old Metadata and Fetch versions
+    (kafka-python speaking Kafka 0.11's) or new ones, get only the new topic's records."""
+    from confluent_kafka import Producer
+
+    topic = f"kafka-recreated-{uuid.uuid4().hex[:8]}"
+    metadata_topic = f"__rlm-{topic}"
+    create_topic(broker.bootstrap, topic, 1)
+    produce_mixed(broker.bootstrap, topic, 1, records=100)
+    tier: dict[str, Any] = {
+        "topic": topic,
+        "bucket": bucket,
+        "metadata_topic": metadata_topic,
+        "spill": tmp_path / "spill",
+        "local.retention.ms": 1,
+        "retention.ms": -1,
+    }
+    asyncio.run(tier_topic(broker, s3, spark, **tier))
+    proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+    with running(proxy):
+        assert consume_kafka_python(proxy.bootstrap, topic, {0: 1})
+        delete_topic(broker.bootstrap, topic)
+        create_topic(broker.bootstrap, topic, 1)
+        producer = Producer({"bootstrap.servers": broker.bootstrap})
+        for i in range(7):
+            producer.produce(topic, key=b"new", value=b"new %d" % i, partition=0)
+        assert producer.flush(30) == 0
+        # The new topic's own log starts at 3: offsets 0-2 are out of range at the broker,
+        # where the old topic's remote tier would answer them.
+        delete_records_directly(broker.bootstrap, topic, 3)
+        ends = {0: 7}
+        new = [(0, i, b"new", b"new %d" % i) for i in range(3, 7)]
+        for _round in range(2):  # before and after the pipeline processed the deletion
+            old_client = consume_kafka_python(proxy.bootstrap, topic, ends, api_version=(0, 11))
+            assert by_partition(old_client) == new
+            assert by_partition(consume_confluent(proxy.bootstrap, topic, ends)) == new
+            asyncio.run(tier_topic(broker, s3, spark, **tier))

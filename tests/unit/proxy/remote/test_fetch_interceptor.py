@@ -255,7 +255,7 @@ async def test_fetches_of_untiered_topics_are_forwarded_unchanged(make_env: EnvF
 
 async def test_a_recreated_topic_does_not_serve_the_old_topics_data(make_env: EnvFactory) -> None:
     env = await make_env()
-    env.tier.observe_topic(TOPIC, uuid.uuid4())
+    env.tier.topic_ids.observe(TOPIC, uuid.uuid4())
     part = only(await fetch(env, 12, 0))
     assert part.error_code == KafkaError.OFFSET_OUT_OF_RANGE
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from protocol.errors import KafkaError
+from protocol.headers import RequestHeader
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.messages import ApiKey, nested_class, request_class, response_class
 from proxy.interceptors.base import Call, ConnectionInfo
@@ -178,7 +179,7 @@ async def test_epochs_only_the_remote_tier_knows(make_env: EnvFactory, version: 
 
 async def test_metadata_responses_teach_the_current_topic_ids(make_env: EnvFactory) -> None:
     env = await make_env()
-    interceptor = MetadataTopicIds(env.tier)
+    interceptor = MetadataTopicIds(env.tier.topic_ids)
     body_class = response_class(ApiKey.METADATA, 12)
     topic_class = nested_class(body_class, "topics")
     newer = uuid.uuid4()
@@ -202,7 +203,14 @@ async def test_metadata_responses_teach_the_current_topic_ids(make_env: EnvFacto
     )
     call = Call(
         connection=ConnectionInfo(connection_id=1, client="c", node_id=1),
-        header=None,  # type: ignore[arg-type]
+        header=RequestHeader(
+            api_key=ApiKey.METADATA,
+            api_version=12,
+            correlation_id=1,
+            client_id="c",
+            header_version=2,
+            size=0,
+        ),
         client_request=None,
         request=None,
     )
