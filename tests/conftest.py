@@ -15,6 +15,8 @@
   ``stop()`` it mid-test and ``start()`` it again (same ports and data); it is restarted after
   the test in any case.
 * ``spark`` -> a ``local[2]`` SparkSession (UI off, 2 shuffle partitions, 1 GiB driver).
+* ``TIERPROXY_STATE_DIR`` is set to a session temp dir, so no test writes metadata
+  snapshots into the working directory.
 * ``unique_topic`` -> a fresh topic name per test; ``new_topic`` -> an async function that
   creates a fresh topic with N partitions (and configs) on ``broker`` and returns its name.
 
@@ -124,6 +126,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if unknown:
             raise pytest.UsageError(f"unknown broker kinds {sorted(unknown)} in {marker}")
         metafunc.parametrize("broker_kind", marker.args)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Metadata snapshots (``./tierproxy-state`` by default) go to the session's temp dir,
+    for the commands the tests start in-process and as subprocesses alike."""
+    os.environ.setdefault("TIERPROXY_STATE_DIR", str(tmp_path_factory.mktemp("tierproxy-state")))
 
 
 @pytest.fixture

@@ -339,7 +339,15 @@ class TopicBasedRemoteLogMetadataManager:
         resource = ConfigResource(
             ConfigResourceType.TOPIC, self.config.topic_name, configs={"retention.ms": None}
         )
-        for response in await admin.describe_configs([resource]):
+        try:
+            responses = await admin.describe_configs([resource])
+        except KafkaError as error:
+            # Brokers without DescribeConfigs (Tansu closes the connection) cannot tell.
+            log.info(
+                "could not read the metadata topic's retention.ms (%s); not checking it", error
+            )
+            return
+        for response in responses:
             for result in response.to_object()["resources"]:
                 for entry in result["config_entries"]:
                     if entry["config_names"] != "retention.ms":
