@@ -52,6 +52,7 @@ __all__ = [
     "ApiKey",
     "ErrorCode",
     "build",
+    "convert",
     "decode_request",
     "decode_response",
     "encode_request",
@@ -257,6 +258,29 @@ def build(entity_class: type[Any], **candidates: Any) -> Any:
         return entity_class(**{name: value for name, value in candidates.items() if name in names})
     except TypeError as err:
         raise LocalProtocolError(f"cannot build {entity_class.__name__}: {err}") from err
+
+
+def convert(entity: Any, target_class: type[Any]) -> Any:
+    """``entity`` as an instance of ``target_class``, the same body at another version, for
+    versions whose fields are the same (ListOffsets v7-v9, say): nested entities are
+    converted too.
+
+    :raises LocalProtocolError: ``target_class`` has a field ``entity`` lacks.
+    """
+    values: dict[str, Any] = {}
+    for field in dataclasses.fields(target_class):
+        if not hasattr(entity, field.name):
+            raise LocalProtocolError(
+                f"{type(entity).__name__} has no {field.name!r} for {target_class.__name__}"
+            )
+        value = getattr(entity, field.name)
+        kind = classify_field(field)
+        if isinstance(kind, EntityTupleField):
+            value = tuple(convert(item, kind.type_) for item in value)
+        elif isinstance(kind, EntityField) and value is not None:
+            value = convert(value, kind.type_)
+        values[field.name] = value
+    return target_class(**values)
 
 
 def _field_names(entity_class: type[Any]) -> frozenset[str]:

@@ -16,6 +16,7 @@ from typing import Any, Final, Protocol, cast
 from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
 from protocol.headers import (
     RequestHeader,
+    encode_request_header,
     encode_response_header,
     parse_request_header,
     parse_response_header,
@@ -26,24 +27,43 @@ from protocol.messages import (
     INTERCEPTED_VERSIONS,
     ApiKey,
     ErrorCode,
+    convert,
     decode_request,
     decode_response,
     encode_request,
     encode_response,
     nested_class,
     produce_acks,
+    request_class,
     response_class,
 )
+from proxy.broker_versions import BrokerVersions
 from proxy.interceptors.base import Answer, Call, ConnectionInfo, Interceptor, ResponseFilter
 from proxy.logs import event
 
-__all__ = ["InterceptedExchange", "Route", "Router"]
+__all__ = ["InterceptedExchange", "Route", "Router", "served_above_broker"]
 
 _log = logging.getLogger("tierproxy.router")
 
 _PRODUCE: Final = int(ApiKey.PRODUCE)
 _API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
 _INTERCEPTED: Final[Mapping[int, range]] = {int(key): v for key, v in INTERCEPTED_VERSIONS.items()}
+_PASSED_WHEN_UNKNOWN: Final = frozenset(
+    int(key)
+    for key in (
+        ApiKey.FETCH,
+        ApiKey.LIST_OFFSETS,
+        ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        ApiKey.DELETE_RECORDS,
+        ApiKey.PRODUCE,
+        ApiKey.SASL_HANDSHAKE,
+        ApiKey.SASL_AUTHENTICATE,
+    )
+)
+"""APIs whose versions the proxy cannot decode still reach the broker (a client is never
+disconnected for a version the broker serves); their answers carry no broker addresses.
+Address-carrying APIs (Metadata, FindCoordinator, DescribeCluster) are refused instead:
+passed on undecoded they would send the client around the proxy."""
 
 
 class InterceptedExchange(Protocol):
@@ -93,7 +113,12 @@ class Router:
         ``INTERCEPTED_VERSIONS`` (the proxy could not have advertised or decoded it).
     """
 
-    def __init__(self, interceptors: Sequence[Interceptor]) -> None:
+    def __init__(
+        self,
+        interceptors: Sequence[Interceptor],
+        *,
+        broker_versions: BrokerVersions | None = None,
+    ) -> None:
         chains: dict[tuple[int, int], list[Interceptor]] = {}
         for interceptor in interceptors:
             for api_key, versions in interceptor.versions.items():
@@ -106,6 +131,9 @@ class Router:
                 for version in versions:
                     chains.setdefault((int(api_key), version), []).append(interceptor)
         self._interceptors = tuple(dict.fromkeys(interceptors))
+        self._served_above = served_above_broker(interceptors)
+        self._broker_versions = BrokerVersions() if broker_versions is None else broker_versions
+        self._noted: set[int] = set()
         self._chains: Mapping[tuple[int, int], _Chain] = {
             key: _Chain(
                 interceptors=tuple(chain),
@@ -115,10 +143,45 @@ class Router:
             for key, chain in chains.items()
         }
 
+    def _broker_version(self, connection: ConnectionInfo, header: RequestHeader) -> int:
+        """The version to send ``header``'s request to the broker at: the client's, or for
+        a version served above the broker, the newest the broker speaks."""
+        served = self._served_above.get(header.api_key)
+        if served is None or header.api_version not in served:
+            return header.api_version
+        supported = self._broker_versions.supported(connection.node_id, header.api_key)
+        if supported is None or supported[-1] >= header.api_version:
+            return header.api_version
+        if supported[-1] < served[0]:
+            return header.api_version  # the broker answers UNSUPPORTED_VERSION itself
+        return supported[-1]
+
     def connection_closed(self, connection_id: int) -> None:
         """Tell every interceptor that a client connection is gone."""
         for interceptor in self._interceptors:
             interceptor.on_connection_closed(connection_id)
+        self._noted.discard(connection_id)
+
+    def _note_passed_unknown(
+        self, connection: ConnectionInfo, api_key: int, api_version: int, allowed: range
+    ) -> None:
+        """Log, once per connection, a client that ignored ApiVersions (clients before
+        Kafka 0.10 never ask): its request goes to the broker as it is, so it gets only
+        the broker's local log, never the remote tier."""
+        if connection.connection_id in self._noted:
+            return
+        self._noted.add(connection.connection_id)
+        event(
+            _log,
+            logging.WARNING,
+            "request.version.passed",
+            conn=connection.connection_id,
+            client=connection.client,
+            api=ApiKey(api_key).name,
+            version=api_version,
+            advertised=f"v{allowed[0]}-v{allowed[-1]}",
+            meaning="not decoded: the broker answers it alone, without the remote tier",
+        )
 
     def route(self, frame: bytes, connection: ConnectionInfo) -> Route:
         """Decide how to handle one request frame (payload without its size prefix).
@@ -142,11 +205,13 @@ class Router:
                         expects_response=True,
                         exchange=_ReadyAnswer(_unsupported_api_versions(correlation_id)),
                     )
-                raise RemoteProtocolError(
-                    f"{ApiKey(api_key).name} v{api_version} is not handled by the proxy "
-                    f"(it advertises v{allowed[0]}-v{allowed[-1]})",
-                    KafkaError.UNSUPPORTED_VERSION,
-                )
+                if api_key not in _PASSED_WHEN_UNKNOWN:
+                    raise RemoteProtocolError(
+                        f"{ApiKey(api_key).name} v{api_version} is not handled by the proxy "
+                        f"(it advertises v{allowed[0]}-v{allowed[-1]})",
+                        KafkaError.UNSUPPORTED_VERSION,
+                    )
+                self._note_passed_unknown(connection, api_key, api_version, allowed)
             expects = api_key != _PRODUCE or _produce_expects_response(frame, api_version)
             return Route(
                 api_key=api_key,
@@ -156,7 +221,9 @@ class Router:
                 exchange=None,
             )
         header = parse_request_header(frame)
-        exchange = _ChainExchange(chain, header, frame, connection)
+        exchange = _ChainExchange(
+            chain, header, frame, connection, self._broker_version(connection, header)
+        )
         return Route(
             api_key=api_key,
             api_version=api_version,
@@ -170,6 +237,25 @@ class Router:
         )
 
 
+def served_above_broker(interceptors: Sequence[Interceptor]) -> Mapping[int, range]:
+    """Every interceptor's :attr:`~Interceptor.served_above_broker`, by API key.
+
+    :raises LocalProtocolError: if two interceptors serve one API above the broker
+        differently, or a range leaves ``INTERCEPTED_VERSIONS``.
+    """
+    served: dict[int, range] = {}
+    for interceptor in interceptors:
+        for api_key, versions in interceptor.served_above_broker.items():
+            if not set(versions) <= set(INTERCEPTED_VERSIONS.get(api_key, ())):
+                raise LocalProtocolError(
+                    f"{type(interceptor).__name__} serves {api_key.name} {versions} above the "
+                    "broker, outside INTERCEPTED_VERSIONS"
+                )
+            if served.setdefault(int(api_key), versions) != versions:
+                raise LocalProtocolError(f"two interceptors serve {api_key.name} above the broker")
+    return served
+
+
 def _produce_expects_response(frame: bytes, api_version: int) -> bool:
     header = parse_request_header(frame)
     return produce_acks(api_version, memoryview(frame)[header.size :]) != 0
@@ -178,13 +264,25 @@ def _produce_expects_response(frame: bytes, api_version: int) -> bool:
 class _ChainExchange:
     """An exchange that goes through an interceptor chain."""
 
-    __slots__ = ("_answer", "_call", "_filtered", "_forward", "_interceptors")
+    __slots__ = (
+        "_answer",
+        "_call",
+        "_filtered",
+        "_forward",
+        "_forwarded_version",
+        "_interceptors",
+    )
 
     def __init__(
-        self, chain: _Chain, header: RequestHeader, frame: bytes, connection: ConnectionInfo
+        self,
+        chain: _Chain,
+        header: RequestHeader,
+        frame: bytes,
+        connection: ConnectionInfo,
+        broker_version: int,
     ) -> None:
         client_request: Any = None
-        if chain.needs_request:
+        if chain.needs_request or broker_version != header.api_version:
             client_request = decode_request(
                 header.api_key, header.api_version, memoryview(frame)[header.size :]
             )
@@ -210,8 +308,16 @@ class _ChainExchange:
         self._call = Call(
             connection=connection, header=header, client_request=client_request, request=request
         )
+        self._forwarded_version = header.api_version
         if self._answer is not None:
             self._forward: bytes | None = None
+        elif broker_version != header.api_version:
+            # A version served above the broker: the same request at the broker's version;
+            # respond() turns the answer back into the client's version.
+            self._forwarded_version = broker_version
+            self._forward = encode_request_header(
+                header.api_key, broker_version, header.correlation_id, header.client_id
+            ) + encode_request(convert(request, request_class(header.api_key, broker_version)))
         elif request is client_request:
             self._forward = frame
         else:
@@ -222,9 +328,9 @@ class _ChainExchange:
         return self._forward
 
     def try_pass_through(self, payload: bytes | bytearray) -> bool:
-        if not self._filtered:
-            return False
         header = self._call.header
+        if not self._filtered or self._forwarded_version != header.api_version:
+            return False
         header_version = response_header_version(header.api_key, header.api_version)
         if header_version is None:
             return False
@@ -244,7 +350,8 @@ class _ChainExchange:
     async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray:
         header = self._call.header
         header_version = response_header_version(header.api_key, header.api_version)
-        if header_version is None:
+        broker_header_version = response_header_version(header.api_key, self._forwarded_version)
+        if header_version is None or broker_header_version is None:
             raise LocalProtocolError(f"no response header version for {header}")
         if payload is None:
             if self._answer is None:
@@ -252,7 +359,7 @@ class _ChainExchange:
             original = None
             response = self._answer.response
         else:
-            correlation_id, size = parse_response_header(payload, header_version)
+            correlation_id, size = parse_response_header(payload, broker_header_version)
             if correlation_id != header.correlation_id:
                 raise RemoteProtocolError(
                     f"broker answered correlation id {correlation_id}, "
@@ -261,7 +368,7 @@ class _ChainExchange:
             # kio reads only read-only buffers; a read-only view of the bytearray is no copy.
             body = memoryview(payload).toreadonly()[size:]
             try:
-                response = decode_response(header.api_key, header.api_version, body)
+                response = decode_response(header.api_key, self._forwarded_version, body)
             except RemoteProtocolError as err:
                 if self._call.request is not self._call.client_request:
                     # The broker answered a rewritten request (a Fetch with probe positions,
@@ -284,6 +391,9 @@ class _ChainExchange:
                 )
                 return payload
             original = response
+            if self._forwarded_version != header.api_version:
+                response = convert(response, response_class(header.api_key, header.api_version))
+                original = None
         for interceptor in self._interceptors:
             response = await interceptor.on_response(self._call, response)
         if payload is not None and response is original:

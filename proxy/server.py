@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final
 
 from proxy.broker_map import BrokerMap, BrokerMapError, BrokerRoute
+from proxy.broker_versions import BrokerVersions
 from proxy.config import HostPort, ProxyConfig, bootstrap_addresses
 from proxy.connection import ConnectionPair, PairSettings
 from proxy.discovery import DiscoveryError, SaslPlain, discover_brokers
@@ -26,7 +27,7 @@ from proxy.interceptors.api_versions import ApiVersionsInterceptor
 from proxy.interceptors.base import Interceptor
 from proxy.logs import event
 from proxy.metrics import MetricsServer, ProxyMetrics
-from proxy.router import Router
+from proxy.router import Router, served_above_broker
 from proxy.tls import server_context, upstream_context
 
 __all__ = ["ProxyServer", "run_until_stopped"]
@@ -62,7 +63,15 @@ class ProxyServer:
             advertised=config.advertised_base(),
             explicit=config.explicit_brokers(),
         )
-        self._router = Router([ApiVersionsInterceptor(), AddressRewriter(self), *interceptors])
+        broker_versions = BrokerVersions()
+        self._router = Router(
+            [
+                ApiVersionsInterceptor(broker_versions, served_above_broker(interceptors)),
+                AddressRewriter(self),
+                *interceptors,
+            ],
+            broker_versions=broker_versions,
+        )
         self._server_ssl = server_context(config)
         self._settings = PairSettings(
             upstream_ssl=upstream_context(config),

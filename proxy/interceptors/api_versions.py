@@ -4,6 +4,11 @@ For every API the proxy intercepts, the advertised range is cut to ``INTERCEPTED
 so that a client never sends an intercepted API at a version the proxy cannot decode (it
 would have to close the connection). Other APIs keep the broker's ranges: they pass
 through as raw bytes whatever their version.
+
+An API an interceptor serves above the broker (ListOffsets v8-v9, whose EARLIEST_LOCAL and
+LATEST_TIERED the proxy answers itself) is advertised up to that range's end whenever the
+broker speaks the range's first version; the router sends such requests at the broker's
+version. Each broker's own ranges are recorded, per node, for the router.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
+from proxy.broker_versions import BrokerVersions
 from proxy.interceptors.base import Call, Interceptor
 
 __all__ = ["ApiVersionsInterceptor", "restrict_api_versions"]
@@ -23,11 +29,12 @@ _LIMITS: Final[Mapping[int, range]] = MappingProxyType(
 )
 
 
-def restrict_api_versions(response: Any) -> Any:
+def restrict_api_versions(response: Any, served_above: Mapping[int, range] | None = None) -> Any:
     """Return ``response`` with intercepted APIs cut to the proxy's versions.
 
     An API whose broker range does not meet the proxy's is left out: the proxy cannot
-    carry it. Returns the same object when nothing changes.
+    carry it. An API in ``served_above`` whose broker range holds that range's first version
+    is advertised up to the range's end. Returns the same object when nothing changes.
     """
     entries = []
     changed = False
@@ -38,6 +45,9 @@ def restrict_api_versions(response: Any) -> Any:
             continue
         low = max(int(entry.min_version), limit[0])
         high = min(int(entry.max_version), limit[-1])
+        above = (served_above or {}).get(int(entry.api_key))
+        if above is not None and int(entry.min_version) <= above[0] <= high:
+            high = max(high, above[-1])
         if low > high:
             changed = True
             continue
@@ -52,11 +62,21 @@ def restrict_api_versions(response: Any) -> Any:
 
 
 class ApiVersionsInterceptor(Interceptor):
-    """Restricts every ApiVersions response (all versions kio knows)."""
+    """Restricts every ApiVersions response (all versions kio knows), after recording the
+    broker's own ranges in ``broker_versions``."""
+
+    def __init__(
+        self,
+        broker_versions: BrokerVersions | None = None,
+        served_above: Mapping[int, range] | None = None,
+    ) -> None:
+        self._broker_versions = BrokerVersions() if broker_versions is None else broker_versions
+        self._served_above = MappingProxyType(dict(served_above or {}))
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:
         return {ApiKey.API_VERSIONS: INTERCEPTED_VERSIONS[ApiKey.API_VERSIONS]}
 
     async def on_response(self, call: Call, response: Any) -> Any:
-        return restrict_api_versions(response)
+        self._broker_versions.learn(call.connection.node_id, response)
+        return restrict_api_versions(response, self._served_above)

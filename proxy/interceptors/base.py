@@ -78,6 +78,15 @@ class Interceptor(Protocol):
         ...
 
     @property
+    def served_above_broker(self) -> Mapping[ApiKey, range]:
+        """Versions the client may use although the broker speaks only the first of each
+        range: the request (as ``on_request`` left it) goes to the broker at the highest
+        version of the range the broker speaks, and its answer comes back converted to the
+        client's version. Only for versions with the same fields (ListOffsets v7-v9, whose
+        newer versions only allow sentinels the interceptor answers itself)."""
+        return {}
+
+    @property
     def needs_request(self) -> bool:
         """Whether ``on_request``/``on_response`` read the decoded request.
 

@@ -68,6 +68,12 @@ class ListOffsetsInterceptor(Interceptor):
         return {ApiKey.LIST_OFFSETS: range(1, 11)}
 
     @property
+    def served_above_broker(self) -> Mapping[ApiKey, range]:
+        # v8 and v9 only allow the sentinels -4 and -5, which on_request asks as v7's -2
+        # and -1: a broker without them (Kafka before 3.5) still gets an answerable v7.
+        return {ApiKey.LIST_OFFSETS: range(7, 10)}
+
+    @property
     def needs_request(self) -> bool:
         return True
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import datetime
+from types import SimpleNamespace
+
+import pytest
 
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, ErrorCode, nested_class
 from protocol.messages import response_class as response_of
-from proxy.interceptors.api_versions import restrict_api_versions
+from proxy.broker_versions import BrokerVersions
+from proxy.interceptors.api_versions import ApiVersionsInterceptor, restrict_api_versions
 from tests.unit.proxy.fake_broker import build
 
 
@@ -56,3 +60,28 @@ def test_an_answer_within_the_proxy_ranges_is_the_same_object() -> None:
 def test_v0_bodies_are_restricted_too() -> None:
     response = versions_response({1: (0, 17)}, version=0)
     assert ranges_of(restrict_api_versions(response))[1][0] == 4
+
+
+@pytest.mark.parametrize(
+    ("broker", "advertised"),
+    [((0, 7), (1, 9)), ((0, 8), (1, 9)), ((0, 9), (1, 9)), ((0, 10), (1, 10)), ((0, 6), (1, 6))],
+)
+def test_list_offsets_is_advertised_up_to_v9_when_the_broker_speaks_v7(
+    broker: tuple[int, int], advertised: tuple[int, int]
+) -> None:
+    """EARLIEST_LOCAL (v8) and LATEST_TIERED (v9) are the proxy's answers: a broker of
+    Kafka 3.0-3.4 (v7) still gets them, asked as v7."""
+    response = versions_response({2: broker})
+    served = {int(ApiKey.LIST_OFFSETS): range(7, 10)}
+    assert ranges_of(restrict_api_versions(response, served))[2] == advertised
+
+
+async def test_the_brokers_own_ranges_are_recorded_per_node() -> None:
+    versions = BrokerVersions()
+    interceptor = ApiVersionsInterceptor(versions, {int(ApiKey.LIST_OFFSETS): range(7, 10)})
+    call = SimpleNamespace(connection=SimpleNamespace(node_id=3))
+    advertised = await interceptor.on_response(call, versions_response({1: (0, 17), 2: (0, 7)}))  # type: ignore[arg-type]
+    assert ranges_of(advertised)[2] == (1, 9)
+    assert versions.supported(3, int(ApiKey.LIST_OFFSETS)) == range(0, 8)
+    assert versions.supported(3, int(ApiKey.FETCH)) == range(0, 18)
+    assert versions.supported(4, int(ApiKey.FETCH)) is None

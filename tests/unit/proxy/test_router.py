@@ -5,19 +5,26 @@ from __future__ import annotations
 import dataclasses
 import struct
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
-from protocol.headers import encode_request_header, encode_response_header
+from protocol.headers import (
+    encode_request_header,
+    encode_response_header,
+    parse_request_header,
+)
 from protocol.messages import (
     INTERCEPTED_VERSIONS,
     ApiKey,
+    decode_request,
     decode_response,
     encode_request,
     encode_response,
 )
+from proxy.broker_versions import BrokerVersions
 from proxy.interceptors.base import Answer, Call, ConnectionInfo, Interceptor
 from proxy.router import Router
 from tests.unit.proxy.fake_broker import list_offsets_request, list_offsets_response
@@ -148,11 +155,94 @@ async def test_a_response_for_another_correlation_id_is_a_protocol_error() -> No
         await route.exchange.respond(response_payload(list_offsets_response(), correlation_id=8))
 
 
-def test_an_intercepted_api_at_a_version_the_proxy_never_advertised_is_refused() -> None:
+def test_a_read_api_at_a_version_the_proxy_cannot_decode_reaches_the_broker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Fetch v3 (clients before 0.11 never ask ApiVersions): the broker speaks it, so the
+    client is not disconnected; the proxy logs, once per connection, that it is passed."""
     frame = struct.pack(">hhih", ApiKey.FETCH, 3, 1, -1) + b"\x00" * 20
+    router = Router([])
+    for _ in range(3):
+        route = router.route(frame, CONNECTION)
+        assert route.exchange is None and route.expects_response
+    passed = [r for r in caplog.records if r.getMessage() == "request.version.passed"]
+    assert len(passed) == 1
+    router.connection_closed(CONNECTION.connection_id)
+    router.route(frame, CONNECTION)
+    assert len([r for r in caplog.records if r.getMessage() == "request.version.passed"]) == 2
+
+
+def test_an_address_carrying_api_at_a_version_the_proxy_cannot_decode_is_refused() -> None:
+    """Passed on undecoded, a Metadata answer would send the client around the proxy."""
+    newest = INTERCEPTED_VERSIONS[ApiKey.METADATA][-1]
+    frame = struct.pack(">hhih", ApiKey.METADATA, newest + 1, 1, -1) + b"\x00" * 20
     with pytest.raises(RemoteProtocolError) as caught:
         Router([]).route(frame, CONNECTION)
     assert caught.value.error_code == KafkaError.UNSUPPORTED_VERSION
+
+
+class ServedAbove(Interceptor):
+    """Serves ListOffsets v7-v9 whatever the broker's maximum, as the remote tier does."""
+
+    @property
+    def versions(self) -> Mapping[ApiKey, range]:
+        return {ApiKey.LIST_OFFSETS: range(7, 10)}
+
+    @property
+    def served_above_broker(self) -> Mapping[ApiKey, range]:
+        return {ApiKey.LIST_OFFSETS: range(7, 10)}
+
+
+def router_for_broker(list_offsets: range | None) -> Router:
+    versions = BrokerVersions()
+    if list_offsets is not None:
+        versions.learn(
+            CONNECTION.node_id,
+            SimpleNamespace(
+                error_code=0,
+                api_keys=[
+                    SimpleNamespace(
+                        api_key=int(ApiKey.LIST_OFFSETS),
+                        min_version=list_offsets[0],
+                        max_version=list_offsets[-1],
+                    )
+                ],
+            ),
+        )
+    return Router([ServedAbove()], broker_versions=versions)
+
+
+async def test_a_version_served_above_the_broker_goes_at_the_brokers_version() -> None:
+    request = list_offsets_request(version=9, timestamp=-2)
+    route = router_for_broker(range(0, 8)).route(
+        request_frame(ApiKey.LIST_OFFSETS, 9, request), CONNECTION
+    )
+    assert route.exchange is not None and route.exchange.forward is not None
+    forwarded = parse_request_header(route.exchange.forward)
+    assert (forwarded.api_version, forwarded.correlation_id) == (7, 7)
+    body = decode_request(
+        ApiKey.LIST_OFFSETS, 7, memoryview(route.exchange.forward)[forwarded.size :]
+    )
+    assert body.topics[0].partitions[0].timestamp == -2
+    broker_answer = encode_response_header(7, 1) + encode_response(
+        list_offsets_response(version=7, offset=31)
+    )
+    assert not route.exchange.try_pass_through(broker_answer)
+    out = bytes(await route.exchange.respond(broker_answer))
+    client_header_size = 5  # correlation id and no tagged fields (header v1)
+    answer = decode_response(ApiKey.LIST_OFFSETS, 9, out[client_header_size:])
+    assert answer.topics[0].partitions[0].offset == 31
+
+
+@pytest.mark.parametrize("broker_range", [range(0, 10), None, range(0, 7)])
+def test_a_served_above_version_goes_unchanged_when_the_broker_speaks_it_or_is_unknown(
+    broker_range: range | None,
+) -> None:
+    """The broker speaks v9, nobody asked it ApiVersions yet, or it cannot take even v7
+    (it answers UNSUPPORTED_VERSION itself)."""
+    frame = request_frame(ApiKey.LIST_OFFSETS, 9, list_offsets_request(version=9))
+    route = router_for_broker(broker_range).route(frame, CONNECTION)
+    assert route.exchange is not None and route.exchange.forward == frame
 
 
 def test_a_malformed_intercepted_request_is_refused() -> None:
