@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import struct
 import time
 import uuid
 from collections.abc import Iterator
@@ -27,21 +26,18 @@ from aiokafka.record.memory_records import MemoryRecords
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from protocol.headers import encode_request_header, parse_response_header, response_header_version
-from protocol.messages import ApiKey, build, decode_response, encode_request, nested_class
-from protocol.messages import request_class as request_of
+from protocol.messages import ApiKey
 from proxy.embedded import KAFKA_4, BrokerInfo, KafkaBroker, S3Info, ensure_jars
 from proxy.embedded.kafka import NATIVE_TIERED_TOPIC_CONFIGS
 from proxy.embedded.s3 import create_bucket, delete_bucket
 from tests.integration.tiered.support import proxy_process, running, storage_settings, tier_topic
+from tests.integration.tiered.wire import ask, end_offset_for_epoch, list_offsets
 from tests.unit.proxy.remote.scripted_broker import fetch_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 PARTITIONS = 2
 FETCH_VERSION = 12
-LIST_OFFSETS_VERSION = 9
-OFLE_VERSION = 4
 SAMPLES = 12
 SENTINELS = {
     -1: "LATEST",
@@ -135,72 +131,6 @@ def produce_workload(bootstrap: str, topic: str, base_timestamp: int) -> None:
     plain("none", PARTITIONS)
 
 
-async def ask(bootstrap: str, api_key: int, version: int, body: Any) -> Any:
-    host, port = bootstrap.split(",", maxsplit=1)[0].rsplit(":", 1)
-    reader, writer = await asyncio.open_connection(host, int(port))
-    try:
-        payload = encode_request_header(api_key, version, 1, "oracle") + encode_request(body)
-        writer.write(struct.pack(">i", len(payload)) + payload)
-        await writer.drain()
-        (size,) = struct.unpack(">i", await reader.readexactly(4))
-        answer = await reader.readexactly(size)
-    finally:
-        writer.close()
-    header_version = response_header_version(api_key, version)
-    assert header_version is not None
-    _correlation, header_size = parse_response_header(answer, header_version)
-    return decode_response(api_key, version, memoryview(answer)[header_size:])
-
-
-async def list_offsets(bootstrap: str, topic: str, timestamp: int) -> list[tuple[int, ...]]:
-    body_class = request_of(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION)
-    topic_class = nested_class(body_class, "topics")
-    partition_class = nested_class(topic_class, "partitions")
-    body = build(
-        body_class,
-        replica_id=-1,
-        isolation_level=0,
-        topics=(
-            topic_class(
-                name=topic,
-                partitions=tuple(
-                    build(partition_class, partition_index=p, timestamp=timestamp)
-                    for p in range(PARTITIONS)
-                ),
-            ),
-        ),
-    )
-    response = await ask(bootstrap, ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, body)
-    return [
-        (int(p.error_code), int(p.offset), int(p.timestamp), int(p.leader_epoch))
-        for p in sorted(response.topics[0].partitions, key=lambda p: p.partition_index)
-    ]
-
-
-async def end_offset_for_epoch(bootstrap: str, topic: str, epoch: int) -> list[tuple[int, ...]]:
-    body_class = request_of(ApiKey.OFFSET_FOR_LEADER_EPOCH, OFLE_VERSION)
-    topic_class = nested_class(body_class, "topics")
-    partition_class = nested_class(topic_class, "partitions")
-    body = build(
-        body_class,
-        replica_id=-1,
-        topics=(
-            topic_class(
-                topic=topic,
-                partitions=tuple(
-                    build(partition_class, partition=p, current_leader_epoch=-1, leader_epoch=epoch)
-                    for p in range(PARTITIONS)
-                ),
-            ),
-        ),
-    )
-    response = await ask(bootstrap, ApiKey.OFFSET_FOR_LEADER_EPOCH, OFLE_VERSION, body)
-    return [
-        (int(p.error_code), int(p.leader_epoch), int(p.end_offset))
-        for p in sorted(response.topics[0].partitions, key=lambda p: p.partition)
-    ]
-
-
 async def fetch(
     bootstrap: str, topic: str, partition: int, offset: int, isolation: int
 ) -> dict[str, Any]:
@@ -271,7 +201,7 @@ async def wait_until_tiered_by_kafka(bootstrap: str, topic: str, tail: list[int]
     the tail batch (the active segment) or after it (the tail rolled too)."""
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        local = await list_offsets(bootstrap, topic, -4)
+        local = await list_offsets(bootstrap, topic, -4, PARTITIONS)
         if all(offset >= end for (_e, offset, _t, _l), end in zip(local, tail, strict=True)):
             return
         await asyncio.sleep(0.5)
@@ -292,19 +222,19 @@ async def differences(
     kafka: str, proxy: str, topic: str, timestamps: list[int], markers_after: int
 ) -> list[str]:
     found: list[str] = []
-    latest = await list_offsets(kafka, topic, -5)
+    latest = await list_offsets(kafka, topic, -5, PARTITIONS)
     for timestamp in [*SENTINELS, *timestamps]:
         name = SENTINELS.get(timestamp, f"timestamp {timestamp}")
-        expected = await list_offsets(kafka, topic, timestamp)
-        got = await list_offsets(proxy, topic, timestamp)
+        expected = await list_offsets(kafka, topic, timestamp, PARTITIONS)
+        got = await list_offsets(proxy, topic, timestamp, PARTITIONS)
         found += [
             f"ListOffsets {name} partition {p}: kafka {e} tierproxy {g}"
             for p, (e, g) in enumerate(zip(expected, got, strict=True))
             if not same_offset_answer(e, g, markers_after)
         ]
     for epoch in (0, 1):
-        expected = await end_offset_for_epoch(kafka, topic, epoch)
-        got = await end_offset_for_epoch(proxy, topic, epoch)
+        expected = await end_offset_for_epoch(kafka, topic, epoch, PARTITIONS)
+        got = await end_offset_for_epoch(proxy, topic, epoch, PARTITIONS)
         if expected != got:
             found.append(f"OffsetForLeaderEpoch epoch {epoch}: kafka {expected} tierproxy {got}")
     sample = random.Random(405)
@@ -332,7 +262,7 @@ def test_tierproxy_answers_as_kafkas_native_tiered_storage(
     create(broker.bootstrap, topic, {})
     for bootstrap in (native.bootstrap, broker.bootstrap):
         produce_workload(bootstrap, topic, base_timestamp)
-    kafka_latest = asyncio.run(list_offsets(native.bootstrap, topic, -1))
+    kafka_latest = asyncio.run(list_offsets(native.bootstrap, topic, -1, PARTITIONS))
     tail = [offset - 1 for _e, offset, _t, _l in kafka_latest]
     asyncio.run(wait_until_tiered_by_kafka(native.bootstrap, topic, tail))
     asyncio.run(
@@ -347,7 +277,7 @@ def test_tierproxy_answers_as_kafkas_native_tiered_storage(
             **{"local.retention.ms": 1, "retention.ms": -1, "segment.bytes": 4096},
         )
     )
-    broker_starts = asyncio.run(list_offsets(broker.bootstrap, topic, -2))
+    broker_starts = asyncio.run(list_offsets(broker.bootstrap, topic, -2, PARTITIONS))
     assert all(offset > 0 for _e, offset, _t, _l in broker_starts), broker_starts
     timestamps = [base_timestamp + delta for delta in (0, 1, 700, 2101, 3500, 4199)]
     proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
