@@ -55,6 +55,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 fmt: $(STAMP)
 	$(BIN)/ruff format .

@@ -89,11 +89,10 @@ from proxy.embedded import (
     delete_bucket,
     s3_info_from_env,
 )
-from proxy.embedded.tierproxy import TierproxyServer
+from proxy.embedded.tierproxy import TierproxyServer, proxy_process, storage_settings
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 from storage.tiering.job import build_spark, open_pipeline, settings_from_flat
-from tests.integration.tiered.support import proxy_process, storage_settings
 
 SEGMENT_BYTES = 8 * MIB
 TAIL_FETCH_BYTES = 64 * KIB

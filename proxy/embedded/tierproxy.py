@@ -3,6 +3,8 @@
 The proxy runs as the real command (its own process and core, uvloop, logs to a file), is ready
 once it answers ApiVersions, and is stopped by PID. It keeps its ports across a stop and a start,
 so a test can restart it in place; :meth:`TierproxyServer.metric` reads its Prometheus endpoint.
+:func:`proxy_process` and :func:`storage_settings` give the tiered suites and the benchmarks
+one proxy with the remote tier on embedded S3.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from proxy.embedded.info import BrokerInfo, S3Info
 from proxy.embedded.ports import LOOPBACK, free_port
 from proxy.embedded.probe import api_versions
 from proxy.embedded.process import ManagedProcess
 
-__all__ = ["TierproxyServer", "write_config"]
+__all__ = ["TierproxyServer", "proxy_process", "storage_settings", "write_config"]
 
 _DEFAULT_START_TIMEOUT_S = 60.0
 
@@ -115,3 +118,38 @@ def _toml(value: Any) -> str:
     if isinstance(value, int | float):
         return str(value)
     return json.dumps(str(value))
+
+
+def storage_settings(s3: S3Info, bucket: str, metadata_topic: str) -> dict[str, Any]:
+    """Remote storage and metadata settings shared by the pipeline and the proxy."""
+    return {
+        "remote.log.storage.backend": "s3",
+        "remote.log.storage.s3.bucket": bucket,
+        "remote.log.storage.s3.endpoint": s3.endpoint_url,
+        "remote.log.storage.s3.region": s3.region,
+        "remote.log.storage.s3.access.key.id": s3.access_key,
+        "remote.log.storage.s3.secret.access.key": s3.secret_key,
+        "remote.log.storage.s3.path.style.access": True,
+        "remote.log.storage.retry.max.attempts": 2,
+        "remote.log.storage.s3.connect.timeout.ms": 1000,
+        "remote.log.storage.s3.read.timeout.ms": 2000,
+        "remote.log.metadata.topic.name": metadata_topic,
+        "remote.log.metadata.topic.partitions": 3,
+    }
+
+
+def proxy_process(
+    broker: BrokerInfo, log_dir: Path, settings: Mapping[str, Any], *, port: int | None = None
+) -> TierproxyServer:
+    """A (not yet started) ``tierproxy serve`` with the remote tier and ``settings``."""
+    port = port or free_port()
+    config = write_config(
+        log_dir / f"tierproxy-{port}.toml",
+        {"shutdown.timeout.ms": 2000, "remote.log.storage.system.enable": True, **settings},
+    )
+    return TierproxyServer(
+        config=config,
+        log_path=log_dir / f"tierproxy-{port}.log",
+        bootstrap=broker.bootstrap,
+        port=port,
+    )

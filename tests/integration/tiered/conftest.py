@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from proxy.embedded import BrokerChoice, BrokerInfo, S3Info, create_bucket, delete_bucket
-from proxy.embedded.tierproxy import TierproxyServer
+from proxy.embedded.tierproxy import TierproxyServer, proxy_process, storage_settings
 from tests.conftest import BrokerPool
 from tests.integration.tiered.support import (
     READ_COMMITTED,
@@ -36,8 +36,6 @@ from tests.integration.tiered.support import (
     earliest_offsets,
     high_watermarks,
     offsets_for_times,
-    proxy_process,
-    storage_settings,
     tier_topic,
 )
 from tests.integration.tiering.workload import create_topic, produce_mixed

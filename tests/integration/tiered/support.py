@@ -23,8 +23,8 @@ from typing import Any
 from protocol.headers import encode_request_header, parse_response_header, response_header_version
 from protocol.messages import ApiKey, decode_response, encode_request
 from protocol.records import ControlType, iter_batches, read_control_record
-from proxy.embedded import BrokerInfo, S3Info, free_port
-from proxy.embedded.tierproxy import TierproxyServer, write_config
+from proxy.embedded import BrokerInfo, S3Info
+from proxy.embedded.tierproxy import TierproxyServer, storage_settings
 from storage.tiering.job import open_pipeline, settings_from_flat
 from storage.tiering.report import CycleReport
 from tests.unit.proxy.remote.scripted_broker import fetch_request
@@ -53,24 +53,6 @@ class TieredTopic:
     offsets_for_times: dict[int, list[tuple[int, int]]]
     """What the broker answered to offsetsForTimes before the deletion: per target timestamp,
     ``(partition, offset)`` of every partition (a transaction marker counts, as in Kafka)."""
-
-
-def storage_settings(s3: S3Info, bucket: str, metadata_topic: str) -> dict[str, Any]:
-    """Remote storage and metadata settings shared by the pipeline and the proxy."""
-    return {
-        "remote.log.storage.backend": "s3",
-        "remote.log.storage.s3.bucket": bucket,
-        "remote.log.storage.s3.endpoint": s3.endpoint_url,
-        "remote.log.storage.s3.region": s3.region,
-        "remote.log.storage.s3.access.key.id": s3.access_key,
-        "remote.log.storage.s3.secret.access.key": s3.secret_key,
-        "remote.log.storage.s3.path.style.access": True,
-        "remote.log.storage.retry.max.attempts": 2,
-        "remote.log.storage.s3.connect.timeout.ms": 1000,
-        "remote.log.storage.s3.read.timeout.ms": 2000,
-        "remote.log.metadata.topic.name": metadata_topic,
-        "remote.log.metadata.topic.partitions": 3,
-    }
 
 
 async def tier_topic(
@@ -108,23 +90,6 @@ async def tier_topic(
 
 
 # -- the proxy -----------------------------------------------------------------------------
-
-
-def proxy_process(
-    broker: BrokerInfo, log_dir: Path, settings: Mapping[str, Any], *, port: int | None = None
-) -> TierproxyServer:
-    """A (not yet started) ``tierproxy serve`` with the remote tier and ``settings``."""
-    port = port or free_port()
-    config = write_config(
-        log_dir / f"tierproxy-{port}.toml",
-        {"shutdown.timeout.ms": 2000, "remote.log.storage.system.enable": True, **settings},
-    )
-    return TierproxyServer(
-        config=config,
-        log_path=log_dir / f"tierproxy-{port}.log",
-        bootstrap=broker.bootstrap,
-        port=port,
-    )
 
 
 @contextlib.contextmanager

@@ -24,13 +24,12 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from proxy.embedded import KAFKA_4, BrokerInfo, S3Info, create_bucket, delete_bucket, ensure_jars
 from proxy.embedded.kafka import KafkaCluster
+from proxy.embedded.tierproxy import proxy_process, storage_settings
 from tests.integration.tiered.support import (
     Record,
     by_partition,
     consume_confluent,
-    proxy_process,
     running,
-    storage_settings,
     tier_topic,
 )
 from tests.integration.tiered.wire import end_offset_for_epoch

@@ -30,7 +30,11 @@ from protocol.messages import ApiKey
 from proxy.embedded import KAFKA_4, BrokerInfo, KafkaBroker, S3Info, ensure_jars
 from proxy.embedded.kafka import NATIVE_TIERED_TOPIC_CONFIGS
 from proxy.embedded.s3 import create_bucket, delete_bucket
-from tests.integration.tiered.support import proxy_process, running, storage_settings, tier_topic
+from proxy.embedded.tierproxy import proxy_process, storage_settings
+from tests.integration.tiered.support import (
+    running,
+    tier_topic,
+)
 from tests.integration.tiered.wire import ask, end_offset_for_epoch, list_offsets
 from tests.unit.proxy.remote.scripted_broker import fetch_request
 

@@ -14,6 +14,7 @@ import pytest
 
 from protocol.errors import KafkaError
 from proxy.embedded import S3Info, SeaweedFS
+from proxy.embedded.tierproxy import storage_settings
 from tests.integration.tiered.conftest import MakeProxy
 from tests.integration.tiered.support import (
     READ_UNCOMMITTED,
@@ -22,7 +23,6 @@ from tests.integration.tiered.support import (
     TieredTopic,
     by_partition,
     fetch_once,
-    storage_settings,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]

@@ -31,13 +31,11 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from protocol.errors import KafkaError
 from proxy.embedded import BrokerInfo, S3Info
-from proxy.embedded.tierproxy import write_config
+from proxy.embedded.tierproxy import proxy_process, storage_settings, write_config
 from tests.integration.tiered.support import (
     earliest_offsets,
     fetch_once,
-    proxy_process,
     running,
-    storage_settings,
     tier_topic,
     watermarks,
 )

@@ -23,13 +23,12 @@ import pytest
 from proxy.embedded import BrokerInfo, S3Info, create_bucket, delete_bucket
 from proxy.embedded.kafka_jars import KafkaDistribution
 from proxy.embedded.kafka_tools import run_tool
+from proxy.embedded.tierproxy import proxy_process, storage_settings
 from tests.integration.tiered.support import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
     earliest_offsets,
-    proxy_process,
     running,
-    storage_settings,
     tier_topic,
 )
 from tests.integration.tiering.workload import create_topic, produce_mixed

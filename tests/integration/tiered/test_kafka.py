@@ -21,6 +21,7 @@ from proxy.embedded import BrokerInfo, S3Info, create_bucket, delete_bucket
 from proxy.embedded.kafka_jars import KafkaDistribution
 from proxy.embedded.kafka_tools import run_tool
 from proxy.embedded.s3 import object_keys
+from proxy.embedded.tierproxy import proxy_process, storage_settings
 from tests.integration.tiered.support import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -29,9 +30,7 @@ from tests.integration.tiered.support import (
     consume_confluent,
     consume_kafka_python,
     high_watermarks,
-    proxy_process,
     running,
-    storage_settings,
     tier_topic,
 )
 from tests.integration.tiering.workload import create_topic, delete_topic, produce_mixed
