@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from protocol.errors import KafkaError as KafkaErrorCode
 from protocol.metadata_records import (
@@ -47,6 +47,7 @@ from protocol.metadata_records import (
 from protocol.murmur2 import metadata_partition_for
 from storage.config import ConfigError
 from storage.model import TopicIdPartition
+from storage.retry import RetryPolicy, call_with_retry
 from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.config import (
     DEFAULT_TOPIC_NAME,
@@ -69,6 +70,10 @@ _REFUSALS_KEPT = 1024
 """Refusals remembered for publishers that register after the consumer applied their
 record (the producer's acknowledgement can arrive after the consumer fetched it)."""
 _RETRY_BACKOFF_S = 0.5
+_CLUSTER_RETRY = RetryPolicy(
+    backoff_ms=500, backoff_max_ms=10_000, max_attempts=1_000_000, deadline_ms=None
+)
+"""Reaching the cluster at start: retried until ``start()``'s initialization timeout."""
 _T = TypeVar("_T")
 
 
@@ -282,8 +287,7 @@ class TopicBasedRemoteLogMetadataManager:
     # -- internals ------------------------------------------------------------------------
 
     async def _ensure_topic(self) -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, **self._options)
-        await admin.start()
+        admin = await self._connected_admin()
         try:
             if self.config.topic_name == KAFKA_TOPIC_NAME:
                 await self._refuse_kafkas_own_topic(admin)
@@ -304,6 +308,36 @@ class TopicBasedRemoteLogMetadataManager:
                 f"remote.log.metadata.topic.partitions is {self.config.topic_partitions}; "
                 "writers would place records in different partitions"
             )
+
+    async def _connected_admin(self) -> AIOKafkaAdminClient:
+        """An admin client connected to the cluster, retried with Kafka's exponential
+        back-off while no broker answers (the proxy or the pipeline may start before the
+        cluster); ``start()``'s initialization timeout bounds the wait."""
+
+        async def connect() -> AIOKafkaAdminClient:
+            admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, **self._options)
+            try:
+                await admin.start()
+            except BaseException:
+                await admin.close()
+                raise
+            return admin
+
+        def warn(attempt: int, error: Exception, wait: float) -> None:
+            log.warning(
+                "no broker at %s answers yet (attempt %d: %s); retrying in %.1f s",
+                self._bootstrap,
+                attempt,
+                error,
+                wait,
+            )
+
+        return await call_with_retry(
+            connect,
+            policy=_CLUSTER_RETRY,
+            is_retriable=lambda error: isinstance(error, KafkaConnectionError),
+            on_retry=warn,
+        )
 
     async def _refuse_kafkas_own_topic(self, admin: AIOKafkaAdminClient) -> None:
         """Kafka's own metadata manager reads ``__remote_log_metadata`` on brokers with
