@@ -27,6 +27,7 @@ __all__ = [
     "FrameTooLarge",
     "InvalidFrameSize",
     "encode_frame",
+    "foreign_protocol",
 ]
 
 DEFAULT_MAX_FRAME_BYTES: Final = 100 * 1024 * 1024
@@ -54,6 +55,22 @@ class InvalidFrameSize:
     """The peer announced a negative frame size (Kafka's ``InvalidReceiveException``)."""
 
     declared_size: int
+
+
+_HTTP_PREFIXES: Final = (b"HTTP", b"GET ", b"POST", b"PUT ", b"HEAD")
+
+
+def foreign_protocol(declared_size: int) -> str | None:
+    """The protocol a peer spoke when its "size prefix" is really the start of something
+    else: ``"HTTP"`` (an answer or request line) or ``"TLS"`` (a handshake record, a TLS
+    client or server on a plaintext port), else ``None``. Kafka's SocketServer warns the
+    same way ("likely TLS/HTTP"); naming it saves an operator the hex arithmetic."""
+    prefix = _SIZE.pack(declared_size)
+    if prefix in _HTTP_PREFIXES:
+        return "HTTP"
+    if prefix[0] == 0x16 and prefix[1] == 0x03:  # handshake record, SSL 3.0 / TLS 1.x
+        return "TLS"
+    return None
 
 
 FrameError = FrameTooLarge | InvalidFrameSize

@@ -31,7 +31,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, Final, cast
 
 from protocol.errors import RemoteProtocolError
-from protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrameSize
+from protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrameSize, foreign_protocol
 from proxy.config import HostPort
 from proxy.interceptors.base import ConnectionInfo
 from proxy.logs import event
@@ -245,8 +245,11 @@ class ConnectionPair(asyncio.Protocol):
                     self._close(self._draining)
                 return
             if isinstance(frame, FrameTooLarge):
+                spoken = foreign_protocol(frame.declared_size)
                 self._close(
-                    "request frame too large",
+                    "request frame too large"
+                    if spoken is None
+                    else f"the client spoke {spoken}, not the Kafka protocol",
                     level=logging.WARNING,
                     size=frame.declared_size,
                     limit=frame.limit,

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from protocol.errors import KafkaError, RemoteProtocolError
-from protocol.frames import FrameDecoder, encode_frame
+from protocol.frames import FrameDecoder, encode_frame, foreign_protocol
 from protocol.headers import (
     encode_request_header,
     parse_response_header,
@@ -76,8 +76,13 @@ async def discover_brokers(
         try:
             async with asyncio.timeout(attempt_seconds):
                 return await _ask(address, ssl_context, sasl)
+        except TimeoutError:
+            failures.append(
+                f"{address}: no answer to ApiVersions within {attempt_seconds:g} s "
+                "(is it a Kafka listener?)"
+            )
         except (OSError, asyncio.IncompleteReadError, RemoteProtocolError) as err:
-            failures.append(f"{address}: {err or type(err).__name__}")
+            failures.append(f"{address}: {str(err) or type(err).__name__}")
     raise DiscoveryError("; ".join(failures))
 
 
@@ -180,6 +185,9 @@ async def _call(
         if isinstance(frame, bytes):
             break
         if frame is not None:
+            spoken = foreign_protocol(frame.declared_size)
+            if spoken is not None:
+                raise RemoteProtocolError(f"the peer spoke {spoken}, not the Kafka protocol")
             raise RemoteProtocolError(f"bad response frame size {frame.declared_size}")
         data = await reader.read(65536)
         if not data:

@@ -16,6 +16,7 @@ from protocol.frames import (
     FrameTooLarge,
     InvalidFrameSize,
     encode_frame,
+    foreign_protocol,
 )
 
 payloads = st.lists(st.binary(max_size=300), max_size=8)
@@ -150,3 +151,20 @@ def test_a_large_frame_fed_in_64k_pieces_is_copied_once() -> None:
         tracemalloc.stop()
     assert frames == [payload]
     assert peak < len(payload) + 1024 * 1024
+
+
+@pytest.mark.parametrize(
+    ("first_bytes", "spoken"),
+    [
+        (b"HTTP/1.1 400 Bad Request", "HTTP"),
+        (b"GET / HTTP/1.1", "HTTP"),
+        (bytes([0x16, 0x03, 0x01, 0x02, 0x00]), "TLS"),
+        (struct.pack(">i", 2_000_000_000), None),
+    ],
+)
+def test_a_peer_speaking_another_protocol_is_named(first_bytes: bytes, spoken: str | None) -> None:
+    decoder = FrameDecoder(max_frame_bytes=1024)
+    decoder.feed(first_bytes)
+    error = decoder.next_frame()
+    assert isinstance(error, FrameTooLarge)
+    assert foreign_protocol(error.declared_size) == spoken
