@@ -49,6 +49,7 @@ from proxy.embedded import (
 )
 from proxy.embedded.kafka_jars import KafkaJarsError
 from proxy.embedded.tierproxy import TierproxyServer
+from storage.console import report_console
 
 __all__ = ["DemoOptions", "register", "run"]
 
@@ -203,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
         work_dir=args.work_dir,
         broker=args.broker,
     )
-    console = Console()
+    console = report_console()
     # Clients retry what a fresh topic answers at first (NOT_LEADER while its leader is being
     # elected) and log it as a warning; the demo's own lines say what matters.
     logging.getLogger("aiokafka").setLevel(logging.ERROR)

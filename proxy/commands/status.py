@@ -36,10 +36,9 @@ def register(subparsers: Any) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from rich.console import Console  # noqa: PLC0415
-
     from proxy.remote.wiring import SHARED_CONFIG_CLASSES  # noqa: PLC0415
     from storage.config import ConfigError  # noqa: PLC0415
+    from storage.console import report_console  # noqa: PLC0415
     from storage.tiering.job import load_tiering_settings  # noqa: PLC0415
 
     try:
@@ -48,7 +47,7 @@ def _handle(args: argparse.Namespace) -> int:
         # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
         print(f"tierproxy status: {err}", file=sys.stderr)
         return 2
-    console = Console()
+    console = report_console()
     try:
         rows = asyncio.run(_collect(settings, args.topic))
     except ConfigError as err:  # found against the cluster

@@ -29,6 +29,7 @@ from typing import Any
 from rich.console import Console
 
 from storage.config import ConfigError, check_unknown, flatten, from_settings
+from storage.console import report_console
 from storage.kafka_client import KafkaClient
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
@@ -241,7 +242,7 @@ def run_from_arguments(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    console = Console()
+    console = report_console()
     try:
         settings = load_tiering_settings(args.config, accepted=accepted)
     except ConfigError as err:

@@ -24,6 +24,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from storage.console import report_console
 from storage.tiering.report import format_bytes
 
 __all__ = ["SparkStageRunner", "StageRunner"]
@@ -63,7 +64,7 @@ class SparkStageRunner:
 
     def __init__(self, spark: Any, *, console: Console | None = None) -> None:
         self._sc = spark.sparkContext
-        self._console = console or Console(stderr=True)
+        self._console = console or report_console(stderr=True)
         # PySpark's RDD API starts workers with PYSPARK_PYTHON only; honour the documented
         # spark.pyspark.python setting too, so executors run the interpreter asked for.
         python = self._sc.getConf().get("spark.pyspark.python")
