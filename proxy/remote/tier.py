@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -43,8 +44,11 @@ from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.factory import create_remote_storage
+from storage.startup import announce_remote_tier
 
 __all__ = ["MetadataPublisher", "RemoteLogMetadata", "RemoteTier", "open_remote_tier"]
+
+_log = logging.getLogger("tierproxy.remote")
 
 
 class RemoteLogMetadata(RemoteSegmentLookup, Protocol):
@@ -204,9 +208,12 @@ async def open_remote_tier(
     :raises MetadataTopicError: if the metadata topic cannot be used.
     """
     fetch_config = from_settings(RemoteFetchConfig, settings)
-    rsm = create_remote_storage(from_settings(RemoteStorageConfig, settings))
+    storage_config = from_settings(RemoteStorageConfig, settings)
+    metadata_config = from_settings(RemoteLogMetadataConfig, settings)
+    await announce_remote_tier(storage_config, metadata_config, command="serve", log=_log)
+    rsm = create_remote_storage(storage_config)
     rlmm = TopicBasedRemoteLogMetadataManager(
-        from_settings(RemoteLogMetadataConfig, settings),
+        metadata_config,
         bootstrap_servers=bootstrap_servers,
         client_options=client_options,
         command="serve",

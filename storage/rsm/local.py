@@ -45,6 +45,23 @@ class LocalRemoteStorage:
         """The directory the layout's keys are relative to."""
         return self._root
 
+    @property
+    def location(self) -> str:
+        """Where the objects live, for logs."""
+        return f"directory {self._root}"
+
+    async def check(self) -> None:
+        """The directory exists (or can be made) and this process may write to it.
+
+        :raises RemoteStorageError: when it cannot be used.
+        """
+        try:
+            self._root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise RemoteStorageError(f"cannot create {self._root}: {err}", retriable=False) from err
+        if not os.access(self._root, os.W_OK | os.X_OK):
+            raise RemoteStorageError(f"{self._root} is not writable", retriable=False)
+
     async def copy_log_segment(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
     ) -> None:

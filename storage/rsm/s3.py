@@ -133,6 +133,26 @@ class S3RemoteStorage:
         self._client_lock = asyncio.Lock()
         self._closed = False
 
+    @property
+    def location(self) -> str:
+        """Where the objects live, for logs."""
+        prefix = self._layout.prefix.strip("/")
+        endpoint = self._config.s3_endpoint or "AWS"
+        return f"s3://{self._bucket}/{prefix + '/' if prefix else ''} at {endpoint}"
+
+    async def check(self) -> None:
+        """List at most one key under the prefix: proves the endpoint answers, the bucket
+        exists and the credentials may list it, without reading any object.
+
+        :raises RemoteStorageError: when any of that is not so.
+        """
+        prefix = self._layout.prefix.strip("/")
+
+        async def list_one(client: S3Client) -> None:
+            await client.list_objects_v2(Bucket=self._bucket, Prefix=prefix, MaxKeys=1)
+
+        await self._request("list", prefix, list_one)
+
     async def copy_log_segment(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
     ) -> None:

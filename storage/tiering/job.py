@@ -137,6 +137,7 @@ async def open_pipeline(
     """
     from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager  # noqa: PLC0415
     from storage.rsm.factory import create_remote_storage  # noqa: PLC0415
+    from storage.startup import announce_remote_tier  # noqa: PLC0415
 
     config = settings.tiering
     client = KafkaClient(
@@ -146,6 +147,7 @@ async def open_pipeline(
     )
     owned_rlmm = None
     if rlmm is None:
+        await announce_remote_tier(settings.storage, settings.metadata, command="tier", log=log)
         owned_rlmm = TopicBasedRemoteLogMetadataManager(
             settings.metadata, bootstrap_servers=config.bootstrap_servers, command="tier"
         )

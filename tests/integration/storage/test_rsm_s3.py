@@ -13,6 +13,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from aiobotocore.session import get_session
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proxy.embedded import S3Info, SeaweedFS
+from proxy.embedded import S3Info, SeaweedFS, free_port
 from storage.model import (
     IndexType,
     LogSegmentData,
@@ -35,6 +36,7 @@ from storage.rsm.base import (
     RemoteStorageError,
 )
 from storage.rsm.config import RemoteStorageConfig
+from storage.rsm.factory import check_remote_storage
 from storage.rsm.layout import RemoteLayout
 from storage.rsm.s3 import S3RemoteStorage
 
@@ -269,3 +271,35 @@ async def timed(call: Awaitable[object]) -> tuple[BaseException | None, float]:
     except Exception as err:
         return err, time.monotonic() - started
     return None, time.monotonic() - started
+
+
+async def test_the_start_up_check_passes_on_a_usable_bucket(config: RemoteStorageConfig) -> None:
+    location, problem = await check_remote_storage(config)
+    assert problem is None
+    assert location == f"s3://{config.s3_bucket}/it/ at {config.s3_endpoint}"
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"s3_bucket": "no-such-bucket"}, "NoSuchBucket"),
+        ({"s3_endpoint": f"http://127.0.0.1:{free_port()}"}, "cannot list"),
+    ],
+)
+async def test_the_start_up_check_names_what_is_wrong(
+    config: RemoteStorageConfig, change: dict[str, Any], said: str
+) -> None:
+    """Once, without the configured retries: start-up must not wait out a dead endpoint."""
+    _location, problem = await check_remote_storage(dataclasses.replace(config, **change))
+    assert problem is not None and said in problem, problem
+
+
+async def test_the_start_up_check_of_a_local_directory(tmp_path: Path) -> None:
+    config = RemoteStorageConfig(backend="local", local_dir=str(tmp_path / "tier"))
+    assert await check_remote_storage(config) == (f"directory {tmp_path / 'tier'}", None)
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    _location, problem = await check_remote_storage(
+        RemoteStorageConfig(backend="local", local_dir=str(blocked / "tier"))
+    )
+    assert problem is not None and "cannot create" in problem
