@@ -24,7 +24,7 @@ import tomllib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from rich.console import Console
 
@@ -51,6 +51,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_LOG4J_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
+"""Spark's JVM logs at WARN on stderr, without its default profile's start-up banners."""
 
 _ERROR_BACKOFF_SECONDS = 5.0
 
@@ -113,10 +116,22 @@ def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> A
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession  # noqa: PLC0415 (PySpark only when tiering runs)
 
-    builder = SparkSession.builder.appName(app_name).config("spark.ui.showConsoleProgress", "false")
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # "Closing down clientserver ..."
+    log4j = f"-Dlog4j2.configurationFile={_LOG4J_CONFIG}"
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", log4j)
+        .config("spark.executor.extraJavaOptions", log4j)
+    )
     if master is not None:
         builder = builder.master(master)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    ui = spark.sparkContext.uiWebUrl
+    log.info(
+        "Spark %s on %s%s", spark.version, spark.sparkContext.master, f", UI {ui}" if ui else ""
+    )
+    return spark
 
 
 @contextlib.asynccontextmanager
