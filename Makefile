@@ -13,14 +13,16 @@ STAMP := $(VENV)/.installed-stamp
 help:
 	@echo "make demo    set up .venv and run the end-to-end demo on embedded servers"
 	@echo "make test    set up .venv and run lint plus the whole test suite"
-	@echo "make lint    ruff + mypy"
+	@echo "make lint    ruff + mypy + import-linter contracts"
 	@echo "make bench   run the benchmarks and write bench/results/REPORT.md"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tierproxy needs Python >= 3.11")'
+	@echo "==> creating $(VENV) and installing tierproxy with its test tools (pip; a few minutes on a fresh machine)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --progress-bar off -e '.[dev]' 2>&1 \
+	  | { grep -E '^(Collecting|Successfully installed|ERROR)' || true; }; exit $${PIPESTATUS[0]}
 	@touch $@
 
 # Command-line tools the tests use (kcat as a real client, docker-compose to
@@ -41,6 +43,7 @@ apt-tools:
 
 # Apache Kafka's jars (the pinned 4.x and 3.9.x) into .kafka/<version>/libs, once.
 kafka-jars: $(STAMP) apt-tools
+	@echo "==> Apache Kafka's jars from Maven Central (once; then cached in .kafka/)"
 	$(BIN)/python -m proxy.embedded.kafka_jars
 
 demo: $(STAMP) apt-tools kafka-jars

@@ -29,6 +29,7 @@ governs remote reads too. Follower fetches pass through untouched.
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from protocol.messages import ApiKey
 from protocol.records import batches_below, fit_batches, next_offset_after
 from proxy.identities import ClientIdentities
 from proxy.interceptors.base import Answer, Call, Interceptor
+from proxy.logs import event
 from proxy.remote.broker_view import BrokerView, PartitionState
 from proxy.remote.client_quotas import ClientQuotas, QuotaEntity
 from proxy.remote.fetch_plan import FetchPlanner, TieredPartition
@@ -63,6 +65,8 @@ from proxy.remote.sessions import FetchSessions, SessionView
 from proxy.remote.tier import RemoteTier
 
 __all__ = ["FetchInterceptor"]
+
+_log = logging.getLogger("tierproxy.fetch")
 
 _NONE: Final = int(KafkaError.NONE)
 _READABLE: Final = frozenset({int(KafkaError.NONE), int(KafkaError.OFFSET_OUT_OF_RANGE)})
@@ -282,6 +286,16 @@ class FetchInterceptor(Interceptor):
             forgotten=request.forgotten,
         )
         if view is None:
+            # The client recovers with a full session; many of these mean the session
+            # cache is too small for the consumers (remote.fetch.session.cache.slots).
+            event(
+                _log,
+                logging.WARNING,
+                "fetch.session.unknown",
+                conn=connection_id,
+                session=request.session_id,
+                epoch=request.session_epoch,
+            )
             return Answer(response=session_not_found_response(version))
         tiered: dict[PartitionKey, TieredPartition] = {}
         desired: dict[PartitionKey, FetchPosition] = {}
