@@ -22,7 +22,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from proxy.embedded import KAFKA_4, BrokerInfo, S3Info, create_bucket, delete_bucket, ensure_jars
+from proxy.embedded import KAFKA_4, BrokerInfo, S3Info, ensure_jars
 from proxy.embedded.kafka import KafkaCluster
 from proxy.embedded.tierproxy import proxy_process, storage_settings
 from tests.integration.tiered.support import (
@@ -45,14 +45,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     with KafkaCluster(ensure_jars(KAFKA_4), work_dir=tmp_path_factory.mktemp("cluster")) as nodes:
         nodes.start()
         yield nodes
-
-
-@pytest.fixture
-def bucket(s3: S3Info) -> Iterator[str]:
-    name = f"cluster-{uuid.uuid4().hex[:12]}"
-    create_bucket(s3, name)
-    yield name
-    delete_bucket(s3, name)
 
 
 def produce(bootstrap: str, topic: str) -> None:
@@ -127,7 +119,7 @@ def read_across_a_change(
 
 
 def test_reads_survive_leader_changes_and_brokers_that_come_back(
-    cluster: KafkaCluster, s3: S3Info, spark: Any, bucket: str, tmp_path: Path
+    cluster: KafkaCluster, s3: S3Info, spark: Any, s3_bucket: str, tmp_path: Path
 ) -> None:
     broker: BrokerInfo = dataclasses.replace(cluster.info, bootstrap=cluster.bootstrap)
     topic = f"cluster-{uuid.uuid4().hex[:8]}"
@@ -141,7 +133,7 @@ def test_reads_survive_leader_changes_and_brokers_that_come_back(
             s3,
             spark,
             topic=topic,
-            bucket=bucket,
+            bucket=s3_bucket,
             metadata_topic=metadata_topic,
             spill=tmp_path / "spill",
             **{"local.retention.ms": 1, "retention.ms": -1, "segment.bytes": 16384},
@@ -149,7 +141,7 @@ def test_reads_survive_leader_changes_and_brokers_that_come_back(
     )
     starts = {p: low for p, (low, _high) in watermarks(cluster.bootstrap, topic).items()}
     assert all(start > ends[p] // 2 for p, start in starts.items()), starts
-    proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+    proxy = proxy_process(broker, tmp_path, storage_settings(s3, s3_bucket, metadata_topic))
     with running(proxy):
         ports_before, leaders = brokers_and_leaders(proxy.bootstrap, topic)
         assert len(ports_before) == 3

@@ -29,7 +29,6 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from protocol.messages import ApiKey
 from proxy.embedded import KAFKA_4, BrokerInfo, KafkaBroker, S3Info, ensure_jars
 from proxy.embedded.kafka import NATIVE_TIERED_TOPIC_CONFIGS
-from proxy.embedded.s3 import create_bucket, delete_bucket
 from proxy.embedded.tierproxy import proxy_process, storage_settings
 from tests.integration.tiered.support import (
     running,
@@ -73,14 +72,6 @@ def native(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerInfo]:
         ensure_jars(KAFKA_4), work_dir=tmp_path_factory.mktemp("oracle"), native_tiered=True
     ) as server:
         yield server.start()
-
-
-@pytest.fixture
-def bucket(s3: S3Info) -> Iterator[str]:
-    name = f"oracle-{uuid.uuid4().hex[:12]}"
-    create_bucket(s3, name)
-    yield name
-    delete_bucket(s3, name)
 
 
 def create(bootstrap: str, topic: str, configs: dict[str, str]) -> None:
@@ -257,7 +248,7 @@ async def differences(
 
 
 def test_tierproxy_answers_as_kafkas_native_tiered_storage(
-    native: BrokerInfo, broker: BrokerInfo, s3: S3Info, spark: Any, bucket: str, tmp_path: Path
+    native: BrokerInfo, broker: BrokerInfo, s3: S3Info, spark: Any, s3_bucket: str, tmp_path: Path
 ) -> None:
     topic = f"oracle-{uuid.uuid4().hex[:8]}"
     metadata_topic = f"__rlm-{topic}"
@@ -275,7 +266,7 @@ def test_tierproxy_answers_as_kafkas_native_tiered_storage(
             s3,
             spark,
             topic=topic,
-            bucket=bucket,
+            bucket=s3_bucket,
             metadata_topic=metadata_topic,
             spill=tmp_path / "spill",
             **{"local.retention.ms": 1, "retention.ms": -1, "segment.bytes": 4096},
@@ -284,7 +275,7 @@ def test_tierproxy_answers_as_kafkas_native_tiered_storage(
     broker_starts = asyncio.run(list_offsets(broker.bootstrap, topic, -2, PARTITIONS))
     assert all(offset > 0 for _e, offset, _t, _l in broker_starts), broker_starts
     timestamps = [base_timestamp + delta for delta in (0, 1, 700, 2101, 3500, 4199)]
-    proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+    proxy = proxy_process(broker, tmp_path, storage_settings(s3, s3_bucket, metadata_topic))
     with running(proxy):
         markers_after = base_timestamp + MARKER_CLOCK_AFTER_S * 1000
         found = asyncio.run(

@@ -14,13 +14,12 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from proxy.embedded import BrokerInfo, S3Info, create_bucket, delete_bucket
+from proxy.embedded import BrokerInfo, S3Info
 from proxy.embedded.kafka_jars import KafkaDistribution
 from proxy.embedded.kafka_tools import run_tool
 from proxy.embedded.tierproxy import proxy_process, storage_settings
@@ -92,20 +91,12 @@ def produce_headers_and_null_keys(bootstrap: str, topic: str) -> None:
     assert producer.flush(30) == 0
 
 
-@pytest.fixture
-def bucket(s3: S3Info) -> Iterator[str]:
-    name = f"java-{uuid.uuid4().hex[:12]}"
-    create_bucket(s3, name)
-    yield name
-    delete_bucket(s3, name)
-
-
 def test_kafkas_java_clients_read_every_record_through_the_proxy(
     broker: BrokerInfo,
     kafka_distribution: KafkaDistribution,
     s3: S3Info,
     spark: Any,
-    bucket: str,
+    s3_bucket: str,
     tmp_path: Path,
 ) -> None:
     topic = f"java-{uuid.uuid4().hex[:8]}"
@@ -127,7 +118,7 @@ def test_kafkas_java_clients_read_every_record_through_the_proxy(
             s3,
             spark,
             topic=topic,
-            bucket=bucket,
+            bucket=s3_bucket,
             metadata_topic=metadata_topic,
             spill=tmp_path / "spill",
             **{"local.retention.ms": 1, "retention.ms": -1},
@@ -138,7 +129,7 @@ def test_kafkas_java_clients_read_every_record_through_the_proxy(
     )
     # KIP-848's protocol is Kafka 4's default; 3.9 has it only as early access.
     uncommitted_protocol = "consumer" if kafka_distribution.major >= 4 else "classic"
-    proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+    proxy = proxy_process(broker, tmp_path, storage_settings(s3, s3_bucket, metadata_topic))
     with running(proxy):
         for isolation, protocol in (
             (READ_COMMITTED, "classic"),

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from proxy.embedded import BrokerInfo, S3Info, create_bucket, delete_bucket
+from proxy.embedded import BrokerInfo, S3Info
 from proxy.embedded.kafka_jars import KafkaDistribution
 from proxy.embedded.kafka_tools import run_tool
 from proxy.embedded.s3 import object_keys
@@ -97,16 +97,8 @@ def read_everything(bootstrap: str, topic: str, ends: dict[int, int]) -> dict[st
     }
 
 
-@pytest.fixture
-def bucket(s3: S3Info) -> Any:
-    name = f"kafka-{uuid.uuid4().hex[:12]}"
-    create_bucket(s3, name)
-    yield name
-    delete_bucket(s3, name)
-
-
 def test_delete_records_by_the_pipeline(
-    broker: BrokerInfo, s3: S3Info, spark: Any, bucket: str, tmp_path: Path
+    broker: BrokerInfo, s3: S3Info, spark: Any, s3_bucket: str, tmp_path: Path
 ) -> None:
     if not broker.supports_delete_records:
         pytest.skip(f"{broker.version} has no DeleteRecords")
@@ -122,7 +114,7 @@ def test_delete_records_by_the_pipeline(
             s3,
             spark,
             topic=topic,
-            bucket=bucket,
+            bucket=s3_bucket,
             metadata_topic=metadata_topic,
             spill=tmp_path / "spill",
             **{"local.retention.ms": 1, "retention.ms": -1},
@@ -130,7 +122,7 @@ def test_delete_records_by_the_pipeline(
     )
     assert report.topics[topic].log_starts_advanced == 2
     assert all(earliest(broker.bootstrap, topic, p) > 0 for p in range(2))
-    proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+    proxy = proxy_process(broker, tmp_path, storage_settings(s3, s3_bucket, metadata_topic))
     with running(proxy):
         assert all(earliest(proxy.bootstrap, topic, p) == 0 for p in range(2))
         for isolation, expected in before.items():
@@ -140,7 +132,7 @@ def test_delete_records_by_the_pipeline(
 
 
 def test_the_brokers_own_retention(
-    broker: BrokerInfo, s3: S3Info, spark: Any, bucket: str, tmp_path: Path
+    broker: BrokerInfo, s3: S3Info, spark: Any, s3_bucket: str, tmp_path: Path
 ) -> None:
     from confluent_kafka import Producer
     from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -167,7 +159,7 @@ def test_the_brokers_own_retention(
             s3,
             spark,
             topic=topic,
-            bucket=bucket,
+            bucket=s3_bucket,
             metadata_topic=metadata_topic,
             spill=tmp_path / "spill",
             **{"segment.ms": 1},
@@ -182,14 +174,14 @@ def test_the_brokers_own_retention(
     while earliest(broker.bootstrap, topic, 0) == 0:
         assert time.monotonic() < deadline, "the broker never deleted a segment"
         time.sleep(1)
-    proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+    proxy = proxy_process(broker, tmp_path, storage_settings(s3, s3_bucket, metadata_topic))
     with running(proxy):
         got = consume_group_with_restart(proxy.bootstrap, topic, ends, READ_UNCOMMITTED)
         assert by_partition(got) == before[READ_UNCOMMITTED]
 
 
 def test_read_committed_across_a_transaction_still_open_at_the_remote_end(
-    broker: BrokerInfo, s3: S3Info, spark: Any, bucket: str, tmp_path: Path
+    broker: BrokerInfo, s3: S3Info, spark: Any, s3_bucket: str, tmp_path: Path
 ) -> None:
     """A transaction whose marker is not tiered yet keeps its records on the broker: the
     pipeline never moves the log start past its first offset, so READ_COMMITTED consumers
@@ -233,14 +225,14 @@ def test_read_committed_across_a_transaction_still_open_at_the_remote_end(
             s3,
             spark,
             topic=topic,
-            bucket=bucket,
+            bucket=s3_bucket,
             metadata_topic=metadata_topic,
             spill=tmp_path / "spill",
             **{"local.retention.ms": 1, "retention.ms": -1, "segment.ms": SEGMENT_MS},
         )
     )
     assert report.topics[topic].lag_bytes > 0, "the marker's segment was tiered too"
-    proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+    proxy = proxy_process(broker, tmp_path, storage_settings(s3, s3_bucket, metadata_topic))
     with running(proxy):
         got = consume_confluent(
             proxy.bootstrap, topic, ends, isolation=READ_COMMITTED, timeout_s=30
@@ -254,7 +246,7 @@ def test_delete_records_through_the_proxy_purges_the_remote_tier(
     broker: BrokerInfo,
     s3: S3Info,
     spark: Any,
-    bucket: str,
+    s3_bucket: str,
     tmp_path: Path,
     kafka_distribution: KafkaDistribution,
 ) -> None:
@@ -268,7 +260,7 @@ def test_delete_records_through_the_proxy_purges_the_remote_tier(
     expected = by_partition(consume_confluent(broker.bootstrap, topic, ends))
     tier: dict[str, Any] = {
         "topic": topic,
-        "bucket": bucket,
+        "bucket": s3_bucket,
         "metadata_topic": metadata_topic,
         "spill": tmp_path / "spill",
         "local.retention.ms": 1,
@@ -282,7 +274,7 @@ def test_delete_records_through_the_proxy_purges_the_remote_tier(
     plan.write_text(
         json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "offset": cut}]})
     )
-    proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+    proxy = proxy_process(broker, tmp_path, storage_settings(s3, s3_bucket, metadata_topic))
     with running(proxy):
         run = run_tool(
             kafka_distribution,
@@ -296,10 +288,10 @@ def test_delete_records_through_the_proxy_purges_the_remote_tier(
         assert earliest(proxy.bootstrap, topic, 0) == cut
         got = by_partition(consume_confluent(proxy.bootstrap, topic, ends))
         assert got == [r for r in expected if r[1] >= cut]
-    objects_before = len(object_keys(s3, bucket))
+    objects_before = len(object_keys(s3, s3_bucket))
     second = asyncio.run(tier_topic(broker, s3, spark, **tier))
     assert second.topics[topic].leftovers_deleted >= 1
-    assert len(object_keys(s3, bucket)) < objects_before
+    assert len(object_keys(s3, s3_bucket)) < objects_before
 
 
 def delete_records_directly(bootstrap: str, topic: str, offset: int) -> None:
@@ -312,7 +304,7 @@ def delete_records_directly(bootstrap: str, topic: str, offset: int) -> None:
 
 
 def test_a_recreated_topic_never_gets_its_deleted_namesakes_tiered_data(
-    broker: BrokerInfo, s3: S3Info, spark: Any, bucket: str, tmp_path: Path
+    broker: BrokerInfo, s3: S3Info, spark: Any, s3_bucket: str, tmp_path: Path
 ) -> None:
     """The old topic's segments stay in the remote tier until the pipeline processes the
     deletion; meanwhile clients that fetch by name, with old Metadata and Fetch versions
@@ -325,14 +317,14 @@ def test_a_recreated_topic_never_gets_its_deleted_namesakes_tiered_data(
     produce_mixed(broker.bootstrap, topic, 1, records=100)
     tier: dict[str, Any] = {
         "topic": topic,
-        "bucket": bucket,
+        "bucket": s3_bucket,
         "metadata_topic": metadata_topic,
         "spill": tmp_path / "spill",
         "local.retention.ms": 1,
         "retention.ms": -1,
     }
     asyncio.run(tier_topic(broker, s3, spark, **tier))
-    proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+    proxy = proxy_process(broker, tmp_path, storage_settings(s3, s3_bucket, metadata_topic))
     with running(proxy):
         assert consume_kafka_python(proxy.bootstrap, topic, {0: 1})
         delete_topic(broker.bootstrap, topic)
@@ -390,7 +382,7 @@ def test_kafkas_dump_log_segments_reads_the_remote_segments_without_error(
     kafka_distribution: KafkaDistribution,
     s3: S3Info,
     spark: Any,
-    bucket: str,
+    s3_bucket: str,
     tmp_path: Path,
 ) -> None:
     """DESIGN.md promises Kafka's own formats: Kafka's DumpLogSegments iterates every record
@@ -404,13 +396,13 @@ def test_kafkas_dump_log_segments_reads_the_remote_segments_without_error(
             s3,
             spark,
             topic=topic,
-            bucket=bucket,
+            bucket=s3_bucket,
             metadata_topic=f"__rlm-{topic}",
             spill=tmp_path / "spill",
             **{"local.retention.ms": 1, "retention.ms": -1},
         )
     )
-    segments = download_segments(s3, bucket, tmp_path / "remote")
+    segments = download_segments(s3, s3_bucket, tmp_path / "remote")
     assert len(segments) >= 2
     checked = {"log": 0, "index": 0, "timeindex": 0}
     for files in segments.values():

@@ -9,34 +9,25 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from proxy.embedded import KAFKA_4, KafkaBroker, S3Info, create_bucket, delete_bucket, ensure_jars
+from proxy.embedded import KAFKA_4, KafkaBroker, S3Info, ensure_jars
 from proxy.embedded.probe import api_versions
 from proxy.embedded.tierproxy import proxy_process, storage_settings
 
 pytestmark = [pytest.mark.integration]
 
 
-@pytest.fixture
-def bucket(s3: S3Info) -> Iterator[str]:
-    name = f"late-{uuid.uuid4().hex[:12]}"
-    create_bucket(s3, name)
-    yield name
-    delete_bucket(s3, name)
-
-
 def test_serve_waits_for_a_cluster_that_starts_later(
-    s3: S3Info, bucket: str, tmp_path: Path
+    s3: S3Info, s3_bucket: str, tmp_path: Path
 ) -> None:
     with KafkaBroker(ensure_jars(KAFKA_4), work_dir=tmp_path / "kafka") as server:
         broker = server.start()
         server.stop()  # its port and data stay: the cluster is simply not up yet
         metadata_topic = f"__rlm-late-{uuid.uuid4().hex[:8]}"
-        proxy = proxy_process(broker, tmp_path, storage_settings(s3, bucket, metadata_topic))
+        proxy = proxy_process(broker, tmp_path, storage_settings(s3, s3_bucket, metadata_topic))
         proxy.process.start()
         try:
             deadline = time.monotonic() + 60
