@@ -17,7 +17,6 @@ Kafka has always had OffsetForLeaderEpoch; Tansu has not, and reports no feature
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime
 import uuid
 from collections import deque
@@ -36,6 +35,7 @@ from protocol.messages import (
     nested_class,
     request_class,
 )
+from protocol.messages import build as build_entity
 
 __all__ = [
     "BrokerAddress",
@@ -220,12 +220,6 @@ def broker_kind_from_api_versions(api_keys: Mapping[int, range], feature_epoch: 
     return "other"
 
 
-def _make(cls: type[Any], **values: Any) -> Any:
-    """Build a kio entity from the values its version has fields for."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
-
-
 def _topics(
     request_cls: type[Any],
     partitions: Sequence[tuple[str, Mapping[str, Any]]],
@@ -243,10 +237,10 @@ def _topics(
     for topic, fields in partitions:
         by_topic.setdefault(topic, []).append(fields)
     return tuple(
-        _make(
+        build_entity(
             topic_cls,
             **{name_field: topic},
-            partitions=tuple(_make(partition_cls, **fields) for fields in rows),
+            partitions=tuple(build_entity(partition_cls, **fields) for fields in rows),
         )
         for topic, rows in by_topic.items()
     )
@@ -520,8 +514,10 @@ class KafkaClient:
                 wanted = None
             else:
                 topic_cls = nested_class(cls, "topics")
-                wanted = tuple(_make(topic_cls, name=t, topic_id=NO_TOPIC_ID) for t in topics)
-            return _make(
+                wanted = tuple(
+                    build_entity(topic_cls, name=t, topic_id=NO_TOPIC_ID) for t in topics
+                )
+            return build_entity(
                 cls,
                 topics=wanted,
                 allow_auto_topic_creation=False,
@@ -598,7 +594,7 @@ class KafkaClient:
         ]
 
         def build(cls: type[Any]) -> Any:
-            return _make(
+            return build_entity(
                 cls,
                 replica_id=-1,
                 max_wait=datetime.timedelta(milliseconds=max_wait_ms),
@@ -653,7 +649,7 @@ class KafkaClient:
         ]
 
         def build(cls: type[Any]) -> Any:
-            return _make(
+            return build_entity(
                 cls,
                 replica_id=-1,
                 isolation_level=isolation_level,
@@ -694,7 +690,7 @@ class KafkaClient:
         partitions = [(topic, {"partition_index": p, "offset": o}) for topic, p, o in targets]
 
         def build(cls: type[Any]) -> Any:
-            return _make(
+            return build_entity(
                 cls,
                 timeout=datetime.timedelta(milliseconds=timeout_ms),
                 topics=_topics(cls, partitions),
@@ -725,10 +721,10 @@ class KafkaClient:
 
         def build(cls: type[Any]) -> Any:
             resource_cls = nested_class(cls, "resources")
-            return _make(
+            return build_entity(
                 cls,
                 resources=tuple(
-                    _make(
+                    build_entity(
                         resource_cls,
                         resource_type=TOPIC_RESOURCE,
                         resource_name=t,

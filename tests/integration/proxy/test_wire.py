@@ -18,7 +18,14 @@ from aiokafka import AIOKafkaProducer
 
 from protocol.frames import FrameDecoder, encode_frame
 from protocol.headers import encode_request_header, parse_response_header, response_header_version
-from protocol.messages import ApiKey, decode_response, encode_request, nested_class, request_class
+from protocol.messages import (
+    ApiKey,
+    build,
+    decode_response,
+    encode_request,
+    nested_class,
+    request_class,
+)
 from proxy.embedded import BrokerInfo
 from proxy.embedded.tierproxy import TierproxyServer
 from proxy.interceptors.api_versions import restrict_api_versions
@@ -26,11 +33,6 @@ from tests.integration.proxy.conftest import start_proxy
 from tests.unit.proxy.remote.scripted_broker import fetch_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka", "kafka3", "tansu")]
-
-
-def build(body_class: type[Any], **candidates: Any) -> Any:
-    names = {field.name for field in dataclasses.fields(body_class)}
-    return body_class(**{name: value for name, value in candidates.items() if name in names})
 
 
 class Wire:

@@ -13,7 +13,6 @@ opaque bodies: the proxy must not care what is inside.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime
 import ssl
 import struct
@@ -32,6 +31,7 @@ from protocol.headers import (
 from protocol.messages import (
     ApiKey,
     ErrorCode,
+    build,
     decode_request,
     encode_response,
     nested_class,
@@ -56,12 +56,6 @@ ADVERTISED = {
     int(ApiKey.API_VERSIONS): (0, 4),
     int(ApiKey.DESCRIBE_CLUSTER): (0, 1),
 }
-
-
-def build(body_class: type[Any], **candidates: Any) -> Any:
-    """Instantiate a kio class with the candidate fields its version has."""
-    names = {field.name for field in dataclasses.fields(body_class)}
-    return body_class(**{name: value for name, value in candidates.items() if name in names})
 
 
 def response_payload(header: RequestHeader, body: Any) -> bytes:

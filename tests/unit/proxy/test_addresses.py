@@ -16,6 +16,7 @@ from protocol.headers import RequestHeader, encode_request_header, encode_respon
 from protocol.messages import (
     ApiKey,
     ErrorCode,
+    build,
     decode_response,
     encode_request,
     encode_response,
@@ -27,7 +28,6 @@ from proxy.config import HostPort
 from proxy.interceptors.addresses import AddressRewriter, BrokerAddress
 from proxy.interceptors.base import Call, ConnectionInfo
 from proxy.router import Router
-from tests.unit.proxy.fake_broker import build
 
 BROKERS = ((1, "kafka-1.internal", 9092), (2, "kafka-2.internal", 9093))
 PROXIED = {1: HostPort(host="proxy", port=19092), 2: HostPort(host="proxy", port=19093)}

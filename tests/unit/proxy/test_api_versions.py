@@ -7,11 +7,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, ErrorCode, nested_class
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, ErrorCode, build, nested_class
 from protocol.messages import response_class as response_of
 from proxy.broker_versions import BrokerVersions
 from proxy.interceptors.api_versions import ApiVersionsInterceptor, restrict_api_versions
-from tests.unit.proxy.fake_broker import build
 
 
 def versions_response(ranges: dict[int, tuple[int, int]], version: int = 3) -> object:

@@ -10,12 +10,12 @@ import urllib.request
 import pytest
 
 from protocol.headers import RequestHeader, encode_request_header
-from protocol.messages import ApiKey, decode_response, encode_request, request_class
+from protocol.messages import ApiKey, build, decode_response, encode_request, request_class
 from proxy.config import ProxyConfig
 from proxy.discovery import DiscoveryError
 from proxy.server import ProxyServer
 from tests.unit.proxy.conftest import Client, ProxyFactory, frame
-from tests.unit.proxy.fake_broker import FakeBroker, build, echo, raw_request, raw_response_body
+from tests.unit.proxy.fake_broker import FakeBroker, echo, raw_request, raw_response_body
 
 
 def free_port() -> int:

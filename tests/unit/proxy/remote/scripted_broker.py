@@ -38,6 +38,7 @@ from protocol.indexes.leader_epoch_checkpoint import EpochEntry, end_offset_for_
 from protocol.messages import (
     ApiKey,
     ErrorCode,
+    build,
     decode_request,
     decode_response,
     encode_request,
@@ -47,7 +48,7 @@ from protocol.messages import (
 )
 from protocol.records import iter_batches, parse_batch_header
 from proxy.server import ProxyServer
-from tests.unit.proxy.fake_broker import build, response_payload
+from tests.unit.proxy.fake_broker import response_payload
 
 
 def err(code: KafkaError) -> ErrorCode:

@@ -8,9 +8,8 @@ import datetime
 from typing import Any
 
 from protocol.errors import KafkaError
-from protocol.messages import ApiKey, nested_class, request_class
+from protocol.messages import ApiKey, build, nested_class, request_class
 from protocol.records import parse_batch_header
-from tests.unit.proxy.fake_broker import build
 from tests.unit.proxy.remote.env import LAST, TIERED_END, TOPIC, EnvFactory, fetch, only
 from tests.unit.proxy.remote.scripted_broker import KafkaClient, batches_of
 from tests.unit.proxy.remote.test_offsets_interceptors import list_offset

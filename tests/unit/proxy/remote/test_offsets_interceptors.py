@@ -12,11 +12,10 @@ import pytest
 from protocol.errors import KafkaError
 from protocol.headers import RequestHeader
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
-from protocol.messages import ApiKey, nested_class, request_class, response_class
+from protocol.messages import ApiKey, build, nested_class, request_class, response_class
 from proxy.interceptors.base import Call, ConnectionInfo
 from proxy.interceptors.topic_ids import MetadataTopicIds
 from storage.rsm.base import RemoteStorageError
-from tests.unit.proxy.fake_broker import build
 from tests.unit.proxy.remote.env import TIERED_END, TOPIC, Env, EnvFactory
 from tests.unit.proxy.remote.tiered_log import BASE_TIMESTAMP, TP, data_batch
 
