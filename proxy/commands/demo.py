@@ -217,7 +217,10 @@ def run(args: argparse.Namespace) -> int:
             server = broker_from_env(
                 os.environ, choice=options.broker, work_dir=work_dir / "broker"
             )
-            note(f"logs in {work_dir / 'broker'}")
+            # A temporary work directory is removed at the end (or kept and named when a
+            # step fails): its log path is worth printing only when the user chose it.
+            if options.work_dir is not None:
+                note(f"logs in {work_dir / 'broker'}")
     except KafkaJarsError as err:
         console.print(f"[red]could not get Apache Kafka: {err}[/red]")
         return 2

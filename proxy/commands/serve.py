@@ -45,7 +45,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--config", type=Path, metavar="FILE", help="TOML file of settings (names below)"
+        "--config", type=Path, metavar="FILE", help="TOML file of settings (Kafka's names, below)"
     )
     parser.add_argument(
         "--bootstrap",

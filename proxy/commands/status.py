@@ -27,7 +27,9 @@ def register(subparsers: Any) -> None:
         description=_DESCRIPTION,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--config", type=Path, help="TOML config file (Kafka-style keys)")
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE", help="TOML file of settings (Kafka's names)"
+    )
     parser.add_argument(
         "--topic", metavar="REGEX", help="only topics whose whole name matches this pattern"
     )

@@ -233,7 +233,9 @@ def _show(report: CycleReport, console: Console) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options shared by ``tierproxy tier`` and ``spark-submit job.py``."""
-    parser.add_argument("--config", type=Path, help="TOML config file (Kafka-style keys)")
+    parser.add_argument(
+        "--config", type=Path, metavar="FILE", help="TOML file of settings (Kafka's names)"
+    )
     parser.add_argument(
         "--once", action="store_true", help="run one cycle and exit (default: loop)"
     )

@@ -42,6 +42,7 @@ did not start itself as a leftover.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import shutil
@@ -277,6 +278,9 @@ class TieringPipeline:
             await self._copy(partitions, run_id, now, stats, errors)
         finally:
             shutil.rmtree(self._config.spill_root / run_id, ignore_errors=True)
+            if not self._config.spill_dir:  # the default under the system temp directory
+                with contextlib.suppress(OSError):  # not empty: another run is using it
+                    self._config.spill_root.rmdir()
         copy_seconds = time.monotonic() - copy_started
         # Local retention first: it moves the broker's log start over data that remote
         # retention may then delete, so that the broker never keeps what the remote tier

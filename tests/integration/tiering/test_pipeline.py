@@ -11,6 +11,7 @@ import itertools
 import json
 import struct
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -572,3 +573,22 @@ def test_settings_reject_unknown_policy_keys(tmp_path: Path) -> None:
         load_tiering_settings(path)
     path.write_text('bootstrap.servers = "h:1"\n[[topics]]\npattern = "x"\nsegment.ms = 5\n')
     assert load_tiering_settings(path).rules.matching("x") is not None
+
+
+async def test_the_default_spill_directory_is_not_left_behind(
+    env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``tiering.spill.dir`` fetch tasks spill under the system temp directory; a
+    cycle removes its run's files and then the directory itself, once nothing else uses it."""
+    system_temp = tmp_path / "system-temp"
+    system_temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_temp))
+    await asyncio.to_thread(create_topic, env.broker.bootstrap, env.topic, PARTITIONS)
+    await asyncio.to_thread(produce_mixed, env.broker.bootstrap, env.topic, PARTITIONS)
+    flat = flat_settings(env.broker, env.s3, env.bucket, env.topic, env.spill)
+    del flat["tiering.spill.dir"]
+    async with open_pipeline(settings_from_flat(flat), env.spark) as pipeline:
+        report = await pipeline.run_cycle()
+    assert not report.errors, report.errors
+    assert report.segments_copied > 0
+    assert list(system_temp.iterdir()) == []

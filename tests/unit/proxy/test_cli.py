@@ -49,3 +49,12 @@ def test_advertised_host_keeps_an_advertised_port(from_file: str, expected: str)
     )
     overrides = _overrides(args, {"advertised.listeners": from_file} if from_file else {})
     assert overrides == {"advertised.listeners": expected}
+
+
+@pytest.mark.parametrize("command", ["serve", "tier", "status"])
+def test_every_command_names_its_config_file_alike(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([command, "--help"])
+    assert "--config FILE" in capsys.readouterr().out
