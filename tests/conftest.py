@@ -15,6 +15,8 @@
   ``stop()`` it mid-test and ``start()`` it again (same ports and data); it is restarted after
   the test in any case.
 * ``spark`` -> a ``local[2]`` SparkSession (UI off, 2 shuffle partitions, 1 GiB driver).
+* Hypothesis profiles: ``HYPOTHESIS_PROFILE=ci|dev|exhaustive`` (``ci`` when ``CI`` is set,
+  else ``dev``).
 * ``TIERPROXY_STATE_DIR`` is set to a session temp dir, so no test writes metadata
   snapshots into the working directory.
 * ``unique_topic`` -> a fresh topic name per test; ``new_topic`` -> an async function that
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 from proxy.embedded import (
     KAFKA_3,
@@ -69,6 +72,16 @@ BROKER_KINDS: tuple[BrokerChoice, ...] = ("kafka", "kafka3", "tansu")
 """Every broker kind, for the pass-through and client-compatibility suites."""
 KAFKA_KINDS: tuple[BrokerChoice, ...] = ("kafka", "kafka3")
 """The Apache Kafka lines, for suites that need real deletion (the tiered suites)."""
+
+# Property tests: ``ci`` (the default under CI) is deterministic, so a red build is
+# reproducible; ``dev`` explores new examples on every run; ``exhaustive`` runs many more.
+# No deadlines: two shared cores make single examples slow now and then, not wrong.
+hypothesis_settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+hypothesis_settings.register_profile("dev", deadline=None)
+hypothesis_settings.register_profile("exhaustive", max_examples=2000, deadline=None)
+hypothesis_settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
 
 # What ran in this session and how long it took to start, for the terminal summary.
 _started: dict[str, str] = {}
