@@ -117,6 +117,9 @@ def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> A
     from pyspark.sql import SparkSession  # noqa: PLC0415 (PySpark only when tiering runs)
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # "Closing down clientserver ..."
+    log.info(
+        "starting Spark on %s (its JVM takes a few seconds)", master or "spark-submit's master"
+    )
     log4j = f"-Dlog4j2.configurationFile={_LOG4J_CONFIG}"
     builder = (
         SparkSession.builder.appName(app_name)
@@ -268,7 +271,9 @@ def run_from_arguments(
         # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
         print(f"tierproxy tier: {err}", file=sys.stderr)
         return 2
-    spark = build_spark(args.master or default_master)
+    # A spinner on a terminal; nothing in pipes and CI logs (rich draws no live display there).
+    with console.status(f"starting Spark ({args.master or default_master or 'spark-submit'})"):
+        spark = build_spark(args.master or default_master)
     try:
         return asyncio.run(_run_with_signals(settings, spark, once=args.once, console=console))
     except ConfigError as err:  # found at start-up against the cluster
