@@ -80,8 +80,8 @@ _PROXY_START_TIMEOUT_S = 60.0
 _SEGMENTS_PER_PARTITION = 6
 """Segment size is chosen so that every partition has about this many to tier."""
 _MIN_SEGMENT_BYTES = 16 * 1024
-_REMOTE_FETCH_BYTES_METRIC = "tierproxy_RemoteFetchBytesPerSec_total"
-_REMOTE_FETCH_REQUESTS_METRIC = "tierproxy_RemoteFetchRequestsPerSec_total"
+_REMOTE_FETCH_BYTES_METRIC = "tierproxy_remote_fetch_bytes_total"
+_REMOTE_FETCH_REQUESTS_METRIC = "tierproxy_remote_fetch_requests_total"
 _BROKER_ORIGIN = {"tansu": "embedded", "kafka": "embedded", "external": "KAFKA_BOOTSTRAP"}
 
 

@@ -1,22 +1,30 @@
-"""Prometheus metrics of the tiered read path, named after Kafka's.
+"""Prometheus metrics of the tiered read path, in Prometheus's conventions.
 
-Kafka's meters (``RemoteFetchBytesPerSec`` and friends, per topic) become counters with the
-same name: Prometheus derives the per-second rate with ``rate()``. Gauges and the caches'
-counters are read from their owners at scrape time, so the read path pays nothing for them.
+Names are snake case in base units, ``_total`` only on counters; each help text names the
+Kafka metric it stands for. Kafka's meters (``RemoteFetchBytesPerSec`` and friends, per
+topic) become counters: Prometheus derives the per-second rate with ``rate()``. Gauges and
+the caches' counters are read from their owners at scrape time, so the read path pays
+nothing for them.
 
 Series (Kafka's MBean in parentheses):
 
-- ``tierproxy_RemoteFetchBytesPerSec_total{topic}`` (BrokerTopicMetrics)
-- ``tierproxy_RemoteFetchRequestsPerSec_total{topic}`` (BrokerTopicMetrics)
-- ``tierproxy_RemoteFetchErrorsPerSec_total{topic,reason}`` (BrokerTopicMetrics)
-- ``tierproxy_RemoteLogReaderTaskQueueSize`` (RemoteStorageThreadPool)
-- ``tierproxy_RemoteLogReaderAvgIdlePercent`` (RemoteStorageThreadPool; a 0..1 ratio)
-- ``tierproxy_RemoteFetchPurgatorySize`` (DelayedOperationPurgatory, RemoteFetch)
-- ``tierproxy_RemoteFetchExpiresPerSec_total`` (DelayedRemoteFetchMetrics.ExpiresPerSec)
-- ``tierproxy_RemoteIndexCache{Hits,Misses,Evictions}_total`` (RemoteLogIndexCache*)
-- ``tierproxy_RemoteChunkCache{Hits,Misses,Evictions,Prefetches}_total``,
-  ``tierproxy_RemoteChunkCacheBytes`` (tierproxy's chunk cache)
-- ``tierproxy_RemoteLogReaderRejected_total``, ``tierproxy_RemoteFetchThrottled_total``
+- ``tierproxy_remote_fetch_bytes_total{topic}`` (BrokerTopicMetrics RemoteFetchBytesPerSec)
+- ``tierproxy_remote_fetch_requests_total{topic}`` (BrokerTopicMetrics RemoteFetchRequestsPerSec)
+- ``tierproxy_remote_fetch_errors_total{topic,reason}`` (BrokerTopicMetrics
+  RemoteFetchErrorsPerSec)
+- ``tierproxy_remote_log_reader_task_queue_size`` (RemoteStorageThreadPool
+  RemoteLogReaderTaskQueueSize)
+- ``tierproxy_remote_log_reader_idle_ratio`` (RemoteStorageThreadPool
+  RemoteLogReaderAvgIdlePercent, as a 0..1 ratio)
+- ``tierproxy_remote_fetch_purgatory_size`` (DelayedOperationPurgatory RemoteFetch
+  PurgatorySize)
+- ``tierproxy_remote_fetch_expires_total`` (DelayedRemoteFetchMetrics ExpiresPerSec)
+- ``tierproxy_remote_index_cache_{hits,misses,evictions}_total`` (Kafka's RemoteIndexCache
+  exports none)
+- ``tierproxy_remote_chunk_cache_{hits,misses,evictions,prefetches}_total``,
+  ``tierproxy_remote_chunk_cache_bytes`` (tierproxy's chunk cache; Kafka has none)
+- ``tierproxy_remote_log_reader_rejected_total``, ``tierproxy_remote_fetch_throttled_total``
+  (tierproxy's: reads refused by a full queue, reads answered empty by the fetch quota)
 """
 
 from __future__ import annotations
@@ -38,20 +46,23 @@ class RemoteMetrics:
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.bytes = Counter(
-            "tierproxy_RemoteFetchBytesPerSec",
-            "Bytes of records served from the remote tier, per topic.",
+            "tierproxy_remote_fetch_bytes",
+            "Bytes of records served from the remote tier, per topic (Kafka: "
+            "kafka.server:type=BrokerTopicMetrics,name=RemoteFetchBytesPerSec).",
             ["topic"],
             registry=registry,
         )
         self.requests = Counter(
-            "tierproxy_RemoteFetchRequestsPerSec",
-            "Partition reads from the remote tier, per topic.",
+            "tierproxy_remote_fetch_requests",
+            "Partition reads from the remote tier, per topic (Kafka: "
+            "kafka.server:type=BrokerTopicMetrics,name=RemoteFetchRequestsPerSec).",
             ["topic"],
             registry=registry,
         )
         self.errors = Counter(
-            "tierproxy_RemoteFetchErrorsPerSec",
-            "Partition reads from the remote tier that failed, per topic and reason.",
+            "tierproxy_remote_fetch_errors",
+            "Partition reads from the remote tier that failed, per topic and reason (Kafka: "
+            "kafka.server:type=BrokerTopicMetrics,name=RemoteFetchErrorsPerSec).",
             ["topic", "reason"],
             registry=registry,
         )
@@ -111,32 +122,37 @@ class _TierCollector:
     def collect(self) -> Iterable[Metric]:
         tier = self._tier
         yield _gauge(
-            "tierproxy_RemoteLogReaderTaskQueueSize",
-            "Remote reads waiting for a reader.",
+            "tierproxy_remote_log_reader_task_queue_size",
+            "Remote reads waiting for a reader (Kafka: org.apache.kafka.storage.internals.log:"
+            "type=RemoteStorageThreadPool,name=RemoteLogReaderTaskQueueSize).",
             tier.pool.queue_size,
         )
         yield _gauge(
-            "tierproxy_RemoteLogReaderAvgIdlePercent",
-            "Share of reader time spent idle since the previous scrape (0..1).",
+            "tierproxy_remote_log_reader_idle_ratio",
+            "Share of reader time spent idle since the previous scrape, 0..1 (Kafka: "
+            "org.apache.kafka.storage.internals.log:type=RemoteStorageThreadPool,"
+            "name=RemoteLogReaderAvgIdlePercent).",
             tier.pool.idle_ratio(),
         )
         yield _counter(
-            "tierproxy_RemoteLogReaderRejected",
+            "tierproxy_remote_log_reader_rejected",
             "Remote reads refused because the reader queue was full.",
             tier.pool.rejected,
         )
         yield _gauge(
-            "tierproxy_RemoteFetchPurgatorySize",
-            "Fetches waiting for remote reads.",
+            "tierproxy_remote_fetch_purgatory_size",
+            "Fetches waiting for remote reads (Kafka: kafka.server:"
+            "type=DelayedOperationPurgatory,name=PurgatorySize,delayedOperation=RemoteFetch).",
             tier.purgatory.size,
         )
         yield _counter(
-            "tierproxy_RemoteFetchExpiresPerSec",
-            "Fetches answered before all their remote reads finished.",
+            "tierproxy_remote_fetch_expires",
+            "Fetches answered before all their remote reads finished (Kafka: "
+            "kafka.server:type=DelayedRemoteFetchMetrics,name=ExpiresPerSec).",
             tier.purgatory.expirations,
         )
         yield _counter(
-            "tierproxy_RemoteFetchThrottled",
+            "tierproxy_remote_fetch_throttled",
             "Partition reads answered empty because the remote fetch quota was exceeded.",
             tier.quota.throttled,
         )
@@ -168,15 +184,15 @@ class _TierCollector:
                 [entity.principal or "", entity.client_id or ""], milliseconds / 1000
             )
         yield throttled
-        yield from _cache("tierproxy_RemoteIndexCache", "index files", tier.indexes)
-        yield from _cache("tierproxy_RemoteChunkCache", "segment chunks", tier.chunks)
+        yield from _cache("tierproxy_remote_index_cache", "index files", tier.indexes)
+        yield from _cache("tierproxy_remote_chunk_cache", "segment chunks", tier.chunks)
         yield _gauge(
-            "tierproxy_RemoteChunkCacheBytes",
+            "tierproxy_remote_chunk_cache_bytes",
             "Bytes of segment chunks held in memory.",
             tier.chunks.size_bytes,
         )
         yield _counter(
-            "tierproxy_RemoteChunkCachePrefetches",
+            "tierproxy_remote_chunk_cache_prefetches",
             "Chunks loaded by read-ahead.",
             tier.chunks.prefetches,
         )
@@ -196,12 +212,14 @@ class _Counted(Protocol):
 
 def _cache(prefix: str, what: str, cache: _Counted) -> Iterator[Metric]:
     counts: dict[str, Callable[[], int]] = {
-        "Hits": lambda: cache.hits,
-        "Misses": lambda: cache.misses,
-        "Evictions": lambda: cache.evictions,
+        "hits": lambda: cache.hits,
+        "misses": lambda: cache.misses,
+        "evictions": lambda: cache.evictions,
     }
     for suffix, read in counts.items():
-        yield _counter(f"{prefix}{suffix}", f"{suffix} of the cache of remote {what}.", read())
+        yield _counter(
+            f"{prefix}_{suffix}", f"{suffix.title()} of the cache of remote {what}.", read()
+        )
 
 
 def _gauge(name: str, doc: str, value: float) -> Metric:

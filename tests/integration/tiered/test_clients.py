@@ -42,7 +42,7 @@ def test_confluent_kafka(
     expected: Expected, shared_proxy: TierproxyServer, tiered_topic: TieredTopic
 ) -> None:
     isolation, records = expected
-    before = shared_proxy.metric("tierproxy_RemoteFetchBytesPerSec_total")
+    before = shared_proxy.metric("tierproxy_remote_fetch_bytes_total")
     got = consume_confluent(
         shared_proxy.bootstrap,
         tiered_topic.topic,
@@ -50,7 +50,7 @@ def test_confluent_kafka(
         isolation=isolation,
     )
     assert by_partition(got) == records
-    assert shared_proxy.metric("tierproxy_RemoteFetchBytesPerSec_total") > before
+    assert shared_proxy.metric("tierproxy_remote_fetch_bytes_total") > before
 
 
 def test_kafka_python(

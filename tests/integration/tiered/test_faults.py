@@ -82,12 +82,12 @@ def test_seaweedfs_stopped_mid_read_then_back(
         poll_for(30, until=100)
         assert len(got) >= 100
         seaweedfs.stop()
-        errors_before = proxy.metric("tierproxy_RemoteFetchErrorsPerSec_total")
+        errors_before = proxy.metric("tierproxy_remote_fetch_errors_total")
         poll_for(4)
         stalled_at = len(got)
         poll_for(2)
         assert len(got) == stalled_at, "records arrived while remote storage was down"
-        assert proxy.metric("tierproxy_RemoteFetchErrorsPerSec_total") > errors_before
+        assert proxy.metric("tierproxy_remote_fetch_errors_total") > errors_before
         seaweedfs.start()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -143,7 +143,7 @@ def test_slow_remote_storage_answers_within_max_wait(
         raise AssertionError("the remote data never arrived")
 
     asyncio.run(run())
-    assert proxy.metric("tierproxy_RemoteFetchExpiresPerSec_total") >= 1
+    assert proxy.metric("tierproxy_remote_fetch_expires_total") >= 1
 
 
 def test_a_full_reader_queue_answers_retriable_errors_without_hanging(
@@ -174,7 +174,7 @@ def test_a_full_reader_queue_answers_retriable_errors_without_hanging(
     assert second == KafkaError.KAFKA_STORAGE_ERROR
     assert second_s < 1.0  # refused at once, not queued behind the slow read
     assert first_s < 10
-    assert proxy.metric("tierproxy_RemoteLogReaderRejected_total") >= 1
+    assert proxy.metric("tierproxy_remote_log_reader_rejected_total") >= 1
 
 
 def test_proxy_restart_mid_consumption_resumes_from_the_committed_offset(

@@ -128,7 +128,7 @@ def test_delete_records_by_the_pipeline(
         for isolation, expected in before.items():
             got = consume_group_with_restart(proxy.bootstrap, topic, ends, isolation)
             assert by_partition(got) == expected, isolation
-        assert proxy.metric("tierproxy_RemoteFetchBytesPerSec_total") > 0
+        assert proxy.metric("tierproxy_remote_fetch_bytes_total") > 0
 
 
 @pytest.mark.parametrize(
@@ -252,7 +252,7 @@ def test_read_committed_across_a_transaction_still_open_at_the_remote_end(
             proxy.bootstrap, topic, ends, isolation=READ_COMMITTED, timeout_s=30
         )
         assert by_partition(got) == expected
-        assert proxy.metric("tierproxy_RemoteFetchErrorsPerSec_total") == 0
+        assert proxy.metric("tierproxy_remote_fetch_errors_total") == 0
     assert 0 < earliest(broker.bootstrap, topic, 0) <= first_txn_offset
 
 

@@ -48,7 +48,7 @@ def test_a_consumer_that_never_waits_gets_cold_remote_reads(
     )
     assert by_partition(got) == tiered_topic.expected[READ_UNCOMMITTED]
     requests = proxy.metric("tierproxy_requests_total")
-    remote_reads = proxy.metric("tierproxy_RemoteFetchRequestsPerSec_total")
+    remote_reads = proxy.metric("tierproxy_remote_fetch_requests_total")
     # Spinning (an empty answer at once, asked again at once) costs thousands of requests;
     # waiting for the reads costs about one Fetch per read, plus the local tail's.
     assert requests < 50 * max(remote_reads, 1) + 200, (requests, remote_reads)

@@ -68,16 +68,16 @@ async def test_the_series_carry_kafkas_names(tmp_path: Path) -> None:
         tier.metrics.bytes.labels(TP.topic).inc(10)
         text = generate_latest(registry).decode()
         for name in (
-            'tierproxy_RemoteFetchBytesPerSec_total{topic="tiered"} 10.0',
-            "tierproxy_RemoteLogReaderTaskQueueSize 0.0",
-            "tierproxy_RemoteLogReaderAvgIdlePercent",
-            "tierproxy_RemoteFetchPurgatorySize 0.0",
-            "tierproxy_RemoteFetchExpiresPerSec_total 0.0",
-            "tierproxy_RemoteIndexCacheMisses_total 1.0",
-            "tierproxy_RemoteChunkCacheMisses_total 1.0",
+            'tierproxy_remote_fetch_bytes_total{topic="tiered"} 10.0',
+            "tierproxy_remote_log_reader_task_queue_size 0.0",
+            "tierproxy_remote_log_reader_idle_ratio",
+            "tierproxy_remote_fetch_purgatory_size 0.0",
+            "tierproxy_remote_fetch_expires_total 0.0",
+            "tierproxy_remote_index_cache_misses_total 1.0",
+            "tierproxy_remote_chunk_cache_misses_total 1.0",
         ):
             assert name in text, name
     finally:
         await tier.close()
         await log.close()
-    assert "tierproxy_RemoteLogReaderTaskQueueSize" not in generate_latest(registry).decode()
+    assert "tierproxy_remote_log_reader_task_queue_size" not in generate_latest(registry).decode()
