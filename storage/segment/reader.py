@@ -57,7 +57,7 @@ class NeedBytes:
     end: int
 
 
-def locate_batches(
+def locate_batches(  # noqa: C901 (one scan with four exits; split, it would need shared state)
     window: bytes | bytearray | memoryview,
     window_start: int,
     *,

@@ -1024,22 +1024,33 @@ class TieringPipeline:
                     )
             return
         for leader_id, group in targets.items():
-            try:
-                answers = await self._client.delete_records(
-                    leader_id, [(p.tp.topic, p.tp.partition, target) for p, target in group]
-                )
-            except Exception as err:
-                errors.append(f"DeleteRecords on broker {leader_id}: {err}")
+            await self._delete_records_on(leader_id, group, stats, errors)
+
+    async def _delete_records_on(
+        self,
+        leader_id: int,
+        group: list[tuple[_Partition, int]],
+        stats: dict[str, TopicStats],
+        errors: list[str],
+    ) -> None:
+        """One DeleteRecords to the leader of ``group``'s partitions, up to each target;
+        a partition the broker moved learns its new log start."""
+        try:
+            answers = await self._client.delete_records(
+                leader_id, [(p.tp.topic, p.tp.partition, target) for p, target in group]
+            )
+        except Exception as err:
+            errors.append(f"DeleteRecords on broker {leader_id}: {err}")
+            return
+        by_key = {(a.topic, a.partition): a for a in answers}
+        for p, target in group:
+            answer = by_key.get((p.tp.topic, p.tp.partition))
+            if answer is None or answer.error != KafkaError.NONE:
+                reason = answer.error.name if answer is not None else "no answer"
+                errors.append(f"{p.tp}: DeleteRecords to {target}: {reason}")
                 continue
-            by_key = {(a.topic, a.partition): a for a in answers}
-            for p, target in group:
-                answer = by_key.get((p.tp.topic, p.tp.partition))
-                if answer is None or answer.error != KafkaError.NONE:
-                    reason = answer.error.name if answer is not None else "no answer"
-                    errors.append(f"{p.tp}: DeleteRecords to {target}: {reason}")
-                    continue
-                p.log_start = answer.low_watermark
-                stats[p.tp.topic].log_starts_advanced += 1
+            p.log_start = answer.low_watermark
+            stats[p.tp.topic].log_starts_advanced += 1
 
     def _record_lag(
         self, partitions: list[_Partition], now: int, stats: dict[str, TopicStats]

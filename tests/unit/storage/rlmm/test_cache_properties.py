@@ -102,7 +102,7 @@ class Simulation:
 
 
 @st.composite
-def simulated_histories(draw: st.DrawFn) -> Simulation:
+def simulated_histories(draw: st.DrawFn) -> Simulation:  # noqa: C901 (one random history, step by step)
     """A partition whose leaders change, sometimes uncleanly, while a copier follows it."""
     log: list[int] = []  # epoch of each offset in the current leader's log
     epoch = 0
