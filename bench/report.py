@@ -195,6 +195,8 @@ def run_benchmark(benchmark: Benchmark, extra_args: Sequence[str], timeout_s: fl
             raise
         finally:
             pump.join()
+            if process.stdout is not None:
+                process.stdout.close()
     seconds = time.time() - started
     tail = _tail(benchmark.log_path)
     if timed_out:

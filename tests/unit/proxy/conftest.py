@@ -80,7 +80,8 @@ class Client:
                 self._decoder.feed(data)
 
     async def closed(self, seconds: float = 5.0) -> bool:
-        """Whether the proxy closes this connection within ``seconds`` (reading to EOF)."""
+        """Whether the proxy closes this connection within ``seconds`` (reading to EOF);
+        if it did, our side is closed too."""
         try:
             async with asyncio.timeout(seconds):
                 while await self.reader.read(1 << 20):
@@ -88,7 +89,8 @@ class Client:
         except TimeoutError:
             return False
         except ConnectionError:
-            return True
+            pass
+        await self.close()
         return True
 
     async def close(self) -> None:
