@@ -16,6 +16,7 @@ without ListOffsets -4/-5. ``python -m proxy.embedded.kafka_jars`` (the Makefile
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
@@ -162,10 +163,17 @@ def ensure_jars(version: str, *, log: bool = True) -> KafkaDistribution:
         f"-Dkafka.version={version}",
         f"-DoutputDirectory={found.libs}",
     ]
+    # A spinner while Maven downloads (a minute or two on a fresh machine), on a terminal
+    # only: piped into CI logs, rich draws nothing.
+    from storage.console import report_console  # noqa: PLC0415 (rich only when fetching)
+
+    console = report_console(stderr=True)
+    spinner = console.status(f"Maven: Apache Kafka {version}") if log else None
     try:
-        result = subprocess.run(
-            argv, capture_output=True, text=True, timeout=_MAVEN_TIMEOUT_S, check=False
-        )
+        with spinner if spinner is not None else contextlib.nullcontext():
+            result = subprocess.run(
+                argv, capture_output=True, text=True, timeout=_MAVEN_TIMEOUT_S, check=False
+            )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise KafkaJarsError(f"fetching Apache Kafka {version} failed: {err}") from err
     if result.returncode != 0:  # checked here to quote Maven's own output
