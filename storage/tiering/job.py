@@ -34,6 +34,7 @@ from storage.kafka_client import KafkaClient
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.config import TIERING_CONFIG_CLASSES, TieringConfig
+from storage.tiering.jvm_stderr import stderr_without
 from storage.tiering.pipeline import MetadataManager, TieringPipeline, wall_clock_ms
 from storage.tiering.policy import TopicRules, compile_rules
 from storage.tiering.report import CycleReport, log_report, summary_table
@@ -129,7 +130,8 @@ def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> A
     )
     if master is not None:
         builder = builder.master(master)
-    spark = builder.getOrCreate()
+    with stderr_without(b"Using incubator modules"):
+        spark = builder.getOrCreate()
     ui = spark.sparkContext.uiWebUrl
     log.info(
         "Spark %s on %s%s", spark.version, spark.sparkContext.master, f", UI {ui}" if ui else ""

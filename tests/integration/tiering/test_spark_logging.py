@@ -1,8 +1,9 @@
 """``tierproxy tier``'s Spark says only what an operator acts on.
 
 Spark's default log4j profile prints start-up banners, a hostname warning and Hadoop's
-native-library notice on every run; the pipeline routes the JVM's logging through its own
-profile (WARN, one line each) and names Spark's master and UI once in its own log.
+native-library notice on every run, and the JVM its incubator-module notice; the pipeline
+routes the JVM's logging through its own profile (WARN, one line each), filters that one
+launcher line, and names Spark's master and UI once in its own log.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 NOISE = (
+    "Using incubator modules",
     "Using Spark's default log4j profile",
     "Setting default log level",
     "NativeCodeLoader",
