@@ -53,3 +53,21 @@ def test_demo_reads_every_record_across_the_tier_boundary(broker: str, tmp_path:
         assert "offsets are gone from the broker" in moved
     else:
         assert "unchanged" in moved
+
+
+def test_a_demo_without_a_work_dir_names_no_path_it_removes(tmp_path: Path) -> None:
+    """Its temporary directory is removed at the end, so it prints no log path inside it
+    (a failing step keeps the directory and says where it is)."""
+    environment = {**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", "demo", "--records", "2000", "--broker", "tansu"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=environment,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "logs in" not in result.stdout
+    assert str(tmp_path) not in result.stdout
+    assert not any(tmp_path.glob("tierproxy-demo-*"))
