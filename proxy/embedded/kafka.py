@@ -75,8 +75,15 @@ it locally at once: reads below the active segment must come from the remote tie
 
 
 def cluster_id() -> str:
-    """A fresh KRaft cluster id in Kafka's ``Uuid.toString()`` form."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A fresh KRaft cluster id in Kafka's ``Uuid.toString()`` form.
+
+    Like Kafka's own ``Uuid.randomUuid()``, it never starts with a dash: one id in 64 would,
+    and ``kafka-storage format -t -abc…`` then reads the id as an option and fails.
+    """
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not candidate.startswith("-"):
+            return candidate
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
