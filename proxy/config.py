@@ -2,8 +2,9 @@
 
 Settings use Kafka's names where Kafka has one (``bootstrap.servers``, ``listeners``,
 ``advertised.listeners``, ``socket.request.max.bytes``, ``ssl.*``, ``security.protocol``) so an
-operator can read the file like a ``server.properties``. TLS towards the broker takes the
-client-side names with an ``upstream.`` prefix, as the proxy is the broker's client there.
+operator can read the file like a ``server.properties``. TLS and SASL towards the broker take
+the client-side names with an ``upstream.`` prefix (:mod:`storage.kafka_security`), as the proxy
+is the broker's client there, and so are the pipeline and ``status``, which read the same ones.
 
 An explicit broker address map is an array of tables::
 
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.config import ConfigError, check_unknown, flatten, from_settings, setting
+from storage.kafka_security import KafkaSecurityConfig
 
 __all__ = [
     "CONFIG_CLASSES",
@@ -183,59 +185,6 @@ class ProxyConfig:
         "Client certificates on SSL listeners: none, requested or required.",
         kafka="ssl.client.auth",
     )
-    upstream_security_protocol: str = setting(
-        "upstream.security.protocol",
-        "PLAINTEXT",
-        "Transport to the broker: PLAINTEXT or SSL (SASL_* are the same transports; "
-        "the SASL exchange itself passes through from the client).",
-        kafka="security.protocol",
-    )
-    upstream_ssl_ca_location: str = setting(
-        "upstream.ssl.ca.location",
-        "",
-        "PEM CA bundle that signed the broker's certificate; empty: the system's CAs.",
-        kafka="ssl.ca.location",
-    )
-    upstream_ssl_certificate_location: str = setting(
-        "upstream.ssl.certificate.location",
-        "",
-        "PEM client certificate for brokers that require one.",
-        kafka="ssl.certificate.location",
-    )
-    upstream_ssl_key_location: str = setting(
-        "upstream.ssl.key.location",
-        "",
-        "PEM private key of the upstream client certificate.",
-        kafka="ssl.key.location",
-    )
-    upstream_ssl_key_password: str = setting(
-        "upstream.ssl.key.password",
-        "",
-        "Password of the upstream private key, if any.",
-        kafka="ssl.key.password",
-    )
-    upstream_sasl_mechanism: str = setting(
-        "upstream.sasl.mechanism",
-        "",
-        "PLAIN, or empty: how the proxy itself logs in to ask a SASL listener for its brokers "
-        "at start. Clients always authenticate end to end; this is only for discovery.",
-        kafka="sasl.mechanism",
-    )
-    upstream_sasl_username: str = setting(
-        "upstream.sasl.username", "", "User for upstream.sasl.mechanism.", kafka="sasl.username"
-    )
-    upstream_sasl_password: str = setting(
-        "upstream.sasl.password",
-        "",
-        "Password for upstream.sasl.mechanism.",
-        kafka="sasl.password",
-    )
-    upstream_ssl_endpoint_identification_algorithm: str = setting(
-        "upstream.ssl.endpoint.identification.algorithm",
-        "https",
-        "https: check that the broker's certificate names its host; empty: do not check.",
-        kafka="ssl.endpoint.identification.algorithm",
-    )
 
     def __post_init__(self) -> None:
         bootstrap_addresses(self)
@@ -256,14 +205,6 @@ class ProxyConfig:
         _require(
             self.ssl_client_auth in _CLIENT_AUTH, f"ssl.client.auth must be one of {_CLIENT_AUTH}"
         )
-        _require(
-            self.upstream_security_protocol in _SCHEMES,
-            f"upstream.security.protocol must be one of {tuple(_SCHEMES)}",
-        )
-        _require(
-            self.upstream_sasl_mechanism in ("", "PLAIN"),
-            "upstream.sasl.mechanism must be PLAIN or empty",
-        )
         if self.listener.tls:
             _require(
                 bool(self.ssl_certificate_location),
@@ -274,11 +215,6 @@ class ProxyConfig:
     def listener(self) -> Listener:
         """The client-facing listener (its port is the base port)."""
         return parse_listener(self.listeners)
-
-    @property
-    def upstream_tls(self) -> bool:
-        """Whether connections to the broker use TLS."""
-        return _SCHEMES[self.upstream_security_protocol]
 
     def advertised_base(self) -> HostPort:
         """The address advertised for the base port; other brokers add their index to it.
@@ -328,7 +264,7 @@ class ProxyConfig:
 
 # Every config class whose keys may appear in the proxy's TOML file; parts added later (the
 # tiered read path, remote storage) append theirs so unknown-key checks stay exact.
-CONFIG_CLASSES: tuple[type[Any], ...] = (ProxyConfig,)
+CONFIG_CLASSES: tuple[type[Any], ...] = (ProxyConfig, KafkaSecurityConfig)
 
 
 def load_settings(

@@ -21,14 +21,16 @@ from proxy.broker_map import BrokerMap, BrokerMapError, BrokerRoute
 from proxy.broker_versions import BrokerVersions
 from proxy.config import HostPort, ProxyConfig, bootstrap_addresses
 from proxy.connection import ConnectionPair, PairSettings
-from proxy.discovery import DiscoveryError, SaslPlain, discover_brokers
-from proxy.interceptors.addresses import AddressRewriter, BrokerAddress
+from proxy.discovery import DiscoveryError, discover_brokers
+from proxy.interceptors.addresses import AddressRewriter
 from proxy.interceptors.api_versions import ApiVersionsInterceptor
 from proxy.interceptors.base import Interceptor
 from proxy.logs import event
 from proxy.metrics import MetricsServer, ProxyMetrics
 from proxy.router import Router, served_above_broker
-from proxy.tls import server_context, upstream_context
+from proxy.tls import server_context
+from storage.kafka_client import BrokerAddress
+from storage.kafka_security import KafkaSecurityConfig
 
 __all__ = ["ProxyServer", "run_until_stopped"]
 
@@ -55,8 +57,12 @@ class ProxyServer:
         *,
         interceptors: Sequence[Interceptor] = (),
         metrics: ProxyMetrics | None = None,
+        security: KafkaSecurityConfig | None = None,
     ) -> None:
+        """:param security: how the proxy's own connections (discovery) log in, and whether
+        every connection to the brokers uses TLS."""
         self._config = config
+        self._security = security or KafkaSecurityConfig()
         self.metrics = ProxyMetrics() if metrics is None else metrics
         self._map = BrokerMap(
             listen=config.listener.address,
@@ -74,7 +80,7 @@ class ProxyServer:
         )
         self._server_ssl = server_context(config)
         self._settings = PairSettings(
-            upstream_ssl=upstream_context(config),
+            upstream_ssl=self._security.ssl_context(),
             max_request_bytes=config.socket_request_max_bytes,
             high_water=config.buffer_high_water_bytes,
             low_water=config.buffer_low_water_bytes,
@@ -107,18 +113,10 @@ class ProxyServer:
         :raises DiscoveryError: when no bootstrap broker answers.
         """
         config = self._config
-        sasl = (
-            SaslPlain(
-                username=config.upstream_sasl_username, password=config.upstream_sasl_password
-            )
-            if config.upstream_sasl_mechanism == "PLAIN"
-            else None
-        )
         brokers = await discover_brokers(
             bootstrap_addresses(config),
-            ssl_context=self._settings.upstream_ssl,
+            security=self._security,
             attempt_seconds=self._settings.connect_timeout,
-            sasl=sasl,
         )
         await self.advertise(brokers)
         if self._config.metrics_port:
@@ -141,7 +139,7 @@ class ProxyServer:
         rewriting interceptor.
         """
         async with self._listen_lock:
-            pairs = [(broker.node_id, broker.address) for broker in brokers]
+            pairs = [(b.node_id, HostPort(host=b.host, port=b.port)) for b in brokers]
             try:
                 if not self._map.routes():
                     new = self._map.observe_all(pairs)
@@ -236,6 +234,7 @@ async def run_until_stopped(
     *,
     interceptors: Sequence[Interceptor] = (),
     metrics: ProxyMetrics | None = None,
+    security: KafkaSecurityConfig | None = None,
 ) -> None:
     """Run a proxy until SIGTERM or SIGINT, then shut it down gracefully.
 
@@ -246,7 +245,7 @@ async def run_until_stopped(
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    server = ProxyServer(config, interceptors=interceptors, metrics=metrics)
+    server = ProxyServer(config, interceptors=interceptors, metrics=metrics, security=security)
     try:
         delay = _DISCOVERY_BACKOFF_S
         while True:

@@ -1,8 +1,9 @@
-"""TLS contexts for both sides of the proxy, built from the ``ssl.*`` settings.
+"""The TLS context of the proxy's listeners, built from the ``ssl.*`` settings.
 
 Clients terminate TLS at the proxy (the proxy presents its own certificate) and the proxy
-opens its own TLS session to the broker. SASL runs inside those sessions, end to end between
-client and broker, so the proxy needs no credentials.
+opens its own TLS session to the broker (``upstream.*``, :mod:`storage.kafka_security`).
+SASL runs inside those sessions, end to end between client and broker, so a client's
+requests reach the broker under the client's own principal.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import ssl
 
 from proxy.config import ProxyConfig
 
-__all__ = ["server_context", "upstream_context"]
+__all__ = ["server_context"]
 
 _CLIENT_AUTH = {
     "none": ssl.CERT_NONE,
@@ -37,25 +38,4 @@ def server_context(config: ProxyConfig) -> ssl.SSLContext | None:
     context.verify_mode = _CLIENT_AUTH[config.ssl_client_auth]
     if config.ssl_ca_location:
         context.load_verify_locations(cafile=config.ssl_ca_location)
-    return context
-
-
-def upstream_context(config: ProxyConfig) -> ssl.SSLContext | None:
-    """The context for connections to the broker, or ``None`` for plaintext.
-
-    :raises OSError: when a CA, certificate or key file cannot be read.
-    :raises ssl.SSLError: when they are not valid.
-    """
-    if not config.upstream_tls:
-        return None
-    context = ssl.create_default_context(
-        ssl.Purpose.SERVER_AUTH, cafile=config.upstream_ssl_ca_location or None
-    )
-    context.check_hostname = config.upstream_ssl_endpoint_identification_algorithm == "https"
-    if config.upstream_ssl_certificate_location:
-        context.load_cert_chain(
-            config.upstream_ssl_certificate_location,
-            config.upstream_ssl_key_location or None,
-            config.upstream_ssl_key_password or None,
-        )
     return context

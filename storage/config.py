@@ -30,16 +30,20 @@ class ConfigError(ValueError):
     """A setting is unknown, has the wrong type, or is out of range (the message says which)."""
 
 
-def setting(key: str, default: Any, doc: str, *, kafka: str | None = None) -> Any:
+def setting(
+    key: str, default: Any, doc: str, *, kafka: str | None = None, secret: bool = False
+) -> Any:
     """Declare a dataclass field for the setting ``key``.
 
     :param kafka: the Kafka broker/topic setting this mirrors, when it differs from ``key`` or
         when ``key`` is Kafka's own name (pass ``kafka=key``); ``None`` for tierproxy-only knobs.
+    :param secret: a password or key: left out of the dataclass's ``repr``, so that logging a
+        config object never prints it.
     """
     metadata = {_KEY: key, _DOC: doc, _KAFKA: kafka}
     if isinstance(default, (list, dict, set)):
         raise TypeError("mutable defaults are not allowed in settings; use a tuple")
-    return dataclasses.field(default=default, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata, repr=not secret)
 
 
 def flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

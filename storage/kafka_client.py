@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import ssl
 import uuid
 from collections import deque
 from collections.abc import Mapping, Sequence
@@ -25,8 +26,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Literal, Self, cast
 
-from protocol.errors import KafkaError, ProtocolError
-from protocol.frames import FrameDecoder, encode_frame
+from protocol.errors import KafkaError, ProtocolError, RemoteProtocolError
+from protocol.frames import FrameDecoder, encode_frame, foreign_protocol
 from protocol.headers import encode_request_header, parse_response_header, response_header_version
 from protocol.messages import (
     ApiKey,
@@ -36,8 +37,12 @@ from protocol.messages import (
     request_class,
 )
 from protocol.messages import build as build_entity
+from protocol.sasl import OAuthBearerExchange, PlainExchange, SaslExchange, ScramClient
+from storage.kafka_security import KafkaSecurityConfig
+from storage.oauth import ClientCredentialsTokenProvider, TokenError
 
 __all__ = [
+    "AuthenticationError",
     "BrokerAddress",
     "BrokerConnectionError",
     "BrokerKind",
@@ -78,6 +83,8 @@ _SUPPORTED: Final[Mapping[ApiKey, range]] = {
     ApiKey.LIST_OFFSETS: range(1, 9),
     ApiKey.DELETE_RECORDS: range(0, 3),
     ApiKey.DESCRIBE_CONFIGS: range(1, 5),
+    ApiKey.SASL_HANDSHAKE: range(1, 2),
+    ApiKey.SASL_AUTHENTICATE: range(1, 3),
 }
 _MAX_RESPONSE_BYTES: Final = 512 * 1024 * 1024
 """Largest response frame accepted: above any Fetch ``max_bytes`` the pipeline asks for
@@ -92,12 +99,18 @@ class BrokerConnectionError(KafkaClientError):
     """The connection to a broker failed, closed or timed out; retrying may succeed."""
 
 
+class AuthenticationError(KafkaClientError):
+    """The broker refused tierproxy's TLS or SASL login: retrying with these settings fails too."""
+
+
 class DeleteRecordsUnsupportedError(KafkaClientError):
     """The broker cannot delete records (Tansu drops the connection when asked)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BrokerAddress:
+    """A broker as Metadata (or another response naming brokers) gives it."""
+
     node_id: int
     host: str
     port: int
@@ -264,7 +277,9 @@ class _Protocol(asyncio.Protocol):
         self._decoder.feed(data)
         while (frame := self._decoder.next_frame()) is not None:
             if not isinstance(frame, bytes):
-                self._fail(BrokerConnectionError(f"{self._name} sent a bad frame: {frame}"))
+                spoken = foreign_protocol(frame.declared_size)
+                what = f"spoke {spoken}, not the Kafka protocol" if spoken else f"sent {frame}"
+                self._fail(BrokerConnectionError(f"{self._name} {what}"))
                 return
             if not self._pending:
                 self._fail(BrokerConnectionError(f"{self._name} sent an unrequested response"))
@@ -296,6 +311,32 @@ class _Protocol(asyncio.Protocol):
             self.transport.close()
 
 
+class _Login:
+    """How each connection is secured: its TLS context and SASL exchange, from the settings."""
+
+    def __init__(self, security: KafkaSecurityConfig) -> None:
+        self._security = security.with_secrets_resolved()
+        self.tls = self._security.ssl_context()
+        self.mechanism = self._security.sasl_mechanism if self._security.sasl else ""
+        self.principal = self._security.sasl_username or self._security.sasl_oauthbearer_client_id
+        self._tokens = (
+            ClientCredentialsTokenProvider(self._security)
+            if self.mechanism == "OAUTHBEARER"
+            else None
+        )
+
+    async def exchange(self) -> SaslExchange:
+        """A fresh client side of the configured mechanism (OAUTHBEARER: with a valid token)."""
+        username, password = self._security.sasl_username, self._security.sasl_password
+        if self._tokens is not None:
+            return OAuthBearerExchange(await self._tokens.token())
+        if self.mechanism == "SCRAM-SHA-256":
+            return ScramClient("SCRAM-SHA-256", username, password)
+        if self.mechanism == "SCRAM-SHA-512":
+            return ScramClient("SCRAM-SHA-512", username, password)
+        return PlainExchange(username, password)
+
+
 class _Connection:
     """One pipelined connection to one broker, with its negotiated API versions."""
 
@@ -310,18 +351,28 @@ class _Connection:
 
     @classmethod
     async def open(
-        cls, host: str, port: int, client_id: str, request_timeout: float
+        cls, host: str, port: int, client_id: str, request_timeout: float, login: _Login
     ) -> _Connection:
         name = f"{host}:{port}"
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(request_timeout):
-                _, protocol = await loop.create_connection(lambda: _Protocol(name), host, port)
+                _, protocol = await loop.create_connection(
+                    lambda: _Protocol(name),
+                    host,
+                    port,
+                    ssl=login.tls,
+                    server_hostname=host if login.tls is not None else None,
+                )
+        except ssl.SSLCertVerificationError as err:
+            raise AuthenticationError(f"TLS to {name}: {err.verify_message}") from err
         except (OSError, TimeoutError) as err:
             raise BrokerConnectionError(f"cannot connect to {name}: {err}") from err
         connection = cls(protocol, name, client_id, request_timeout)
         try:
             await connection._negotiate()
+            if login.mechanism:
+                await connection._log_in(login)
         except BaseException:
             connection.close()
             raise
@@ -349,6 +400,38 @@ class _Connection:
             for k in response.api_keys
         }
         self.feature_epoch = int(response.finalized_features_epoch)
+
+    async def _log_in(self, login: _Login) -> None:
+        """SaslHandshake, then SaslAuthenticate until the mechanism's exchange is complete.
+
+        :raises AuthenticationError: the broker refused the mechanism or the credentials.
+        """
+        handshake = await self.request(
+            ApiKey.SASL_HANDSHAKE, lambda cls: cls(mechanism=login.mechanism)
+        )
+        if handshake.error_code != KafkaError.NONE:
+            raise AuthenticationError(
+                f"{self._name} offers SASL mechanisms {list(handshake.mechanisms)}, "
+                f"not {login.mechanism}"
+            )
+        try:
+            exchange = await login.exchange()
+            message = exchange.respond(b"")
+            while message is not None:
+                answer = await self.request(
+                    ApiKey.SASL_AUTHENTICATE, lambda cls, m=message: cls(auth_bytes=m)
+                )
+                if answer.error_code != KafkaError.NONE:
+                    reason = answer.error_message or KafkaError(answer.error_code).name
+                    raise AuthenticationError(
+                        f"{self._name} refused the SASL/{login.mechanism} login as "
+                        f"{login.principal}: {reason}"
+                    )
+                message = exchange.respond(bytes(answer.auth_bytes))
+        except (RemoteProtocolError, TokenError) as err:
+            raise AuthenticationError(
+                f"SASL/{login.mechanism} login to {self._name} as {login.principal}: {err}"
+            ) from err
 
     def version(self, api_key: ApiKey) -> int:
         """The newest version both sides speak.
@@ -412,11 +495,16 @@ class KafkaClient:
         *,
         client_id: str = "tierproxy",
         request_timeout_ms: int = 30_000,
+        security: KafkaSecurityConfig | None = None,
     ) -> None:
-        """:raises ValueError: for malformed bootstrap servers."""
+        """:raises ValueError: for malformed bootstrap servers.
+        :raises ConfigError: when the SASL password file cannot be read.
+        :raises OSError: when a TLS CA, certificate or key file cannot be read.
+        """
         self._bootstrap = parse_bootstrap(bootstrap_servers)
         self._client_id = client_id
         self._timeout = request_timeout_ms / 1000
+        self._login = _Login(security or KafkaSecurityConfig())
         self._brokers: dict[int, BrokerAddress] = {}
         self._connections: dict[tuple[str, int], _Connection] = {}
         self._opening: dict[tuple[str, int], asyncio.Task[_Connection]] = {}
@@ -463,7 +551,7 @@ class KafkaClient:
         task = self._opening.get(key)
         if task is None:
             task = asyncio.ensure_future(
-                _Connection.open(host, port, self._client_id, self._timeout)
+                _Connection.open(host, port, self._client_id, self._timeout, self._login)
             )
             self._opening[key] = task
         try:

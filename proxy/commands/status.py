@@ -76,9 +76,12 @@ async def _collect(settings: Any, topic_pattern: str | None) -> list[Any]:
             config.bootstrap_servers,
             client_id=config.client_id,
             request_timeout_ms=config.request_timeout_ms,
+            security=settings.security,
         ) as client,
         TopicBasedRemoteLogMetadataManager(
-            settings.metadata, bootstrap_servers=config.bootstrap_servers
+            settings.metadata,
+            bootstrap_servers=config.bootstrap_servers,
+            security=settings.security,
         ) as rlmm,
     ):
         return await collect_status(

@@ -24,6 +24,7 @@ from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
 from protocol.varint import VarintError, decode_unsigned_varint
 from proxy.config import HostPort
 from proxy.interceptors.base import Call, Interceptor
+from storage.kafka_client import BrokerAddress
 
 __all__ = ["AddressBook", "AddressRewriter", "BrokerAddress"]
 
@@ -32,14 +33,6 @@ _PRODUCE_NODE_ENDPOINTS: Final = 10
 _FETCH_NODE_ENDPOINTS: Final = 16
 _FIND_COORDINATOR_BATCHED: Final = 4
 _PRODUCE_TOPIC_IDS: Final = 13
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class BrokerAddress:
-    """A broker as a response names it."""
-
-    node_id: int
-    address: HostPort
 
 
 class AddressBook(Protocol):
@@ -71,9 +64,7 @@ def _rewrite_entries(
 
 def _named(entries: tuple[Any, ...], id_field: str) -> list[BrokerAddress]:
     return [
-        BrokerAddress(
-            node_id=int(getattr(e, id_field)), address=HostPort(host=e.host, port=int(e.port))
-        )
+        BrokerAddress(node_id=int(getattr(e, id_field)), host=e.host, port=int(e.port))
         for e in entries
         if getattr(e, id_field) >= 0
     ]

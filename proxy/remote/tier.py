@@ -38,6 +38,7 @@ from storage.chunk_cache import ChunkCache
 from storage.config import from_settings
 from storage.index_cache import IndexCacheConfig, RemoteIndexCache
 from storage.kafka_client import NO_TOPIC_ID, KafkaClient
+from storage.kafka_security import KafkaSecurityConfig
 from storage.model import RemoteLogSegmentMetadata, TopicIdPartition
 from storage.remote_reader import RemoteLogReader, RemoteSegmentLookup
 from storage.rlmm.config import RemoteLogMetadataConfig
@@ -197,7 +198,6 @@ async def open_remote_tier(
     *,
     bootstrap_servers: str,
     metrics: RemoteMetrics | None = None,
-    client_options: Mapping[str, Any] | None = None,
 ) -> tuple[RemoteTier, Callable[[], Any]]:
     """Build the remote tier from flat settings; returns it and an async closer.
 
@@ -210,12 +210,13 @@ async def open_remote_tier(
     fetch_config = from_settings(RemoteFetchConfig, settings)
     storage_config = from_settings(RemoteStorageConfig, settings)
     metadata_config = from_settings(RemoteLogMetadataConfig, settings)
+    security = from_settings(KafkaSecurityConfig, settings).with_secrets_resolved()
     await announce_remote_tier(storage_config, metadata_config, command="serve", log=_log)
     rsm = create_remote_storage(storage_config)
     rlmm = TopicBasedRemoteLogMetadataManager(
         metadata_config,
         bootstrap_servers=bootstrap_servers,
-        client_options=client_options,
+        security=security,
         command="serve",
     )
     try:
@@ -240,7 +241,7 @@ async def open_remote_tier(
         indexes=indexes,
         chunks=chunks,
         publish=rlmm.publish,
-        topic_id_lookup=functools.partial(_current_topic_ids, bootstrap_servers),
+        topic_id_lookup=functools.partial(_current_topic_ids, bootstrap_servers, security),
         metrics=metrics,
     )
     tier.start()
@@ -253,9 +254,13 @@ async def open_remote_tier(
     return tier, close
 
 
-async def _current_topic_ids(bootstrap_servers: str, names: list[str]) -> dict[str, uuid.UUID]:
+async def _current_topic_ids(
+    bootstrap_servers: str, security: KafkaSecurityConfig, names: list[str]
+) -> dict[str, uuid.UUID]:
     """The broker's current ids of ``names`` (Metadata v10+), for :class:`TopicIds`."""
-    async with KafkaClient(bootstrap_servers, client_id="tierproxy-topic-ids") as client:
+    async with KafkaClient(
+        bootstrap_servers, client_id="tierproxy-topic-ids", security=security
+    ) as client:
         metadata = await client.metadata(names)
     return {
         name: topic.topic_id

@@ -19,6 +19,7 @@ from proxy.remote.config import RemoteFetchConfig
 from proxy.server import run_until_stopped
 from storage.config import from_settings
 from storage.index_cache import IndexCacheConfig
+from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.config import TIERING_CONFIG_CLASSES, TieringConfig
@@ -90,8 +91,9 @@ async def serve(config: ProxyConfig, settings: Mapping[str, Any]) -> None:
     :raises ConfigError: for invalid remote-tier settings.
     :raises MetadataTopicError: if the metadata topic cannot be used.
     """
+    security = from_settings(KafkaSecurityConfig, settings).with_secrets_resolved()
     if not from_settings(RemoteFetchConfig, settings).enabled:
-        await run_until_stopped(config)
+        await run_until_stopped(config, security=security)
         return
     from proxy.remote.metrics import RemoteMetrics  # noqa: PLC0415
     from proxy.remote.tier import open_remote_tier  # noqa: PLC0415
@@ -106,6 +108,8 @@ async def serve(config: ProxyConfig, settings: Mapping[str, Any]) -> None:
         tier, pipeline_client_id=from_settings(TieringConfig, settings).client_id
     )
     try:
-        await run_until_stopped(config, interceptors=interceptors, metrics=metrics)
+        await run_until_stopped(
+            config, interceptors=interceptors, metrics=metrics, security=security
+        )
     finally:
         await close()

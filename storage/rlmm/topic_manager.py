@@ -28,9 +28,8 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -46,6 +45,7 @@ from protocol.metadata_records import (
 )
 from protocol.murmur2 import metadata_partition_for
 from storage.config import ConfigError
+from storage.kafka_security import KafkaSecurityConfig
 from storage.model import TopicIdPartition
 from storage.retry import RetryPolicy, call_with_retry
 from storage.rlmm.cache import RemoteLogMetadataCache
@@ -85,8 +85,8 @@ class MetadataTopicError(RemoteLogMetadataError):
 class TopicBasedRemoteLogMetadataManager:
     """Publishes and consumes KIP-405 metadata records; owns the cache they build.
 
-    Use as an async context manager, or call :meth:`start` and :meth:`close`.
-    ``client_options`` go to every aiokafka client (security settings, client id, ...).
+    Use as an async context manager, or call :meth:`start` and :meth:`close`. Its aiokafka
+    consumer, producer and admin client log in with the ``upstream.*`` ``security`` settings.
     """
 
     def __init__(
@@ -94,7 +94,7 @@ class TopicBasedRemoteLogMetadataManager:
         config: RemoteLogMetadataConfig,
         *,
         bootstrap_servers: str,
-        client_options: Mapping[str, Any] | None = None,
+        security: KafkaSecurityConfig | None = None,
         command: str | None = None,
     ) -> None:
         """``command`` (``serve``, ``tier``) names the process, for its own snapshot
@@ -107,7 +107,9 @@ class TopicBasedRemoteLogMetadataManager:
         self.skipped_records = 0
         """Records the consumer could not decode or apply."""
         self._bootstrap = bootstrap_servers
-        self._options = dict(client_options or {})
+        self._options = (
+            (security or KafkaSecurityConfig()).with_secrets_resolved().aiokafka_options()
+        )
         self._partition_count = config.topic_partitions
         self.snapshot_dir = snapshot_dir_for(config, command)
         self._snapshots = (

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.config import ConfigError, setting
+from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.policy import TopicPolicy
@@ -117,5 +118,6 @@ TIERING_CONFIG_CLASSES: tuple[type[Any], ...] = (
     TopicPolicy,
     RemoteStorageConfig,
     RemoteLogMetadataConfig,
+    KafkaSecurityConfig,
 )
 """The settings classes the pipeline reads (``tierproxy status`` reads the same)."""

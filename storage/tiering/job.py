@@ -31,6 +31,7 @@ from rich.console import Console
 from storage.config import ConfigError, check_unknown, flatten, from_settings
 from storage.console import report_console
 from storage.kafka_client import KafkaClient
+from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.config import TIERING_CONFIG_CLASSES, TieringConfig
@@ -67,6 +68,8 @@ class TieringSettings:
     rules: TopicRules
     storage: RemoteStorageConfig
     metadata: RemoteLogMetadataConfig
+    security: KafkaSecurityConfig
+    """How every connection to the cluster logs in (secrets resolved here, on the driver)."""
 
 
 def settings_from_flat(flat: dict[str, Any]) -> TieringSettings:
@@ -79,6 +82,7 @@ def settings_from_flat(flat: dict[str, Any]) -> TieringSettings:
         rules=compile_rules(flat),
         storage=from_settings(RemoteStorageConfig, flat),
         metadata=from_settings(RemoteLogMetadataConfig, flat),
+        security=from_settings(KafkaSecurityConfig, flat).with_secrets_resolved(),
     )
 
 
@@ -164,12 +168,16 @@ async def open_pipeline(
         config.bootstrap_servers,
         client_id=config.client_id,
         request_timeout_ms=config.request_timeout_ms,
+        security=settings.security,
     )
     owned_rlmm = None
     if rlmm is None:
         await announce_remote_tier(settings.storage, settings.metadata, command="tier", log=log)
         owned_rlmm = TopicBasedRemoteLogMetadataManager(
-            settings.metadata, bootstrap_servers=config.bootstrap_servers, command="tier"
+            settings.metadata,
+            bootstrap_servers=config.bootstrap_servers,
+            security=settings.security,
+            command="tier",
         )
         await owned_rlmm.start()
         rlmm = owned_rlmm
@@ -184,6 +192,7 @@ async def open_pipeline(
             rsm=rsm,
             runner=SparkStageRunner(spark, console=console),
             metadata_topic=settings.metadata.topic_name,
+            security=settings.security,
             storage_factory=task_storage_factory,
             clock=clock,
         )

@@ -68,6 +68,7 @@ from protocol.metadata_records import (
 )
 from storage.config import ConfigError
 from storage.kafka_client import NO_TOPIC_ID, ClusterMetadata, KafkaClient, TopicMetadata
+from storage.kafka_security import KafkaSecurityConfig
 from storage.model import (
     IndexType,
     RemoteLogSegmentId,
@@ -210,6 +211,7 @@ class TieringPipeline:
         rsm: RemoteStorageManager,
         runner: StageRunner,
         metadata_topic: str,
+        security: KafkaSecurityConfig | None = None,
         storage_factory: StorageFactory | None = None,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
@@ -228,6 +230,7 @@ class TieringPipeline:
             client_id=config.client_id,
             request_timeout_ms=config.request_timeout_ms,
             fetch_max_bytes=config.fetch_max_bytes,
+            security=security or KafkaSecurityConfig(),
         )
         self._reported: set[tuple[str, str]] = set()
         self._scans: dict[TopicIdPartition, _ScanMemory] = {}

@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 
 from protocol.errors import KafkaError
 from storage.kafka_client import FetchedPartition, FetchTarget, KafkaClient
+from storage.kafka_security import KafkaSecurityConfig
 from storage.model import RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
@@ -87,6 +88,8 @@ class BrokerSettings:
     client_id: str
     request_timeout_ms: int
     fetch_max_bytes: int
+    security: KafkaSecurityConfig
+    """With secrets resolved on the driver: executors need neither the file nor the variable."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -307,6 +310,7 @@ async def _fetch_window(window: FetchWindow, broker: BrokerSettings) -> WindowRe
         broker.bootstrap_servers,
         client_id=broker.client_id,
         request_timeout_ms=broker.request_timeout_ms,
+        security=broker.security,
     ) as client:
         with path.open("wb") as spill:
             await _read_range(
@@ -411,6 +415,7 @@ async def _copy_one(job: CopyJob, broker: BrokerSettings, rsm: RemoteStorageMana
             broker.bootstrap_servers,
             client_id=broker.client_id,
             request_timeout_ms=broker.request_timeout_ms,
+            security=broker.security,
         ) as client:
             await _read_range(
                 client,

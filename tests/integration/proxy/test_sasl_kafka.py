@@ -50,6 +50,7 @@ def sasl_proxy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TierproxySe
         info = server.start()
         config = work / "sasl.toml"
         config.write_text(
+            'upstream.security.protocol = "SASL_PLAINTEXT"\n'
             'upstream.sasl.mechanism = "PLAIN"\n'
             'upstream.sasl.username = "tierproxy"\n'
             'upstream.sasl.password = "tierproxy-secret"\n',

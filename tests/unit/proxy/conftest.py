@@ -14,6 +14,7 @@ from protocol.frames import FrameDecoder
 from proxy.config import ProxyConfig
 from proxy.interceptors.base import Interceptor
 from proxy.server import ProxyServer
+from storage.kafka_security import KafkaSecurityConfig
 from tests.unit.proxy.fake_broker import FakeBroker
 
 ProxyFactory = Callable[..., Awaitable[ProxyServer]]
@@ -32,14 +33,18 @@ async def make_proxy() -> AsyncIterator[ProxyFactory]:
     started: list[ProxyServer] = []
 
     async def start(
-        broker: FakeBroker, *, interceptors: tuple[Interceptor, ...] = (), **settings: Any
+        broker: FakeBroker,
+        *,
+        interceptors: tuple[Interceptor, ...] = (),
+        security: KafkaSecurityConfig | None = None,
+        **settings: Any,
     ) -> ProxyServer:
         config = ProxyConfig(
             bootstrap_servers=f"127.0.0.1:{broker.port}",
             listeners=settings.pop("listeners", "127.0.0.1:0"),
             **settings,
         )
-        server = ProxyServer(config, interceptors=interceptors)
+        server = ProxyServer(config, interceptors=interceptors, security=security)
         await server.start()
         started.append(server)
         return server

@@ -55,6 +55,8 @@ ADVERTISED = {
     int(ApiKey.HEARTBEAT): (0, 4),
     int(ApiKey.API_VERSIONS): (0, 4),
     int(ApiKey.DESCRIBE_CLUSTER): (0, 1),
+    int(ApiKey.SASL_HANDSHAKE): (0, 1),
+    int(ApiKey.SASL_AUTHENTICATE): (0, 2),
 }
 
 

@@ -132,7 +132,7 @@ async def test_every_broker_address_becomes_a_proxy_address(api_key: ApiKey, ver
             PROXIED[getattr(entry, id_field)].port,
         )
     # The book learned the brokers' own addresses (upstreams for new listeners).
-    assert {(b.node_id, b.address.host, b.address.port) for b in book.seen} <= set(BROKERS)
+    assert {(b.node_id, b.host, b.port) for b in book.seen} <= set(BROKERS)
     # And the rewritten response still encodes and decodes at that version.
     assert decode_response(api_key, version, encode_response(rewritten)) == rewritten
 

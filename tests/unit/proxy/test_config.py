@@ -25,7 +25,6 @@ def test_defaults_are_kafkas() -> None:
     assert config.socket_request_max_bytes == 104857600
     assert config.listener.security_protocol == "PLAINTEXT"
     assert not config.listener.tls
-    assert not config.upstream_tls
 
 
 def test_toml_file_with_kafka_names_and_flag_overrides(tmp_path: Path) -> None:
@@ -86,7 +85,6 @@ def test_unreadable_toml_is_a_config_error(tmp_path: Path) -> None:
         ({"listeners": "HTTP://h:1"}, "scheme"),
         ({"listeners": "SSL://h:1"}, "ssl.certificate.location"),
         ({"bootstrap_servers": " , "}, "at least one broker"),
-        ({"upstream_security_protocol": "TLS"}, "upstream.security.protocol"),
         ({"broker_map": ({"node.id": 1},)}, "need node.id"),
         (
             {"broker_map": ({"node.id": 1, "listener": "a:1"}, {"node.id": 1, "listener": "a:2"})},

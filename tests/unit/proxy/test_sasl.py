@@ -4,6 +4,7 @@ its SASL_PLAINTEXT mode (the integration test with Apache Kafka is in tests/inte
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import AsyncIterator
 
@@ -14,6 +15,7 @@ from protocol.messages import ApiKey, decode_response, encode_request, request_c
 from proxy.config import ProxyConfig
 from proxy.discovery import DiscoveryError
 from proxy.server import ProxyServer
+from storage.kafka_security import KafkaSecurityConfig
 from tests.unit.proxy.conftest import Client, ProxyFactory, frame
 from tests.unit.proxy.fake_broker import FakeBroker, raw_request, raw_response_body
 
@@ -25,6 +27,14 @@ async def sasl_broker() -> AsyncIterator[FakeBroker]:
     broker = await FakeBroker(sasl_users=USERS).start()
     yield broker
     await broker.close()
+
+
+PROXY_LOGIN = KafkaSecurityConfig(
+    security_protocol="SASL_PLAINTEXT",
+    sasl_mechanism="PLAIN",
+    sasl_username="proxy",
+    sasl_password="proxy-secret",
+)
 
 
 def login_frames(user: str, password: str) -> tuple[bytes, bytes]:
@@ -43,9 +53,7 @@ async def test_clients_log_in_end_to_end_through_the_proxy(
 ) -> None:
     proxy = await make_proxy(
         sasl_broker,
-        upstream_sasl_mechanism="PLAIN",
-        upstream_sasl_username="proxy",
-        upstream_sasl_password="proxy-secret",
+        security=PROXY_LOGIN,
     )
     assert sasl_broker.logins == ["proxy"]  # discovery's own login
     client = await Client.connect(proxy)
@@ -66,9 +74,7 @@ async def test_a_client_that_skips_sasl_is_closed_by_the_broker_and_the_proxy(
 ) -> None:
     proxy = await make_proxy(
         sasl_broker,
-        upstream_sasl_mechanism="PLAIN",
-        upstream_sasl_username="proxy",
-        upstream_sasl_password="proxy-secret",
+        security=PROXY_LOGIN,
     )
     client = await Client.connect(proxy)
     await client.send(raw_request(1, b"no login"))
@@ -80,9 +86,7 @@ async def test_a_wrong_password_is_the_clients_answer_to_read(
 ) -> None:
     proxy = await make_proxy(
         sasl_broker,
-        upstream_sasl_mechanism="PLAIN",
-        upstream_sasl_username="proxy",
-        upstream_sasl_password="proxy-secret",
+        security=PROXY_LOGIN,
     )
     client = await Client.connect(proxy)
     handshake, authenticate = login_frames("alice", "wrong")
@@ -98,12 +102,6 @@ async def test_discovery_needs_credentials_on_a_sasl_listener(sasl_broker: FakeB
     config = ProxyConfig(bootstrap_servers=f"127.0.0.1:{sasl_broker.port}", listeners="127.0.0.1:0")
     with pytest.raises(DiscoveryError):
         await ProxyServer(config).start()
-    wrong = ProxyConfig(
-        bootstrap_servers=f"127.0.0.1:{sasl_broker.port}",
-        listeners="127.0.0.1:0",
-        upstream_sasl_mechanism="PLAIN",
-        upstream_sasl_username="proxy",
-        upstream_sasl_password="nope",
-    )
-    with pytest.raises(DiscoveryError, match="SASL/PLAIN login failed"):
-        await ProxyServer(wrong).start()
+    wrong = dataclasses.replace(PROXY_LOGIN, sasl_password="nope")
+    with pytest.raises(DiscoveryError, match="refused the SASL/PLAIN login as proxy"):
+        await ProxyServer(config, security=wrong).start()

@@ -17,6 +17,7 @@ from protocol.messages import ApiKey, decode_response
 from proxy.config import ProxyConfig
 from proxy.discovery import DiscoveryError
 from proxy.server import ProxyServer
+from storage.kafka_security import KafkaSecurityConfig
 from tests.unit.proxy.conftest import Client
 from tests.unit.proxy.fake_broker import FakeBroker, raw_request, raw_response_body
 from tests.unit.proxy.test_server import metadata_frame
@@ -69,10 +70,9 @@ async def test_tls_to_clients_and_to_the_broker(
         listeners="SSL://127.0.0.1:0",
         ssl_certificate_location=str(proxy_cert),
         ssl_key_location=str(proxy_key),
-        upstream_security_protocol="SSL",
-        upstream_ssl_ca_location=str(broker_cert),
     )
-    proxy = ProxyServer(config)
+    upstream = KafkaSecurityConfig(security_protocol="SSL", ssl_ca_location=str(broker_cert))
+    proxy = ProxyServer(config, security=upstream)
     try:
         await proxy.start()
         client = await tls_client(proxy, proxy_cert)
@@ -97,12 +97,11 @@ async def test_a_broker_certificate_from_an_unknown_ca_is_refused(
     config = ProxyConfig(
         bootstrap_servers=f"127.0.0.1:{broker.port}",
         listeners="127.0.0.1:0",
-        upstream_security_protocol="SSL",
-        upstream_ssl_ca_location=str(stranger_cert),
         connection_setup_timeout_ms=2000,
     )
+    upstream = KafkaSecurityConfig(security_protocol="SSL", ssl_ca_location=str(stranger_cert))
     try:
-        with pytest.raises(DiscoveryError, match="CERTIFICATE_VERIFY_FAILED"):
-            await ProxyServer(config).start()
+        with pytest.raises(DiscoveryError, match="certificate"):
+            await ProxyServer(config, security=upstream).start()
     finally:
         await broker.close()

@@ -1,0 +1,74 @@
+"""OAuth 2 access tokens for SASL/OAUTHBEARER, by the client credentials grant (KIP-768).
+
+Kafka's Java clients ask the token endpoint for a token with ``grant_type=client_credentials``,
+the client id and secret as HTTP basic authentication and an optional scope, and reuse it until
+shortly before it expires. This does the same for tierproxy's own connections, in both of its
+clients: the kio client asks :func:`fetch_token` before each login, and aiokafka's clients
+(the metadata topic's) are given a :class:`ClientCredentialsTokenProvider`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Final
+
+import aiohttp
+from aiokafka.abc import AbstractTokenProvider
+
+if TYPE_CHECKING:
+    from storage.kafka_security import KafkaSecurityConfig
+
+__all__ = ["ClientCredentialsTokenProvider", "TokenError", "fetch_token"]
+
+_TIMEOUT_S: Final = 30.0
+_REFRESH_AT: Final = 0.8
+"""Share of a token's lifetime after which a new one is asked for (Kafka's
+``sasl.login.refresh.window.factor``)."""
+
+
+class TokenError(Exception):
+    """The token endpoint refused or could not be reached (the message says which)."""
+
+
+async def fetch_token(config: KafkaSecurityConfig) -> tuple[str, float]:
+    """A fresh access token and its lifetime in seconds (an hour when the endpoint omits it).
+
+    :raises TokenError: the endpoint is unreachable, refused, or answered without a token.
+    """
+    form = {"grant_type": "client_credentials"}
+    if config.sasl_oauthbearer_scope:
+        form["scope"] = config.sasl_oauthbearer_scope
+    auth = aiohttp.BasicAuth(
+        config.sasl_oauthbearer_client_id, config.sasl_oauthbearer_client_secret
+    )
+    url = config.sasl_oauthbearer_token_endpoint_url
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=_TIMEOUT_S)) as session,
+            session.post(url, data=form, auth=auth) as response,
+        ):
+            if response.status != 200:
+                raise TokenError(f"token endpoint {url} answered HTTP {response.status}")
+            document = await response.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+        raise TokenError(f"token endpoint {url}: {err or type(err).__name__}") from err
+    token = document.get("access_token") if isinstance(document, dict) else None
+    if not isinstance(token, str) or not token:
+        raise TokenError(f"token endpoint {url} answered without an access_token")
+    lifetime = document.get("expires_in", 3600)
+    return token, float(lifetime) if isinstance(lifetime, (int, float)) else 3600.0
+
+
+class ClientCredentialsTokenProvider(AbstractTokenProvider):  # type: ignore[misc]
+    """aiokafka's token callback: one token, renewed after 80 % of its lifetime."""
+
+    def __init__(self, config: KafkaSecurityConfig) -> None:
+        self._config = config
+        self._token = ""
+        self._renew_at = 0.0
+
+    async def token(self) -> str:
+        if not self._token or time.monotonic() >= self._renew_at:
+            token, lifetime = await fetch_token(self._config)
+            self._token, self._renew_at = token, time.monotonic() + lifetime * _REFRESH_AT
+        return self._token
