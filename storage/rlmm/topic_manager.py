@@ -34,7 +34,7 @@ from typing import TypeVar
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAuthorizationFailedError
 
 from protocol.errors import KafkaError as KafkaErrorCode
 from protocol.metadata_records import (
@@ -45,6 +45,7 @@ from protocol.metadata_records import (
 )
 from protocol.murmur2 import metadata_partition_for
 from storage.config import ConfigError
+from storage.kafka_acls import denied, principal_of
 from storage.kafka_security import KafkaSecurityConfig
 from storage.model import TopicIdPartition
 from storage.retry import RetryPolicy, call_with_retry
@@ -107,6 +108,9 @@ class TopicBasedRemoteLogMetadataManager:
         self.skipped_records = 0
         """Records the consumer could not decode or apply."""
         self._bootstrap = bootstrap_servers
+        self._principal = principal_of(security or KafkaSecurityConfig())
+        self._refused: MetadataTopicError | None = None
+        """Set when the broker refuses this manager's principal READ on the topic."""
         self._options = (
             (security or KafkaSecurityConfig()).with_secrets_resolved().aiokafka_options()
         )
@@ -219,12 +223,17 @@ class TopicBasedRemoteLogMetadataManager:
             f"{record.topic}-{record.partition}", self._partition_count
         )
         async with asyncio.timeout(self.config.consume_wait_ms / 1000):
-            sent = await producer.send_and_wait(
-                self.config.topic_name,
-                value=encode_metadata_record(record),
-                key=None,
-                partition=partition,
-            )
+            try:
+                sent = await producer.send_and_wait(
+                    self.config.topic_name,
+                    value=encode_metadata_record(record),
+                    key=None,
+                    partition=partition,
+                )
+            except TopicAuthorizationFailedError as err:
+                raise MetadataTopicError(
+                    denied("Produce", self.config.topic_name, self._principal)
+                ) from err
             await self._applied_through(partition, sent.offset)
 
     async def wait_until_caught_up(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (the RLMM contract takes a timeout, like Kafka's)
@@ -440,6 +449,14 @@ class TopicBasedRemoteLogMetadataManager:
         while True:
             try:
                 batches = await consumer.getmany(timeout_ms=_FETCH_MAX_WAIT_MS * 5)
+            except TopicAuthorizationFailedError:
+                # No retry helps until an operator adds the ACL: fail start() at once.
+                self._refused = MetadataTopicError(
+                    denied("Fetch", self.config.topic_name, self._principal)
+                )
+                log.error("metadata consumer: %s", self._refused)
+                self._progress.set()
+                return
             except KafkaError as err:
                 log.warning("metadata consumer: %s; retrying", err)
                 await asyncio.sleep(_RETRY_BACKOFF_S)
@@ -505,7 +522,14 @@ class TopicBasedRemoteLogMetadataManager:
             raise refusal
 
     async def _next_progress(self) -> None:
-        await self._progress.wait()
+        """Wait for the consumer to apply more records.
+
+        :raises MetadataTopicError: the broker refuses the consumer READ on the topic.
+        """
+        if self._refused is None:
+            await self._progress.wait()
+        if self._refused is not None:
+            raise self._refused
 
     async def _snapshot_loop(self) -> None:
         while True:

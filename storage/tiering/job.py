@@ -69,7 +69,8 @@ class TieringSettings:
     storage: RemoteStorageConfig
     metadata: RemoteLogMetadataConfig
     security: KafkaSecurityConfig
-    """How every connection to the cluster logs in (secrets resolved here, on the driver)."""
+    """How every connection to the cluster logs in (secrets are resolved by
+    :func:`open_pipeline`, on the driver, and reach the executors with the tasks)."""
 
 
 def settings_from_flat(flat: dict[str, Any]) -> TieringSettings:
@@ -82,7 +83,7 @@ def settings_from_flat(flat: dict[str, Any]) -> TieringSettings:
         rules=compile_rules(flat),
         storage=from_settings(RemoteStorageConfig, flat),
         metadata=from_settings(RemoteLogMetadataConfig, flat),
-        security=from_settings(KafkaSecurityConfig, flat).with_secrets_resolved(),
+        security=from_settings(KafkaSecurityConfig, flat),
     )
 
 
@@ -192,7 +193,7 @@ async def open_pipeline(
             rsm=rsm,
             runner=SparkStageRunner(spark, console=console),
             metadata_topic=settings.metadata.topic_name,
-            security=settings.security,
+            security=settings.security.with_secrets_resolved(),
             storage_factory=task_storage_factory,
             clock=clock,
         )

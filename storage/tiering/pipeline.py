@@ -67,6 +67,7 @@ from protocol.metadata_records import (
     RemoteLogStartOffsetRecord,
 )
 from storage.config import ConfigError
+from storage.kafka_acls import denied, principal_of
 from storage.kafka_client import NO_TOPIC_ID, ClusterMetadata, KafkaClient, TopicMetadata
 from storage.kafka_security import KafkaSecurityConfig
 from storage.model import (
@@ -232,6 +233,9 @@ class TieringPipeline:
             fetch_max_bytes=config.fetch_max_bytes,
             security=security or KafkaSecurityConfig(),
         )
+        self._principal = principal_of(self._broker.security)
+        self._denied: dict[str, None] = {}
+        """This cycle's authorisation refusals, each naming the missing ACL (in order)."""
         self._reported: set[tuple[str, str]] = set()
         self._scans: dict[TopicIdPartition, _ScanMemory] = {}
         self._chains: dict[TopicIdPartition, tuple[uuid.UUID, ChainState]] = {}
@@ -275,6 +279,8 @@ class TieringPipeline:
         await self._delete_disabled(topics, policies, stats, errors)
         await self._delete_leftovers(topics, stats, errors)
         partitions = await self._partition_states(topics, policies, stats)
+        errors.extend(self._denied)
+        self._denied.clear()
         copy_started = time.monotonic()
         run_id = f"{now}-{uuid.uuid4().hex[:8]}"
         try:
@@ -318,6 +324,13 @@ class TieringPipeline:
         policies = {}
         for name in sorted(topics):
             configs = broker_configs.get(name)
+            if (
+                configs == KafkaError.TOPIC_AUTHORIZATION_FAILED
+                and self._rules.matching(name) is not None
+            ):
+                # Only topics the file means to tier need their configs; the principal may
+                # see other topics (DESCRIBE) without the right to read their configs.
+                self._denied[denied("DescribeConfigs", name, self._principal)] = None
             broker = (
                 {
                     key: BrokerConfigValue(value=e.value, is_topic_override=e.is_topic_override)
@@ -542,6 +555,10 @@ class TieringPipeline:
         for p in partitions:
             key = (p.tp.topic, p.tp.partition)
             sample = samples[key]
+            if sample.error == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                p.error = denied("Fetch", p.tp.topic, self._principal)
+                self._denied[p.error] = None
+                continue
             if sample.error != KafkaError.NONE:
                 p.error = f"Fetch: {sample.error.name}"
                 continue
@@ -1048,6 +1065,9 @@ class TieringPipeline:
         by_key = {(a.topic, a.partition): a for a in answers}
         for p, target in group:
             answer = by_key.get((p.tp.topic, p.tp.partition))
+            if answer is not None and answer.error == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                errors.append(f"{p.tp}: {denied('DeleteRecords', p.tp.topic, self._principal)}")
+                continue
             if answer is None or answer.error != KafkaError.NONE:
                 reason = answer.error.name if answer is not None else "no answer"
                 errors.append(f"{p.tp}: DeleteRecords to {target}: {reason}")

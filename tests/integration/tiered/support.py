@@ -66,12 +66,40 @@ async def tier_topic(
     spill: Path,
     **policy: Any,
 ) -> CycleReport:
-    """Run one pipeline cycle over ``topic``; the cycle's report."""
-    settings = settings_from_flat(
+    """Run one pipeline cycle over ``topic``; the cycle's report, which had no errors."""
+    target = CycleTarget(topic=topic, bucket=bucket, metadata_topic=metadata_topic, spill=spill)
+    report = await run_cycle(broker, s3, spark, target, policy)
+    assert not report.errors, report.errors
+    return report
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CycleTarget:
+    """What one test cycle tiers, and where to."""
+
+    topic: str
+    bucket: str
+    metadata_topic: str
+    spill: Path
+
+
+async def run_cycle(
+    broker: BrokerInfo,
+    s3: S3Info,
+    spark: Any,
+    target: CycleTarget,
+    policy: Mapping[str, Any],
+    *,
+    settings: Mapping[str, Any] | None = None,
+) -> CycleReport:
+    """Run one pipeline cycle over ``target.topic`` with more ``settings`` (a login, say)."""
+    topic, bucket, metadata_topic = target.topic, target.bucket, target.metadata_topic
+    pipeline_settings = settings_from_flat(
         {
             "bootstrap.servers": broker.bootstrap,
+            **(settings or {}),
             **storage_settings(s3, bucket, metadata_topic),
-            "tiering.spill.dir": str(spill),
+            "tiering.spill.dir": str(target.spill),
             "topics": [
                 {
                     "pattern": topic,
@@ -83,10 +111,8 @@ async def tier_topic(
             ],
         }
     )
-    async with open_pipeline(settings, spark) as pipeline:
-        report = await pipeline.run_cycle()
-    assert not report.errors, report.errors
-    return report
+    async with open_pipeline(pipeline_settings, spark) as pipeline:
+        return await pipeline.run_cycle()
 
 
 # -- the proxy -----------------------------------------------------------------------------
