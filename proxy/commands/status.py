@@ -71,17 +71,18 @@ async def _collect(settings: Any, topic_pattern: str | None) -> list[Any]:
     from storage.tiering.status import collect_status  # noqa: PLC0415
 
     config = settings.tiering
+    security = settings.security.with_secrets_resolved()
     async with (
         KafkaClient(
             config.bootstrap_servers,
             client_id=config.client_id,
             request_timeout_ms=config.request_timeout_ms,
-            security=settings.security,
+            security=security,
         ) as client,
         TopicBasedRemoteLogMetadataManager(
             settings.metadata,
             bootstrap_servers=config.bootstrap_servers,
-            security=settings.security,
+            security=security,
         ) as rlmm,
     ):
         return await collect_status(

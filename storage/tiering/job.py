@@ -165,11 +165,12 @@ async def open_pipeline(
     from storage.startup import announce_remote_tier  # noqa: PLC0415
 
     config = settings.tiering
+    security = settings.security.with_secrets_resolved()  # once: its file is read here only
     client = KafkaClient(
         config.bootstrap_servers,
         client_id=config.client_id,
         request_timeout_ms=config.request_timeout_ms,
-        security=settings.security,
+        security=security,
     )
     owned_rlmm = None
     if rlmm is None:
@@ -177,7 +178,7 @@ async def open_pipeline(
         owned_rlmm = TopicBasedRemoteLogMetadataManager(
             settings.metadata,
             bootstrap_servers=config.bootstrap_servers,
-            security=settings.security,
+            security=security,
             command="tier",
         )
         await owned_rlmm.start()
@@ -193,7 +194,7 @@ async def open_pipeline(
             rsm=rsm,
             runner=SparkStageRunner(spark, console=console),
             metadata_topic=settings.metadata.topic_name,
-            security=settings.security.with_secrets_resolved(),
+            security=security,
             storage_factory=task_storage_factory,
             clock=clock,
         )

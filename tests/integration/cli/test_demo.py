@@ -18,22 +18,10 @@ import pytest
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
-@pytest.mark.parametrize("broker", ["kafka", "tansu"])
-def test_demo_reads_every_record_across_the_tier_boundary(broker: str, tmp_path: Path) -> None:
-    environment = {**os.environ, "COLUMNS": "200"}
+def run_demo(*arguments: str, environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``tierproxy demo ARGUMENTS`` as a subprocess; it must exit 0."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "proxy.cli",
-            "demo",
-            "--records",
-            "6000",
-            "--broker",
-            broker,
-            "--work-dir",
-            str(tmp_path),
-        ],
+        [sys.executable, "-m", "proxy.cli", "demo", *arguments],
         capture_output=True,
         text=True,
         timeout=300,
@@ -41,6 +29,21 @@ def test_demo_reads_every_record_across_the_tier_boundary(broker: str, tmp_path:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    return result
+
+
+@pytest.mark.parametrize("broker", ["kafka", "tansu"])
+def test_demo_reads_every_record_across_the_tier_boundary(broker: str, tmp_path: Path) -> None:
+    environment = {**os.environ, "COLUMNS": "200"}
+    result = run_demo(
+        "--records",
+        "6000",
+        "--broker",
+        broker,
+        "--work-dir",
+        str(tmp_path),
+        environment=environment,
+    )
     assert "every record came back exactly, in order" in result.stdout
     served_remote = next(
         line for line in result.stdout.splitlines() if "served from remote tier" in line
@@ -59,15 +62,7 @@ def test_a_demo_without_a_work_dir_names_no_path_it_removes(tmp_path: Path) -> N
     """Its temporary directory is removed at the end, so it prints no log path inside it
     (a failing step keeps the directory and says where it is)."""
     environment = {**os.environ, "COLUMNS": "200", "TMPDIR": str(tmp_path)}
-    result = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", "demo", "--records", "2000", "--broker", "tansu"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=environment,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = run_demo("--records", "2000", "--broker", "tansu", environment=environment)
     assert "logs in" not in result.stdout
     assert str(tmp_path) not in result.stdout
     assert not any(tmp_path.glob("tierproxy-demo-*"))
