@@ -278,8 +278,8 @@ class _Protocol(asyncio.Protocol):
         while (frame := self._decoder.next_frame()) is not None:
             if not isinstance(frame, bytes):
                 spoken = foreign_protocol(frame.declared_size)
-                what = f"spoke {spoken}, not the Kafka protocol" if spoken else f"sent {frame}"
-                self._fail(BrokerConnectionError(f"{self._name} {what}"))
+                what = f"the peer spoke {spoken}, not the Kafka protocol" if spoken else f"{frame}"
+                self._fail(BrokerConnectionError(f"{self._name}: {what}"))
                 return
             if not self._pending:
                 self._fail(BrokerConnectionError(f"{self._name} sent an unrequested response"))
