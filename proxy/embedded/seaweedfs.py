@@ -8,7 +8,12 @@ listeners ``weed server`` opens by default are turned off or pinned: the Iceberg
 Lance (9101) catalogs of the S3 gateway would collide between two instances on one machine,
 and the master's telemetry would try to reach the internet.
 
-Credentials come from an ``-s3.config`` identities file with one admin identity. Start-up takes
+Credentials come from an ``-s3.config`` identities file with one admin identity; requests
+signed with any other key are refused (``InvalidAccessKeyId``), as S3 does. SSE-S3 (uploads
+with ``ServerSideEncryption: AES256``) works as on AWS: SeaweedFS enables it only with a key
+encryption key, so each instance gets a random one (``WEED_S3_SSE_KEY``), kept across restarts
+of that instance, since objects written before a restart must still decrypt. SSE-KMS needs a
+KMS that SeaweedFS does not embed, so ``aws:kms`` uploads fail here. Start-up takes
 2 to 4 s; "ready" means the master has a volume server with free slots *and* S3 ``ListBuckets``
 succeeds with those credentials (the gateway answers before a volume server has registered,
 and the first upload would then fail).
@@ -25,6 +30,7 @@ the filer's leveldb journal are already in the page cache).
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import sys
 import urllib.request
@@ -33,7 +39,7 @@ from typing import Any
 
 from proxy.embedded.info import S3Info
 from proxy.embedded.ports import LOOPBACK, free_ports
-from proxy.embedded.process import ManagedProcess, ServerStartError
+from proxy.embedded.process import ManagedProcess, ServerStartError, environment
 from proxy.embedded.s3 import s3_answers, s3_client
 from proxy.embedded.server import EmbeddedServer, retry_on_early_exit
 
@@ -82,6 +88,7 @@ class SeaweedFS(EmbeddedServer):
         self._access_key = access_key
         self._secret_key = secret_key
         self._region = region
+        self._sse_s3_key = secrets.token_hex(32)
         self._startup_timeout_s = startup_timeout_s
         self._ports: tuple[int, int, int, int] | None = None  # master, volume, filer, s3
         self.startup_seconds = 0.0
@@ -154,6 +161,7 @@ class SeaweedFS(EmbeddedServer):
             argv,
             log_path=self.log_path,
             cwd=self.work_dir,
+            env=environment(WEED_S3_SSE_KEY=self._sse_s3_key),
             stop_grace_s=_STOP_GRACE_S,
         )
         self._ports = ports

@@ -14,10 +14,14 @@ from typing import Literal
 from storage.config import ConfigError, setting
 from storage.retry import RetryPolicy
 
-__all__ = ["MIN_PART_SIZE_BYTES", "RemoteStorageConfig"]
+__all__ = ["MIN_PART_SIZE_BYTES", "SSE_ALGORITHMS", "RemoteStorageConfig"]
 
 MIN_PART_SIZE_BYTES = 5 * 1024 * 1024
 """S3 rejects multipart parts (all but the last) smaller than 5 MiB."""
+
+SSE_ALGORITHMS = ("none", "AES256", "aws:kms")
+"""Values of ``remote.log.storage.s3.sse.algorithm``: no header, or S3's own
+``x-amz-server-side-encryption`` values for SSE-S3 and SSE-KMS."""
 
 _MIB = 1024 * 1024
 
@@ -29,7 +33,8 @@ class RemoteStorageConfig:
     The repr hides the secret key, since configs end up in logs.
 
     :raises ConfigError: for an unknown backend, S3 without a bucket, parts below S3's minimum,
-        or retry settings out of range.
+        credentials or encryption settings that do not fit together, or retry settings out
+        of range.
     """
 
     backend: Literal["local", "s3"] = setting(
@@ -65,12 +70,33 @@ class RemoteStorageConfig:
     s3_access_key_id: str | None = setting(
         "remote.log.storage.s3.access.key.id",
         None,
-        "Access key id; unset (with the secret) uses the standard AWS credential chain.",
+        "Access key id; unset (with the secret) uses the standard AWS credential chain: "
+        "environment, shared credentials and config files, web identity, container and "
+        "instance metadata.",
     )
     s3_secret_access_key: str | None = setting(
         "remote.log.storage.s3.secret.access.key",
         None,
         "Secret access key paired with remote.log.storage.s3.access.key.id.",
+        secret=True,
+    )
+    s3_profile: str | None = setting(
+        "remote.log.storage.s3.profile",
+        None,
+        "Profile of the shared AWS credentials and config files (AWS_SHARED_CREDENTIALS_FILE, "
+        "AWS_CONFIG_FILE) whose credentials and region to use; unset uses AWS_PROFILE or the "
+        "default profile. Excludes static keys.",
+    )
+    s3_sse_algorithm: str = setting(
+        "remote.log.storage.s3.sse.algorithm",
+        "none",
+        'Server-side encryption asked for on every upload: "none" (the bucket\'s default), '
+        '"AES256" (SSE-S3) or "aws:kms" (SSE-KMS).',
+    )
+    s3_sse_kms_key_id: str | None = setting(
+        "remote.log.storage.s3.sse.kms.key.id",
+        None,
+        'KMS key (id, ARN or alias/NAME) for "aws:kms"; unset uses the account\'s aws/s3 key.',
     )
     s3_path_style_access: bool = setting(
         "remote.log.storage.s3.path.style.access",
@@ -148,14 +174,36 @@ class RemoteStorageConfig:
             raise ConfigError("remote.log.storage.s3.multipart.threshold.bytes must be >= 0")
         if self.s3_max_connections < 1:
             raise ConfigError("remote.log.storage.s3.max.connections must be at least 1")
-        if (self.s3_access_key_id is None) != (self.s3_secret_access_key is None):
-            raise ConfigError(
-                "set both remote.log.storage.s3.access.key.id and .secret.access.key, or neither"
-            )
+        self._check_credentials()
+        self._check_encryption()
         try:
             self.retry_policy()
         except ValueError as err:
             raise ConfigError(f"remote storage retry settings: {err}") from err
+
+    def _check_credentials(self) -> None:
+        if (self.s3_access_key_id is None) != (self.s3_secret_access_key is None):
+            raise ConfigError(
+                "set both remote.log.storage.s3.access.key.id and .secret.access.key, or neither"
+            )
+        if self.s3_access_key_id is not None and self.s3_profile is not None:
+            raise ConfigError(
+                "remote.log.storage.s3.profile and remote.log.storage.s3.access.key.id both "
+                "name credentials: set one of them"
+            )
+
+    def _check_encryption(self) -> None:
+        if self.s3_sse_algorithm not in SSE_ALGORITHMS:
+            raise ConfigError(
+                f"remote.log.storage.s3.sse.algorithm must be one of {SSE_ALGORITHMS}, "
+                f"not {self.s3_sse_algorithm!r}"
+            )
+        if self.s3_sse_kms_key_id and self.s3_sse_algorithm != "aws:kms":
+            raise ConfigError(
+                "remote.log.storage.s3.sse.kms.key.id needs "
+                'remote.log.storage.s3.sse.algorithm = "aws:kms", '
+                f"not {self.s3_sse_algorithm!r}"
+            )
 
     def retry_policy(self) -> RetryPolicy:
         """The retry policy these settings describe."""
@@ -171,7 +219,7 @@ class RemoteStorageConfig:
         fields = []
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if field.name == "s3_secret_access_key" and value is not None:
+            if not field.repr and value is not None:
                 value = "***"
             fields.append(f"{field.name}={value!r}")
         return f"RemoteStorageConfig({', '.join(fields)})"

@@ -3,13 +3,27 @@
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from storage.rsm.base import RemoteStorageError, RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.local import LocalRemoteStorage
 from storage.rsm.s3 import S3RemoteStorage
 
-__all__ = ["check_remote_storage", "create_remote_storage"]
+__all__ = ["StorageCheck", "check_remote_storage", "create_remote_storage"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StorageCheck:
+    """What the start-up check of the remote store found."""
+
+    location: str
+    """Where the remote tier lives, for logs."""
+    credentials: str | None
+    """Which source the S3 credentials come from (never their values); ``None`` for a
+    directory, or when none were found."""
+    problem: str | None
+    """What is wrong with the store, or ``None`` when one cheap request succeeded."""
 
 
 def create_remote_storage(config: RemoteStorageConfig) -> RemoteStorageManager:
@@ -25,9 +39,9 @@ def create_remote_storage(config: RemoteStorageConfig) -> RemoteStorageManager:
     return LocalRemoteStorage(config.local_dir, prefix=config.prefix)
 
 
-async def check_remote_storage(config: RemoteStorageConfig) -> tuple[str, str | None]:
-    """Where the remote tier lives, and what is wrong with it (``None`` when one cheap
-    request succeeded): an unreachable endpoint, a missing bucket or refused credentials
+async def check_remote_storage(config: RemoteStorageConfig) -> StorageCheck:
+    """Where the remote tier lives, where its credentials come from, and what is wrong with
+    it: missing credentials, an unreachable endpoint, a missing bucket or refused credentials
     are then said at start, not at the first remote read. Tried once, without retries.
     """
     storage: S3RemoteStorage | LocalRemoteStorage
@@ -35,10 +49,14 @@ async def check_remote_storage(config: RemoteStorageConfig) -> tuple[str, str | 
         storage = S3RemoteStorage(dataclasses.replace(config, retry_max_attempts=1))
     else:
         storage = LocalRemoteStorage(config.local_dir, prefix=config.prefix)
+    credentials: str | None = None
+    problem: str | None = None
     try:
+        if isinstance(storage, S3RemoteStorage):
+            credentials = await storage.describe_credentials()
         await storage.check()
     except RemoteStorageError as err:
-        return storage.location, str(err)
+        problem = str(err)
     finally:
         await storage.close()
-    return storage.location, None
+    return StorageCheck(location=storage.location, credentials=credentials, problem=problem)

@@ -8,7 +8,9 @@ Errors are sorted into retriable (connection failures, timeouts, 5xx, throttling
 
 - Copy: the six files of a segment upload concurrently; a file above the multipart threshold
   is sent in parts, a few at a time, each retried on its own, and the upload is aborted if it
-  cannot be completed, so no invisible parts are left to bill.
+  cannot be completed, so no invisible parts are left to bill. The server-side encryption
+  settings go on ``PutObject`` and ``CreateMultipartUpload`` only: S3 rejects them on
+  ``UploadPart``, whose parts inherit the upload's encryption.
 - Ranged read: one ``GET`` with ``Range: bytes=a-b``. S3 answers 416 for a start at or past the
   end; only then a ``HEAD`` learns the size, to tell "empty tail" from "beyond the end".
 - Delete: a ``LIST`` of the segment's key prefix (which also finds the leftovers of a failed
@@ -17,6 +19,7 @@ Errors are sorted into retriable (connection failures, timeouts, 5xx, throttling
 
 The client is created on first use (creating one needs the event loop) and holds a pool of at
 most ``remote.log.storage.s3.max.connections`` connections; further requests wait for one.
+Its credentials are static keys or the AWS credential chain (:mod:`storage.rsm.s3_credentials`).
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ from typing import Any, Protocol, TypeVar
 
 import aiohttp
 from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
 from botocore.exceptions import (
+    BotoCoreError,
     ClientError,
     HTTPClientError,
     IncompleteReadError,
@@ -50,6 +53,7 @@ from storage.rsm.base import (
 )
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.layout import RemoteLayout
+from storage.rsm.s3_credentials import credentials_source, new_session
 
 __all__ = ["S3Client", "S3RemoteStorage"]
 
@@ -128,6 +132,8 @@ class S3RemoteStorage:
         self._layout = RemoteLayout(prefix=config.prefix)
         self._policy = config.retry_policy()
         self._clock = clock
+        self._encryption = _encryption_arguments(config)
+        self._session = new_session(config)
         self._exit_stack = AsyncExitStack()
         self._client = client
         self._client_lock = asyncio.Lock()
@@ -152,6 +158,13 @@ class S3RemoteStorage:
             await client.list_objects_v2(Bucket=self._bucket, Prefix=prefix, MaxKeys=1)
 
         await self._request("list", prefix, list_one)
+
+    async def describe_credentials(self) -> str:
+        """Which source the credentials come from (never their values), for the start-up log.
+
+        :raises RemoteStorageError: when there are none; the message names the chain.
+        """
+        return await credentials_source(self._session, self._config)
 
     async def copy_log_segment(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
@@ -239,13 +252,15 @@ class S3RemoteStorage:
             return
 
         async def put(client: S3Client) -> None:
-            await client.put_object(Bucket=self._bucket, Key=key, Body=content)
+            await client.put_object(Bucket=self._bucket, Key=key, Body=content, **self._encryption)
 
         await self._request("write", key, put)
 
     async def _put_multipart(self, key: str, content: bytes) -> None:
         async def create(client: S3Client) -> str:
-            response = await client.create_multipart_upload(Bucket=self._bucket, Key=key)
+            response = await client.create_multipart_upload(
+                Bucket=self._bucket, Key=key, **self._encryption
+            )
             return str(response["UploadId"])
 
         upload_id = await self._request("start upload of", key, create)
@@ -343,9 +358,13 @@ class S3RemoteStorage:
             return self._client
         async with self._client_lock:
             if self._client is None:
-                client: S3Client = await self._exit_stack.enter_async_context(
-                    get_session().create_client("s3", **self._client_arguments())
-                )
+                await self.describe_credentials()  # no client without credentials: see there
+                try:
+                    client: S3Client = await self._exit_stack.enter_async_context(
+                        self._session.create_client("s3", **self._client_arguments())
+                    )
+                except BotoCoreError as err:  # e.g. a profile that names no region
+                    raise _translate(err, "connect to", self.location) from err
                 self._client = client
             return self._client
 
@@ -369,6 +388,17 @@ class S3RemoteStorage:
                 response_checksum_validation="when_required",
             ),
         }
+
+
+def _encryption_arguments(config: RemoteStorageConfig) -> dict[str, str]:
+    """The server-side encryption parameters of every ``PutObject`` and
+    ``CreateMultipartUpload``: none, SSE-S3, or SSE-KMS with an optional key."""
+    if config.s3_sse_algorithm == "none":
+        return {}
+    arguments = {"ServerSideEncryption": config.s3_sse_algorithm}
+    if config.s3_sse_kms_key_id:
+        arguments["SSEKMSKeyId"] = config.s3_sse_kms_key_id
+    return arguments
 
 
 async def _read_body(response: dict[str, Any]) -> bytes:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,28 @@ def test_retry_settings_carry_kafkas_names() -> None:
         ({"remote.log.manager.task.retry.jitter": 0.7}, "jitter"),
         ({"remote.log.storage.retry.max.attempts": 0}, "attempts"),
         ({"remote.log.storage.s3.read.timeout.ms": "slow"}, "must be of type int"),
+        (
+            {
+                "remote.log.storage.s3.profile": "tiering",
+                "remote.log.storage.s3.access.key.id": "AKIA",
+                "remote.log.storage.s3.secret.access.key": "hunter2",
+            },
+            "remote.log.storage.s3.profile and remote.log.storage.s3.access.key.id",
+        ),
+        ({"remote.log.storage.s3.sse.algorithm": "aes256"}, "sse.algorithm must be one of"),
+        ({"remote.log.storage.s3.sse.algorithm": "SSE-KMS"}, "sse.algorithm must be one of"),
+        (
+            {"remote.log.storage.s3.sse.kms.key.id": "alias/tierproxy"},
+            "remote.log.storage.s3.sse.kms.key.id needs "
+            "remote.log.storage.s3.sse.algorithm = \"aws:kms\", not 'none'",
+        ),
+        (
+            {
+                "remote.log.storage.s3.sse.algorithm": "AES256",
+                "remote.log.storage.s3.sse.kms.key.id": "alias/tierproxy",
+            },
+            "sse.kms.key.id needs",
+        ),
     ],
 )
 def test_bad_settings_are_rejected_with_the_key_named(
@@ -73,6 +96,42 @@ def test_bad_settings_are_rejected_with_the_key_named(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         from_settings(RemoteStorageConfig, settings)
+
+
+def test_credentials_and_encryption_settings() -> None:
+    config = from_settings(
+        RemoteStorageConfig,
+        {
+            "remote.log.storage.backend": "s3",
+            "remote.log.storage.s3.bucket": "tiered",
+            "remote.log.storage.s3.profile": "tiering",
+            "remote.log.storage.s3.sse.algorithm": "aws:kms",
+            "remote.log.storage.s3.sse.kms.key.id": "arn:aws:kms:eu-west-1:123456789012:key/k",
+        },
+    )
+    assert config.s3_profile == "tiering"
+    assert config.s3_access_key_id is None
+    assert config.s3_sse_algorithm == "aws:kms"
+    assert config.s3_sse_kms_key_id == "arn:aws:kms:eu-west-1:123456789012:key/k"
+    defaults = RemoteStorageConfig()
+    assert (defaults.s3_profile, defaults.s3_sse_algorithm, defaults.s3_sse_kms_key_id) == (
+        None,
+        "none",
+        None,
+    )
+    assert (
+        from_settings(
+            RemoteStorageConfig, {"remote.log.storage.s3.sse.algorithm": "AES256"}
+        ).s3_sse_algorithm
+        == "AES256"
+    )
+
+
+def test_the_secret_key_is_declared_secret() -> None:
+    """Declared so, it is left out of reprs like every other secret setting."""
+    fields = {field.name: field for field in dataclasses.fields(RemoteStorageConfig)}
+    assert fields["s3_secret_access_key"].repr is False
+    assert fields["s3_access_key_id"].repr is True
 
 
 def test_repr_hides_the_secret_key() -> None:

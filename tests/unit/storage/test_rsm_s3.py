@@ -270,3 +270,54 @@ async def test_calls_after_close_fail() -> None:
     await storage.close()
     with pytest.raises(RemoteStorageError, match="closed"):
         await storage.fetch_index(new_metadata(), IndexType.OFFSET)
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ({}, {}),
+        ({"s3_sse_algorithm": "AES256"}, {"ServerSideEncryption": "AES256"}),
+        ({"s3_sse_algorithm": "aws:kms"}, {"ServerSideEncryption": "aws:kms"}),
+        (
+            {"s3_sse_algorithm": "aws:kms", "s3_sse_kms_key_id": "alias/tierproxy"},
+            {"ServerSideEncryption": "aws:kms", "SSEKMSKeyId": "alias/tierproxy"},
+        ),
+    ],
+)
+async def test_encryption_goes_on_every_put_and_nowhere_else(
+    settings: dict[str, str], expected: dict[str, str]
+) -> None:
+    """PutObject and CreateMultipartUpload carry it; UploadPart must not (S3 rejects the
+    headers there: parts inherit the upload's encryption), nor complete, read or delete."""
+    client = FakeS3(
+        create_multipart_upload=[{"UploadId": "u-3"}],
+        upload_part=[{"ETag": '"e"'}],
+        get_object=[{"Body": Body(b"x"), "ContentRange": "bytes 0-0/1"}],
+        list_objects_v2=[{"Contents": [{"Key": "a.log"}]}],
+    )
+    storage = storage_with(
+        client, s3_multipart_threshold_bytes=5 * MIB, s3_part_size_bytes=5 * MIB, **settings
+    )
+    data = LogSegmentData(
+        log=bytes(6 * MIB),
+        offset_index=b"i",
+        time_index=b"t",
+        transaction_index=b"",
+        producer_snapshot=b"p",
+        leader_epoch_checkpoint=b"l",
+    )
+    metadata = new_metadata()
+    await storage.copy_log_segment(metadata, data)
+    await storage.fetch_log_segment(metadata, 0, 1)
+    await storage.delete_log_segment(metadata)
+
+    encryption_keys = {"ServerSideEncryption", "SSEKMSKeyId"}
+    for name, kwargs in client.calls:
+        carried = {key: kwargs[key] for key in encryption_keys & kwargs.keys()}
+        if name in ("put_object", "create_multipart_upload"):
+            assert carried == expected, name
+        else:
+            assert carried == {}, name
+    assert client.names().count("put_object") == 5
+    assert client.names().count("create_multipart_upload") == 1
+    assert client.names().count("upload_part") == 2
