@@ -2,13 +2,16 @@
 
 Round trips of all six files, multipart uploads, ranged reads at random boundaries, not-found
 semantics, and an outage: SeaweedFS is stopped mid-test and calls must fail with a retriable
-error within the retry deadline, then succeed once it is back.
+error within the retry deadline, then succeed once it is back. Credentials from a profile of
+a shared credentials file (the AWS chain, no static keys), refused keys named at start-up, and
+SSE-S3 uploads that the store reports encrypted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import time
 import uuid
@@ -30,15 +33,18 @@ from storage.model import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
+from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.base import (
     RemoteRangeError,
     RemoteResourceNotFoundError,
     RemoteStorageError,
 )
 from storage.rsm.config import RemoteStorageConfig
-from storage.rsm.factory import check_remote_storage
+from storage.rsm.factory import StorageCheck, check_remote_storage
 from storage.rsm.layout import RemoteLayout
 from storage.rsm.s3 import S3RemoteStorage
+from storage.startup import announce_remote_tier
+from tests.aws_files import AwsFiles, isolate_aws_environment
 
 pytestmark = pytest.mark.integration
 
@@ -274,9 +280,12 @@ async def timed(call: Awaitable[object]) -> tuple[BaseException | None, float]:
 
 
 async def test_the_start_up_check_passes_on_a_usable_bucket(config: RemoteStorageConfig) -> None:
-    location, problem = await check_remote_storage(config)
-    assert problem is None
-    assert location == f"s3://{config.s3_bucket}/it/ at {config.s3_endpoint}"
+    check = await check_remote_storage(config)
+    assert check == StorageCheck(
+        location=f"s3://{config.s3_bucket}/it/ at {config.s3_endpoint}",
+        credentials="static keys (remote.log.storage.s3.access.key.id)",
+        problem=None,
+    )
 
 
 @pytest.mark.parametrize(
@@ -290,16 +299,114 @@ async def test_the_start_up_check_names_what_is_wrong(
     config: RemoteStorageConfig, change: dict[str, Any], said: str
 ) -> None:
     """Once, without the configured retries: start-up must not wait out a dead endpoint."""
-    _location, problem = await check_remote_storage(dataclasses.replace(config, **change))
+    problem = (await check_remote_storage(dataclasses.replace(config, **change))).problem
     assert problem is not None and said in problem, problem
 
 
 async def test_the_start_up_check_of_a_local_directory(tmp_path: Path) -> None:
     config = RemoteStorageConfig(backend="local", local_dir=str(tmp_path / "tier"))
-    assert await check_remote_storage(config) == (f"directory {tmp_path / 'tier'}", None)
+    assert await check_remote_storage(config) == StorageCheck(
+        location=f"directory {tmp_path / 'tier'}", credentials=None, problem=None
+    )
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
-    _location, problem = await check_remote_storage(
+    check = await check_remote_storage(
         RemoteStorageConfig(backend="local", local_dir=str(blocked / "tier"))
     )
-    assert problem is not None and "cannot create" in problem
+    assert check.problem is not None and "cannot create" in check.problem
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AwsFiles:
+    return isolate_aws_environment(monkeypatch, tmp_path)
+
+
+def with_profile(config: RemoteStorageConfig, profile: str) -> RemoteStorageConfig:
+    """``config`` with credentials from ``profile`` of the shared files instead of keys."""
+    return dataclasses.replace(
+        config, s3_access_key_id=None, s3_secret_access_key=None, s3_profile=profile
+    )
+
+
+async def test_credentials_from_a_profile_of_the_shared_credentials_file(
+    aws: AwsFiles, s3: S3Info, config: RemoteStorageConfig
+) -> None:
+    """No static keys: the AWS chain reads the profile from AWS_SHARED_CREDENTIALS_FILE."""
+    aws.add_profile("tiering", access_key=s3.access_key, secret_key=s3.secret_key)
+    profiled = with_profile(config, "tiering")
+    check = await check_remote_storage(profiled)
+    assert check.problem is None
+    assert check.credentials == "shared-credentials-file, profile 'tiering'"
+
+    rsm = S3RemoteStorage(profiled)
+    try:
+        metadata = new_metadata()
+        data = segment_data(os.urandom(100_000))
+        await rsm.copy_log_segment(metadata, data)
+        assert await rsm.fetch_log_segment(metadata, 1_000, 2_000) == data.log[1_000:2_000]
+        assert await rsm.fetch_index(metadata, IndexType.TIMESTAMP) == data.time_index
+        await rsm.delete_log_segment(metadata)
+    finally:
+        await rsm.close()
+    assert await list_keys(config) == []
+
+
+@pytest.mark.parametrize(
+    ("keys", "refusal"),
+    [
+        (("AKIAUNKNOWN", "whatever"), "InvalidAccessKeyId"),
+        (("", "wrong-secret"), "SignatureDoesNotMatch"),
+    ],
+    ids=["unknown-key", "wrong-secret"],
+)
+async def test_a_profile_with_refused_keys_is_a_warning_at_start(
+    aws: AwsFiles,
+    s3: S3Info,
+    config: RemoteStorageConfig,
+    caplog: pytest.LogCaptureFixture,
+    keys: tuple[str, str],
+    refusal: str,
+) -> None:
+    """SeaweedFS runs with identities and refuses keys it does not know, as S3 does."""
+    access_key, secret_key = keys
+    aws.add_profile("wrong", access_key=access_key or s3.access_key, secret_key=secret_key)
+    log = logging.getLogger("tierproxy.test.startup")
+    with caplog.at_level(logging.INFO, logger=log.name):
+        await announce_remote_tier(
+            with_profile(config, "wrong"), RemoteLogMetadataConfig(), command="tier", log=log
+        )
+    info, warning = caplog.records
+    assert "credentials from shared-credentials-file, profile 'wrong'" in info.getMessage()
+    assert warning.levelno == logging.WARNING
+    assert refusal in warning.getMessage()
+    assert f"s3://{config.s3_bucket}/it/" in warning.getMessage()
+    assert secret_key not in caplog.text
+
+
+async def test_sse_s3_uploads_are_stored_encrypted(config: RemoteStorageConfig) -> None:
+    """Single PUTs and multipart uploads alike; ranged reads decrypt transparently."""
+    encrypted = dataclasses.replace(config, s3_sse_algorithm="AES256")
+    rsm = S3RemoteStorage(encrypted)
+    metadata = new_metadata()
+    log = os.urandom(PART + 4_321)  # above the threshold: a multipart upload
+    data = segment_data(log)
+    layout = RemoteLayout(prefix="it")
+    try:
+        await rsm.copy_log_segment(metadata, data)
+        async with raw_client(config) as client:
+            for key in (layout.log_key(metadata), layout.index_key(metadata, IndexType.OFFSET)):
+                head = await client.head_object(Bucket=config.s3_bucket, Key=key)
+                assert head.get("ServerSideEncryption") == "AES256", key
+        assert await rsm.fetch_log_segment(metadata, PART - 5, PART + 5) == log[PART - 5 : PART + 5]
+        assert await rsm.fetch_index(metadata, IndexType.OFFSET) == data.offset_index
+    finally:
+        await rsm.close()
+    plain = new_metadata()
+    unencrypted = S3RemoteStorage(config)
+    try:
+        await unencrypted.copy_log_segment(plain, segment_data(b"plain"))
+    finally:
+        await unencrypted.close()
+    async with raw_client(config) as client:
+        head = await client.head_object(Bucket=config.s3_bucket, Key=layout.log_key(plain))
+    assert "ServerSideEncryption" not in head  # the store does not encrypt unasked
