@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ def aws(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AwsFiles:
     return isolate_aws_environment(monkeypatch, tmp_path)
 
 
-def s3_config(**settings: object) -> RemoteStorageConfig:
+def s3_config(**settings: Any) -> RemoteStorageConfig:
     return RemoteStorageConfig(
         backend="s3", s3_bucket="tiered", s3_endpoint="http://127.0.0.1:9", **settings
     )
