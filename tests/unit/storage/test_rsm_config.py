@@ -36,6 +36,9 @@ def test_built_from_dotted_settings() -> None:
             "remote.log.manager.task.retry.backoff.ms": 100,
             "remote.log.manager.task.retry.jitter": 0,
             "remote.log.storage.retry.deadline.ms": 5_000,
+            "remote.log.storage.s3.profile": "tiering",
+            "remote.log.storage.s3.sse.algorithm": "aws:kms",
+            "remote.log.storage.s3.sse.kms.key.id": "arn:aws:kms:eu-west-1:123456789012:key/k",
         },
     )
     assert (config.backend, config.prefix, config.s3_bucket) == ("s3", "prod", "tiered")
@@ -44,6 +47,9 @@ def test_built_from_dotted_settings() -> None:
     assert config.retry_policy().backoff_ms == 100
     assert config.retry_policy().jitter == 0.0
     assert config.retry_policy().deadline_ms == 5_000
+    assert (config.s3_profile, config.s3_access_key_id) == ("tiering", None)
+    assert config.s3_sse_algorithm == "aws:kms"
+    assert config.s3_sse_kms_key_id == "arn:aws:kms:eu-west-1:123456789012:key/k"
 
 
 def test_retry_settings_carry_kafkas_names() -> None:
@@ -98,21 +104,7 @@ def test_bad_settings_are_rejected_with_the_key_named(
         from_settings(RemoteStorageConfig, settings)
 
 
-def test_credentials_and_encryption_settings() -> None:
-    config = from_settings(
-        RemoteStorageConfig,
-        {
-            "remote.log.storage.backend": "s3",
-            "remote.log.storage.s3.bucket": "tiered",
-            "remote.log.storage.s3.profile": "tiering",
-            "remote.log.storage.s3.sse.algorithm": "aws:kms",
-            "remote.log.storage.s3.sse.kms.key.id": "arn:aws:kms:eu-west-1:123456789012:key/k",
-        },
-    )
-    assert config.s3_profile == "tiering"
-    assert config.s3_access_key_id is None
-    assert config.s3_sse_algorithm == "aws:kms"
-    assert config.s3_sse_kms_key_id == "arn:aws:kms:eu-west-1:123456789012:key/k"
+def test_credentials_and_encryption_default_to_the_chain_and_the_buckets_default() -> None:
     defaults = RemoteStorageConfig()
     assert (defaults.s3_profile, defaults.s3_sse_algorithm, defaults.s3_sse_kms_key_id) == (
         None,

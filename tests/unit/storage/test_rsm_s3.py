@@ -50,6 +50,18 @@ def new_metadata() -> RemoteLogSegmentMetadata:
     )
 
 
+def segment_data(log: bytes) -> LogSegmentData:
+    """A segment with ``log`` and small index files (one of them empty, as often)."""
+    return LogSegmentData(
+        log=log,
+        offset_index=b"i",
+        time_index=b"t",
+        transaction_index=b"",
+        producer_snapshot=b"p",
+        leader_epoch_checkpoint=b"l",
+    )
+
+
 def client_error(status: int, code: str, operation: str = "GetObject") -> ClientError:
     response: Any = {
         "Error": {"Code": code, "Message": code},
@@ -229,14 +241,7 @@ async def test_multipart_parts_are_numbered_and_completed_in_order() -> None:
     client = FakeS3(create_multipart_upload=[{"UploadId": "u-2"}], upload_part=[{"ETag": '"e"'}])
     storage = storage_with(client, s3_multipart_threshold_bytes=5 * MIB, s3_part_size_bytes=5 * MIB)
     log = bytes(range(256)) * (12 * MIB // 256)
-    data = LogSegmentData(
-        log=log,
-        offset_index=b"i",
-        time_index=b"t",
-        transaction_index=b"",
-        producer_snapshot=b"p",
-        leader_epoch_checkpoint=b"l",
-    )
+    data = segment_data(log)
     await storage.copy_log_segment(new_metadata(), data)
     parts = [kwargs for name, kwargs in client.calls if name == "upload_part"]
     assert sorted(part["PartNumber"] for part in parts) == [1, 2, 3]
@@ -298,14 +303,7 @@ async def test_encryption_goes_on_every_put_and_nowhere_else(
     storage = storage_with(
         client, s3_multipart_threshold_bytes=5 * MIB, s3_part_size_bytes=5 * MIB, **settings
     )
-    data = LogSegmentData(
-        log=bytes(6 * MIB),
-        offset_index=b"i",
-        time_index=b"t",
-        transaction_index=b"",
-        producer_snapshot=b"p",
-        leader_epoch_checkpoint=b"l",
-    )
+    data = segment_data(bytes(6 * MIB))
     metadata = new_metadata()
     await storage.copy_log_segment(metadata, data)
     await storage.fetch_log_segment(metadata, 0, 1)
