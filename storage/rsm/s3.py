@@ -363,7 +363,7 @@ class S3RemoteStorage:
                     client: S3Client = await self._exit_stack.enter_async_context(
                         self._session.create_client("s3", **self._client_arguments())
                     )
-                except BotoCoreError as err:  # e.g. a profile that names no region
+                except BotoCoreError as err:  # e.g. AWS_PROFILE names no profile (for the region)
                     raise _translate(err, "connect to", self.location) from err
                 self._client = client
             return self._client

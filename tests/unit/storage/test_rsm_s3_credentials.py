@@ -16,6 +16,7 @@ from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.base import RemoteStorageError
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.factory import check_remote_storage
+from storage.rsm.s3 import S3RemoteStorage
 from storage.rsm.s3_credentials import CREDENTIAL_CHAIN, credentials_source, new_session
 from storage.startup import announce_remote_tier
 from tests.aws_files import AwsFiles, isolate_aws_environment
@@ -136,3 +137,18 @@ async def test_the_start_up_log_names_the_source_but_no_secret(
     assert "encryption aws:kms with key alias/tierproxy" in info
     assert SECRET not in caplog.text
     assert "AKIAPROFILE" not in caplog.text
+
+
+async def test_a_client_that_cannot_be_created_is_a_storage_error(
+    aws: AwsFiles, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Static keys sign, but the region is still looked up in AWS_PROFILE's profile."""
+    monkeypatch.setenv("AWS_PROFILE", "nosuch")
+    config = s3_config(s3_access_key_id="AKIASTATIC", s3_secret_access_key=SECRET)
+    storage = S3RemoteStorage(config)
+    try:
+        with pytest.raises(RemoteStorageError, match="nosuch") as caught:
+            await storage.check()
+        assert caught.value.retriable is False
+    finally:
+        await storage.close()
