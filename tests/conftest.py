@@ -14,6 +14,8 @@
 * ``seaweedfs`` -> the embedded :class:`proxy.embedded.SeaweedFS`, for fault injection:
   ``stop()`` it mid-test and ``start()`` it again (same ports and data); it is restarted after
   the test in any case.
+* ``pki`` -> :class:`tests.certificates.Pki`: a CA made for the session, with broker and
+  proxy certificates for localhost/127.0.0.1, a mismatched one and a stranger CA (PEM files).
 * ``spark`` -> a ``local[2]`` SparkSession (UI off, 2 shuffle partitions, 1 GiB driver).
 * Hypothesis profiles: ``HYPOTHESIS_PROFILE=ci|dev|exhaustive`` (``ci`` when ``CI`` is set,
   else ``dev``).
@@ -61,6 +63,7 @@ from proxy.embedded import (
     s3_info_from_env,
 )
 from proxy.embedded.kafka_jars import KafkaDistribution, distribution_from_home
+from tests.certificates import Pki, make_pki
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -146,6 +149,12 @@ def _state_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Metadata snapshots (``./tierproxy-state`` by default) go to the session's temp dir,
     for the commands the tests start in-process and as subprocesses alike."""
     os.environ.setdefault("TIERPROXY_STATE_DIR", str(tmp_path_factory.mktemp("tierproxy-state")))
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """A test CA with broker and proxy certificates for localhost (:mod:`tests.certificates`)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 @pytest.fixture

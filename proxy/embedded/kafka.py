@@ -35,6 +35,7 @@ from typing import Final
 
 from proxy.embedded.info import BrokerInfo, probe_broker
 from proxy.embedded.kafka_jars import KafkaDistribution
+from proxy.embedded.kafka_tls import BrokerTls
 from proxy.embedded.ports import LOOPBACK, free_ports
 from proxy.embedded.probe import metadata_brokers
 from proxy.embedded.process import ManagedProcess, ServerStartError, environment
@@ -267,7 +268,8 @@ class KafkaBroker(EmbeddedServer):
     on Kafka's own tiered storage in ``work_dir/tiered-storage``; ``extra_listeners`` (listener
     name -> security protocol, e.g. ``{"SASL_PLAINTEXT": "SASL_PLAINTEXT"}``) adds client
     listeners on free ports beside the PLAINTEXT one that the harness probes
-    (:meth:`listener_bootstrap` gives their addresses).
+    (:meth:`listener_bootstrap` gives their addresses); ``tls`` is the certificate of the SSL
+    and SASL_SSL ones among them.
     """
 
     name = "kafka"
@@ -280,12 +282,13 @@ class KafkaBroker(EmbeddedServer):
         properties: Mapping[str, str] | None = None,
         native_tiered: bool = False,
         extra_listeners: Mapping[str, str] | None = None,
+        tls: BrokerTls | None = None,
         startup_timeout_s: float = _STARTUP_TIMEOUT_S,
     ) -> None:
         super().__init__(work_dir)
         self.distribution = distribution
         self.native_tiered = native_tiered
-        self._extra = dict(properties or {})
+        self._extra = {**(tls.properties() if tls else {}), **(properties or {})}
         self._extra_listeners = dict(extra_listeners or {})
         self._ports: _Ports | None = None
         self._startup_timeout_s = startup_timeout_s

@@ -8,7 +8,9 @@ connection logic (a client would retry and hide a broker that is not ready).
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import ssl
 import struct
 from dataclasses import dataclass
 
@@ -38,13 +40,17 @@ class BrokerAddress:
     port: int
 
 
-def api_versions(host: str, port: int, *, timeout_s: float = 2.0) -> dict[int, tuple[int, int]]:
+def api_versions(
+    host: str, port: int, *, timeout_s: float = 2.0, tls: ssl.SSLContext | None = None
+) -> dict[int, tuple[int, int]]:
     """The broker's ApiVersions answer: ``{api_key: (min_version, max_version)}``.
 
-    :raises OSError: the connection failed or timed out.
+    ``tls`` is for SSL and SASL_SSL listeners; Kafka answers ApiVersions before a SASL login.
+
+    :raises OSError: the connection failed or timed out (``ssl.SSLError`` for TLS failures).
     :raises KafkaProbeError: the broker answered with an error code or a malformed response.
     """
-    body = _round_trip(host, port, _API_VERSIONS, b"", timeout_s)
+    body = _round_trip(host, port, _API_VERSIONS, b"", timeout_s=timeout_s, tls=tls)
     try:
         (error_code,) = _INT16.unpack_from(body, 0)
         (count,) = _INT32.unpack_from(body, 2)
@@ -62,7 +68,7 @@ def metadata_brokers(host: str, port: int, *, timeout_s: float = 2.0) -> tuple[B
     :raises OSError: the connection failed or timed out.
     :raises KafkaProbeError: the response was malformed.
     """
-    body = _round_trip(host, port, _METADATA, _INT32.pack(0), timeout_s)
+    body = _round_trip(host, port, _METADATA, _INT32.pack(0), timeout_s=timeout_s)
     try:
         (count,) = _INT32.unpack_from(body, 0)
         position = 4
@@ -80,12 +86,23 @@ def metadata_brokers(host: str, port: int, *, timeout_s: float = 2.0) -> tuple[B
     return tuple(brokers)
 
 
-def _round_trip(host: str, port: int, api_key: int, body: bytes, timeout_s: float) -> bytes:
+def _round_trip(
+    host: str,
+    port: int,
+    api_key: int,
+    body: bytes,
+    *,
+    timeout_s: float,
+    tls: ssl.SSLContext | None = None,
+) -> bytes:
     """Send one version-0 request on a fresh connection; the response body after its header."""
     correlation_id = 1
     header = _HEADER_V1.pack(api_key, 0, correlation_id, len(_CLIENT_ID)) + _CLIENT_ID
     request = header + body
-    with socket.create_connection((host, port), timeout=timeout_s) as sock:
+    with contextlib.ExitStack() as stack:
+        sock = stack.enter_context(socket.create_connection((host, port), timeout=timeout_s))
+        if tls is not None:  # the TLS socket takes the connection over; it must close it
+            sock = stack.enter_context(tls.wrap_socket(sock, server_hostname=host))
         sock.sendall(_INT32.pack(len(request)) + request)
         (size,) = _INT32.unpack(_read_exactly(sock, 4))
         if not 4 <= size <= _MAX_RESPONSE_BYTES:

@@ -10,6 +10,7 @@ one proxy with the remote tier on embedded S3.
 from __future__ import annotations
 
 import json
+import ssl
 import sys
 import urllib.request
 from collections.abc import Mapping, Sequence
@@ -34,6 +35,8 @@ class TierproxyServer:
     :param port: the listening port, to restart a proxy on the port clients already know;
         a free one when None.
     :param extra_args: more ``serve`` flags, after ours (so later ones win).
+    :param listener: the listener's security protocol; for SSL and SASL_SSL the config must
+        name the proxy's certificate, and ``client_tls`` is how the readiness probe trusts it.
     """
 
     def __init__(
@@ -45,11 +48,15 @@ class TierproxyServer:
         port: int | None = None,
         extra_args: Sequence[str] = (),
         start_timeout_s: float = _DEFAULT_START_TIMEOUT_S,
+        listener: str = "PLAINTEXT",
+        client_tls: ssl.SSLContext | None = None,
     ) -> None:
         self.host = LOOPBACK
         self.port = port if port is not None else free_port()
         self.metrics_port = free_port()
         self._start_timeout_s = start_timeout_s
+        self._client_tls = client_tls
+        scheme = "" if listener == "PLAINTEXT" else f"{listener}://"
         upstream = ["--bootstrap", bootstrap] if bootstrap is not None else []
         self.process = ManagedProcess(
             "tierproxy serve",
@@ -62,7 +69,7 @@ class TierproxyServer:
                 str(config),
                 *upstream,
                 "--listen",
-                f"{self.host}:{self.port}",
+                f"{scheme}{self.host}:{self.port}",
                 "--metrics-port",
                 str(self.metrics_port),
                 *extra_args,
@@ -82,7 +89,8 @@ class TierproxyServer:
         """
         self.process.start()
         self.process.wait_ready(
-            lambda: bool(api_versions(self.host, self.port)), timeout_s=self._start_timeout_s
+            lambda: bool(api_versions(self.host, self.port, tls=self._client_tls)),
+            timeout_s=self._start_timeout_s,
         )
 
     def stop(self) -> None:
@@ -139,9 +147,16 @@ def storage_settings(s3: S3Info, bucket: str, metadata_topic: str) -> dict[str, 
 
 
 def proxy_process(
-    broker: BrokerInfo, log_dir: Path, settings: Mapping[str, Any], *, port: int | None = None
+    broker: BrokerInfo,
+    log_dir: Path,
+    settings: Mapping[str, Any],
+    *,
+    port: int | None = None,
+    listener: str = "PLAINTEXT",
+    client_tls: ssl.SSLContext | None = None,
 ) -> TierproxyServer:
-    """A (not yet started) ``tierproxy serve`` with the remote tier and ``settings``."""
+    """A (not yet started) ``tierproxy serve`` with the remote tier and ``settings``
+    (``listener`` and ``client_tls`` as in :class:`TierproxyServer`)."""
     port = port or free_port()
     config = write_config(
         log_dir / f"tierproxy-{port}.toml",
@@ -152,4 +167,6 @@ def proxy_process(
         log_path=log_dir / f"tierproxy-{port}.log",
         bootstrap=broker.bootstrap,
         port=port,
+        listener=listener,
+        client_tls=client_tls,
     )
