@@ -5,19 +5,34 @@ values), the encryption asked for on uploads, the metadata topic and where snaps
 operator reading the log knows what this process talks to and as whom; then one cheap request
 to the store, so missing credentials, an unreachable endpoint, a missing bucket or refused
 credentials are a clear warning at start rather than a failure at the first remote read or
-copy. Start-up goes on either way: the
-store may come up later, and every read and copy retries on its own.
+copy. Start-up goes on either way: the store may come up later, and every read and copy
+retries on its own.
+
+Before the metadata manager starts, :func:`check_cluster_login` logs in to the cluster once
+with tierproxy's own client. A broker certificate that the configured CA did not sign or that
+names another host, or a refused SASL login, will not get better by retrying, so ``serve``,
+``tier`` and ``status`` stop at once with one line naming the setting to check, rather than
+waiting out ``remote.log.metadata.initialization.timeout.ms`` while the metadata topic's
+clients retry. A cluster that does not answer yet is left to those retries, as before.
 """
 
 from __future__ import annotations
 
 import logging
+import ssl
 
+from storage.config import ConfigError
+from storage.kafka_client import AuthenticationError, BrokerConnectionError, KafkaClient
+from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig, snapshot_dir_for
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.factory import check_remote_storage
 
-__all__ = ["announce_remote_tier"]
+__all__ = ["announce_remote_tier", "check_cluster_login"]
+
+_log = logging.getLogger(__name__)
+_NAME_MISMATCHES = (62, 64)
+"""OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH."""
 
 
 async def announce_remote_tier(
@@ -54,3 +69,32 @@ def _s3_details(storage: RemoteStorageConfig, credentials: str | None) -> str:
     if storage.s3_sse_kms_key_id:
         encryption += f" with key {storage.s3_sse_kms_key_id}"
     return f" (credentials from {credentials or 'nowhere'}, encryption {encryption})"
+
+
+async def check_cluster_login(bootstrap_servers: str, security: KafkaSecurityConfig) -> None:
+    """Connect to a bootstrap broker with TLS and SASL as configured, once.
+
+    :raises ConfigError: the broker's certificate or the SASL login was refused (the message
+        is the refusal and the settings to check).
+    """
+    try:
+        async with KafkaClient(
+            bootstrap_servers, client_id="tierproxy-login-check", security=security
+        ) as client:
+            await client.detect_broker_kind()
+    except BrokerConnectionError as err:
+        _log.debug("no bootstrap broker answers yet (%s); the metadata manager retries", err)
+    except AuthenticationError as err:
+        raise ConfigError(f"{err} ({_what_to_check(err)})") from err
+
+
+def _what_to_check(err: AuthenticationError) -> str:
+    cause = err.__cause__
+    if not isinstance(cause, ssl.SSLCertVerificationError):
+        return "check upstream.sasl.* and the principal's credentials on the cluster"
+    if cause.verify_code in _NAME_MISMATCHES:
+        return (
+            "the broker's certificate does not name the host tierproxy dialled: its subject "
+            "alternative names must cover bootstrap.servers and the advertised listeners"
+        )
+    return "check that upstream.ssl.ca.location holds the CA that signed the brokers' certificates"

@@ -68,10 +68,12 @@ def _handle(args: argparse.Namespace) -> int:
 async def _collect(settings: Any, topic_pattern: str | None) -> list[Any]:
     from storage.kafka_client import KafkaClient  # noqa: PLC0415
     from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager  # noqa: PLC0415
+    from storage.startup import check_cluster_login  # noqa: PLC0415
     from storage.tiering.status import collect_status  # noqa: PLC0415
 
     config = settings.tiering
     security = settings.security.with_secrets_resolved()
+    await check_cluster_login(config.bootstrap_servers, security)
     async with (
         KafkaClient(
             config.bootstrap_servers,

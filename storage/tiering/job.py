@@ -162,7 +162,7 @@ async def open_pipeline(
     """
     from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager  # noqa: PLC0415
     from storage.rsm.factory import create_remote_storage  # noqa: PLC0415
-    from storage.startup import announce_remote_tier  # noqa: PLC0415
+    from storage.startup import announce_remote_tier, check_cluster_login  # noqa: PLC0415
 
     config = settings.tiering
     security = settings.security.with_secrets_resolved()  # once: its file is read here only
@@ -175,6 +175,7 @@ async def open_pipeline(
     owned_rlmm = None
     if rlmm is None:
         await announce_remote_tier(settings.storage, settings.metadata, command="tier", log=log)
+        await check_cluster_login(config.bootstrap_servers, security)
         owned_rlmm = TopicBasedRemoteLogMetadataManager(
             settings.metadata,
             bootstrap_servers=config.bootstrap_servers,
