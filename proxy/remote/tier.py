@@ -45,7 +45,7 @@ from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.factory import create_remote_storage
-from storage.startup import announce_remote_tier, check_cluster_login
+from storage.startup import announce_remote_tier
 
 __all__ = ["MetadataPublisher", "RemoteLogMetadata", "RemoteTier", "open_remote_tier"]
 
@@ -212,7 +212,6 @@ async def open_remote_tier(
     metadata_config = from_settings(RemoteLogMetadataConfig, settings)
     security = from_settings(KafkaSecurityConfig, settings).with_secrets_resolved()
     await announce_remote_tier(storage_config, metadata_config, command="serve", log=_log)
-    await check_cluster_login(bootstrap_servers, security)
     rsm = create_remote_storage(storage_config)
     rlmm = TopicBasedRemoteLogMetadataManager(
         metadata_config,

@@ -88,10 +88,14 @@ def remote_interceptors(
 async def serve(config: ProxyConfig, settings: Mapping[str, Any]) -> None:
     """Run the proxy until SIGTERM/SIGINT, with the remote tier if the settings enable it.
 
-    :raises ConfigError: for invalid remote-tier settings.
+    :raises ConfigError: for invalid remote-tier settings, or a TLS or SASL login the
+        cluster refuses.
     :raises MetadataTopicError: if the metadata topic cannot be used.
     """
+    from storage.startup import check_cluster_login  # noqa: PLC0415
+
     security = from_settings(KafkaSecurityConfig, settings).with_secrets_resolved()
+    await check_cluster_login(config.bootstrap_servers, security)
     if not from_settings(RemoteFetchConfig, settings).enabled:
         await run_until_stopped(config, security=security)
         return

@@ -16,8 +16,11 @@ import pytest
 from protocol.messages import ApiKey, decode_response
 from proxy.config import ProxyConfig
 from proxy.discovery import DiscoveryError
+from proxy.remote.wiring import serve
 from proxy.server import ProxyServer
+from storage.config import ConfigError
 from storage.kafka_security import KafkaSecurityConfig
+from tests.certificates import Pki
 from tests.unit.proxy.conftest import Client
 from tests.unit.proxy.fake_broker import FakeBroker, raw_request, raw_response_body
 from tests.unit.proxy.test_server import metadata_frame
@@ -103,5 +106,23 @@ async def test_a_broker_certificate_from_an_unknown_ca_is_refused(
     try:
         with pytest.raises(DiscoveryError, match="certificate"):
             await ProxyServer(config, security=upstream).start()
+    finally:
+        await broker.close()
+
+
+async def test_serve_stops_at_once_when_the_broker_certificate_is_refused(pki: Pki) -> None:
+    """Rather than retrying discovery (or the metadata topic) for a CA that will not change."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pki.broker.certificate, pki.broker.key)
+    broker = await FakeBroker().start(tls=context)
+    bootstrap = f"127.0.0.1:{broker.port}"
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "upstream.security.protocol": "SSL",
+        "upstream.ssl.ca.location": str(pki.stranger_ca),
+    }
+    try:
+        with pytest.raises(ConfigError, match=r"upstream\.ssl\.ca\.location"):
+            await serve(ProxyConfig(bootstrap_servers=bootstrap, listeners="127.0.0.1:0"), settings)
     finally:
         await broker.close()
