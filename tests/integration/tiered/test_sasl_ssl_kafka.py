@@ -14,7 +14,8 @@ and host name against that CA, each as its own SCRAM user with the ACLs
   it with TLS and log in with SCRAM end to end: ``alice`` reads every record, the tiered ones
   from the remote tier; ``mallory`` (no READ) gets TOPIC_AUTHORIZATION_FAILED and makes the
   proxy read nothing from storage;
-- with a CA that did not sign the broker's certificate, ``status`` stops with one clear line.
+- with a CA that did not sign the broker's certificate, or a wrong password, ``status`` stops
+  at once with one clear line.
 
 Hostname verification against a certificate for another host is in
 ``tests/unit/storage/test_startup_login.py`` (a second broker just for it would cost a JVM).
@@ -231,14 +232,42 @@ def test_status_refuses_a_broker_certificate_from_another_ca(
         **shared_settings(kafka, s3, tiered.topics, tiered.bucket),
         **login("status", pki.stranger_ca, tiered.work / "secrets"),
     }
-    config = config_file(tiered.work / "stranger.toml", settings, tiered.topics.topic)
 
+    refusal = refused_status(tiered, settings, "stranger-ca")
+
+    assert refusal.startswith(f"tierproxy status: TLS to {kafka.sasl_ssl.bootstrap}: "), refusal
+    assert "upstream.ssl.ca.location" in refusal, refusal
+
+
+def test_status_refuses_a_wrong_password(
+    kafka: TlsKafka, s3: S3Info, pki: Pki, tiered: Tiered
+) -> None:
+    wrong = tiered.work / "wrong-password"
+    wrong.write_text("not-the-password\n", encoding="utf-8")
+    settings = {
+        **shared_settings(kafka, s3, tiered.topics, tiered.bucket),
+        **login("status", pki.ca, tiered.work / "secrets"),
+        "upstream.sasl.password.file": str(wrong),
+    }
+
+    refusal = refused_status(tiered, settings, "wrong-password")
+
+    assert refusal.startswith(
+        f"tierproxy status: {kafka.sasl_ssl.bootstrap} refused the SASL/SCRAM-SHA-512 login "
+        "as status: "
+    ), refusal
+    assert "upstream.sasl.*" in refusal, refusal
+    assert "not-the-password" not in refusal
+
+
+def refused_status(tiered: Tiered, settings: Mapping[str, Any], name: str) -> str:
+    """What ``status`` printed when it stopped at its login: exactly one line, exit code 2."""
+    config = config_file(tiered.work / f"{name}.toml", settings, tiered.topics.topic)
     result = tierproxy("status", "--config", str(config))
-
     assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stdout == ""
     assert result.stderr.count("\n") == 1, result.stderr
-    assert result.stderr.startswith("tierproxy status: TLS to 127.0.0.1:"), result.stderr
-    assert "upstream.ssl.ca.location" in result.stderr, result.stderr
+    return result.stderr.rstrip("\n")
 
 
 def test_serve_over_sasl_ssl_with_end_to_end_client_logins(
