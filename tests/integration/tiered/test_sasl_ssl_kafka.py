@@ -72,7 +72,7 @@ from tests.integration.tiered.scram import (
 )
 from tests.integration.tiered.support import SEGMENT_BYTES, earliest_offsets, running
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.spark]  # tier --once starts its own Spark
 
 USERS = ("tiering", "status", "proxy", "alice", "mallory")
 COMMAND_TIMEOUT_S = 240
@@ -93,7 +93,8 @@ class Tiered:
     topics: Topics
     bucket: str
     work: Path
-    tier_output: str
+    output: str
+    """What ``tier --once`` printed (stdout and stderr)."""
 
 
 @pytest.fixture(scope="module")
@@ -141,10 +142,10 @@ def config_file(path: Path, settings: Mapping[str, Any], topic: str) -> Path:
     return path
 
 
-def shared_settings(kafka: TlsKafka, s3: S3Info, tiered: Topics, bucket: str) -> dict[str, Any]:
+def shared_settings(kafka: TlsKafka, s3: S3Info, topics: Topics, bucket: str) -> dict[str, Any]:
     return {
         "bootstrap.servers": kafka.sasl_ssl.bootstrap,
-        **storage_settings(s3, bucket, tiered.metadata),
+        **storage_settings(s3, bucket, topics.metadata),
     }
 
 
@@ -175,6 +176,13 @@ def tiered(
     work = tmp_path_factory.mktemp("sasl-ssl")
     bucket = f"sasl-ssl-{uuid.uuid4().hex[:8]}"
     create_bucket(s3, bucket)
+    try:
+        yield tier_over_sasl_ssl(kafka, s3, pki, work, bucket)
+    finally:
+        delete_bucket(s3, bucket)
+
+
+def tier_over_sasl_ssl(kafka: TlsKafka, s3: S3Info, pki: Pki, work: Path, bucket: str) -> Tiered:
     topics = new_topics(kafka.plaintext, "sasl-ssl")
     apply_acls(kafka.plaintext, pipeline_acls(topics.topic, topics.metadata).values())
     apply_acls(kafka.plaintext, status_acls(topics.topic, topics.metadata))
@@ -191,17 +199,14 @@ def tiered(
     config = config_file(work / "tier.toml", settings, topics.topic)
     result = tierproxy("tier", "--once", "--master", "local[1]", "--config", str(config))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    try:
-        yield Tiered(topics=topics, bucket=bucket, work=work, tier_output=result.stderr)
-    finally:
-        delete_bucket(s3, bucket)
+    return Tiered(topics=topics, bucket=bucket, work=work, output=result.stdout + result.stderr)
 
 
 def test_tier_copies_and_deletes_locally_over_sasl_ssl(kafka: TlsKafka, tiered: Tiered) -> None:
     assert earliest_offsets(kafka.plaintext, tiered.topics.topic, 1)[0] > 0, (
-        "no local data was deleted: " + tiered.tier_output[-2000:]
+        "no local data was deleted: " + tiered.output[-2000:]
     )
-    assert password("tiering") not in tiered.tier_output
+    assert password("tiering") not in tiered.output
 
 
 def test_status_shows_the_tiered_partition_over_sasl_ssl(

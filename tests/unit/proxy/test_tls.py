@@ -112,9 +112,7 @@ async def test_a_broker_certificate_from_an_unknown_ca_is_refused(
 
 async def test_serve_stops_at_once_when_the_broker_certificate_is_refused(pki: Pki) -> None:
     """Rather than retrying discovery (or the metadata topic) for a CA that will not change."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(pki.broker.certificate, pki.broker.key)
-    broker = await FakeBroker().start(tls=context)
+    broker = await tls_broker(pki.broker.certificate, pki.broker.key)
     bootstrap = f"127.0.0.1:{broker.port}"
     settings = {
         "bootstrap.servers": bootstrap,
