@@ -30,7 +30,6 @@ from storage.rsm.factory import check_remote_storage
 
 __all__ = ["announce_remote_tier", "check_cluster_login"]
 
-_log = logging.getLogger(__name__)
 _NAME_MISMATCHES = (62, 64)
 """OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH."""
 
@@ -71,8 +70,10 @@ def _s3_details(storage: RemoteStorageConfig, credentials: str | None) -> str:
     return f" (credentials from {credentials or 'nowhere'}, encryption {encryption})"
 
 
-async def check_cluster_login(bootstrap_servers: str, security: KafkaSecurityConfig) -> None:
-    """Connect to a bootstrap broker with TLS and SASL as configured, once.
+async def check_cluster_login(
+    bootstrap_servers: str, security: KafkaSecurityConfig, *, log: logging.Logger
+) -> None:
+    """Connect to a bootstrap broker with TLS and SASL as configured, once, and log how.
 
     :raises ConfigError: the broker's certificate or the SASL login was refused (the message
         is the refusal and the settings to check).
@@ -83,9 +84,11 @@ async def check_cluster_login(bootstrap_servers: str, security: KafkaSecurityCon
         ) as client:
             await client.detect_broker_kind()
     except BrokerConnectionError as err:
-        _log.debug("no bootstrap broker answers yet (%s); the metadata manager retries", err)
+        log.info("no bootstrap broker answers yet (%s); tierproxy keeps trying", err)
+        return
     except AuthenticationError as err:
         raise ConfigError(f"{err} ({_what_to_check(err)})") from err
+    log.info("connected to the cluster at %s: %s", bootstrap_servers, security.describe())
 
 
 def _what_to_check(err: AuthenticationError) -> str:

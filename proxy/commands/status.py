@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -73,7 +74,7 @@ async def _collect(settings: Any, topic_pattern: str | None) -> list[Any]:
 
     config = settings.tiering
     security = settings.security.with_secrets_resolved()
-    await check_cluster_login(config.bootstrap_servers, security)
+    await check_cluster_login(config.bootstrap_servers, security, log=logging.getLogger(__name__))
     async with (
         KafkaClient(
             config.bootstrap_servers,

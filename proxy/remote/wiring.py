@@ -9,6 +9,7 @@ proxy and never imports the storage clients' heavier parts.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -95,7 +96,9 @@ async def serve(config: ProxyConfig, settings: Mapping[str, Any]) -> None:
     from storage.startup import check_cluster_login  # noqa: PLC0415
 
     security = from_settings(KafkaSecurityConfig, settings).with_secrets_resolved()
-    await check_cluster_login(config.bootstrap_servers, security)
+    await check_cluster_login(
+        config.bootstrap_servers, security, log=logging.getLogger("tierproxy.startup")
+    )
     if not from_settings(RemoteFetchConfig, settings).enabled:
         await run_until_stopped(config, security=security)
         return

@@ -175,7 +175,7 @@ async def open_pipeline(
     owned_rlmm = None
     if rlmm is None:
         await announce_remote_tier(settings.storage, settings.metadata, command="tier", log=log)
-        await check_cluster_login(config.bootstrap_servers, security)
+        await check_cluster_login(config.bootstrap_servers, security, log=log)
         owned_rlmm = TopicBasedRemoteLogMetadataManager(
             settings.metadata,
             bootstrap_servers=config.bootstrap_servers,

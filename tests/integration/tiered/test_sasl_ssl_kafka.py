@@ -206,6 +206,7 @@ def test_tier_copies_and_deletes_locally_over_sasl_ssl(kafka: TlsKafka, tiered: 
     assert earliest_offsets(kafka.plaintext, tiered.topics.topic, 1)[0] > 0, (
         "no local data was deleted: " + tiered.output[-2000:]
     )
+    assert f"{kafka.sasl_ssl.bootstrap}: SASL_SSL SCRAM-SHA-512 as tiering" in tiered.output
     assert password("tiering") not in tiered.output
 
 
@@ -310,4 +311,5 @@ def test_serve_over_sasl_ssl_with_end_to_end_client_logins(
         assert storage_reads(proxy) > 0
         assert proxy.metric("tierproxy_remote_fetch_requests_total") > 0
     log = proxy.process.log_path.read_text(encoding="utf-8", errors="replace")
+    assert f"{kafka.sasl_ssl.bootstrap}: SASL_SSL SCRAM-SHA-512 as proxy" in log
     assert password("proxy") not in log

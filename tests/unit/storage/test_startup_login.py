@@ -6,6 +6,7 @@ The broker is the unit tests' TLS fake, presenting certificates from the test CA
 
 from __future__ import annotations
 
+import logging
 import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,8 @@ from storage.kafka_security import KafkaSecurityConfig
 from storage.startup import check_cluster_login
 from tests.certificates import KeyPair, Pki
 from tests.unit.proxy.fake_broker import FakeBroker
+
+LOG = logging.getLogger("tests.startup_login")
 
 
 async def tls_broker(pair: KeyPair) -> FakeBroker:
@@ -44,17 +47,21 @@ def tls(ca: Path, **more: str) -> KafkaSecurityConfig:
     return KafkaSecurityConfig(security_protocol="SSL", ssl_ca_location=str(ca), **more)
 
 
-async def test_a_broker_certificate_from_the_configured_ca_passes(
-    broker: FakeBroker, pki: Pki
+async def test_a_broker_certificate_from_the_configured_ca_passes_and_says_how(
+    broker: FakeBroker, pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
-    await check_cluster_login(f"127.0.0.1:{broker.port}", tls(pki.ca))
+    caplog.set_level(logging.INFO, logger=LOG.name)
+
+    await check_cluster_login(f"127.0.0.1:{broker.port}", tls(pki.ca), log=LOG)
+
+    assert caplog.messages == [f"connected to the cluster at 127.0.0.1:{broker.port}: SSL"]
 
 
 async def test_a_certificate_for_another_host_is_refused_naming_the_names_to_fix(
     mismatched: FakeBroker, pki: Pki
 ) -> None:
     with pytest.raises(ConfigError) as refused:
-        await check_cluster_login(f"127.0.0.1:{mismatched.port}", tls(pki.ca))
+        await check_cluster_login(f"127.0.0.1:{mismatched.port}", tls(pki.ca), log=LOG)
 
     message = str(refused.value)
     assert message.startswith(
@@ -71,14 +78,14 @@ async def test_without_endpoint_identification_the_host_is_not_checked(
     """``upstream.ssl.endpoint.identification.algorithm = ""``, as in Kafka: CA only."""
     config = tls(pki.ca, ssl_endpoint_identification_algorithm="")
 
-    await check_cluster_login(f"127.0.0.1:{mismatched.port}", config)
+    await check_cluster_login(f"127.0.0.1:{mismatched.port}", config, log=LOG)
 
 
 async def test_a_certificate_from_another_ca_is_refused_naming_the_ca_setting(
     broker: FakeBroker, pki: Pki
 ) -> None:
     with pytest.raises(ConfigError) as refused:
-        await check_cluster_login(f"127.0.0.1:{broker.port}", tls(pki.stranger_ca))
+        await check_cluster_login(f"127.0.0.1:{broker.port}", tls(pki.stranger_ca), log=LOG)
 
     assert str(refused.value) == (
         f"TLS to 127.0.0.1:{broker.port}: self-signed certificate in certificate chain (check "
@@ -87,4 +94,4 @@ async def test_a_certificate_from_another_ca_is_refused_naming_the_ca_setting(
 
 
 async def test_a_cluster_that_does_not_answer_yet_is_left_to_the_retries_after() -> None:
-    await check_cluster_login(f"127.0.0.1:{free_port()}", KafkaSecurityConfig())
+    await check_cluster_login(f"127.0.0.1:{free_port()}", KafkaSecurityConfig(), log=LOG)
