@@ -1,0 +1,277 @@
+"""One pipelined connection to one broker: framing, version negotiation and the login.
+
+Kafka answers the requests of a connection in the order they were sent, so the head of a
+deque of in-flight correlation ids matches every response and any number of requests can be
+in flight. ApiVersions v3 opens each connection; the versions it answers bound what
+:meth:`Connection.request` sends. Then, with SASL configured, the connection logs in
+(SaslHandshake and SaslAuthenticate around the sans-IO exchanges of :mod:`protocol.sasl`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Final, cast
+
+from protocol.errors import KafkaError, ProtocolError, RemoteProtocolError
+from protocol.frames import FrameDecoder, encode_frame, foreign_protocol
+from protocol.headers import encode_request_header, parse_response_header, response_header_version
+from protocol.messages import ApiKey, decode_response, encode_request, request_class
+from protocol.sasl import OAuthBearerExchange, PlainExchange, SaslExchange, ScramClient
+from storage.kafka_client.values import AuthenticationError, BrokerConnectionError, KafkaClientError
+from storage.kafka_security import KafkaSecurityConfig
+from storage.oauth import ClientCredentialsTokenProvider, TokenError
+
+__all__ = ["Connection", "Login"]
+
+# The versions this client speaks, within what kio knows. Fetch and Produce stop at 12, the
+# last versions that name topics (13+ address them by id only).
+_SUPPORTED: Final[Mapping[ApiKey, range]] = {
+    ApiKey.API_VERSIONS: range(3, 4),
+    ApiKey.PRODUCE: range(3, 13),
+    ApiKey.METADATA: range(1, 13),
+    ApiKey.FETCH: range(4, 13),
+    ApiKey.LIST_OFFSETS: range(1, 9),
+    ApiKey.DELETE_RECORDS: range(0, 3),
+    ApiKey.DESCRIBE_CONFIGS: range(1, 5),
+    ApiKey.CREATE_TOPICS: range(2, 8),
+    ApiKey.INIT_PRODUCER_ID: range(0, 6),
+    ApiKey.SASL_HANDSHAKE: range(1, 2),
+    ApiKey.SASL_AUTHENTICATE: range(1, 3),
+}
+_MAX_RESPONSE_BYTES: Final = 512 * 1024 * 1024
+"""Largest response frame accepted: above any Fetch ``max_bytes`` the pipeline asks for
+(Kafka may exceed ``max_bytes`` by one batch, bounded by ``message.max.bytes``)."""
+
+
+class _FrameProtocol(asyncio.Protocol):
+    """Frames in, responses matched to requests in order; nothing else."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._decoder = FrameDecoder(max_frame_bytes=_MAX_RESPONSE_BYTES)
+        self._pending: deque[tuple[int, asyncio.Future[bytes]]] = deque()
+        self.transport: asyncio.Transport | None = None
+        self.closed: BrokerConnectionError | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCP transports are not asyncio.Transport subclasses, only duck-alike.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._decoder.feed(data)
+        while (frame := self._decoder.next_frame()) is not None:
+            if not isinstance(frame, bytes):
+                spoken = foreign_protocol(frame.declared_size)
+                what = f"the peer spoke {spoken}, not the Kafka protocol" if spoken else f"{frame}"
+                self._fail(BrokerConnectionError(f"{self._name}: {what}"))
+                return
+            if not self._pending:
+                self._fail(BrokerConnectionError(f"{self._name} sent an unrequested response"))
+                return
+            correlation_id, future = self._pending.popleft()
+            if frame[:4] != correlation_id.to_bytes(4, "big", signed=True):
+                self._fail(BrokerConnectionError(f"{self._name} answered out of order"))
+                return
+            if not future.done():
+                future.set_result(frame)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = f": {exc}" if exc else ""
+        self._fail(BrokerConnectionError(f"connection to {self._name} closed{reason}"))
+
+    def expect(self, correlation_id: int) -> asyncio.Future[bytes]:
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._pending.append((correlation_id, future))
+        return future
+
+    def _fail(self, error: BrokerConnectionError) -> None:
+        if self.closed is None:
+            self.closed = error
+        while self._pending:
+            _, future = self._pending.popleft()
+            if not future.done():
+                future.set_exception(error)
+        if self.transport is not None:
+            self.transport.close()
+
+
+class Login:
+    """How each connection is secured: its TLS context and SASL exchange, from the settings."""
+
+    def __init__(self, security: KafkaSecurityConfig) -> None:
+        self._security = security.with_secrets_resolved()
+        self.tls = self._security.ssl_context()
+        self.mechanism = self._security.sasl_mechanism if self._security.sasl else ""
+        self.principal = self._security.sasl_username or self._security.sasl_oauthbearer_client_id
+        self._tokens = (
+            ClientCredentialsTokenProvider(self._security)
+            if self.mechanism == "OAUTHBEARER"
+            else None
+        )
+
+    async def exchange(self) -> SaslExchange:
+        """A fresh client side of the configured mechanism (OAUTHBEARER: with a valid token)."""
+        username, password = self._security.sasl_username, self._security.sasl_password
+        if self._tokens is not None:
+            return OAuthBearerExchange(await self._tokens.token())
+        if self.mechanism == "SCRAM-SHA-256":
+            return ScramClient("SCRAM-SHA-256", username, password)
+        if self.mechanism == "SCRAM-SHA-512":
+            return ScramClient("SCRAM-SHA-512", username, password)
+        return PlainExchange(username, password)
+
+
+class Connection:
+    """One pipelined connection to one broker, with its negotiated API versions."""
+
+    def __init__(self, protocol: _FrameProtocol, name: str, client_id: str, timeout: float) -> None:
+        self._protocol = protocol
+        self._name = name
+        self._client_id = client_id
+        self._timeout = timeout
+        self._correlation_id = 0
+        self.versions: dict[int, range] = {}
+        self.feature_epoch = -1
+
+    @classmethod
+    async def open(
+        cls, host: str, port: int, client_id: str, request_timeout: float, login: Login
+    ) -> Connection:
+        name = f"{host}:{port}"
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(request_timeout):
+                _, protocol = await loop.create_connection(
+                    lambda: _FrameProtocol(name),
+                    host,
+                    port,
+                    ssl=login.tls,
+                    server_hostname=host if login.tls is not None else None,
+                )
+        except ssl.SSLCertVerificationError as err:
+            raise AuthenticationError(f"TLS to {name}: {err.verify_message}") from err
+        except (OSError, TimeoutError) as err:
+            raise BrokerConnectionError(f"cannot connect to {name}: {err}") from err
+        connection = cls(protocol, name, client_id, request_timeout)
+        try:
+            await connection._negotiate()
+            if login.mechanism:
+                await connection._log_in(login)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    @property
+    def is_closed(self) -> bool:
+        return self._protocol.closed is not None
+
+    def close(self) -> None:
+        if self._protocol.transport is not None:
+            self._protocol.transport.close()
+
+    async def _negotiate(self) -> None:
+        request = request_class(ApiKey.API_VERSIONS, 3)(
+            client_software_name="tierproxy", client_software_version="1"
+        )
+        response = await self._send(ApiKey.API_VERSIONS, 3, request)
+        if response.error_code != 0:
+            raise BrokerConnectionError(
+                f"{self._name} refused ApiVersions v3: {KafkaError(int(response.error_code)).name}"
+            )
+        self.versions = {
+            int(k.api_key): range(int(k.min_version), int(k.max_version) + 1)
+            for k in response.api_keys
+        }
+        self.feature_epoch = int(response.finalized_features_epoch)
+
+    async def _log_in(self, login: Login) -> None:
+        """SaslHandshake, then SaslAuthenticate until the mechanism's exchange is complete.
+
+        :raises AuthenticationError: the broker refused the mechanism or the credentials.
+        """
+        handshake = await self.request(
+            ApiKey.SASL_HANDSHAKE, lambda cls: cls(mechanism=login.mechanism)
+        )
+        if handshake.error_code != KafkaError.NONE:
+            raise AuthenticationError(
+                f"{self._name} offers SASL mechanisms {list(handshake.mechanisms)}, "
+                f"not {login.mechanism}"
+            )
+        try:
+            exchange = await login.exchange()
+            message = exchange.respond(b"")
+            while message is not None:
+                answer = await self.request(
+                    ApiKey.SASL_AUTHENTICATE, lambda cls, m=message: cls(auth_bytes=m)
+                )
+                if answer.error_code != KafkaError.NONE:
+                    reason = answer.error_message or KafkaError(answer.error_code).name
+                    raise AuthenticationError(
+                        f"{self._name} refused the SASL/{login.mechanism} login as "
+                        f"{login.principal}: {reason}"
+                    )
+                message = exchange.respond(bytes(answer.auth_bytes))
+        except (RemoteProtocolError, TokenError) as err:
+            raise AuthenticationError(
+                f"SASL/{login.mechanism} login to {self._name} as {login.principal}: {err}"
+            ) from err
+
+    def speaks(self, api_key: ApiKey) -> bool:
+        """Whether the broker advertised ``api_key`` in a version this client knows."""
+        try:
+            self.version(api_key)
+        except KafkaClientError:
+            return False
+        return True
+
+    def version(self, api_key: ApiKey) -> int:
+        """The newest version both sides speak.
+
+        :raises KafkaClientError: when there is none.
+        """
+        ours = _SUPPORTED[api_key]
+        theirs = self.versions.get(api_key)
+        if theirs is not None:
+            common = range(max(ours.start, theirs.start), min(ours.stop, theirs.stop))
+            if common:
+                return common[-1]
+        raise KafkaClientError(f"{self._name} speaks no version of {api_key.name} we know")
+
+    async def request(self, api_key: ApiKey, build: Any) -> Any:
+        """Send the request ``build(request_class)`` returns, in the negotiated version."""
+        version = self.version(api_key)
+        return await self._send(api_key, version, build(request_class(api_key, version)))
+
+    async def _send(self, api_key: ApiKey, version: int, payload: Any) -> Any:
+        if self._protocol.closed is not None:
+            raise self._protocol.closed
+        transport = self._protocol.transport
+        assert transport is not None
+        self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+        correlation_id = self._correlation_id
+        header = encode_request_header(api_key, version, correlation_id, self._client_id)
+        future = self._protocol.expect(correlation_id)
+        transport.write(encode_frame(header + encode_request(payload)))
+        try:
+            async with asyncio.timeout(self._timeout):
+                frame = await future
+        except TimeoutError as err:
+            self._protocol.connection_lost(err)
+            raise BrokerConnectionError(
+                f"{api_key.name} to {self._name} timed out after {self._timeout:.0f} s"
+            ) from err
+        header_version = 0 if api_key == ApiKey.API_VERSIONS else None
+        if header_version is None:
+            header_version = response_header_version(api_key, version)
+        assert header_version is not None
+        try:
+            _, size = parse_response_header(frame, header_version)
+            return decode_response(api_key, version, memoryview(frame)[size:])
+        except ProtocolError as err:
+            raise KafkaClientError(
+                f"cannot decode {api_key.name} v{version} from {self._name}: {err}"
+            ) from err
