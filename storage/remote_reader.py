@@ -55,10 +55,10 @@ from protocol.indexes.transaction_index import (
     collect_aborted_txns,
     parse_transaction_index,
 )
+from protocol.record_reader import decompress
 from protocol.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
-    Compression,
     CorruptRecordBatchError,
     TimestampType,
     batches_below,
@@ -85,9 +85,6 @@ __all__ = [
 _SCAN_BYTES: Final = 256 * 1024
 """Bytes scanned per step when looking for a timestamp (reads go through the chunk cache,
 so a step costs at most one GET)."""
-_XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
-_XERIAL_HEADER_SIZE: Final = 16
-_INT32: Final = struct.Struct(">i")
 
 
 class RemoteSegmentLookup(Protocol):
@@ -365,7 +362,7 @@ def _first_record_at(
     """
     body = memoryview(buf)[position + BATCH_HEADER_SIZE : position + header.size]
     try:
-        payload = _decompress(header.compression, body)
+        payload = decompress(header.compression, body)
         point = 0
         for _ in range(header.record_count):
             length, point = decode_varint(payload, point)
@@ -385,31 +382,3 @@ def _first_record_at(
             f"records of the batch at offset {header.base_offset} cannot be decoded: {err}"
         ) from err
     return None
-
-
-def _decompress(compression: Compression, body: memoryview) -> bytes | memoryview:
-    """The records of a batch body, decompressed with Kafka's framing of each codec."""
-    if compression is Compression.NONE:
-        return body
-    data = bytes(body)
-    if compression is Compression.GZIP:
-        return bytes(cramjam.gzip.decompress(data))
-    if compression is Compression.SNAPPY:
-        return _snappy(data)
-    if compression is Compression.LZ4:
-        return bytes(cramjam.lz4.decompress(data))
-    return bytes(cramjam.zstd.decompress(data))
-
-
-def _snappy(data: bytes) -> bytes:
-    """Snappy as Java clients write it (xerial blocks after a 16-byte header) or raw."""
-    if not data.startswith(_XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
-    out = bytearray()
-    point = _XERIAL_HEADER_SIZE
-    while point < len(data):
-        (length,) = _INT32.unpack_from(data, point)
-        point += _INT32.size
-        out += bytes(cramjam.snappy.decompress_raw(data[point : point + length]))
-        point += length
-    return bytes(out)

@@ -9,6 +9,7 @@ Modules, by responsibility: :mod:`.values` (answers, errors, pure helpers),
 
 from storage.kafka_client.client import KafkaClient
 from storage.kafka_client.values import (
+    DYNAMIC_TOPIC_CONFIG,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     NO_TOPIC_ID,
@@ -36,6 +37,7 @@ from storage.kafka_client.values import (
 )
 
 __all__ = [
+    "DYNAMIC_TOPIC_CONFIG",
     "EARLIEST_TIMESTAMP",
     "LATEST_TIMESTAMP",
     "NO_TOPIC_ID",

@@ -1,4 +1,4 @@
-"""The topic-based remote log metadata manager: KIP-405's default RLMM, over aiokafka.
+"""The topic-based remote log metadata manager: KIP-405's default RLMM.
 
 Everything tierproxy knows about remote segments is in one topic (``__remote_log_metadata``
 by default). Every proxy and the pipeline run one manager: it consumes every partition of
@@ -14,6 +14,13 @@ the topic into a :class:`RemoteLogMetadataCache` and publishes new events to it.
   once the consumer has applied it — read your writes, as Kafka's
   ``ConsumerManager.waitTillConsumptionCatchesUp``. If another writer's record got there
   first and made this one invalid, the consumer's refusal is raised.
+- It talks to the cluster through the product's own client (:mod:`storage.kafka_client`),
+  as Kafka's manager does through its own producer and consumer: a
+  :class:`~storage.kafka_client.producer.TopicProducer` (``acks=all``, idempotent, retried on
+  leader changes) and an :class:`~storage.kafka_client.consumer.AssignedConsumer` (every
+  partition assigned, no group), each on its own connections so that the consumer's
+  long-polling Fetch never holds up a Produce (a broker answers one connection's requests
+  one at a time, in order).
 - A consumer task applies records in offset order. Undecodable records and refused events
   are logged and skipped (and counted), as Kafka's consumer task does, so one bad record
   never stops the cache.
@@ -31,12 +38,7 @@ import logging
 from types import TracebackType
 from typing import TypeVar
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaConnectionError, KafkaError, TopicAuthorizationFailedError
-
-from protocol.errors import KafkaError as KafkaErrorCode
+from protocol.errors import KafkaError
 from protocol.metadata_records import (
     MetadataRecord,
     MetadataRecordError,
@@ -46,6 +48,10 @@ from protocol.metadata_records import (
 from protocol.murmur2 import metadata_partition_for
 from storage.config import ConfigError
 from storage.kafka_acls import denied, principal_of
+from storage.kafka_client import BrokerConnectionError, KafkaClient, KafkaClientError, NewTopic
+from storage.kafka_client.consumer import AssignedConsumer
+from storage.kafka_client.leaders import TopicAuthorizationError
+from storage.kafka_client.producer import TopicProducer
 from storage.kafka_security import KafkaSecurityConfig
 from storage.model import TopicIdPartition
 from storage.retry import RetryPolicy, call_with_retry
@@ -63,14 +69,11 @@ __all__ = ["MetadataTopicError", "TopicBasedRemoteLogMetadataManager"]
 
 log = logging.getLogger(__name__)
 
-_FETCH_MAX_WAIT_MS = 100
-"""Long-poll bound of the consumer: a publish waits for its own record to come back, so
-this bounds the added latency on brokers that do not answer a fetch as soon as data
-arrives."""
 _REFUSALS_KEPT = 1024
 """Refusals remembered for publishers that register after the consumer applied their
 record (the producer's acknowledgement can arrive after the consumer fetched it)."""
-_RETRY_BACKOFF_S = 0.5
+_NEW_TOPIC_POLL_S = 0.1
+"""How often Metadata is asked for a topic just created (it may lag behind CreateTopics)."""
 _CLUSTER_RETRY = RetryPolicy(
     backoff_ms=500, backoff_max_ms=10_000, max_attempts=1_000_000, deadline_ms=None
 )
@@ -86,8 +89,8 @@ class MetadataTopicError(RemoteLogMetadataError):
 class TopicBasedRemoteLogMetadataManager:
     """Publishes and consumes KIP-405 metadata records; owns the cache they build.
 
-    Use as an async context manager, or call :meth:`start` and :meth:`close`. Its aiokafka
-    consumer, producer and admin client log in with the ``upstream.*`` ``security`` settings.
+    Use as an async context manager, or call :meth:`start` and :meth:`close`. Its clients log
+    in with the ``upstream.*`` ``security`` settings.
     """
 
     def __init__(
@@ -108,11 +111,16 @@ class TopicBasedRemoteLogMetadataManager:
         self.skipped_records = 0
         """Records the consumer could not decode or apply."""
         self._bootstrap = bootstrap_servers
-        self._principal = principal_of(security or KafkaSecurityConfig())
+        resolved = (security or KafkaSecurityConfig()).with_secrets_resolved()
+        self._principal = principal_of(resolved)
         self._refused: MetadataTopicError | None = None
         """Set when the broker refuses this manager's principal READ on the topic."""
-        self._options = (
-            (security or KafkaSecurityConfig()).with_secrets_resolved().aiokafka_options()
+        self._client = KafkaClient(
+            bootstrap_servers, client_id="tierproxy-rlmm-producer", security=resolved
+        )
+        """Produce and the admin requests."""
+        self._consumer_client = KafkaClient(
+            bootstrap_servers, client_id="tierproxy-rlmm-consumer", security=resolved
         )
         self._partition_count = config.topic_partitions
         self.snapshot_dir = snapshot_dir_for(config, command)
@@ -121,8 +129,8 @@ class TopicBasedRemoteLogMetadataManager:
             if self.snapshot_dir is not None
             else None
         )
-        self._producer: AIOKafkaProducer | None = None
-        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: TopicProducer | None = None
+        self._consumer: AssignedConsumer | None = None
         self._consume_task: asyncio.Task[None] | None = None
         self._snapshot_task: asyncio.Task[None] | None = None
         self._applied: dict[int, int] = {}
@@ -183,27 +191,12 @@ class TopicBasedRemoteLogMetadataManager:
                 len(restored.applied_through),
                 self.snapshot_dir,
             )
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=self._bootstrap, acks="all", **self._options
-        )
-        await self._producer.start()
-        self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self._bootstrap,
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            fetch_max_wait_ms=_FETCH_MAX_WAIT_MS,
-            **self._options,
-        )
-        await self._consumer.start()
-        partitions = [self._topic_partition(p) for p in range(self._partition_count)]
-        self._consumer.assign(partitions)
-        for tp in partitions:
-            if tp.partition in resume_after:
-                self._applied[tp.partition] = resume_after[tp.partition]
-                self._consumer.seek(tp, resume_after[tp.partition] + 1)
-            else:
-                await self._consumer.seek_to_beginning(tp)
+        topic = self.config.topic_name
+        self._producer = TopicProducer(self._client, topic)
+        self._consumer = AssignedConsumer(self._consumer_client, topic, self._partition_count)
+        for partition, offset in resume_after.items():
+            self._applied[partition] = offset
+            self._consumer.seek(partition, offset + 1)
         self._consume_task = asyncio.create_task(self._consume(), name="rlmm-consumer")
         await self.wait_until_caught_up()
 
@@ -213,7 +206,8 @@ class TopicBasedRemoteLogMetadataManager:
         :raises InvalidStateTransitionError: if the record breaks the state machine (before
             anything is produced, or when the consumer refuses it).
         :raises InvalidSegmentMetadataError: if a new segment's metadata is impossible.
-        :raises KafkaError: if producing fails.
+        :raises MetadataTopicError: if the principal lacks WRITE on the topic.
+        :raises ProduceError: if the broker refuses the record otherwise.
         :raises TimeoutError: if the record does not come back within
             ``remote.log.metadata.consume.wait.ms``.
         """
@@ -224,17 +218,12 @@ class TopicBasedRemoteLogMetadataManager:
         )
         async with asyncio.timeout(self.config.consume_wait_ms / 1000):
             try:
-                sent = await producer.send_and_wait(
-                    self.config.topic_name,
-                    value=encode_metadata_record(record),
-                    key=None,
-                    partition=partition,
-                )
-            except TopicAuthorizationFailedError as err:
+                offset = await producer.send(partition, encode_metadata_record(record))
+            except TopicAuthorizationError as err:
                 raise MetadataTopicError(
-                    denied("Produce", self.config.topic_name, self._principal)
+                    denied(err.request, self.config.topic_name, self._principal)
                 ) from err
-            await self._applied_through(partition, sent.offset)
+            await self._applied_through(partition, offset)
 
     async def wait_until_caught_up(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (the RLMM contract takes a timeout, like Kafka's)
         """Wait until every record in the topic now has been applied to the cache.
@@ -246,14 +235,13 @@ class TopicBasedRemoteLogMetadataManager:
         :raises TimeoutError: after ``timeout`` seconds (``None``: no limit).
         """
         consumer = _started(self._consumer)
-        partitions = [self._topic_partition(p) for p in range(self._partition_count)]
         async with asyncio.timeout(timeout):
-            ends = await consumer.end_offsets(partitions)
-            for tp in partitions:
-                while consumer.highwater(tp) is None:
+            ends = await consumer.end_offsets(self._client)
+            for partition in range(self._partition_count):
+                while (high_watermark := consumer.high_watermark(partition)) is None:
                     await self._next_progress()
-                end = max(ends[tp], consumer.highwater(tp) or 0)
-                while await consumer.position(tp) < end:
+                end = max(ends[partition], high_watermark)
+                while (consumer.position(partition) or 0) < end:
                     await self._next_progress()
 
     async def snapshot(self) -> None:
@@ -273,7 +261,7 @@ class TopicBasedRemoteLogMetadataManager:
                 raise
 
     async def close(self) -> None:
-        """Stop consuming, write a last snapshot, and close the Kafka clients."""
+        """Stop consuming, write a last snapshot, and close the connections."""
         for task in (self._snapshot_task, self._consume_task):
             if task is not None:
                 task.cancel()
@@ -290,49 +278,16 @@ class TopicBasedRemoteLogMetadataManager:
                 await self.snapshot()
             except OSError:
                 log.exception("could not write the final metadata snapshot")
-        for client in (self._producer, self._consumer):
-            if client is not None:
-                await client.stop()
+        await self._client.close()
+        await self._consumer_client.close()
         self._producer = self._consumer = None
 
     # -- internals ------------------------------------------------------------------------
 
     async def _ensure_topic(self) -> None:
-        admin = await self._connected_admin()
-        try:
-            if self.config.topic_name == KAFKA_TOPIC_NAME:
-                await self._refuse_kafkas_own_topic(admin)
-            count = await self._partitions_of(admin)
-            if count is None:
-                await self._create_topic(admin)
-                count = await self._partitions_of(admin)
-                while count is None:  # metadata of a new topic may lag behind its creation
-                    await asyncio.sleep(_RETRY_BACKOFF_S / 5)
-                    count = await self._partitions_of(admin)
-            else:
-                await self._warn_about_retention(admin)
-        finally:
-            await admin.close()
-        if count != self.config.topic_partitions:
-            raise MetadataTopicError(
-                f"metadata topic {self.config.topic_name!r} has {count} partitions but "
-                f"remote.log.metadata.topic.partitions is {self.config.topic_partitions}; "
-                "writers would place records in different partitions"
-            )
-
-    async def _connected_admin(self) -> AIOKafkaAdminClient:
-        """An admin client connected to the cluster, retried with Kafka's exponential
-        back-off while no broker answers (the proxy or the pipeline may start before the
-        cluster); ``start()``'s initialization timeout bounds the wait."""
-
-        async def connect() -> AIOKafkaAdminClient:
-            admin = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, **self._options)
-            try:
-                await admin.start()
-            except BaseException:
-                await admin.close()
-                raise
-            return admin
+        """Create or check the topic, retried with Kafka's exponential back-off while no
+        broker answers (the proxy or the pipeline may start before the cluster);
+        ``start()``'s initialization timeout bounds the wait."""
 
         def warn(attempt: int, error: Exception, wait: float) -> None:
             log.warning(
@@ -343,99 +298,97 @@ class TopicBasedRemoteLogMetadataManager:
                 wait,
             )
 
-        return await call_with_retry(
-            connect,
+        count = await call_with_retry(
+            self._checked_partition_count,
             policy=_CLUSTER_RETRY,
-            is_retriable=lambda error: isinstance(error, KafkaConnectionError),
+            is_retriable=lambda error: isinstance(error, BrokerConnectionError),
             on_retry=warn,
         )
+        if count != self.config.topic_partitions:
+            raise MetadataTopicError(
+                f"metadata topic {self.config.topic_name!r} has {count} partitions but "
+                f"remote.log.metadata.topic.partitions is {self.config.topic_partitions}; "
+                "writers would place records in different partitions"
+            )
 
-    async def _refuse_kafkas_own_topic(self, admin: AIOKafkaAdminClient) -> None:
+    async def _checked_partition_count(self) -> int:
+        if self.config.topic_name == KAFKA_TOPIC_NAME:
+            await self._refuse_kafkas_own_topic()
+        count = await self._partitions_of()
+        if count is None:
+            await self._create_topic()
+            while count is None:  # metadata of a new topic may lag behind its creation
+                await asyncio.sleep(_NEW_TOPIC_POLL_S)
+                count = await self._partitions_of()
+        else:
+            await self._warn_about_retention()
+        return count
+
+    async def _refuse_kafkas_own_topic(self) -> None:
         """Kafka's own metadata manager reads ``__remote_log_metadata`` on brokers with
         native tiered storage, and stops at the first record in tierproxy's format.
 
         :raises ConfigError: the broker has ``remote.log.storage.system.enable=true``.
         """
-        cluster = await admin.describe_cluster()
-        brokers = cluster.get("brokers") or []
-        if not brokers:
-            return
-        resource = ConfigResource(
-            ConfigResourceType.BROKER,
-            str(brokers[0]["node_id"]),
-            configs={"remote.log.storage.system.enable": None},
-        )
-        for response in await admin.describe_configs([resource]):
-            for result in response.to_object()["resources"]:
-                for entry in result["config_entries"]:
-                    if entry["config_names"] == "remote.log.storage.system.enable" and (
-                        str(entry["config_value"]).lower() == "true"
-                    ):
-                        raise ConfigError(
-                            f"remote.log.metadata.topic.name is {KAFKA_TOPIC_NAME!r}, the topic "
-                            "of the broker's own native tiered storage (it has "
-                            "remote.log.storage.system.enable=true): tierproxy's records would "
-                            "stop its metadata consumer. Use another name (the default is "
-                            f"{DEFAULT_TOPIC_NAME!r})"
-                        )
-
-    async def _warn_about_retention(self, admin: AIOKafkaAdminClient) -> None:
-        """A metadata topic with a finite retention forgets old segments: warn."""
-        resource = ConfigResource(
-            ConfigResourceType.TOPIC, self.config.topic_name, configs={"retention.ms": None}
-        )
-        try:
-            responses = await admin.describe_configs([resource])
-        except KafkaError as error:
-            # Brokers without DescribeConfigs (Tansu closes the connection) cannot tell.
-            log.info(
-                "could not read the metadata topic's retention.ms (%s); not checking it", error
+        brokers = (await self._client.metadata(())).brokers
+        if not brokers or await self._client.detect_broker_kind() != "kafka":
+            return  # only Apache Kafka has native tiered storage
+        configs = await self._client.describe_broker_configs(min(brokers))
+        entry = configs.get("remote.log.storage.system.enable")
+        if entry is not None and str(entry.value).lower() == "true":
+            raise ConfigError(
+                f"remote.log.metadata.topic.name is {KAFKA_TOPIC_NAME!r}, the topic "
+                "of the broker's own native tiered storage (it has "
+                "remote.log.storage.system.enable=true): tierproxy's records would "
+                "stop its metadata consumer. Use another name (the default is "
+                f"{DEFAULT_TOPIC_NAME!r})"
             )
+
+    async def _warn_about_retention(self) -> None:
+        """A metadata topic with a finite retention forgets old segments: warn."""
+        topic = self.config.topic_name
+        try:
+            configs = (await self._client.describe_configs([topic])).get(topic, {})
+        except KafkaClientError as error:
+            # Brokers without DescribeConfigs (Tansu closes the connection) cannot tell.
+            configs = KafkaError.UNSUPPORTED_VERSION
+            log.info("could not read the metadata topic's retention.ms (%s)", error)
+        if isinstance(configs, KafkaError):
+            log.info("not checking the metadata topic's retention.ms (%s)", configs.name)
             return
-        for response in responses:
-            for result in response.to_object()["resources"]:
-                for entry in result["config_entries"]:
-                    if entry["config_names"] != "retention.ms":
-                        continue
-                    value = int(entry["config_value"] or -1)
-                    if value >= 0:
-                        log.warning(
-                            "metadata topic %s has retention.ms=%d: the metadata of segments "
-                            "older than that will be lost (they can then neither be read nor "
-                            "deleted); set its retention.ms to -1 as Kafka does",
-                            self.config.topic_name,
-                            value,
-                        )
+        entry = configs.get("retention.ms")
+        value = int(entry.value or -1) if entry is not None else -1
+        if value >= 0:
+            log.warning(
+                "metadata topic %s has retention.ms=%d: the metadata of segments "
+                "older than that will be lost (they can then neither be read nor "
+                "deleted); set its retention.ms to -1 as Kafka does",
+                topic,
+                value,
+            )
 
-    async def _partitions_of(self, admin: AIOKafkaAdminClient) -> int | None:
-        # Describe every topic: describing one by name may auto-create it with defaults.
-        for topic in await admin.describe_topics():
-            if topic["topic"] == self.config.topic_name and topic["error_code"] == 0:
-                return len(topic["partitions"]) or None
-        return None
+    async def _partitions_of(self) -> int | None:
+        # Every topic, as before: brokers that ignore allow_auto_topic_creation=false would
+        # create a topic named in Metadata with their defaults.
+        found = (await self._client.metadata(None)).topics.get(self.config.topic_name)
+        if found is None or found.error != KafkaError.NONE:
+            return None
+        return len(found.partitions) or None
 
-    async def _create_topic(self, admin: AIOKafkaAdminClient) -> None:
+    async def _create_topic(self) -> None:
         config = self.config
-        response = await admin.create_topics(
-            [
-                NewTopic(
-                    config.topic_name,
-                    config.topic_partitions,
-                    config.topic_replication_factor,
-                    topic_configs={
-                        "retention.ms": str(config.topic_retention_ms),
-                        "cleanup.policy": "delete",
-                    },
-                )
-            ]
+        topic = NewTopic(
+            name=config.topic_name,
+            partitions=config.topic_partitions,
+            replication_factor=config.topic_replication_factor,
+            configs={"retention.ms": str(config.topic_retention_ms), "cleanup.policy": "delete"},
         )
-        for error in response.to_object()["topic_errors"]:
-            code = error["error_code"]
-            if code in (KafkaErrorCode.NONE, KafkaErrorCode.TOPIC_ALREADY_EXISTS):
+        for created in await self._client.create_topics([topic]):
+            if created.error in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
                 continue
             raise MetadataTopicError(
                 f"cannot create metadata topic {config.topic_name!r}: "
-                f"{_error_name(code)} {error.get('error_message') or ''}".rstrip()
+                f"{created.error.name} {created.message or ''}".rstrip()
             )
         log.info(
             "created metadata topic %s (%d partitions, replication factor %d)",
@@ -448,23 +401,19 @@ class TopicBasedRemoteLogMetadataManager:
         consumer = _started(self._consumer)
         while True:
             try:
-                batches = await consumer.getmany(timeout_ms=_FETCH_MAX_WAIT_MS * 5)
-            except TopicAuthorizationFailedError:
+                polled = await consumer.poll()
+            except TopicAuthorizationError as err:
                 # No retry helps until an operator adds the ACL: fail start() at once.
                 self._refused = MetadataTopicError(
-                    denied("Fetch", self.config.topic_name, self._principal)
+                    denied(err.request, self.config.topic_name, self._principal)
                 )
                 log.error("metadata consumer: %s", self._refused)
                 self._progress.set()
                 return
-            except KafkaError as err:
-                log.warning("metadata consumer: %s; retrying", err)
-                await asyncio.sleep(_RETRY_BACKOFF_S)
-                continue
-            for tp, messages in batches.items():
-                for message in messages:
-                    self._apply(tp.partition, message.offset, message.value)
-                self._wake(tp.partition)
+            for partition, records in polled.items():
+                for record in records:
+                    self._apply(partition, record.offset, record.value)
+                self._wake(partition)
             self._progress.set()
             self._progress = asyncio.Event()
 
@@ -541,18 +490,8 @@ class TopicBasedRemoteLogMetadataManager:
             except OSError:
                 log.exception("could not write metadata snapshots; retrying later")
 
-    def _topic_partition(self, partition: int) -> TopicPartition:
-        return TopicPartition(self.config.topic_name, partition)
-
 
 def _started(client: _T | None) -> _T:
     if client is None:
         raise RemoteLogMetadataError("the metadata manager is not started")
     return client
-
-
-def _error_name(code: int) -> str:
-    try:
-        return KafkaErrorCode(code).name
-    except ValueError:
-        return f"error {code}"

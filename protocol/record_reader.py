@@ -1,0 +1,127 @@
+"""The records inside v2 batches, for the few readers that need them, and a consumer's position.
+
+Almost everything in tierproxy moves batches as opaque bytes (:mod:`protocol.records`). Two
+readers look inside: ListOffsets by timestamp on the remote tier (record timestamps) and the
+metadata consumer (record values). Both go through :func:`decompress`, which undoes each of
+Kafka's codecs with the framing Kafka's clients write, and the consumer through
+:func:`records_from`, which is the whole of its offset bookkeeping: which records of a Fetch
+answer are new, and where the next Fetch starts.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Final
+
+import cramjam
+
+from protocol.records import (
+    BATCH_HEADER_SIZE,
+    BatchHeader,
+    Compression,
+    CorruptRecordBatchError,
+    iter_batches,
+)
+from protocol.varint import Buffer, VarintError, decode_varint, decode_varlong
+
+__all__ = ["ConsumedRecord", "batch_records", "decompress", "records_from"]
+
+_XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_SIZE: Final = 16
+_INT32: Final = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConsumedRecord:
+    """One record as a consumer sees it (headers and timestamps are not needed here)."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def decompress(compression: Compression, body: memoryview) -> bytes | memoryview:
+    """The records of a batch body, decompressed with Kafka's framing of each codec.
+
+    :raises cramjam.DecompressionError: when the body is not valid for its codec.
+    """
+    if compression is Compression.NONE:
+        return body
+    data = bytes(body)
+    if compression is Compression.GZIP:
+        return bytes(cramjam.gzip.decompress(data))
+    if compression is Compression.SNAPPY:
+        return _snappy(data)
+    if compression is Compression.LZ4:
+        return bytes(cramjam.lz4.decompress(data))
+    return bytes(cramjam.zstd.decompress(data))
+
+
+def _snappy(data: bytes) -> bytes:
+    """Snappy as Java clients write it (xerial blocks after a 16-byte header) or raw."""
+    if not data.startswith(_XERIAL_MAGIC):
+        return bytes(cramjam.snappy.decompress_raw(data))
+    out = bytearray()
+    point = _XERIAL_HEADER_SIZE
+    while point < len(data):
+        (length,) = _INT32.unpack_from(data, point)
+        point += _INT32.size
+        out += bytes(cramjam.snappy.decompress_raw(data[point : point + length]))
+        point += length
+    return bytes(out)
+
+
+def batch_records(buf: Buffer, position: int, header: BatchHeader) -> Iterator[ConsumedRecord]:
+    """The records of the (complete, non-control) batch at ``position``, in offset order.
+
+    :raises CorruptRecordBatchError: if the records cannot be decoded.
+    """
+    body = memoryview(buf)[position + BATCH_HEADER_SIZE : position + header.size]
+    try:
+        payload = decompress(header.compression, body)
+        point = 0
+        for _ in range(header.record_count):
+            length, point = decode_varint(payload, point)
+            end = point + length
+            _, cursor = decode_varlong(payload, point + 1)  # attributes byte, timestamp delta
+            offset_delta, cursor = decode_varint(payload, cursor)
+            key, cursor = _field(payload, cursor, end)
+            value, cursor = _field(payload, cursor, end)
+            point = end
+            yield ConsumedRecord(offset=header.base_offset + offset_delta, key=key, value=value)
+    except (VarintError, ValueError, IndexError, struct.error, cramjam.DecompressionError) as err:
+        raise CorruptRecordBatchError(
+            f"records of the batch at offset {header.base_offset} cannot be decoded: {err}"
+        ) from err
+
+
+def _field(payload: Buffer, cursor: int, end: int) -> tuple[bytes | None, int]:
+    length, cursor = decode_varint(payload, cursor)
+    if length < 0:
+        return None, cursor
+    if cursor + length > end:
+        raise ValueError("a record's key or value overruns the record")
+    return bytes(payload[cursor : cursor + length]), cursor + length
+
+
+def records_from(records: bytes, position: int) -> tuple[list[ConsumedRecord], int]:
+    """The records of a Fetch answer at or after ``position``, and the next position.
+
+    A Fetch answers from the start of the batch that holds ``position``, so earlier records
+    are dropped; transaction markers (control batches) are no records to a consumer but move
+    the position past them; a partial batch at the end is left for the next Fetch. The next
+    position never goes backwards.
+
+    :raises CorruptRecordBatchError: if a batch or its records cannot be decoded.
+    :raises LegacyMessageFormatError: at a magic 0/1 message set.
+    """
+    consumed: list[ConsumedRecord] = []
+    for at, header in iter_batches(records):
+        if header.next_offset <= position:
+            continue
+        if not header.is_control:
+            consumed.extend(r for r in batch_records(records, at, header) if r.offset >= position)
+        position = header.next_offset
+    return consumed, position

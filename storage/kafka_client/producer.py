@@ -1,0 +1,180 @@
+"""Records to chosen partitions of one topic, each acknowledged by every in-sync replica.
+
+This is the producer of Kafka's ``ProducerManager`` for the metadata topic, with the settings
+``TopicBasedRemoteLogMetadataManagerConfig`` gives it: ``acks=all``, one request in flight
+per partition, and (the Java default with those two) idempotence, so a batch retried after
+a lost acknowledgement is written once and answered with its first offset. Retriable errors
+(NOT_LEADER_OR_FOLLOWER, a connection lost, no leader yet, ...) refresh the partition's
+leader and retry with Kafka's producer back-off (``retry.backoff.ms`` 100 growing to
+``retry.backoff.max.ms`` 1000) until the caller's deadline, as ``delivery.timeout.ms`` bounds
+Kafka's retries.
+
+Only Apache Kafka gets idempotent batches: the broker kinds the tests know otherwise (Tansu)
+are sent plain batches, as aiokafka sent them before. A principal refused InitProducerId
+(brokers before KIP-679 want IDEMPOTENT_WRITE on the cluster) also falls back to plain
+batches, with a warning, rather than stopping the manager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Final
+
+from protocol.errors import KafkaError
+from protocol.messages import ApiKey
+from protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record, build_record_batch
+from storage.kafka_client.client import KafkaClient
+from storage.kafka_client.leaders import PartitionLeaders, TopicAuthorizationError, is_retriable
+from storage.kafka_client.values import RETRIABLE_ERRORS, KafkaClientError
+from storage.retry import RetryPolicy, call_with_retry
+
+__all__ = ["PRODUCER_RETRY", "ProduceError", "TopicProducer"]
+
+log = logging.getLogger(__name__)
+
+PRODUCER_RETRY: Final = RetryPolicy(
+    backoff_ms=100, backoff_max_ms=1_000, max_attempts=1_000_000, deadline_ms=None
+)
+"""Kafka's producer back-off; the caller's timeout ends the retries."""
+_NO_IDENTITY: Final = (NO_PRODUCER_ID, NO_PRODUCER_EPOCH)
+_STALE_IDENTITY: Final = frozenset(
+    {
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+        KafkaError.UNKNOWN_PRODUCER_ID,
+        KafkaError.INVALID_PRODUCER_EPOCH,
+    }
+)
+"""Produce errors after which Kafka's idempotent producer starts a new producer epoch."""
+_COORDINATOR_BUSY: Final = frozenset(
+    {
+        KafkaError.COORDINATOR_NOT_AVAILABLE,
+        KafkaError.NOT_COORDINATOR,
+        KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    }
+)
+
+
+class ProduceError(KafkaClientError):
+    """The broker refused the record for good (the message names the error)."""
+
+    def __init__(self, error: KafkaError, message: str) -> None:
+        super().__init__(message)
+        self.error = error
+
+
+class _Retry(KafkaClientError):
+    """A retriable answer: the leader moved, the producer id is stale, or replicas lag."""
+
+
+class TopicProducer:
+    """Produces one record at a time to a chosen partition of ``topic``."""
+
+    def __init__(
+        self,
+        client: KafkaClient,
+        topic: str,
+        *,
+        retry: RetryPolicy = PRODUCER_RETRY,
+        request_timeout_ms: int = 30_000,
+    ) -> None:
+        self._client = client
+        self._topic = topic
+        self._retry = retry
+        self._timeout_ms = request_timeout_ms
+        self._leaders = PartitionLeaders(client, topic)
+        self._identity: tuple[int, int] | None = None
+        self._sequences: dict[int, int] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+
+    async def send(self, partition: int, value: bytes | None, key: bytes | None = None) -> int:
+        """Append one record to ``partition`` and return its offset once all in-sync replicas
+        have it. Cancel the call (a timeout) to stop retrying.
+
+        :raises TopicAuthorizationError: the principal lacks WRITE on the topic.
+        :raises ProduceError: for any other error that no retry mends.
+        """
+        record = Record(key=key, value=value, timestamp=int(time.time() * 1000))
+        lock = self._locks.setdefault(partition, asyncio.Lock())
+        async with lock:  # one batch in flight per partition keeps sequences in order
+            try:
+                return await call_with_retry(
+                    lambda: self._attempt(partition, record),
+                    policy=self._retry,
+                    is_retriable=lambda e: isinstance(e, _Retry) or is_retriable(e),
+                    on_retry=self._log_retry,
+                )
+            except BaseException:
+                # The last batch may or may not be in the log: a new producer epoch keeps a
+                # later batch from being refused as out of sequence, as Kafka's producer does.
+                self._identity = None
+                raise
+
+    async def _attempt(self, partition: int, record: Record) -> int:
+        producer_id, epoch = await self._producer_identity()
+        sequence = self._sequences.get(partition, 0) if producer_id >= 0 else -1
+        batch = build_record_batch(
+            base_offset=0,
+            records=[record],
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            base_sequence=sequence,
+        )
+        leader = await self._leaders.leader(partition)
+        try:
+            answer = await self._client.produce(
+                leader, self._topic, partition, batch, timeout_ms=self._timeout_ms
+            )
+        except KafkaClientError:
+            self._leaders.forget([partition])
+            raise
+        if answer.error == KafkaError.NONE:
+            if producer_id >= 0 and self._identity == (producer_id, epoch):
+                self._sequences[partition] = sequence + 1
+            return answer.base_offset
+        where = f"Produce to {self._topic}-{partition}"
+        if answer.error == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise TopicAuthorizationError("Produce", self._topic)
+        if answer.error in RETRIABLE_ERRORS:
+            self._leaders.forget([partition])
+            raise _Retry(f"{where}: {answer.error.name}")
+        if answer.error in _STALE_IDENTITY and producer_id >= 0:
+            self._identity = None
+            raise _Retry(f"{where}: {answer.error.name}; starting a new producer epoch")
+        detail = f" ({answer.message})" if answer.message else ""
+        raise ProduceError(answer.error, f"{where} failed: {answer.error.name}{detail}")
+
+    async def _producer_identity(self) -> tuple[int, int]:
+        if self._identity is not None:
+            return self._identity
+        if await self._client.detect_broker_kind() != "kafka" or not await self._client.speaks(
+            ApiKey.INIT_PRODUCER_ID
+        ):
+            self._identity = _NO_IDENTITY
+            return self._identity
+        error, producer_id, epoch = await self._client.init_producer_id()
+        if error in _COORDINATOR_BUSY:
+            raise _Retry(f"InitProducerId: {error.name}")
+        if error != KafkaError.NONE:
+            log.warning(
+                "InitProducerId answered %s: producing to %s without idempotence (a retried "
+                "record may then be written twice; grant WRITE on the topic, or "
+                "IDEMPOTENT_WRITE on the cluster for brokers before Kafka 2.8)",
+                error.name,
+                self._topic,
+            )
+            self._identity = _NO_IDENTITY
+            return self._identity
+        self._identity = (producer_id, epoch)
+        self._sequences.clear()
+        return self._identity
+
+    def _log_retry(self, attempt: int, error: Exception, wait: float) -> None:
+        log.warning(
+            "producing to %s: %s (attempt %d); retrying in %.2f s",
+            self._topic,
+            error,
+            attempt,
+            wait,
+        )
