@@ -22,10 +22,9 @@ import os
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from storage.config import ConfigError, setting
-from storage.oauth import ClientCredentialsTokenProvider
 
 __all__ = ["PASSWORD_ENV", "SASL_MECHANISMS", "SECURITY_PROTOCOLS", "KafkaSecurityConfig"]
 
@@ -229,18 +228,3 @@ class KafkaSecurityConfig:
             return self.security_protocol
         who = self.sasl_username or self.sasl_oauthbearer_client_id
         return f"{self.security_protocol} {self.sasl_mechanism} as {who}"
-
-    def aiokafka_options(self) -> dict[str, Any]:
-        """The same settings as keyword arguments of aiokafka's clients (the metadata topic's
-        consumer, producer and admin client). Call on a config whose secrets are resolved."""
-        options: dict[str, Any] = {"security_protocol": self.security_protocol}
-        if self.tls:
-            options["ssl_context"] = self.ssl_context()
-        if self.sasl:
-            options["sasl_mechanism"] = self.sasl_mechanism
-            if self.sasl_mechanism == "OAUTHBEARER":
-                options["sasl_oauth_token_provider"] = ClientCredentialsTokenProvider(self)
-            else:
-                options["sasl_plain_username"] = self.sasl_username
-                options["sasl_plain_password"] = self.sasl_password
-        return options

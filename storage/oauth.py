@@ -2,23 +2,22 @@
 
 Kafka's Java clients ask the token endpoint for a token with ``grant_type=client_credentials``,
 the client id and secret as HTTP basic authentication and an optional scope, and reuse it until
-shortly before it expires. This does the same for tierproxy's own connections, in both of its
-clients: the kio client asks :func:`fetch_token` before each login, and aiokafka's clients
-(the metadata topic's) are given a :class:`ClientCredentialsTokenProvider`.
+shortly before it expires. This does the same for tierproxy's own connections: each login of
+the product's Kafka client asks its :class:`TokenProvider` (a
+:class:`ClientCredentialsTokenProvider`) for a token.
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import aiohttp
-from aiokafka.abc import AbstractTokenProvider
 
 if TYPE_CHECKING:
     from storage.kafka_security import KafkaSecurityConfig
 
-__all__ = ["ClientCredentialsTokenProvider", "TokenError", "fetch_token"]
+__all__ = ["ClientCredentialsTokenProvider", "TokenError", "TokenProvider", "fetch_token"]
 
 _TIMEOUT_S: Final = 30.0
 _REFRESH_AT: Final = 0.8
@@ -28,6 +27,17 @@ _REFRESH_AT: Final = 0.8
 
 class TokenError(Exception):
     """The token endpoint refused or could not be reached (the message says which)."""
+
+
+class TokenProvider(Protocol):
+    """Where a SASL/OAUTHBEARER login gets its access token (Kafka's login callback handler)."""
+
+    async def token(self) -> str:
+        """A valid access token.
+
+        :raises TokenError: when none can be had.
+        """
+        ...
 
 
 async def fetch_token(config: KafkaSecurityConfig) -> tuple[str, float]:
@@ -59,8 +69,9 @@ async def fetch_token(config: KafkaSecurityConfig) -> tuple[str, float]:
     return token, float(lifetime) if isinstance(lifetime, (int, float)) else 3600.0
 
 
-class ClientCredentialsTokenProvider(AbstractTokenProvider):  # type: ignore[misc]
-    """aiokafka's token callback: one token, renewed after 80 % of its lifetime."""
+class ClientCredentialsTokenProvider:
+    """A :class:`TokenProvider` by the client credentials grant: one token, renewed after 80 %
+    of its lifetime."""
 
     def __init__(self, config: KafkaSecurityConfig) -> None:
         self._config = config

@@ -35,8 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import uvloop
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError
 from rich.console import Console
 from rich.table import Table
 
@@ -50,6 +48,9 @@ from proxy.embedded import (
 from proxy.embedded.kafka_jars import KafkaJarsError
 from proxy.embedded.tierproxy import TierproxyServer
 from storage.console import report_console
+from storage.kafka_client import KafkaClient, KafkaClientError
+from storage.kafka_client.consumer import AssignedConsumer
+from storage.kafka_client.producer import TopicProducer
 
 __all__ = ["DemoOptions", "register", "run"]
 
@@ -60,7 +61,7 @@ Spark (tierproxy tier --once), which copies the closed ranges of every partition
 local-directory remote tier with Kafka's index files and KIP-405 metadata and then lets the
 broker drop them (DeleteRecords: the broker's log start moves past the tiered range); start
 the proxy (tierproxy serve) with the remote tier; consume every partition from offset 0
-through the proxy with aiokafka, check that every record came back exactly and in order, and
+through the proxy, check that every record came back exactly and in order, and
 say how many were served from the remote tier and how many by the broker.
 
 Apache Kafka's jars come from Maven Central (fetched once into .kafka/ by `make kafka-jars`,
@@ -75,6 +76,8 @@ server could not be started, the pipeline failed, or the broker refused a reques
 --topic exists already)."""
 
 _CONSUME_TIMEOUT_S = 60.0
+_BATCH_RECORDS = 500
+"""Records per produced batch (at the default 200-byte values, about 110 KiB)."""
 _PIPELINE_TIMEOUT_S = 600.0
 _PROXY_START_TIMEOUT_S = 60.0
 _SEGMENTS_PER_PARTITION = 6
@@ -207,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     console = report_console()
     # Clients retry what a fresh topic answers at first (NOT_LEADER while its leader is being
     # elected) and log it as a warning; the demo's own lines say what matters.
-    logging.getLogger("aiokafka").setLevel(logging.ERROR)
+    logging.getLogger("storage.kafka_client").setLevel(logging.ERROR)
     demo = DemoRun(options=options)
     reporter = _Reporter(console)
     failure: str | None = None
@@ -236,8 +239,8 @@ def run(args: argparse.Namespace) -> int:
             runner.run(_proxy_steps(demo, reporter, work_dir))
     except ServerStartError as err:
         failure = f"could not start a server: {err}"
-    except KafkaError as err:
-        failure = f"the broker refused: {err!r}"
+    except KafkaClientError as err:
+        failure = f"the broker refused: {err}"
     except PipelineError as err:
         failure = str(err)
     finally:
@@ -279,14 +282,8 @@ async def _log_starts_after(demo: DemoRun, reporter: _Reporter) -> None:
 
 async def _log_starts(bootstrap: str, options: DemoOptions) -> dict[int, int]:
     """Each partition's log start as the broker itself answers ListOffsets EARLIEST."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
-    try:
-        partitions = [TopicPartition(options.topic, p) for p in range(options.partitions)]
-        starts = await consumer.beginning_offsets(partitions)
-        return {tp.partition: int(offset) for tp, offset in starts.items()}
-    finally:
-        await consumer.stop()
+    async with KafkaClient(bootstrap) as client:
+        return await AssignedConsumer(client, options.topic, options.partitions).start_offsets()
 
 
 class PipelineError(RuntimeError):
@@ -425,47 +422,47 @@ def _record(index: int, value_bytes: int) -> tuple[bytes, bytes]:
 
 
 async def _produce(demo: DemoRun, bootstrap: str) -> None:
+    """Record ``i`` to partition ``i mod partitions``, in batches, every partition at once."""
     options = demo.options
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
-    await producer.start()
     started = time.monotonic()
+
+    async def fill(producer: TopicProducer, partition: int) -> None:
+        indexes = range(partition, options.records, options.partitions)
+        for first in range(0, len(indexes), _BATCH_RECORDS):
+            batch = [
+                _record(i, options.value_bytes) for i in indexes[first : first + _BATCH_RECORDS]
+            ]
+            await producer.send_batch(partition, batch)
+            demo.produced_bytes += sum(len(key) + len(value) for key, value in batch)
+
     try:
-        pending = []
-        for index in range(options.records):
-            key, value = _record(index, options.value_bytes)
-            partition = index % options.partitions
-            pending.append(await producer.send(options.topic, value, key=key, partition=partition))
-            demo.produced_bytes += len(key) + len(value)
-        await asyncio.gather(*pending)
+        async with KafkaClient(bootstrap) as client:
+            producer = TopicProducer(client, options.topic)
+            await asyncio.gather(*(fill(producer, p) for p in range(options.partitions)))
     finally:
         demo.produce_seconds = time.monotonic() - started
-        await producer.stop()
 
 
 async def _consume_and_verify(demo: DemoRun, bootstrap: str) -> None:
     """Read every partition from the start; each must hold its records in order, exactly."""
     options = demo.options
     expected_next = {p: p for p in range(options.partitions)}  # record index due next
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
-    await consumer.start()
     started = time.monotonic()
+    client = KafkaClient(bootstrap)
     try:
-        partitions = [TopicPartition(options.topic, p) for p in range(options.partitions)]
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
+        consumer = AssignedConsumer(client, options.topic, options.partitions)
         async with asyncio.timeout(_CONSUME_TIMEOUT_S):
             while demo.consumed < options.records:
-                batches = await consumer.getmany(timeout_ms=1_000)
-                for tp, messages in batches.items():
-                    for message in messages:
-                        index = expected_next[tp.partition]
-                        if (message.key, message.value) != _record(index, options.value_bytes):
+                for partition, records in (await consumer.poll()).items():
+                    for record in records:
+                        index = expected_next[partition]
+                        if (record.key, record.value) != _record(index, options.value_bytes):
                             demo.mismatches.append(
-                                f"partition {tp.partition} offset {message.offset}: "
-                                f"expected record {index}, got key {message.key!r}"
+                                f"partition {partition} offset {record.offset}: "
+                                f"expected record {index}, got key {record.key!r}"
                             )
-                        expected_next[tp.partition] = index + options.partitions
-                        demo.records_by_offset.setdefault(tp.partition, []).append(message.offset)
+                        expected_next[partition] = index + options.partitions
+                        demo.records_by_offset.setdefault(partition, []).append(record.offset)
                         demo.consumed += 1
     except TimeoutError:
         demo.mismatches.append(
@@ -474,7 +471,7 @@ async def _consume_and_verify(demo: DemoRun, bootstrap: str) -> None:
         )
     finally:
         demo.consume_seconds = time.monotonic() - started
-        await consumer.stop()
+        await client.close()
 
 
 class _Reporter:

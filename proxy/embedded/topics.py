@@ -1,12 +1,12 @@
-"""Topic creation for tests and the demo, through aiokafka's admin client."""
+"""Topic creation for tests, benchmarks and the demo, through the product's Kafka client."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
 
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.errors import for_code
+from protocol.errors import KafkaError
+from storage.kafka_client import KafkaClient, KafkaClientError, NewTopic
 
 __all__ = ["create_topic"]
 
@@ -27,36 +27,29 @@ async def create_topic(
     (Apache Kafka), and a producer that asks too early gets UNKNOWN_TOPIC_OR_PARTITION; waiting
     here keeps that race out of every test. Polling is the only way to observe it.
 
-    :raises aiokafka.errors.KafkaError: the broker refused (e.g. ``TopicAlreadyExistsError``).
+    :raises KafkaClientError: the broker refused (e.g. TOPIC_ALREADY_EXISTS).
     :raises TimeoutError: the partitions did not all get leaders within ``timeout_s``.
     """
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30_000)
-    await admin.start()
-    try:
-        topic = NewTopic(
-            name=name,
-            num_partitions=partitions,
-            replication_factor=1,
-            topic_configs=dict(configs or {}),
-        )
-        response = await admin.create_topics([topic], timeout_ms=int(timeout_s * 1000))
-        for topic_name, error_code, *_ in response.topic_errors:
-            if error_code:
-                raise for_code(error_code)(f"cannot create topic {topic_name!r}")
+    topic = NewTopic(
+        name=name, partitions=partitions, replication_factor=1, configs=dict(configs or {})
+    )
+    async with KafkaClient(bootstrap) as client:
+        (created,) = await client.create_topics([topic], timeout_ms=int(timeout_s * 1000))
+        if created.error != KafkaError.NONE:
+            detail = f": {created.message}" if created.message else ""
+            raise KafkaClientError(f"cannot create topic {name!r}: {created.error.name}{detail}")
         async with asyncio.timeout(timeout_s):
             while True:
-                if await _has_leaders(admin, name, partitions):
+                if await _has_leaders(client, name, partitions):
                     return
                 await asyncio.sleep(_METADATA_POLL_S)
-    finally:
-        await admin.close()
 
 
-async def _has_leaders(admin: AIOKafkaAdminClient, name: str, partitions: int) -> bool:
-    (described,) = await admin.describe_topics([name])
-    found = described.get("partitions") or ()
+async def _has_leaders(client: KafkaClient, name: str, partitions: int) -> bool:
+    described = (await client.metadata([name])).topics.get(name)
     return (
-        described.get("error_code", 0) == 0
-        and len(found) == partitions
-        and all(p.get("leader", -1) >= 0 for p in found)
+        described is not None
+        and described.error == KafkaError.NONE
+        and len(described.partitions) == partitions
+        and all(p.leader_id >= 0 for p in described.partitions)
     )

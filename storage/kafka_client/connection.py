@@ -22,7 +22,7 @@ from protocol.messages import ApiKey, decode_response, encode_request, request_c
 from protocol.sasl import OAuthBearerExchange, PlainExchange, SaslExchange, ScramClient
 from storage.kafka_client.values import AuthenticationError, BrokerConnectionError, KafkaClientError
 from storage.kafka_security import KafkaSecurityConfig
-from storage.oauth import ClientCredentialsTokenProvider, TokenError
+from storage.oauth import ClientCredentialsTokenProvider, TokenError, TokenProvider
 
 __all__ = ["Connection", "Login"]
 
@@ -106,7 +106,7 @@ class Login:
         self.tls = self._security.ssl_context()
         self.mechanism = self._security.sasl_mechanism if self._security.sasl else ""
         self.principal = self._security.sasl_username or self._security.sasl_oauthbearer_client_id
-        self._tokens = (
+        self._tokens: TokenProvider | None = (
             ClientCredentialsTokenProvider(self._security)
             if self.mechanism == "OAUTHBEARER"
             else None

@@ -115,12 +115,18 @@ class AssignedConsumer:
         :param via: another client of the cluster to ask through, so that the question does
             not wait behind this consumer's long-polling Fetch on the same connection.
         """
+        return await self._every_partition(LATEST_TIMESTAMP, via)
 
+    async def start_offsets(self, via: KafkaClient | None = None) -> dict[int, int]:
+        """Each partition's log start offset (ListOffsets EARLIEST), as :meth:`end_offsets`."""
+        return await self._every_partition(EARLIEST_TIMESTAMP, via)
+
+    async def _every_partition(self, timestamp: int, via: KafkaClient | None) -> dict[int, int]:
         async def ask() -> dict[int, int]:
-            ends = await self._list_offsets(list(self._positions), LATEST_TIMESTAMP, via)
-            if len(ends) < len(self._positions):
+            found = await self._list_offsets(list(self._positions), timestamp, via)
+            if len(found) < len(self._positions):
                 raise LeaderNotAvailableError(f"not every partition of {self._topic} answered")
-            return ends
+            return found
 
         def forget(attempt: int, error: Exception, wait: float) -> None:
             self._leaders.forget()

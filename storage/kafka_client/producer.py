@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from typing import Final
 
 from protocol.errors import KafkaError
@@ -69,7 +70,7 @@ class _Retry(KafkaClientError):
 
 
 class TopicProducer:
-    """Produces one record at a time to a chosen partition of ``topic``."""
+    """Produces records to chosen partitions of ``topic``, one batch per call."""
 
     def __init__(
         self,
@@ -95,12 +96,20 @@ class TopicProducer:
         :raises TopicAuthorizationError: the principal lacks WRITE on the topic.
         :raises ProduceError: for any other error that no retry mends.
         """
-        record = Record(key=key, value=value, timestamp=int(time.time() * 1000))
+        return await self.send_batch(partition, [(key, value)])
+
+    async def send_batch(
+        self, partition: int, records: Sequence[tuple[bytes | None, bytes | None]]
+    ) -> int:
+        """Append ``(key, value)`` records to ``partition`` as one batch, as :meth:`send` does
+        one record; returns the offset of the first."""
+        now = int(time.time() * 1000)
+        batch = [Record(key=key, value=value, timestamp=now) for key, value in records]
         lock = self._locks.setdefault(partition, asyncio.Lock())
         async with lock:  # one batch in flight per partition keeps sequences in order
             try:
                 return await call_with_retry(
-                    lambda: self._attempt(partition, record),
+                    lambda: self._attempt(partition, batch),
                     policy=self._retry,
                     is_retriable=lambda e: isinstance(e, _Retry) or is_retriable(e),
                     on_retry=self._log_retry,
@@ -111,12 +120,12 @@ class TopicProducer:
                 self._identity = None
                 raise
 
-    async def _attempt(self, partition: int, record: Record) -> int:
+    async def _attempt(self, partition: int, records: Sequence[Record]) -> int:
         producer_id, epoch = await self._producer_identity()
         sequence = self._sequences.get(partition, 0) if producer_id >= 0 else -1
         batch = build_record_batch(
             base_offset=0,
-            records=[record],
+            records=records,
             producer_id=producer_id,
             producer_epoch=epoch,
             base_sequence=sequence,
@@ -131,7 +140,7 @@ class TopicProducer:
             raise
         if answer.error == KafkaError.NONE:
             if producer_id >= 0 and self._identity == (producer_id, epoch):
-                self._sequences[partition] = sequence + 1
+                self._sequences[partition] = sequence + len(records)
             return answer.base_offset
         where = f"Produce to {self._topic}-{partition}"
         if answer.error == KafkaError.TOPIC_AUTHORIZATION_FAILED:

@@ -15,7 +15,6 @@ def test_the_default_is_plaintext_without_login() -> None:
     config = KafkaSecurityConfig()
 
     assert (config.tls, config.sasl, config.ssl_context()) == (False, False, None)
-    assert config.aiokafka_options() == {"security_protocol": "PLAINTEXT"}
 
 
 @pytest.mark.parametrize(
@@ -95,17 +94,6 @@ def test_secrets_never_show_in_repr_or_description(monkeypatch: pytest.MonkeyPat
         assert "k3y" not in text
         assert "client-secret-value" not in text
     assert resolved.describe() == "SASL_PLAINTEXT SCRAM-SHA-512 as tiering"
-
-
-def test_aiokafka_gets_the_same_login() -> None:
-    options = scram(**{"upstream.sasl.password": "pw"}).aiokafka_options()
-
-    assert options == {
-        "security_protocol": "SASL_PLAINTEXT",
-        "sasl_mechanism": "SCRAM-SHA-512",
-        "sasl_plain_username": "tiering",
-        "sasl_plain_password": "pw",
-    }
 
 
 def test_tls_verifies_the_broker_and_its_name_by_default() -> None:
