@@ -142,7 +142,7 @@ class AssignedConsumer:
         ready = [p for p, offset in self._positions.items() if offset is not None]
         groups = await self._leaders.by_leader(ready)
         if not groups:
-            raise LeaderNotAvailableError(f"no partition of {self._topic} has a leader yet")
+            raise LeaderNotAvailableError(f"no partition of {self._topic} can be read yet")
         rounds = await asyncio.gather(
             *(self._fetch_from(leader, partitions) for leader, partitions in groups.items()),
             return_exceptions=True,

@@ -1,0 +1,119 @@
+"""A scripted in-process Kafka broker for the client's unit tests.
+
+It decodes each request with :mod:`protocol` and answers with kio responses built by the
+handler registered for its API key, so framing, header versions, version negotiation,
+pipelining and error handling are exercised byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import struct
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.frames import encode_frame
+from protocol.headers import encode_response_header, parse_request_header, response_header_version
+from protocol.messages import (
+    ApiKey,
+    ErrorCode,
+    decode_request,
+    encode_response,
+    nested_class,
+    response_class,
+)
+
+KAFKA_APIS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.FETCH: (4, 17),
+    ApiKey.LIST_OFFSETS: (1, 10),
+    ApiKey.METADATA: (0, 12),
+    ApiKey.API_VERSIONS: (0, 4),
+    ApiKey.DELETE_RECORDS: (0, 2),
+    ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
+}
+TANSU_APIS: dict[ApiKey, tuple[int, int]] = {
+    **{k: v for k, v in KAFKA_APIS.items() if k != ApiKey.OFFSET_FOR_LEADER_EPOCH},
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
+}
+
+Handler = Callable[[Any, int], Any]
+
+
+def build(cls: type[Any], **values: Any) -> Any:
+    return cls(**values)
+
+
+@dataclass
+class FakeBroker:
+    """Answers requests with ``handlers[api_key](request, version)``; records what it got."""
+
+    apis: dict[ApiKey, tuple[int, int]]
+    handlers: dict[ApiKey, Handler] = field(default_factory=dict)
+    received: list[tuple[int, int]] = field(default_factory=list)
+    requests: list[tuple[ApiKey, Any]] = field(default_factory=list)
+    """Every decoded request, with its API key."""
+    delay: dict[ApiKey, float] = field(default_factory=dict)
+    close_on: ApiKey | None = None
+    port: int = 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                header = parse_request_header(frame)
+                self.received.append((header.api_key, header.api_version))
+                key = ApiKey(header.api_key)
+                if key == self.close_on:
+                    writer.close()
+                    return
+                request = decode_request(header.api_key, header.api_version, frame[header.size :])
+                self.requests.append((key, request))
+                response = self.respond(key, request, header.api_version)
+                await asyncio.sleep(self.delay.get(key, 0))
+                header_version = (
+                    0
+                    if key == ApiKey.API_VERSIONS
+                    else response_header_version(header.api_key, header.api_version)
+                )
+                assert header_version is not None
+                writer.write(
+                    encode_frame(
+                        encode_response_header(header.correlation_id, header_version)
+                        + encode_response(response)
+                    )
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    def respond(self, key: ApiKey, request: Any, version: int) -> Any:
+        if key == ApiKey.API_VERSIONS:
+            cls = response_class(key, version)
+            entry = nested_class(cls, "api_keys")
+            return build(
+                cls,
+                error_code=ErrorCode.none,
+                api_keys=tuple(
+                    build(entry, api_key=k, min_version=lo, max_version=hi)
+                    for k, (lo, hi) in self.apis.items()
+                ),
+                throttle_time=datetime.timedelta(0),
+            )
+        return self.handlers[key](request, version)
+
+
+@asynccontextmanager
+async def running(fake: FakeBroker) -> AsyncIterator[FakeBroker]:
+    """``fake`` listening on a free loopback port (``fake.port``) until the block ends."""
+    server = await asyncio.start_server(fake.serve, "127.0.0.1", 0)
+    fake.port = server.sockets[0].getsockname()[1]
+    try:
+        yield fake
+    finally:
+        server.close()
+        await server.wait_closed()
