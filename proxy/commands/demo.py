@@ -76,8 +76,10 @@ server could not be started, the pipeline failed, or the broker refused a reques
 --topic exists already)."""
 
 _CONSUME_TIMEOUT_S = 60.0
-_BATCH_RECORDS = 500
-"""Records per produced batch (at the default 200-byte values, about 110 KiB)."""
+_BATCH_BYTES = 16 * 1024
+"""Bytes of keys and values per produced batch: Kafka's producer ``batch.size`` default. The
+batches must stay well below the demo's segment size, or every segment would be closed and
+nothing left to read from the broker."""
 _PIPELINE_TIMEOUT_S = 600.0
 _PROXY_START_TIMEOUT_S = 60.0
 _SEGMENTS_PER_PARTITION = 6
@@ -428,10 +430,9 @@ async def _produce(demo: DemoRun, bootstrap: str) -> None:
 
     async def fill(producer: TopicProducer, partition: int) -> None:
         indexes = range(partition, options.records, options.partitions)
-        for first in range(0, len(indexes), _BATCH_RECORDS):
-            batch = [
-                _record(i, options.value_bytes) for i in indexes[first : first + _BATCH_RECORDS]
-            ]
+        per_batch = max(1, _BATCH_BYTES // (options.value_bytes + len(_record(0, 0)[0])))
+        for first in range(0, len(indexes), per_batch):
+            batch = [_record(i, options.value_bytes) for i in indexes[first : first + per_batch]]
             await producer.send_batch(partition, batch)
             demo.produced_bytes += sum(len(key) + len(value) for key, value in batch)
 
