@@ -22,6 +22,7 @@ from protocol.records import (
     BatchHeader,
     Compression,
     CorruptRecordBatchError,
+    TimestampType,
     iter_batches,
 )
 from protocol.varint import Buffer, VarintError, decode_varint, decode_varlong
@@ -35,9 +36,12 @@ _INT32: Final = struct.Struct(">i")
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ConsumedRecord:
-    """One record as a consumer sees it (headers and timestamps are not needed here)."""
+    """One record as a consumer sees it (its headers are not needed here)."""
 
     offset: int
+    timestamp: int
+    """The batch's max timestamp for LOG_APPEND_TIME batches, as Kafka's
+    ``DefaultRecord.timestamp`` gives it."""
     key: bytes | None
     value: bytes | None
 
@@ -85,12 +89,19 @@ def batch_records(buf: Buffer, position: int, header: BatchHeader) -> Iterator[C
         for _ in range(header.record_count):
             length, point = decode_varint(payload, point)
             end = point + length
-            _, cursor = decode_varlong(payload, point + 1)  # attributes byte, timestamp delta
+            timestamp_delta, cursor = decode_varlong(payload, point + 1)  # after the attributes
             offset_delta, cursor = decode_varint(payload, cursor)
             key, cursor = _field(payload, cursor, end)
             value, cursor = _field(payload, cursor, end)
             point = end
-            yield ConsumedRecord(offset=header.base_offset + offset_delta, key=key, value=value)
+            yield ConsumedRecord(
+                offset=header.base_offset + offset_delta,
+                timestamp=header.max_timestamp
+                if header.timestamp_type is TimestampType.LOG_APPEND_TIME
+                else header.first_timestamp + timestamp_delta,
+                key=key,
+                value=value,
+            )
     except (VarintError, ValueError, IndexError, struct.error, cramjam.DecompressionError) as err:
         raise CorruptRecordBatchError(
             f"records of the batch at offset {header.base_offset} cannot be decoded: {err}"

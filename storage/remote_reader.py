@@ -39,12 +39,9 @@ Errors
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
-
-import cramjam
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry, epoch_for_offset
 from protocol.indexes.offset_index import OffsetIndex
@@ -55,18 +52,15 @@ from protocol.indexes.transaction_index import (
     collect_aborted_txns,
     parse_transaction_index,
 )
-from protocol.record_reader import decompress
+from protocol.record_reader import batch_records
 from protocol.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
-    CorruptRecordBatchError,
-    TimestampType,
     batches_below,
     iter_batches,
     next_offset_after,
     parse_batch_header,
 )
-from protocol.varint import VarintError, decode_varint, decode_varlong
 from storage.chunk_cache import ChunkCache
 from storage.index_cache import RemoteIndexCache
 from storage.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
@@ -356,29 +350,11 @@ def _first_record_at(
     timestamp ``>=`` the target.
 
     Records of a LOG_APPEND_TIME batch all carry the batch's max timestamp (Kafka's
-    ``DefaultRecord.timestamp``), so their offsets need not be decoded.
+    ``DefaultRecord.timestamp``), as :func:`~protocol.record_reader.batch_records` gives them.
 
     :raises CorruptRecordBatchError: if the records cannot be decoded.
     """
-    body = memoryview(buf)[position + BATCH_HEADER_SIZE : position + header.size]
-    try:
-        payload = decompress(header.compression, body)
-        point = 0
-        for _ in range(header.record_count):
-            length, point = decode_varint(payload, point)
-            end = point + length
-            timestamp_delta, after = decode_varlong(payload, point + 1)
-            offset_delta, _ = decode_varint(payload, after)
-            point = end
-            if header.base_offset + offset_delta < min_offset:
-                continue
-            if header.timestamp_type is TimestampType.LOG_APPEND_TIME:
-                return header.base_offset + offset_delta, header.max_timestamp
-            record_timestamp = header.first_timestamp + timestamp_delta
-            if record_timestamp >= timestamp:
-                return header.base_offset + offset_delta, record_timestamp
-    except (VarintError, ValueError, IndexError, struct.error, cramjam.DecompressionError) as err:
-        raise CorruptRecordBatchError(
-            f"records of the batch at offset {header.base_offset} cannot be decoded: {err}"
-        ) from err
+    for record in batch_records(buf, position, header):
+        if record.offset >= min_offset and record.timestamp >= timestamp:
+            return record.offset, record.timestamp
     return None

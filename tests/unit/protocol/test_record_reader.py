@@ -51,7 +51,7 @@ def logs(draw: st.DrawFn) -> tuple[bytes, list[ConsumedRecord], list[int], int]:
                 compression=draw(st.sampled_from([Compression.NONE, Compression.GZIP])),
             )
             records += [
-                ConsumedRecord(offset=offset + d, key=k, value=v)
+                ConsumedRecord(offset=offset + d, timestamp=7, key=k, value=v)
                 for (k, v), d in zip(rows, deltas, strict=True)
             ]
             offset += deltas[-1] + 1

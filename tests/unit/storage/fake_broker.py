@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import datetime
 import struct
-from collections.abc import AsyncIterator, Callable
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,3 +118,53 @@ async def running(fake: FakeBroker) -> AsyncIterator[FakeBroker]:
     finally:
         server.close()
         await server.wait_closed()
+
+
+def metadata_response(
+    version: int,
+    *,
+    brokers: Mapping[int, int],
+    topic: str,
+    leaders: Mapping[int, int],
+    topic_id: uuid.UUID | None = None,
+    leader_epoch: int = 0,
+) -> Any:
+    """A Metadata answer: ``brokers`` (node id to port, all on 127.0.0.1) and one ``topic``
+    whose partitions are led as ``leaders`` (partition to node id) says, in that order."""
+    cls = response_class(ApiKey.METADATA, version)
+    topic_cls = nested_class(cls, "topics")
+    partition_cls = nested_class(topic_cls, "partitions")
+    broker_cls = nested_class(cls, "brokers")
+    partitions = tuple(
+        build(
+            partition_cls,
+            error_code=ErrorCode.none,
+            partition_index=index,
+            leader_id=leader,
+            leader_epoch=leader_epoch,
+            replica_nodes=(leader,),
+            isr_nodes=(leader,),
+            offline_replicas=(),
+        )
+        for index, leader in leaders.items()
+    )
+    return build(
+        cls,
+        throttle_time=datetime.timedelta(0),
+        brokers=tuple(
+            build(broker_cls, node_id=node, host="127.0.0.1", port=port, rack=None)
+            for node, port in brokers.items()
+        ),
+        cluster_id="c",
+        controller_id=min(brokers),
+        topics=(
+            build(
+                topic_cls,
+                error_code=ErrorCode.none,
+                name=topic,
+                topic_id=topic_id,
+                is_internal=False,
+                partitions=partitions,
+            ),
+        ),
+    )

@@ -39,6 +39,7 @@ from tests.unit.storage.fake_broker import (
     FakeBroker,
     Handler,
     build,
+    metadata_response,
     running,
 )
 
@@ -53,39 +54,13 @@ async def broker() -> AsyncIterator[FakeBroker]:
 
 def metadata_handler(port: int) -> Handler:
     def handle(request: Any, version: int) -> Any:
-        cls = response_class(ApiKey.METADATA, version)
-        topic_cls = nested_class(cls, "topics")
-        partition_cls = nested_class(topic_cls, "partitions")
-        broker_cls = nested_class(cls, "brokers")
-        partitions = tuple(
-            build(
-                partition_cls,
-                error_code=ErrorCode.none,
-                partition_index=index,
-                leader_id=1,
-                leader_epoch=7,
-                replica_nodes=(1,),
-                isr_nodes=(1,),
-                offline_replicas=(),
-            )
-            for index in (1, 0)
-        )
-        return build(
-            cls,
-            throttle_time=datetime.timedelta(0),
-            brokers=(build(broker_cls, node_id=1, host="127.0.0.1", port=port, rack=None),),
-            cluster_id="c",
-            controller_id=1,
-            topics=(
-                build(
-                    topic_cls,
-                    error_code=ErrorCode.none,
-                    name="t",
-                    topic_id=TOPIC_ID,
-                    is_internal=False,
-                    partitions=partitions,
-                ),
-            ),
+        return metadata_response(
+            version,
+            brokers={1: port},
+            topic="t",
+            leaders={1: 1, 0: 1},
+            topic_id=TOPIC_ID,
+            leader_epoch=7,
         )
 
     return handle

@@ -26,7 +26,13 @@ from storage.kafka_client.consumer import AssignedConsumer
 from storage.kafka_client.leaders import TopicAuthorizationError
 from storage.kafka_client.producer import TopicProducer
 from storage.retry import RetryPolicy
-from tests.unit.storage.fake_broker import KAFKA_APIS, TANSU_APIS, FakeBroker, running
+from tests.unit.storage.fake_broker import (
+    KAFKA_APIS,
+    TANSU_APIS,
+    FakeBroker,
+    metadata_response,
+    running,
+)
 
 TOPIC = "__meta"
 PARTITIONS = 2
@@ -57,42 +63,11 @@ class Cluster:
         return ErrorCode.none
 
     def metadata(self, request: Any, version: int) -> Any:
-        cls = response_class(ApiKey.METADATA, version)
-        topic_cls = nested_class(cls, "topics")
-        partition_cls = nested_class(topic_cls, "partitions")
-        broker_cls = nested_class(cls, "brokers")
-        partitions = tuple(
-            build_entity(
-                partition_cls,
-                error_code=ErrorCode.none,
-                partition_index=p,
-                leader_id=leader,
-                leader_epoch=0,
-                replica_nodes=(leader,),
-                isr_nodes=(leader,),
-                offline_replicas=(),
-            )
-            for p, leader in self.leaders.items()
-        )
-        return build_entity(
-            cls,
-            throttle_time=datetime.timedelta(0),
-            brokers=tuple(
-                build_entity(broker_cls, node_id=n, host="127.0.0.1", port=b.port, rack=None)
-                for n, b in self.nodes.items()
-            ),
-            cluster_id="c",
-            controller_id=1,
-            topics=(
-                build_entity(
-                    topic_cls,
-                    error_code=ErrorCode.none,
-                    name=TOPIC,
-                    topic_id=None,
-                    is_internal=False,
-                    partitions=partitions,
-                ),
-            ),
+        return metadata_response(
+            version,
+            brokers={node: broker.port for node, broker in self.nodes.items()},
+            topic=TOPIC,
+            leaders=self.leaders,
         )
 
     def produce(self, node: int, request: Any, version: int) -> Any:
