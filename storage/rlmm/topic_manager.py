@@ -38,7 +38,6 @@ import logging
 from types import TracebackType
 from typing import TypeVar
 
-from protocol.errors import KafkaError
 from protocol.metadata_records import (
     MetadataRecord,
     MetadataRecordError,
@@ -46,24 +45,21 @@ from protocol.metadata_records import (
     encode_metadata_record,
 )
 from protocol.murmur2 import metadata_partition_for
-from storage.config import ConfigError
 from storage.kafka_acls import denied, principal_of
-from storage.kafka_client import BrokerConnectionError, KafkaClient, KafkaClientError, NewTopic
+from storage.kafka_client import KafkaClient
 from storage.kafka_client.consumer import AssignedConsumer
 from storage.kafka_client.leaders import TopicAuthorizationError
 from storage.kafka_client.producer import TopicProducer
 from storage.kafka_security import KafkaSecurityConfig
 from storage.model import TopicIdPartition
-from storage.retry import RetryPolicy, call_with_retry
 from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.config import (
-    DEFAULT_TOPIC_NAME,
-    KAFKA_TOPIC_NAME,
     RemoteLogMetadataConfig,
     snapshot_dir_for,
 )
 from storage.rlmm.snapshot import PartitionKey, SnapshotStore
 from storage.rlmm.state import RemoteLogMetadataError
+from storage.rlmm.topic_setup import MetadataTopicError, MetadataTopicSetup
 
 __all__ = ["MetadataTopicError", "TopicBasedRemoteLogMetadataManager"]
 
@@ -72,18 +68,7 @@ log = logging.getLogger(__name__)
 _REFUSALS_KEPT = 1024
 """Refusals remembered for publishers that register after the consumer applied their
 record (the producer's acknowledgement can arrive after the consumer fetched it)."""
-_NEW_TOPIC_POLL_S = 0.1
-"""How often Metadata is asked for a topic just created (it may lag behind CreateTopics)."""
-_CLUSTER_RETRY = RetryPolicy(
-    backoff_ms=500, backoff_max_ms=10_000, max_attempts=1_000_000, deadline_ms=None
-)
-"""Reaching the cluster at start: retried until ``start()``'s initialization timeout."""
 _T = TypeVar("_T")
-
-
-class MetadataTopicError(RemoteLogMetadataError):
-    """The metadata topic cannot be used: it could not be created, or its partition count
-    differs from the configured one."""
 
 
 class TopicBasedRemoteLogMetadataManager:
@@ -179,7 +164,7 @@ class TopicBasedRemoteLogMetadataManager:
             self._snapshot_task = asyncio.create_task(self._snapshot_loop(), name="rlmm-snapshots")
 
     async def _start(self) -> None:
-        await self._ensure_topic()
+        await MetadataTopicSetup(self._client, self.config, self._bootstrap).ensure()
         resume_after: dict[int, int] = {}
         if self._snapshots is not None:
             restored = self._snapshots.load(self.cache)
@@ -232,11 +217,17 @@ class TopicBasedRemoteLogMetadataManager:
         watermark of the consumer's fetches (some brokers answer ListOffsets with the last
         batch's base offset).
 
+        :raises MetadataTopicError: the broker refuses the principal DESCRIBE or READ.
         :raises TimeoutError: after ``timeout`` seconds (``None``: no limit).
         """
         consumer = _started(self._consumer)
         async with asyncio.timeout(timeout):
-            ends = await consumer.end_offsets(self._client)
+            try:
+                ends = await consumer.end_offsets(self._client)
+            except TopicAuthorizationError as err:
+                raise MetadataTopicError(
+                    denied(err.request, self.config.topic_name, self._principal)
+                ) from err
             for partition in range(self._partition_count):
                 while (high_watermark := consumer.high_watermark(partition)) is None:
                     await self._next_progress()
@@ -283,119 +274,6 @@ class TopicBasedRemoteLogMetadataManager:
         self._producer = self._consumer = None
 
     # -- internals ------------------------------------------------------------------------
-
-    async def _ensure_topic(self) -> None:
-        """Create or check the topic, retried with Kafka's exponential back-off while no
-        broker answers (the proxy or the pipeline may start before the cluster);
-        ``start()``'s initialization timeout bounds the wait."""
-
-        def warn(attempt: int, error: Exception, wait: float) -> None:
-            log.warning(
-                "no broker at %s answers yet (attempt %d: %s); retrying in %.1f s",
-                self._bootstrap,
-                attempt,
-                error,
-                wait,
-            )
-
-        count = await call_with_retry(
-            self._checked_partition_count,
-            policy=_CLUSTER_RETRY,
-            is_retriable=lambda error: isinstance(error, BrokerConnectionError),
-            on_retry=warn,
-        )
-        if count != self.config.topic_partitions:
-            raise MetadataTopicError(
-                f"metadata topic {self.config.topic_name!r} has {count} partitions but "
-                f"remote.log.metadata.topic.partitions is {self.config.topic_partitions}; "
-                "writers would place records in different partitions"
-            )
-
-    async def _checked_partition_count(self) -> int:
-        if self.config.topic_name == KAFKA_TOPIC_NAME:
-            await self._refuse_kafkas_own_topic()
-        count = await self._partitions_of()
-        if count is None:
-            await self._create_topic()
-            while count is None:  # metadata of a new topic may lag behind its creation
-                await asyncio.sleep(_NEW_TOPIC_POLL_S)
-                count = await self._partitions_of()
-        else:
-            await self._warn_about_retention()
-        return count
-
-    async def _refuse_kafkas_own_topic(self) -> None:
-        """Kafka's own metadata manager reads ``__remote_log_metadata`` on brokers with
-        native tiered storage, and stops at the first record in tierproxy's format.
-
-        :raises ConfigError: the broker has ``remote.log.storage.system.enable=true``.
-        """
-        brokers = (await self._client.metadata(())).brokers
-        if not brokers or await self._client.detect_broker_kind() != "kafka":
-            return  # only Apache Kafka has native tiered storage
-        configs = await self._client.describe_broker_configs(min(brokers))
-        entry = configs.get("remote.log.storage.system.enable")
-        if entry is not None and str(entry.value).lower() == "true":
-            raise ConfigError(
-                f"remote.log.metadata.topic.name is {KAFKA_TOPIC_NAME!r}, the topic "
-                "of the broker's own native tiered storage (it has "
-                "remote.log.storage.system.enable=true): tierproxy's records would "
-                "stop its metadata consumer. Use another name (the default is "
-                f"{DEFAULT_TOPIC_NAME!r})"
-            )
-
-    async def _warn_about_retention(self) -> None:
-        """A metadata topic with a finite retention forgets old segments: warn."""
-        topic = self.config.topic_name
-        try:
-            configs = (await self._client.describe_configs([topic])).get(topic, {})
-        except KafkaClientError as error:
-            # Brokers without DescribeConfigs (Tansu closes the connection) cannot tell.
-            configs = KafkaError.UNSUPPORTED_VERSION
-            log.info("could not read the metadata topic's retention.ms (%s)", error)
-        if isinstance(configs, KafkaError):
-            log.info("not checking the metadata topic's retention.ms (%s)", configs.name)
-            return
-        entry = configs.get("retention.ms")
-        value = int(entry.value or -1) if entry is not None else -1
-        if value >= 0:
-            log.warning(
-                "metadata topic %s has retention.ms=%d: the metadata of segments "
-                "older than that will be lost (they can then neither be read nor "
-                "deleted); set its retention.ms to -1 as Kafka does",
-                topic,
-                value,
-            )
-
-    async def _partitions_of(self) -> int | None:
-        # Every topic, as before: brokers that ignore allow_auto_topic_creation=false would
-        # create a topic named in Metadata with their defaults.
-        found = (await self._client.metadata(None)).topics.get(self.config.topic_name)
-        if found is None or found.error != KafkaError.NONE:
-            return None
-        return len(found.partitions) or None
-
-    async def _create_topic(self) -> None:
-        config = self.config
-        topic = NewTopic(
-            name=config.topic_name,
-            partitions=config.topic_partitions,
-            replication_factor=config.topic_replication_factor,
-            configs={"retention.ms": str(config.topic_retention_ms), "cleanup.policy": "delete"},
-        )
-        for created in await self._client.create_topics([topic]):
-            if created.error in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
-                continue
-            raise MetadataTopicError(
-                f"cannot create metadata topic {config.topic_name!r}: "
-                f"{created.error.name} {created.message or ''}".rstrip()
-            )
-        log.info(
-            "created metadata topic %s (%d partitions, replication factor %d)",
-            config.topic_name,
-            config.topic_partitions,
-            config.topic_replication_factor,
-        )
 
     async def _consume(self) -> None:
         consumer = _started(self._consumer)

@@ -1,0 +1,163 @@
+"""Creating and checking the metadata topic before the manager reads or writes it.
+
+Kafka's ``TopicBasedRemoteLogMetadataManager`` creates its topic at start with the
+configured partitions, replication factor and ``retention.ms`` (-1: kept forever), and
+refuses to go on with a topic of another partition count, since writers would then place a
+partition's records in different metadata partitions. This does the same through the
+product's client (CreateTopics, Metadata, DescribeConfigs), and two checks of its own: a
+finite ``retention.ms`` on an existing topic is warned about, and Kafka's own topic name is
+refused on a broker that runs native tiered storage (its manager would stop at tierproxy's
+records).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from protocol.errors import KafkaError
+from storage.config import ConfigError
+from storage.kafka_client import BrokerConnectionError, KafkaClient, KafkaClientError, NewTopic
+from storage.retry import RetryPolicy, call_with_retry
+from storage.rlmm.config import DEFAULT_TOPIC_NAME, KAFKA_TOPIC_NAME, RemoteLogMetadataConfig
+from storage.rlmm.state import RemoteLogMetadataError
+
+__all__ = ["MetadataTopicError", "MetadataTopicSetup"]
+
+log = logging.getLogger(__name__)
+
+_NEW_TOPIC_POLL_S = 0.1
+"""How often Metadata is asked for a topic just created (it may lag behind CreateTopics)."""
+_CLUSTER_RETRY = RetryPolicy(
+    backoff_ms=500, backoff_max_ms=10_000, max_attempts=1_000_000, deadline_ms=None
+)
+"""Reaching the cluster at start: retried until ``start()``'s initialization timeout."""
+
+
+class MetadataTopicError(RemoteLogMetadataError):
+    """The metadata topic cannot be used: it could not be created, or its partition count
+    differs from the configured one."""
+
+
+class MetadataTopicSetup:
+    """Makes sure the metadata topic exists and fits ``config``."""
+
+    def __init__(
+        self, client: KafkaClient, config: RemoteLogMetadataConfig, bootstrap: str
+    ) -> None:
+        self._client = client
+        self.config = config
+        self._bootstrap = bootstrap
+
+    async def ensure(self) -> None:
+        """Create or check the topic, retried with Kafka's exponential back-off while no
+        broker answers (the proxy or the pipeline may start before the cluster);
+        ``start()``'s initialization timeout bounds the wait."""
+
+        def warn(attempt: int, error: Exception, wait: float) -> None:
+            log.warning(
+                "no broker at %s answers yet (attempt %d: %s); retrying in %.1f s",
+                self._bootstrap,
+                attempt,
+                error,
+                wait,
+            )
+
+        count = await call_with_retry(
+            self._checked_partition_count,
+            policy=_CLUSTER_RETRY,
+            is_retriable=lambda error: isinstance(error, BrokerConnectionError),
+            on_retry=warn,
+        )
+        if count != self.config.topic_partitions:
+            raise MetadataTopicError(
+                f"metadata topic {self.config.topic_name!r} has {count} partitions but "
+                f"remote.log.metadata.topic.partitions is {self.config.topic_partitions}; "
+                "writers would place records in different partitions"
+            )
+
+    async def _checked_partition_count(self) -> int:
+        if self.config.topic_name == KAFKA_TOPIC_NAME:
+            await self._refuse_kafkas_own_topic()
+        count = await self._partitions_of()
+        if count is None:
+            await self._create_topic()
+            while count is None:  # metadata of a new topic may lag behind its creation
+                await asyncio.sleep(_NEW_TOPIC_POLL_S)
+                count = await self._partitions_of()
+        else:
+            await self._warn_about_retention()
+        return count
+
+    async def _refuse_kafkas_own_topic(self) -> None:
+        """Kafka's own metadata manager reads ``__remote_log_metadata`` on brokers with
+        native tiered storage, and stops at the first record in tierproxy's format.
+
+        :raises ConfigError: the broker has ``remote.log.storage.system.enable=true``.
+        """
+        brokers = (await self._client.metadata(())).brokers
+        if not brokers or await self._client.detect_broker_kind() != "kafka":
+            return  # only Apache Kafka has native tiered storage
+        configs = await self._client.describe_broker_configs(min(brokers))
+        entry = configs.get("remote.log.storage.system.enable")
+        if entry is not None and str(entry.value).lower() == "true":
+            raise ConfigError(
+                f"remote.log.metadata.topic.name is {KAFKA_TOPIC_NAME!r}, the topic "
+                "of the broker's own native tiered storage (it has "
+                "remote.log.storage.system.enable=true): tierproxy's records would "
+                "stop its metadata consumer. Use another name (the default is "
+                f"{DEFAULT_TOPIC_NAME!r})"
+            )
+
+    async def _warn_about_retention(self) -> None:
+        """A metadata topic with a finite retention forgets old segments: warn."""
+        topic = self.config.topic_name
+        try:
+            configs = (await self._client.describe_configs([topic])).get(topic, {})
+        except KafkaClientError as error:
+            # Brokers without DescribeConfigs (Tansu closes the connection) cannot tell.
+            configs = KafkaError.UNSUPPORTED_VERSION
+            log.info("could not read the metadata topic's retention.ms (%s)", error)
+        if isinstance(configs, KafkaError):
+            log.info("not checking the metadata topic's retention.ms (%s)", configs.name)
+            return
+        entry = configs.get("retention.ms")
+        value = int(entry.value or -1) if entry is not None else -1
+        if value >= 0:
+            log.warning(
+                "metadata topic %s has retention.ms=%d: the metadata of segments "
+                "older than that will be lost (they can then neither be read nor "
+                "deleted); set its retention.ms to -1 as Kafka does",
+                topic,
+                value,
+            )
+
+    async def _partitions_of(self) -> int | None:
+        # Every topic, as before: brokers that ignore allow_auto_topic_creation=false would
+        # create a topic named in Metadata with their defaults.
+        found = (await self._client.metadata(None)).topics.get(self.config.topic_name)
+        if found is None or found.error != KafkaError.NONE:
+            return None
+        return len(found.partitions) or None
+
+    async def _create_topic(self) -> None:
+        config = self.config
+        topic = NewTopic(
+            name=config.topic_name,
+            partitions=config.topic_partitions,
+            replication_factor=config.topic_replication_factor,
+            configs={"retention.ms": str(config.topic_retention_ms), "cleanup.policy": "delete"},
+        )
+        for created in await self._client.create_topics([topic]):
+            if created.error in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
+                continue
+            raise MetadataTopicError(
+                f"cannot create metadata topic {config.topic_name!r}: "
+                f"{created.error.name} {created.message or ''}".rstrip()
+            )
+        log.info(
+            "created metadata topic %s (%d partitions, replication factor %d)",
+            config.topic_name,
+            config.topic_partitions,
+            config.topic_replication_factor,
+        )
