@@ -1,7 +1,7 @@
 """The ``tierproxy`` command line.
 
 Each subcommand lives in ``proxy.commands.<name>`` and registers itself through a
-``register(subparsers)`` function; heavy imports (Spark, aiokafka) happen inside the
+``register(subparsers)`` function; heavy imports (Spark, the demo's servers) happen inside the
 command's handler so that ``tierproxy --help`` and ``tierproxy serve`` stay fast and
 never import PySpark.
 """
