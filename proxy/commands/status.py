@@ -17,7 +17,16 @@ _DESCRIPTION = """\
 Print, for every partition of the tiered topics (or of the topics matching --topic), the
 broker's local log start and end, the remote log start and end with its segment count and
 size, and the copy lag (offsets and estimated bytes between the remote log end and the last
-stable offset). Reads the broker and the remote log metadata topic; changes nothing."""
+stable offset). Reads the broker and the remote log metadata topic; changes nothing.
+
+Unlike serve and tier, status does not wait for a cluster that is not up: when no broker
+answers within --timeout-ms it prints one line and exits 1. Exit codes: 0 all rows fine, 1
+a partition row has an error or the cluster did not answer, 2 invalid settings."""
+
+_DEFAULT_TIMEOUT_MS = 15_000
+"""Long enough for a broker that is busy or far away to answer Metadata (Kafka's own
+``request.timeout.ms`` is 30 s, but a person is waiting at a terminal); short enough that a
+down cluster is reported well before ``remote.log.metadata.initialization.timeout.ms``."""
 
 
 def register(subparsers: Any) -> None:
@@ -35,6 +44,15 @@ def register(subparsers: Any) -> None:
         "--topic", metavar="REGEX", help="only topics whose whole name matches this pattern"
     )
     parser.add_argument("--json", action="store_true", help="print JSON lines instead of a table")
+    parser.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=_DEFAULT_TIMEOUT_MS,
+        metavar="MS",
+        help="give up (one line on stderr, exit 1) when no broker answers within MS "
+        f"milliseconds (default {_DEFAULT_TIMEOUT_MS}); reading the metadata topic is bounded "
+        "by remote.log.metadata.initialization.timeout.ms",
+    )
     parser.set_defaults(handler=_handle)
 
 
@@ -42,6 +60,7 @@ def _handle(args: argparse.Namespace) -> int:
     from proxy.remote.wiring import SHARED_CONFIG_CLASSES  # noqa: PLC0415
     from storage.config import ConfigError  # noqa: PLC0415
     from storage.console import report_console  # noqa: PLC0415
+    from storage.kafka_client import KafkaClientError  # noqa: PLC0415
     from storage.tiering.job import load_tiering_settings  # noqa: PLC0415
 
     try:
@@ -52,10 +71,21 @@ def _handle(args: argparse.Namespace) -> int:
         return 2
     console = report_console()
     try:
-        rows = asyncio.run(_collect(settings, args.topic))
+        rows = asyncio.run(_collect(settings, args.topic, args.timeout_ms / 1000))
     except ConfigError as err:  # found against the cluster
         print(f"tierproxy status: {err}", file=sys.stderr)
         return 2
+    except KafkaClientError as err:
+        print(f"tierproxy status: {err}", file=sys.stderr)
+        return 1
+    except TimeoutError:
+        print(
+            f"tierproxy status: the metadata topic {settings.metadata.topic_name} could not be "
+            "read within remote.log.metadata.initialization.timeout.ms "
+            f"({settings.metadata.initialization_timeout_ms} ms)",
+            file=sys.stderr,
+        )
+        return 1
     if args.json:
         for row in rows:
             print(json.dumps(dataclasses.asdict(row)))
@@ -66,32 +96,45 @@ def _handle(args: argparse.Namespace) -> int:
     return 1 if any(row.error for row in rows) else 0
 
 
-async def _collect(settings: Any, topic_pattern: str | None) -> list[Any]:
-    from storage.kafka_client import KafkaClient  # noqa: PLC0415
+async def _collect(settings: Any, topic_pattern: str | None, timeout_s: float) -> list[Any]:
+    """The rows; the cluster is asked once (within ``timeout_s``) before the metadata
+    manager starts, as that one retries for a cluster that is not up yet.
+
+    :raises KafkaClientError: no broker answers, or none within ``timeout_s``.
+    :raises TimeoutError: the metadata topic could not be read within
+        ``remote.log.metadata.initialization.timeout.ms``.
+    """
+    from storage.kafka_client import BrokerConnectionError, KafkaClient  # noqa: PLC0415
     from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager  # noqa: PLC0415
     from storage.startup import check_cluster_login  # noqa: PLC0415
     from storage.tiering.status import collect_status  # noqa: PLC0415
 
     config = settings.tiering
     security = settings.security.with_secrets_resolved()
-    await check_cluster_login(config.bootstrap_servers, security, log=logging.getLogger(__name__))
-    async with (
-        KafkaClient(
-            config.bootstrap_servers,
-            client_id=config.client_id,
-            request_timeout_ms=config.request_timeout_ms,
-            security=security,
-        ) as client,
-        TopicBasedRemoteLogMetadataManager(
-            settings.metadata,
-            bootstrap_servers=config.bootstrap_servers,
-            security=security,
-        ) as rlmm,
-    ):
-        return await collect_status(
-            client,
-            rlmm.cache,
-            settings.rules,
-            topic_pattern=topic_pattern,
-            metadata_topic=settings.metadata.topic_name,
-        )
+    async with KafkaClient(
+        config.bootstrap_servers,
+        client_id=config.client_id,
+        request_timeout_ms=config.request_timeout_ms,
+        security=security,
+    ) as client:
+        try:
+            async with asyncio.timeout(timeout_s):
+                await check_cluster_login(
+                    config.bootstrap_servers, security, log=logging.getLogger(__name__)
+                )
+                await client.metadata(())
+        except TimeoutError as err:
+            raise BrokerConnectionError(
+                f"no broker at {config.bootstrap_servers} answered within "
+                f"{round(timeout_s * 1000)} ms"
+            ) from err
+        async with TopicBasedRemoteLogMetadataManager(
+            settings.metadata, bootstrap_servers=config.bootstrap_servers, security=security
+        ) as rlmm:
+            return await collect_status(
+                client,
+                rlmm.cache,
+                settings.rules,
+                topic_pattern=topic_pattern,
+                metadata_topic=settings.metadata.topic_name,
+            )
