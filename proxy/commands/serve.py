@@ -117,7 +117,9 @@ def _overrides(args: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]
 def run(args: argparse.Namespace) -> int:
     """Handler of ``tierproxy serve``: load settings, then serve until a signal.
 
-    Returns 2 for invalid settings, 0 after a graceful shutdown.
+    Returns 2 for invalid settings, 1 when the remote tier's metadata topic could not be
+    read within ``remote.log.metadata.initialization.timeout.ms`` (a cluster that is not up
+    yet is waited for), 0 after a graceful shutdown.
     """
     try:
         from_file = load_settings(args.config, {}, SHARED_CONFIG_CLASSES)
@@ -135,4 +137,7 @@ def run(args: argparse.Namespace) -> int:
         except ConfigError as err:  # found at start-up against the cluster
             print(f"tierproxy serve: {err}", file=sys.stderr)
             return 2
+        except TimeoutError as err:  # the metadata topic was not read in time
+            print(f"tierproxy serve: {err}", file=sys.stderr)
+            return 1
     return 0

@@ -220,7 +220,7 @@ async def open_remote_tier(
         command="serve",
     )
     try:
-        await rlmm.start()
+        await rlmm.start(wait_for_cluster=True)
     except BaseException:
         with contextlib.suppress(Exception):
             await rlmm.close()

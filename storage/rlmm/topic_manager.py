@@ -104,6 +104,7 @@ class TopicBasedRemoteLogMetadataManager:
             bootstrap_servers, client_id="tierproxy-rlmm-producer", security=resolved
         )
         """Produce and the admin requests."""
+        self._setup = MetadataTopicSetup(self._client, config, bootstrap_servers)
         self._consumer_client = KafkaClient(
             bootstrap_servers, client_id="tierproxy-rlmm-consumer", security=resolved
         )
@@ -146,17 +147,35 @@ class TopicBasedRemoteLogMetadataManager:
         """Partitions of the metadata topic."""
         return self._partition_count
 
-    async def start(self) -> None:
+    async def start(self, *, wait_for_cluster: bool = False) -> None:
         """Create the topic if needed, load snapshots, and catch up with the topic.
 
+        :param wait_for_cluster: wait as long as it takes for a broker to answer, logging
+            each retry, and only then start ``remote.log.metadata.initialization.timeout.ms``
+            (long-running commands: the cluster may be down for longer than that); without
+            it the timeout covers the wait too, as in Kafka.
         :raises MetadataTopicError: if the topic cannot be created or has another
             partition count than configured.
         :raises TimeoutError: if this takes longer than
-            ``remote.log.metadata.initialization.timeout.ms``.
+            ``remote.log.metadata.initialization.timeout.ms``; its message says whether a
+            broker ever answered.
         """
+        timeout_ms = self.config.initialization_timeout_ms
         try:
-            async with asyncio.timeout(self.config.initialization_timeout_ms / 1000):
+            if wait_for_cluster:
+                await self._setup.wait_for_cluster()
+            async with asyncio.timeout(timeout_ms / 1000):
                 await self._start()
+        except TimeoutError as err:
+            await self.close()
+            what = (
+                f"the metadata topic {self.config.topic_name} was not read to its end"
+                if self._setup.contacted
+                else f"no broker at {self._bootstrap} answered"
+            )
+            raise TimeoutError(
+                f"{what} within remote.log.metadata.initialization.timeout.ms ({timeout_ms} ms)"
+            ) from err
         except BaseException:
             await self.close()
             raise
@@ -164,7 +183,7 @@ class TopicBasedRemoteLogMetadataManager:
             self._snapshot_task = asyncio.create_task(self._snapshot_loop(), name="rlmm-snapshots")
 
     async def _start(self) -> None:
-        await MetadataTopicSetup(self._client, self.config, self._bootstrap).ensure()
+        await self._setup.ensure()
         resume_after: dict[int, int] = {}
         if self._snapshots is not None:
             restored = self._snapshots.load(self.cache)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from protocol.errors import KafkaError
 from storage.config import ConfigError
@@ -26,12 +28,15 @@ __all__ = ["MetadataTopicError", "MetadataTopicSetup"]
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 _NEW_TOPIC_POLL_S = 0.1
 """How often Metadata is asked for a topic just created (it may lag behind CreateTopics)."""
 _CLUSTER_RETRY = RetryPolicy(
     backoff_ms=500, backoff_max_ms=10_000, max_attempts=1_000_000, deadline_ms=None
 )
-"""Reaching the cluster at start: retried until ``start()``'s initialization timeout."""
+"""Reaching the cluster at start: retried until ``start()``'s initialization timeout, or
+without bound when the command waits for the cluster (``wait_for_cluster``)."""
 
 
 class MetadataTopicError(RemoteLogMetadataError):
@@ -48,12 +53,26 @@ class MetadataTopicSetup:
         self._client = client
         self.config = config
         self._bootstrap = bootstrap
+        self.contacted = False
+        """Whether a broker has answered (what a start-up timeout waited for)."""
+
+    async def wait_for_cluster(self) -> None:
+        """Ask until a broker answers, however long that takes, logging each retry."""
+        await self._retried(self._contact)
 
     async def ensure(self) -> None:
         """Create or check the topic, retried with Kafka's exponential back-off while no
         broker answers (the proxy or the pipeline may start before the cluster);
         ``start()``'s initialization timeout bounds the wait."""
+        count = await self._retried(self._checked_partition_count)
+        if count != self.config.topic_partitions:
+            raise MetadataTopicError(
+                f"metadata topic {self.config.topic_name!r} has {count} partitions but "
+                f"remote.log.metadata.topic.partitions is {self.config.topic_partitions}; "
+                "writers would place records in different partitions"
+            )
 
+    async def _retried(self, request: Callable[[], Awaitable[_T]]) -> _T:
         def warn(attempt: int, error: Exception, wait: float) -> None:
             log.warning(
                 "no broker at %s answers yet (attempt %d: %s); retrying in %.1f s",
@@ -63,20 +82,19 @@ class MetadataTopicSetup:
                 wait,
             )
 
-        count = await call_with_retry(
-            self._checked_partition_count,
+        return await call_with_retry(
+            request,
             policy=_CLUSTER_RETRY,
             is_retriable=lambda error: isinstance(error, BrokerConnectionError),
             on_retry=warn,
         )
-        if count != self.config.topic_partitions:
-            raise MetadataTopicError(
-                f"metadata topic {self.config.topic_name!r} has {count} partitions but "
-                f"remote.log.metadata.topic.partitions is {self.config.topic_partitions}; "
-                "writers would place records in different partitions"
-            )
+
+    async def _contact(self) -> None:
+        await self._client.metadata(())
+        self.contacted = True
 
     async def _checked_partition_count(self) -> int:
+        await self._contact()
         if self.config.topic_name == KAFKA_TOPIC_NAME:
             await self._refuse_kafkas_own_topic()
         count = await self._partitions_of()

@@ -30,7 +30,7 @@ from rich.console import Console
 
 from storage.config import ConfigError, check_unknown, flatten, from_settings
 from storage.console import report_console
-from storage.kafka_client import KafkaClient
+from storage.kafka_client import KafkaClient, KafkaClientError
 from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
@@ -58,6 +58,11 @@ _LOG4J_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
 """Spark's JVM logs at WARN on stderr, without its default profile's start-up banners."""
 
 _ERROR_BACKOFF_SECONDS = 5.0
+
+_CLUSTER_UNAVAILABLE: Final = (KafkaClientError, TimeoutError)
+"""How a cluster that is down or not answering surfaces (the product's client, which the
+metadata manager shares, or a bounded wait): an operator's matter, one line each. Any other error in a
+cycle is a bug and is logged with its traceback."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -153,12 +158,17 @@ async def open_pipeline(
     task_storage_factory: StorageFactory | None = None,
     rlmm: MetadataManager | None = None,
     clock: Callable[[], int] = wall_clock_ms,
+    wait_for_cluster: bool = False,
 ) -> AsyncIterator[TieringPipeline]:
     """A ready :class:`TieringPipeline` with its clients, closed on exit.
 
     :param task_storage_factory: how copy tasks build their remote storage manager (a seam
         for storage plugins and fault injection); the driver always uses the configured one.
     :param rlmm: a metadata manager to share; by default one is started and closed here.
+    :param wait_for_cluster: wait for a cluster that is not up for as long as it takes
+        (the loop), rather than up to ``remote.log.metadata.initialization.timeout.ms``.
+    :raises TimeoutError: no broker answered, or the metadata topic was not read, within
+        ``remote.log.metadata.initialization.timeout.ms``.
     """
     from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager  # noqa: PLC0415
     from storage.rsm.factory import create_remote_storage  # noqa: PLC0415
@@ -182,7 +192,7 @@ async def open_pipeline(
             security=security,
             command="tier",
         )
-        await owned_rlmm.start()
+        await owned_rlmm.start(wait_for_cluster=wait_for_cluster)
         rlmm = owned_rlmm
     rsm = create_remote_storage(settings.storage)
     try:
@@ -218,14 +228,16 @@ async def run_tiering(
     ``stop`` is set; the exit code (1 if the last cycle had errors)."""
     stop = stop or asyncio.Event()
     interval = settings.tiering.task_interval_ms / 1000
-    async with open_pipeline(settings, spark, console=console) as pipeline:
+    async with open_pipeline(
+        settings, spark, console=console, wait_for_cluster=not once
+    ) as pipeline:
         while True:
             try:
                 report = await pipeline.run_cycle()
             except Exception as err:
                 if once:
                     raise
-                log.exception("tiering cycle failed: %s", err)
+                _log_failed_cycle(err)
                 await _sleep_or_stop(stop, _ERROR_BACKOFF_SECONDS)
                 continue
             _show(report, console)
@@ -233,6 +245,14 @@ async def run_tiering(
                 return 1 if report.errors or report.copy_failures else 0
             if await _sleep_or_stop(stop, interval):
                 return 0
+
+
+def _log_failed_cycle(error: Exception) -> None:
+    retry = f"next attempt in {_ERROR_BACKOFF_SECONDS:.0f} s"
+    if isinstance(error, _CLUSTER_UNAVAILABLE):
+        log.error("tiering cycle failed: %s; %s", error, retry)
+    else:
+        log.exception("tiering cycle failed: %s; %s", error, retry)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
@@ -293,6 +313,9 @@ def run_from_arguments(
     except ConfigError as err:  # found at start-up against the cluster
         print(f"tierproxy tier: {err}", file=sys.stderr)
         return 2
+    except _CLUSTER_UNAVAILABLE as err:  # --once only: the loop waits for the cluster
+        print(f"tierproxy tier: {err}", file=sys.stderr)
+        return 1
     finally:
         spark.stop()
 

@@ -1,0 +1,127 @@
+"""``tierproxy tier`` when its Kafka cluster is not up, or goes away.
+
+The loop is a service: started before the cluster it logs that no broker answers and keeps
+waiting (past ``remote.log.metadata.initialization.timeout.ms``, which bounds a single run),
+tiers once the cluster is up, logs a cycle that fails while the cluster is gone, and tiers
+again when it is back. ``tier --once`` is a job: it waits up to that timeout, then says in one
+line that no broker answered and exits 1. Both run as the real command, with their own
+Spark, against a Kafka broker of their own (the shared ones must not be stopped).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from proxy.embedded import KAFKA_4, KafkaBroker, S3Info, ensure_jars, free_port
+from proxy.embedded.ports import LOOPBACK
+from proxy.embedded.process import ManagedProcess
+from proxy.embedded.tierproxy import storage_settings, write_config
+from tests.integration.tiered.test_gaps import produce
+from tests.integration.tiering.workload import create_topic
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+_COPIED = re.compile(r"topic=(\S+) .*copied_segments=([1-9]\d*)")
+
+
+def tier_config(path: Path, bootstrap: str, s3: S3Info, bucket: str, topic: str) -> Path:
+    """Tier ``topic`` every second, with a 2 s start-up bound for the metadata manager."""
+    write_config(
+        path,
+        {
+            "bootstrap.servers": bootstrap,
+            **storage_settings(s3, bucket, f"__rlm-{topic}"),
+            "remote.log.metadata.initialization.timeout.ms": 2000,
+            "remote.log.manager.task.interval.ms": 1000,
+            "tiering.spill.dir": str(path.parent / "spill"),
+        },
+    )
+    with path.open("a", encoding="utf-8") as file:
+        file.write(
+            f'[[topics]]\npattern = "{topic}"\nremote.storage.enable = true\n'
+            "segment.bytes = 32768\nsegment.ms = 86400000\n"
+        )
+    return path
+
+
+def tier_command(config: Path, *flags: str) -> list[str]:
+    return [
+        *(sys.executable, "-m", "proxy.cli", "tier", "--config", str(config)),
+        *("--master", "local[1]", *flags),
+    ]
+
+
+def wait_for_line(process: ManagedProcess, pattern: re.Pattern[str], after: int = 0) -> str:
+    """The first line past character ``after`` of the log that matches ``pattern``."""
+    deadline = time.monotonic() + 180
+    while True:
+        log = process.log_path.read_text(errors="replace")
+        found = pattern.search(log, after)
+        if found is not None:
+            return found.group(0)
+        assert process.running, log[-3000:]
+        assert time.monotonic() < deadline, f"{pattern.pattern!r} not logged:\n{log[-3000:]}"
+        time.sleep(0.5)
+
+
+def test_the_loop_waits_for_the_cluster_and_outlives_its_restart(
+    s3: S3Info, s3_bucket: str, tmp_path: Path
+) -> None:
+    topic = f"outage-{uuid.uuid4().hex[:8]}"
+    with KafkaBroker(ensure_jars(KAFKA_4), work_dir=tmp_path / "kafka") as server:
+        broker = server.start()
+        server.stop()  # its port and data stay: the cluster is simply not up yet
+        config = tier_config(tmp_path / "tier.toml", broker.bootstrap, s3, s3_bucket, topic)
+        tier = ManagedProcess(
+            "tierproxy tier",
+            tier_command(config),
+            log_path=tmp_path / "tier.log",
+            stop_grace_s=60,
+        )
+        tier.start()
+        try:
+            # Attempt 4 comes after 0.5 + 1 + 2 s of back-off at least: past the 2 s bound.
+            wait_for_line(tier, re.compile(r"no broker at \S+ answers yet \(attempt 4\b"))
+            server.start()
+            create_topic(broker.bootstrap, topic, 1)
+            produce(broker.bootstrap, topic, 200, first=0)
+            wait_for_line(tier, _COPIED)
+
+            server.stop()
+            gone = len(tier.log_path.read_text(errors="replace"))
+            wait_for_line(tier, re.compile(r"ERROR .*tiering cycle failed: .*"), gone)
+            server.start()
+            back = len(tier.log_path.read_text(errors="replace"))
+            produce(broker.bootstrap, topic, 200, first=200)
+            wait_for_line(tier, _COPIED, back)
+        finally:
+            tier.stop()
+    log = tier.log_path.read_text(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_once_against_a_cluster_that_is_not_up_is_one_line_and_exit_1(
+    s3: S3Info, s3_bucket: str, tmp_path: Path
+) -> None:
+    bootstrap = f"{LOOPBACK}:{free_port()}"
+    config = tier_config(tmp_path / "tier.toml", bootstrap, s3, s3_bucket, "never")
+    result = subprocess.run(
+        tier_command(config, "--once"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.stderr.endswith(
+        f"tierproxy tier: no broker at {bootstrap} answered within "
+        "remote.log.metadata.initialization.timeout.ms (2000 ms)\n"
+    ), result.stderr[-3000:]
