@@ -93,19 +93,25 @@ class _Ports:
     controller: int
     extra: Mapping[str, tuple[str, int]] = field(default_factory=dict)
     """More client listeners: name -> (security protocol, port)."""
+    advertised: Mapping[str, int] = field(default_factory=dict)
+    """Listeners advertised at another port than their own: name -> port."""
 
 
 def _base_properties(
     *, node_id: int, ports: _Ports, voters: str, data_dir: Path, replication: int
 ) -> dict[str, str]:
     client = {"PLAINTEXT": ("PLAINTEXT", ports.broker), **ports.extra}
-    advertised = ",".join(f"{name}://{LOOPBACK}:{port}" for name, (_, port) in client.items())
+    bound = ",".join(f"{name}://{LOOPBACK}:{port}" for name, (_, port) in client.items())
+    advertised = ",".join(
+        f"{name}://{LOOPBACK}:{ports.advertised.get(name, port)}"
+        for name, (_, port) in client.items()
+    )
     protocols = ",".join(f"{name}:{protocol}" for name, (protocol, _) in client.items())
     return {
         "process.roles": "broker,controller",
         "node.id": str(node_id),
         "controller.quorum.voters": voters,
-        "listeners": f"{advertised},CONTROLLER://{LOOPBACK}:{ports.controller}",
+        "listeners": f"{bound},CONTROLLER://{LOOPBACK}:{ports.controller}",
         "advertised.listeners": advertised,
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
@@ -269,7 +275,8 @@ class KafkaBroker(EmbeddedServer):
     name -> security protocol, e.g. ``{"SASL_PLAINTEXT": "SASL_PLAINTEXT"}``) adds client
     listeners on free ports beside the PLAINTEXT one that the harness probes
     (:meth:`listener_bootstrap` gives their addresses); ``tls`` is the certificate of the SSL
-    and SASL_SSL ones among them.
+    and SASL_SSL ones among them; ``advertised_ports`` (listener name -> port) has the broker
+    name another port for a listener in Metadata, where a test puts a relay in front of it.
     """
 
     name = "kafka"
@@ -283,6 +290,7 @@ class KafkaBroker(EmbeddedServer):
         native_tiered: bool = False,
         extra_listeners: Mapping[str, str] | None = None,
         tls: BrokerTls | None = None,
+        advertised_ports: Mapping[str, int] | None = None,
         startup_timeout_s: float = _STARTUP_TIMEOUT_S,
     ) -> None:
         super().__init__(work_dir)
@@ -290,6 +298,7 @@ class KafkaBroker(EmbeddedServer):
         self.native_tiered = native_tiered
         self._extra = {**(tls.properties() if tls else {}), **(properties or {})}
         self._extra_listeners = dict(extra_listeners or {})
+        self._advertised_ports = dict(advertised_ports or {})
         self._ports: _Ports | None = None
         self._startup_timeout_s = startup_timeout_s
         self._node: KafkaNode | None = None
@@ -361,6 +370,7 @@ class KafkaBroker(EmbeddedServer):
                     self._extra_listeners.items(), more, strict=True
                 )
             },
+            advertised=self._advertised_ports,
         )
         properties = dict(self._extra)
         if self.native_tiered:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import shutil
 import struct
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -408,16 +409,31 @@ async def aborted_offsets(bootstrap: str, topic: str, partitions: int) -> set[tu
 # -- fault injection -----------------------------------------------------------------------
 
 
+Tap = Callable[[int, bool, bytes], None]
+"""Sees every chunk a relay passes on: (connection number, from the target?, bytes)."""
+
+
 class LatencyRelay:
     """A TCP relay on 127.0.0.1 that delays every chunk the target sends back by ``delay``.
 
     It runs its own event loop on a thread, so blocking clients and the proxy subprocess can
-    both go through it; the delay can change while connections are open.
+    both go through it; the delay can change while connections are open. ``target`` may be
+    set after the relay is made (its port can be handed to a server before the server is
+    up), and ``tap`` sees every chunk, in order per connection and direction.
     """
 
-    def __init__(self, target_host: str, target_port: int, *, delay: float) -> None:
+    def __init__(
+        self,
+        target_host: str,
+        target_port: int,
+        *,
+        delay: float,
+        tap: Tap | None = None,
+    ) -> None:
         self.delay = delay
-        self._target = (target_host, target_port)
+        self.target = (target_host, target_port)
+        self._tap = tap
+        self._connections = itertools.count()
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._server: asyncio.Server | None = None
@@ -437,18 +453,21 @@ class LatencyRelay:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
+            upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
         except OSError:
             writer.close()
             return
+        connection = next(self._connections)
 
         async def pump(
-            source: asyncio.StreamReader, sink: asyncio.StreamWriter, slow: bool
+            source: asyncio.StreamReader, sink: asyncio.StreamWriter, back: bool
         ) -> None:
             with contextlib.suppress(OSError):
                 while data := await source.read(65536):
-                    if slow and self.delay:
+                    if back and self.delay:
                         await asyncio.sleep(self.delay)
+                    if self._tap is not None:
+                        self._tap(connection, back, data)
                     sink.write(data)
                     await sink.drain()
             sink.close()

@@ -1,0 +1,247 @@
+"""The proxy's probes cost Apache Kafka no reads (issue 11, item 5).
+
+A partition the remote tier serves still goes to the broker, as a *probe*: the broker checks
+the client's rights and leader epoch for it and reports its offsets. Asked at its high
+watermark (its last stable offset for READ_COMMITTED) with a one-byte limit, the broker has
+nothing to read there; asked one below, it would read and ship its last batch for every
+remote-served partition on every Fetch, since the first partition of a response gets at
+least one batch whatever its limit.
+
+A recording relay sits between the proxy and a Kafka broker of this module's own, which
+names the relay as its address in Metadata, so every request the proxy sends upstream and
+every answer passes through it. A transaction is left open after the tiered range, so the
+last stable offset is below the high watermark and the two levels probe at different places.
+
+The one exception is a partition's first probe in a proxy's life: until the broker has
+answered for the partition once, the proxy does not know its high watermark and asks just
+after the remote tier (:mod:`proxy.remote.fetch_plan`), where the broker ships one batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import Producer
+
+from protocol.fetch_bodies import (
+    FetchPosition,
+    FetchResponseEditor,
+    PartitionKey,
+    read_fetch_request,
+)
+from protocol.frames import FrameDecoder
+from protocol.headers import parse_request_header, parse_response_header, response_header_version
+from protocol.messages import ApiKey, decode_request, decode_response
+from proxy.embedded import (
+    KAFKA_4,
+    KafkaBroker,
+    S3Info,
+    create_bucket,
+    delete_bucket,
+    ensure_jars,
+)
+from proxy.embedded.ports import LOOPBACK
+from proxy.embedded.tierproxy import proxy_process
+from proxy.remote.fetch_plan import PROBE_BYTES
+from tests.integration.tiered.conftest import build_tiered_topic, proxy_settings
+from tests.integration.tiered.support import (
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    LatencyRelay,
+    Record,
+    TieredTopic,
+    by_partition,
+    consume_confluent,
+    running,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+_RELAYED = "RELAYED"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probe:
+    """One probed partition of a Fetch the proxy sent, and the broker's answer to it."""
+
+    partition: int
+    read_committed: bool
+    fetch_offset: int
+    high_watermark: int
+    last_stable_offset: int
+    record_bytes: int
+
+
+class Recording:
+    """Every chunk through the relay, decoded into probes once the reads are done."""
+
+    def __init__(self) -> None:
+        self._chunks: list[tuple[int, bool, bytes]] = []
+        self._lock = threading.Lock()
+
+    def tap(self, connection: int, back: bool, data: bytes) -> None:
+        with self._lock:
+            self._chunks.append((connection, back, data))
+
+    def probes(self) -> list[Probe]:
+        with self._lock:
+            chunks = list(self._chunks)
+        found: list[Probe] = []
+        for connection in sorted({c for c, _, _ in chunks}):
+            requests = _frames(data for c, back, data in chunks if c == connection and not back)
+            answers = _frames(data for c, back, data in chunks if c == connection and back)
+            found += _probes(zip(requests, answers, strict=False))
+        return found
+
+
+def _frames(chunks: Iterator[bytes]) -> list[bytes]:
+    decoder = FrameDecoder(1 << 30)
+    frames: list[bytes] = []
+    for chunk in chunks:
+        decoder.feed(chunk)
+        while (frame := decoder.next_frame()) is not None:
+            assert isinstance(frame, bytes), frame
+            frames.append(frame)
+    return frames
+
+
+def _probes(exchanges: Iterator[tuple[bytes, bytes]]) -> list[Probe]:
+    """The probes of one connection. In a fetch session the broker leaves unchanged
+    partitions out of its answers and the proxy leaves unchanged positions out of its
+    requests, so the positions asked are tracked across the connection's Fetches."""
+    asked: dict[PartitionKey, FetchPosition] = {}
+    found: list[Probe] = []
+    for request, answer in exchanges:
+        header = parse_request_header(request)
+        if header.api_key != ApiKey.FETCH:
+            continue
+        version = header.api_version
+        view = read_fetch_request(
+            decode_request(ApiKey.FETCH, version, memoryview(request)[header.size :]), version
+        )
+        if view.session_epoch <= 0:  # a full fetch lists every partition
+            asked.clear()
+        asked.update(view.partitions)
+        for key in view.forgotten:
+            asked.pop(key, None)
+        header_version = response_header_version(ApiKey.FETCH, version)
+        assert header_version is not None
+        _, size = parse_response_header(answer, header_version)
+        body = decode_response(ApiKey.FETCH, version, memoryview(answer)[size:])
+        for part in FetchResponseEditor(body, version).partitions():
+            position = asked.get(part.key)
+            if position is None or position.partition_max_bytes != PROBE_BYTES:
+                continue
+            found.append(
+                Probe(
+                    partition=part.key[1],
+                    read_committed=view.read_committed,
+                    fetch_offset=position.fetch_offset,
+                    high_watermark=part.high_watermark,
+                    last_stable_offset=part.last_stable_offset,
+                    record_bytes=len(part.records),
+                )
+            )
+    return found
+
+
+@pytest.fixture(scope="module")
+def relay() -> Iterator[tuple[LatencyRelay, Recording]]:
+    recording = Recording()
+    relay = LatencyRelay(LOOPBACK, 0, delay=0.0, tap=recording.tap)  # target: the broker's
+    yield relay, recording
+    relay.close()
+
+
+@pytest.fixture(scope="module")
+def relayed_broker(
+    relay: tuple[LatencyRelay, Recording], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KafkaBroker]:
+    """A broker that advertises the relay on its second listener: a proxy bootstrapped there
+    sends everything through the relay; the pipeline and the tests use the first."""
+    server = KafkaBroker(
+        ensure_jars(KAFKA_4),
+        work_dir=tmp_path_factory.mktemp("relayed-kafka"),
+        extra_listeners={_RELAYED: "PLAINTEXT"},
+        advertised_ports={_RELAYED: relay[0].port},
+    )
+    with server:
+        server.start()
+        host, port = server.listener_bootstrap(_RELAYED).rsplit(":", 1)
+        relay[0].target = (host, int(port))
+        yield server
+
+
+@pytest.fixture(scope="module")
+def open_transaction_after(
+    relayed_broker: KafkaBroker, s3: S3Info, spark: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TieredTopic]:
+    """The tiered topic, with a transaction left open after it: LSO < HW on each partition."""
+    broker = relayed_broker.info
+    bucket = f"probes-{uuid.uuid4().hex[:12]}"
+    create_bucket(s3, bucket)
+    tiered = build_tiered_topic(broker, s3, spark, bucket, tmp_path_factory.mktemp("spill"))
+    producer = Producer(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            "transactional.id": f"{tiered.topic}-open",
+            "transaction.timeout.ms": 900_000,  # open for the whole module
+        }
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for partition in range(tiered.partitions):
+        producer.produce(tiered.topic, value=b"undecided", partition=partition)
+    assert producer.flush(30) == 0
+    try:
+        yield tiered
+    finally:
+        producer.abort_transaction(30)
+        delete_bucket(s3, bucket)
+
+
+@pytest.mark.parametrize("isolation", [READ_UNCOMMITTED, READ_COMMITTED])
+def test_probes_ask_where_the_broker_has_nothing_to_read(
+    isolation: str,
+    relay: tuple[LatencyRelay, Recording],
+    relayed_broker: KafkaBroker,
+    open_transaction_after: TieredTopic,
+    s3: S3Info,
+    tmp_path: Path,
+) -> None:
+    tiered = open_transaction_after
+    relay_port, recording = relay[0].port, relay[1]
+    upstream = dataclasses.replace(relayed_broker.info, bootstrap=f"{LOOPBACK}:{relay_port}")
+    before = len(recording.probes())
+    with running(proxy_process(upstream, tmp_path, proxy_settings(s3, tiered))) as proxy:
+        got = consume_confluent(
+            proxy.bootstrap, tiered.topic, tiered.high_watermarks, isolation=isolation
+        )
+    ends = tiered.high_watermarks
+    records: list[Record] = [r for r in got if r[1] < ends[r[0]]]  # not the open transaction
+    assert by_partition(records) == tiered.expected[isolation]  # each record, once
+
+    probes = recording.probes()[before:]
+    committed = isolation == READ_COMMITTED
+    assert {p.read_committed for p in probes} == {committed}, probes
+    assert all(p.last_stable_offset < p.high_watermark for p in probes), probes
+    # The first probe of a partition, before the proxy has heard the broker's high watermark,
+    # asks just after the remote tier (here where the broker's log starts), and is answered
+    # with a batch: once per partition and proxy.
+    first: dict[int, Probe] = {}
+    for probe in probes:
+        first.setdefault(probe.partition, probe)
+    assert {p: probe.fetch_offset for p, probe in first.items()} == tiered.broker_log_starts
+    # Every probe after it asks where the broker has nothing to read, and gets nothing.
+    later = [probe for probe in probes if probe is not first[probe.partition]]
+    assert {probe.partition for probe in later} == set(range(tiered.partitions)), probes
+    at = [(p.last_stable_offset if committed else p.high_watermark) for p in later]
+    assert [probe.fetch_offset for probe in later] == at, probes
+    assert [probe.record_bytes for probe in later] == [0] * len(later), probes
