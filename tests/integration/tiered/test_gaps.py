@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Consumer
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     AlterConfigOpType,
@@ -39,20 +39,12 @@ from tests.integration.tiered.support import (
     tier_topic,
     watermarks,
 )
-from tests.integration.tiering.workload import create_topic
+from tests.integration.tiering.workload import create_topic, produce_numbered
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
-VALUE = bytes(1000)
 NO_LOCAL_RETENTION = {"retention.ms": -1, "retention.bytes": -1, "local.retention.ms": -1}
 """The pipeline never moves the broker's log start: only the broker's own retention does."""
-
-
-def produce(bootstrap: str, topic: str, count: int, first: int) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
-    for i in range(first, first + count):
-        producer.produce(topic, key=str(i).encode(), value=VALUE, partition=0)
-    assert producer.flush(60) == 0
 
 
 def set_topic_config(bootstrap: str, topic: str, key: str, value: str) -> None:
@@ -110,7 +102,7 @@ def test_data_deleted_before_it_was_tiered_is_a_gap_not_a_loop(
     topic = f"gap-{uuid.uuid4().hex[:8]}"
     metadata_topic = f"__rlm-{topic}"
     create_topic(broker.bootstrap, topic, 1)
-    produce(broker.bootstrap, topic, 3000, first=0)
+    produce_numbered(broker.bootstrap, topic, 3000, first=0)
     tier: dict[str, Any] = {
         "topic": topic,
         "bucket": s3_bucket,
@@ -119,7 +111,7 @@ def test_data_deleted_before_it_was_tiered_is_a_gap_not_a_loop(
         **NO_LOCAL_RETENTION,
     }
     asyncio.run(tier_topic(broker, s3, spark, **tier))
-    produce(broker.bootstrap, topic, 6000, first=3000)
+    produce_numbered(broker.bootstrap, topic, 6000, first=3000)
     set_topic_config(broker.bootstrap, topic, "retention.bytes", str(2 * 1024 * 1024))
     deadline = time.monotonic() + 60
     while earliest_offsets(broker.bootstrap, topic, 1)[0] < 4000:

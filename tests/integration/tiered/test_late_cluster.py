@@ -33,7 +33,7 @@ from tests.integration.tiered.support import (
     running,
     tier_topic,
 )
-from tests.integration.tiered.test_gaps import VALUE, produce
+from tests.integration.tiering.workload import NUMBERED_VALUE, produce_numbered
 
 pytestmark = [pytest.mark.integration]
 
@@ -83,7 +83,7 @@ def test_serve_outlives_a_broker_restart_and_serves_what_is_tiered_after_it(
             # Records the proxy can only serve once its metadata consumer has read their
             # segments: tiered, then deleted by the broker, after the restart.
             first = ends[0]
-            produce(broker.bootstrap, tiered.topic, 100, first=first)
+            produce_numbered(broker.bootstrap, tiered.topic, 100, first=first)
             asyncio.run(
                 tier_topic(
                     broker,
@@ -98,7 +98,7 @@ def test_serve_outlives_a_broker_restart_and_serves_what_is_tiered_after_it(
             )
             assert earliest_offsets(broker.bootstrap, tiered.topic, 1)[0] > first
             more: list[Record] = [
-                (0, first + i, str(first + i).encode(), VALUE) for i in range(100)
+                (0, first + i, str(first + i).encode(), NUMBERED_VALUE) for i in range(100)
             ]
             ends = {**ends, 0: first + 100}
             assert read_all(proxy.bootstrap, tiered.topic, ends) == by_partition(everything + more)

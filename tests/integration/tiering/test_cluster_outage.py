@@ -23,8 +23,7 @@ from proxy.embedded import KAFKA_4, KafkaBroker, S3Info, ensure_jars, free_port
 from proxy.embedded.ports import LOOPBACK
 from proxy.embedded.process import ManagedProcess
 from proxy.embedded.tierproxy import storage_settings, write_config
-from tests.integration.tiered.test_gaps import produce
-from tests.integration.tiering.workload import create_topic
+from tests.integration.tiering.workload import create_topic, produce_numbered
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -91,7 +90,7 @@ def test_the_loop_waits_for_the_cluster_and_outlives_its_restart(
             wait_for_line(tier, re.compile(r"no broker at \S+ answers yet \(attempt 4\b"))
             server.start()
             create_topic(broker.bootstrap, topic, 1)
-            produce(broker.bootstrap, topic, 200, first=0)
+            produce_numbered(broker.bootstrap, topic, 200, first=0)
             wait_for_line(tier, _COPIED)
 
             server.stop()
@@ -99,7 +98,7 @@ def test_the_loop_waits_for_the_cluster_and_outlives_its_restart(
             wait_for_line(tier, re.compile(r"ERROR .*tiering cycle failed: .*"), gone)
             server.start()
             back = len(tier.log_path.read_text(errors="replace"))
-            produce(broker.bootstrap, topic, 200, first=200)
+            produce_numbered(broker.bootstrap, topic, 200, first=200)
             wait_for_line(tier, _COPIED, back)
         finally:
             tier.stop()

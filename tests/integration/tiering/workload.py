@@ -14,6 +14,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+NUMBERED_VALUE = bytes(1000)
+"""The value of every record :func:`produce_numbered` writes."""
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -38,6 +40,15 @@ def delete_topic(bootstrap: str, topic: str) -> None:
             return
         time.sleep(0.2)
     raise TimeoutError(f"topic {topic} was not deleted")
+
+
+def produce_numbered(bootstrap: str, topic: str, count: int, first: int) -> None:
+    """``count`` plain records to partition 0, keyed by their number counted from ``first``
+    (on an empty partition, each record's offset), so a reader can tell which it got."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for i in range(first, first + count):
+        producer.produce(topic, key=str(i).encode(), value=NUMBERED_VALUE, partition=0)
+    assert producer.flush(60) == 0
 
 
 def _producer(bootstrap: str, **extra: object) -> Producer:
