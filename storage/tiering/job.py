@@ -21,10 +21,10 @@ import os
 import signal
 import sys
 import tomllib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from rich.console import Console
 
@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 _LOG4J_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
 """Spark's JVM logs at WARN on stderr, without its default profile's start-up banners."""
@@ -225,12 +226,21 @@ async def run_tiering(
     stop: asyncio.Event | None = None,
 ) -> int:
     """Run one cycle (``once``) or cycles every ``remote.log.manager.task.interval.ms`` until
-    ``stop`` is set; the exit code (1 if the last cycle had errors)."""
+    ``stop`` is set; the exit code (1 if the last cycle had errors).
+
+    The loop waits for a cluster that is not up for as long as it takes, so ``stop`` also
+    ends that wait (a cycle under way is let finish).
+    """
     stop = stop or asyncio.Event()
     interval = settings.tiering.task_interval_ms / 1000
-    async with open_pipeline(
-        settings, spark, console=console, wait_for_cluster=not once
-    ) as pipeline:
+    async with contextlib.AsyncExitStack() as stack:
+        opening = stack.enter_async_context(
+            open_pipeline(settings, spark, console=console, wait_for_cluster=not once)
+        )
+        pipeline = await _unless_stopped(opening, stop)
+        if pipeline is None:
+            log.info("stopped while waiting for the cluster")
+            return 0
         while True:
             try:
                 report = await pipeline.run_cycle()
@@ -245,6 +255,23 @@ async def run_tiering(
                 return 1 if report.errors or report.copy_failures else 0
             if await _sleep_or_stop(stop, interval):
                 return 0
+
+
+async def _unless_stopped(opening: Awaitable[_T], stop: asyncio.Event) -> _T | None:
+    """What ``opening`` gives, or ``None`` if ``stop`` is set first (``opening`` is then
+    cancelled)."""
+    task = asyncio.ensure_future(opening)
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait((task, stopped), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopped.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return None
 
 
 def _log_failed_cycle(error: Exception) -> None:

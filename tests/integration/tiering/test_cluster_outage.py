@@ -1,11 +1,11 @@
 """``tierproxy tier`` when its Kafka cluster is not up, or goes away.
 
 The loop is a service: started before the cluster it logs that no broker answers and keeps
-waiting (past ``remote.log.metadata.initialization.timeout.ms``, which bounds a single run),
-tiers once the cluster is up, logs a cycle that fails while the cluster is gone, and tiers
-again when it is back. ``tier --once`` is a job: it waits up to that timeout, then says in one
-line that no broker answered and exits 1. Both run as the real command, with their own
-Spark, against a Kafka broker of their own (the shared ones must not be stopped).
+waiting (past ``remote.log.metadata.initialization.timeout.ms``, which bounds a single run)
+until the cluster is up or SIGTERM stops it; it logs a cycle that fails while the cluster is
+gone, and tiers again when it is back. ``tier --once`` is a job: it waits up to that timeout,
+then says in one line that no broker answered and exits 1. All run as the real command, with
+their own Spark, against a Kafka broker of their own (the shared ones must not be stopped).
 """
 
 from __future__ import annotations
@@ -103,6 +103,24 @@ def test_the_loop_waits_for_the_cluster_and_outlives_its_restart(
         finally:
             tier.stop()
     log = tier.log_path.read_text(errors="replace")
+    assert "Traceback" not in log, log[-3000:]
+
+
+def test_the_loop_stops_on_sigterm_while_it_waits_for_the_cluster(
+    s3: S3Info, s3_bucket: str, tmp_path: Path
+) -> None:
+    bootstrap = f"{LOOPBACK}:{free_port()}"
+    config = tier_config(tmp_path / "tier.toml", bootstrap, s3, s3_bucket, "never")
+    tier = ManagedProcess(
+        "tierproxy tier", tier_command(config), log_path=tmp_path / "tier.log", stop_grace_s=60
+    )
+    tier.start()
+    try:
+        wait_for_line(tier, re.compile(r"no broker at \S+ answers yet"))
+    finally:
+        tier.stop()  # SIGTERM; killed only after the grace period
+    log = tier.log_path.read_text(errors="replace")
+    assert "stopped while waiting for the cluster" in log, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
 
 
