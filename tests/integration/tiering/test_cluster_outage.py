@@ -50,6 +50,12 @@ def tier_config(path: Path, bootstrap: str, s3: S3Info, bucket: str, topic: str)
     return path
 
 
+def nowhere(tmp_path: Path, s3: S3Info, bucket: str) -> tuple[str, Path]:
+    """A closed loopback port as the cluster, and a config that points there."""
+    bootstrap = f"{LOOPBACK}:{free_port()}"
+    return bootstrap, tier_config(tmp_path / "tier.toml", bootstrap, s3, bucket, "never")
+
+
 def tier_command(config: Path, *flags: str) -> list[str]:
     return [
         *(sys.executable, "-m", "proxy.cli", "tier", "--config", str(config)),
@@ -109,8 +115,7 @@ def test_the_loop_waits_for_the_cluster_and_outlives_its_restart(
 def test_the_loop_stops_on_sigterm_while_it_waits_for_the_cluster(
     s3: S3Info, s3_bucket: str, tmp_path: Path
 ) -> None:
-    bootstrap = f"{LOOPBACK}:{free_port()}"
-    config = tier_config(tmp_path / "tier.toml", bootstrap, s3, s3_bucket, "never")
+    _bootstrap, config = nowhere(tmp_path, s3, s3_bucket)
     tier = ManagedProcess(
         "tierproxy tier", tier_command(config), log_path=tmp_path / "tier.log", stop_grace_s=60
     )
@@ -127,8 +132,7 @@ def test_the_loop_stops_on_sigterm_while_it_waits_for_the_cluster(
 def test_once_against_a_cluster_that_is_not_up_is_one_line_and_exit_1(
     s3: S3Info, s3_bucket: str, tmp_path: Path
 ) -> None:
-    bootstrap = f"{LOOPBACK}:{free_port()}"
-    config = tier_config(tmp_path / "tier.toml", bootstrap, s3, s3_bucket, "never")
+    bootstrap, config = nowhere(tmp_path, s3, s3_bucket)
     result = subprocess.run(
         tier_command(config, "--once"),
         capture_output=True,
