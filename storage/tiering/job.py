@@ -62,8 +62,8 @@ _ERROR_BACKOFF_SECONDS = 5.0
 
 _CLUSTER_UNAVAILABLE: Final = (KafkaClientError, TimeoutError)
 """How a cluster that is down or not answering surfaces (the product's client, which the
-metadata manager shares, or a bounded wait): an operator's matter, one line each. Any other error in a
-cycle is a bug and is logged with its traceback."""
+metadata manager shares, or a bounded wait): an operator's matter, one line each. Any other
+error in a cycle is a bug and is logged with its traceback."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
