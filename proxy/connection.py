@@ -10,8 +10,11 @@ Rules of this file (the only module that writes to transports):
   ``_awaiting`` holds the forwarded ones, in the order the broker will answer them. A Produce
   with ``acks=0`` gets no response and enters neither.
 - A raw response whose request heads ``_ordered`` streams through as it arrives, chunk by
-  chunk, never assembled in memory. Any other response is kept until everything before it
-  has been written; an intercepted one is assembled and handed to its exchange.
+  chunk, never assembled in memory. So does an intercepted one whose exchange offers a
+  :class:`~proxy.router.ResponseStream` (a Fetch whose interceptors judge only its tail):
+  all but its tail goes out as it arrives, and the tail, possibly rewritten to the same
+  length, completes it. Any other response is kept until everything before it has been
+  written; an intercepted one is assembled and handed to its exchange.
 - Back-pressure, uvicorn style: reading from a side pauses while the other side's write
   buffer is above the high-water mark, and resumes below the low-water mark. Responses held
   behind a slow one count too, so nothing buffers without bound.
@@ -27,7 +30,7 @@ import ssl
 import struct
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, cast
 
 from protocol.errors import RemoteProtocolError
@@ -36,7 +39,7 @@ from proxy.config import HostPort
 from proxy.interceptors.base import ConnectionInfo
 from proxy.logs import event
 from proxy.metrics import ProxyMetrics, api_name
-from proxy.router import InterceptedExchange, Router
+from proxy.router import InterceptedExchange, ResponseStream, Router
 
 __all__ = ["ConnectionPair", "PairSettings"]
 
@@ -88,13 +91,24 @@ class _ReadGate:
 class _InFlight:
     """A request still owed a response."""
 
-    __slots__ = ("api_key", "buffer", "exchange", "response", "size", "started", "streaming")
+    __slots__ = (
+        "api_key",
+        "buffer",
+        "exchange",
+        "response",
+        "size",
+        "started",
+        "stream",
+        "streaming",
+    )
 
     def __init__(self, api_key: int, exchange: InterceptedExchange | None) -> None:
         self.api_key = api_key
         self.exchange = exchange
         self.started = time.perf_counter()
         self.streaming = False
+        # An intercepted response that streams all but its tail (see ResponseStream).
+        self.stream: ResponseStream | None = None
         # Size of the response frame with its prefix: the broker's once its prefix arrived,
         # then the one written to the client.
         self.size = 0
@@ -368,8 +382,7 @@ class ConnectionPair(asyncio.Protocol):
             take = min(self._remaining, end - position)
             chunk = data if take == end else view[position : position + take]
             if target.streaming:
-                assert self._client is not None
-                self._client.write(chunk)
+                self._write_streamed(target, chunk)
             else:
                 assert target.buffer is not None
                 target.buffer += chunk
@@ -399,7 +412,11 @@ class ConnectionPair(asyncio.Protocol):
             return len(data)
         target = self._awaiting.popleft()
         target.size = size + _SIZE_BYTES
-        target.streaming = target.exchange is None and self._ordered[0] is target
+        if self._ordered[0] is target and target.exchange is not None:
+            target.stream = target.exchange.stream()
+        target.streaming = self._ordered[0] is target and (
+            target.exchange is None or target.stream is not None
+        )
         if target.streaming:
             assert self._client is not None
             self._client.write(prefix)
@@ -411,9 +428,26 @@ class ConnectionPair(asyncio.Protocol):
             self._response_received(target)
         return position
 
+    def _write_streamed(self, target: _InFlight, chunk: bytes | memoryview) -> None:
+        assert self._client is not None
+        stream = target.stream
+        released = len(chunk) if stream is None else stream.feed(chunk)
+        if released == len(chunk):
+            self._client.write(chunk)
+        elif released:
+            self._client.write(memoryview(chunk)[:released])
+
     def _response_received(self, target: _InFlight) -> None:
         self._receiving = None
         if target.streaming:
+            stream, target.stream = target.stream, None
+            if stream is not None:
+                tail = stream.end()
+                if tail is None:
+                    self._spawn(self._finish_tail(target, stream))
+                    return
+                self._write_tail(target, tail)
+                return
             self._ordered.popleft()
             self._record(target)
             self._flush()
@@ -428,22 +462,42 @@ class ConnectionPair(asyncio.Protocol):
         else:
             self._spawn(self._finish(target, buffer))
 
+    def _write_tail(self, entry: _InFlight, tail: bytes | bytearray) -> None:
+        """The last bytes of a streamed response: it is complete, the next may go."""
+        assert self._client is not None
+        if tail:
+            self._client.write(tail)
+        self._ordered.popleft()
+        self._record(entry)
+        self._flush()
+
+    async def _finish_tail(self, entry: _InFlight, stream: ResponseStream) -> None:
+        tail = await self._intercepted(entry, stream.rewrite())
+        if tail is not None and not self._closed:
+            self._write_tail(entry, tail)
+
     async def _finish(self, entry: _InFlight, payload: bytearray | None) -> None:
         assert entry.exchange is not None
+        response = await self._intercepted(entry, entry.exchange.respond(payload))
+        if response is not None and not self._closed:
+            self._ready(entry, (_SIZE.pack(len(response)), response))
+
+    async def _intercepted(
+        self, entry: _InFlight, work: Awaitable[bytes | bytearray]
+    ) -> bytes | bytearray | None:
+        """What the interceptors made of a response, or ``None`` once their failure closed
+        the pair."""
         try:
-            response = await entry.exchange.respond(payload)
+            return await work
         except RemoteProtocolError as err:
             self._metrics.upstream_error("protocol")
             self._close(
                 "bad response", level=logging.WARNING, api=api_name(entry.api_key), error=str(err)
             )
-            return
         except Exception as err:
             _log.exception("interceptor failed on a response", extra={"conn": self.connection_id})
             self._close("interceptor error", level=logging.ERROR, error=repr(err))
-            return
-        if not self._closed:
-            self._ready(entry, (_SIZE.pack(len(response)), response))
+        return None
 
     def _ready(self, entry: _InFlight, parts: tuple[bytes | bytearray, ...]) -> None:
         entry.response = parts

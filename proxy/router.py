@@ -3,7 +3,10 @@
 This is the Kafka side of a connection pair; :mod:`proxy.connection` only moves frames. A
 raw request costs one ``struct`` unpack (plus the ``acks`` of a Produce, which decides
 whether a response will come at all). An intercepted one is decoded, handed to its
-interceptor chain, and re-encoded only if an interceptor changed it.
+interceptor chain, and re-encoded only if an interceptor changed it. A Fetch v12+ response
+whose chain only judges its tail (every interceptor a
+:class:`~proxy.interceptors.base.TailFilter`: KIP-951 node endpoints) streams through a
+:class:`ResponseStream` that holds the tail alone.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol, cast
 
 from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
+from protocol.fetch_tail import FetchTailFinder
 from protocol.headers import (
     RequestHeader,
     encode_request_header,
@@ -37,16 +41,26 @@ from protocol.messages import (
     request_class,
     response_class,
 )
+from protocol.varint import Buffer, VarintError
 from proxy.broker_versions import BrokerVersions
-from proxy.interceptors.base import Answer, Call, ConnectionInfo, Interceptor, ResponseFilter
+from proxy.interceptors.base import (
+    Answer,
+    Call,
+    ConnectionInfo,
+    Interceptor,
+    ResponseFilter,
+    TailFilter,
+)
 from proxy.logs import event
 
-__all__ = ["InterceptedExchange", "Route", "Router", "served_above_broker"]
+__all__ = ["InterceptedExchange", "ResponseStream", "Route", "Router", "served_above_broker"]
 
 _log = logging.getLogger("tierproxy.router")
 
 _PRODUCE: Final = int(ApiKey.PRODUCE)
 _API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
+_FETCH: Final = int(ApiKey.FETCH)
+_FIRST_FLEXIBLE_FETCH: Final = 12
 _INTERCEPTED: Final[Mapping[int, range]] = {int(key): v for key, v in INTERCEPTED_VERSIONS.items()}
 _PASSED_WHEN_UNKNOWN: Final = frozenset(
     int(key)
@@ -72,6 +86,11 @@ class InterceptedExchange(Protocol):
     @property
     def forward(self) -> bytes | None:
         """The request payload to send to the broker, or ``None`` if answered locally."""
+        ...
+
+    def stream(self) -> ResponseStream | None:
+        """A stream for the broker's response, to write it as it arrives holding only its
+        tail, or ``None``: the response is assembled (then :meth:`try_pass_through`)."""
         ...
 
     def try_pass_through(self, payload: bytes | bytearray) -> bool:
@@ -104,6 +123,8 @@ class _Chain:
     needs_request: bool
     # Every interceptor can judge from the encoded body whether it wants the response.
     filtered: bool
+    # Every interceptor changes only the top-level tagged fields: the response may stream.
+    tail_only: bool
 
 
 class Router:
@@ -139,6 +160,7 @@ class Router:
                 interceptors=tuple(chain),
                 needs_request=any(interceptor.needs_request for interceptor in chain),
                 filtered=all(isinstance(interceptor, ResponseFilter) for interceptor in chain),
+                tail_only=all(isinstance(interceptor, TailFilter) for interceptor in chain),
             )
             for key, chain in chains.items()
         }
@@ -271,6 +293,7 @@ class _ChainExchange:
         "_forward",
         "_forwarded_version",
         "_interceptors",
+        "_tail_only",
     )
 
     def __init__(
@@ -305,6 +328,7 @@ class _ChainExchange:
             request = outcome
         self._interceptors = tuple(reversed(ran))
         self._filtered = chain.filtered
+        self._tail_only = chain.tail_only
         self._call = Call(
             connection=connection, header=header, client_request=client_request, request=request
         )
@@ -326,6 +350,18 @@ class _ChainExchange:
     @property
     def forward(self) -> bytes | None:
         return self._forward
+
+    def stream(self) -> ResponseStream | None:
+        header = self._call.header
+        if (
+            not self._tail_only
+            or self._forward is None
+            or header.api_key != _FETCH
+            or header.api_version < _FIRST_FLEXIBLE_FETCH
+            or self._forwarded_version != header.api_version
+        ):
+            return None
+        return ResponseStream(self._call, cast(tuple[TailFilter, ...], self._interceptors))
 
     def try_pass_through(self, payload: bytes | bytearray) -> bool:
         header = self._call.header
@@ -403,6 +439,76 @@ class _ChainExchange:
         )
 
 
+class ResponseStream:
+    """A Fetch v12+ response on its way to the client: everything before its top-level tagged
+    fields goes out as it arrives; the tail is held until the chain's tail filters judged it.
+
+    The frame's size prefix went out with the first bytes, so a rewritten tail keeps its
+    length (see :mod:`protocol.fetch_tail`). A response whose structure cannot be walked
+    passes as the broker sent it, with a warning, as an undecodable one does in
+    :meth:`_ChainExchange.respond`.
+    """
+
+    __slots__ = ("_call", "_filters", "_finder", "_malformed", "_tail")
+
+    def __init__(self, call: Call, filters: tuple[TailFilter, ...]) -> None:
+        self._call = call
+        self._filters = filters
+        self._finder = FetchTailFinder(call.header.api_version)
+        self._tail = bytearray()
+        self._malformed = ""
+
+    def feed(self, chunk: Buffer) -> int:
+        """Take the response payload's next bytes; how many of them, from the start of
+        ``chunk``, may be written now (the rest is held as part of the tail)."""
+        if self._malformed:
+            return len(chunk)
+        try:
+            released = self._finder.feed(chunk)
+        except VarintError as err:
+            self._malformed = str(err)
+            return len(chunk)
+        if released < len(chunk):
+            self._tail += chunk[released:]
+        return released
+
+    def end(self) -> bytes | None:
+        """Once the whole response was fed: the held tail to write as it is, or ``None``
+        when :meth:`rewrite` must produce it."""
+        tail = bytes(self._tail)
+        if self._malformed or self._finder.tail_start is None:
+            event(
+                _log,
+                logging.WARNING,
+                "response.unwalkable",
+                conn=self._call.connection.connection_id,
+                api=self._call.header.api_key,
+                version=self._call.header.api_version,
+                error=self._malformed or "the response ended before its top-level tagged fields",
+            )
+            return tail
+        if any(f.wants_tail(self._call, tail) for f in self._filters):
+            return None
+        return tail
+
+    async def rewrite(self) -> bytes:
+        """The tail as the chain's tail filters rewrite it, as long as the broker's.
+
+        :raises RemoteProtocolError: from a filter (the connection closes).
+        :raises LocalProtocolError: a filter changed the tail's length.
+        """
+        tail = bytes(self._tail)
+        for interceptor in self._filters:
+            rewritten = await interceptor.rewrite_tail(self._call, tail)
+            if len(rewritten) != len(tail):
+                raise LocalProtocolError(
+                    f"{type(interceptor).__name__} changed a streamed tail's length "
+                    f"({len(tail)} -> {len(rewritten)} bytes)"
+                )
+            tail = rewritten
+        return tail
+
+
 class _ReadyAnswer:
     """A response the router built without the broker or any interceptor."""
 
@@ -413,6 +519,9 @@ class _ReadyAnswer:
 
     @property
     def forward(self) -> bytes | None:
+        return None
+
+    def stream(self) -> ResponseStream | None:
         return None
 
     def try_pass_through(self, payload: bytes | bytearray) -> bool:

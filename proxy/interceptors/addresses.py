@@ -11,22 +11,31 @@ A client that learns a broker's own address connects to it directly and bypasses
 
 The :class:`AddressBook` gives each broker its proxy address and starts a listener for a
 broker seen for the first time before the response reaches the client.
+
+Fetch responses stream (:class:`~proxy.interceptors.base.TailFilter`): their node endpoints
+are in the top-level tagged fields at the very end, rewritten in place once they arrived.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
+from protocol.errors import RemoteProtocolError
+from protocol.fetch_tail import ResponseTail, encode_tail, read_tail
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
 from protocol.varint import VarintError, decode_unsigned_varint
 from proxy.config import HostPort
 from proxy.interceptors.base import Call, Interceptor
+from proxy.logs import event
 from storage.kafka_client import BrokerAddress
 
 __all__ = ["AddressBook", "AddressRewriter", "BrokerAddress"]
+
+_log = logging.getLogger("tierproxy.addresses")
 
 # First versions that carry KIP-951 node endpoints, and FindCoordinator's first batched one.
 _PRODUCE_NODE_ENDPOINTS: Final = 10
@@ -197,3 +206,52 @@ class AddressRewriter(Interceptor):
         if field is None:
             return rewritten[0]
         return dataclasses.replace(response, **{field: rewritten})
+
+    def wants_tail(self, call: Call, tail: bytes) -> bool:
+        """Any tagged field at all: Kafka sends none but the node endpoints (empty is ``00``)."""
+        return tail != b"\x00"
+
+    async def rewrite_tail(self, call: Call, tail: bytes) -> bytes:
+        """The node endpoints with proxy addresses, padded to the broker's length. If the
+        proxy's addresses do not fit (longer host names), the endpoints are left out: the
+        client then finds the new leader in its metadata, as with a broker before KIP-951."""
+        try:
+            fields = read_tail(tail)
+        except RemoteProtocolError as err:
+            event(
+                _log,
+                logging.WARNING,
+                "response.tail.undecodable",
+                conn=call.connection.connection_id,
+                api=call.header.api_key,
+                version=call.header.api_version,
+                error=str(err),
+            )
+            return tail  # what the broker said, as for any undecodable response
+        brokers = [
+            BrokerAddress(node_id=e.node_id, host=e.host, port=e.port)
+            for e in fields.node_endpoints
+            if e.node_id >= 0
+        ]
+        if not brokers:
+            return tail
+        proxied = await self._book.advertise(brokers)
+        rewritten = dataclasses.replace(
+            fields, node_endpoints=_rewrite_entries(fields.node_endpoints, "node_id", proxied)
+        )
+        encoded = encode_tail(rewritten, length=len(tail))
+        if encoded is not None:
+            return encoded
+        event(
+            _log,
+            logging.INFO,
+            "fetch.node_endpoints.dropped",
+            conn=call.connection.connection_id,
+            nodes=",".join(str(b.node_id) for b in brokers),
+            reason="the proxy addresses are longer than the brokers' in a streamed response",
+        )
+        without = ResponseTail(node_endpoints=(), others=fields.others)
+        encoded = encode_tail(without, length=len(tail))
+        if encoded is None:
+            raise RemoteProtocolError("a Fetch response tail the proxy cannot rewrite in place")
+        return encoded

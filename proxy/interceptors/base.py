@@ -13,6 +13,12 @@ response then reaches every interceptor of its chain exactly once, either decode
 ``on_response`` or, when it passes undecoded, as bytes through ``on_raw_response``: those two
 are where an interceptor learns from a response.
 
+A :class:`TailFilter` goes further: it may only ever change a response's top-level tagged
+fields (its *tail*), so a chain of them lets a Fetch response stream to the client as it
+arrives, with only the tail held until it has been judged (``wants_tail``) and, rarely,
+rewritten (``rewrite_tail``, to the same length: the size prefix is out by then). Such a
+streamed response reaches the filter through those two only.
+
 ``on_request`` is synchronous on purpose: requests reach the broker in the order the client
 sent them with no queue in between, and every decision it needs (address maps, the remote
 log metadata cache) is in memory. ``on_response`` is a coroutine, so an interceptor may
@@ -29,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 from protocol.headers import RequestHeader
 from protocol.messages import ApiKey
 
-__all__ = ["Answer", "Call", "ConnectionInfo", "Interceptor", "ResponseFilter"]
+__all__ = ["Answer", "Call", "ConnectionInfo", "Interceptor", "ResponseFilter", "TailFilter"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,4 +130,23 @@ class ResponseFilter(Protocol):
     def wants_response(self, call: Call, body: memoryview) -> bool:
         """Whether ``on_response`` must see this response, judged from its encoded body
         (after the response header), without decoding it. Free of side effects."""
+        ...
+
+
+@runtime_checkable
+class TailFilter(ResponseFilter, Protocol):
+    """Optional: a :class:`ResponseFilter` that changes nothing but a response's top-level
+    tagged fields, so its responses may stream; see the module docstring."""
+
+    def wants_tail(self, call: Call, tail: bytes) -> bool:
+        """Whether :meth:`rewrite_tail` must see ``tail`` (the encoded top-level tagged
+        fields). Free of side effects."""
+        ...
+
+    async def rewrite_tail(self, call: Call, tail: bytes) -> bytes:
+        """The tail for the client, exactly ``len(tail)`` bytes long.
+
+        :raises RemoteProtocolError: when the tail is malformed or cannot be rewritten in
+            place (the client connection closes with a log line).
+        """
         ...

@@ -16,8 +16,11 @@ import asyncio
 import datetime
 import ssl
 import struct
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, cast
+
+from kio.static.primitive import Records
 
 from protocol.errors import RemoteProtocolError
 from protocol.frames import FrameDecoder
@@ -106,6 +109,65 @@ def list_offsets_response(version: int = 1, offset: int = 5) -> Any:
             ),
         ),
     )
+
+
+def empty_fetch_request(version: int) -> Any:
+    """A consumer's Fetch asking for nothing (the fake answers what its script says)."""
+    return build(
+        request_class(ApiKey.FETCH, version),
+        replica_id=-1,
+        max_wait=datetime.timedelta(0),
+        min_bytes=1,
+        max_bytes=1,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+
+
+def fetch_response_payload(
+    version: int,
+    correlation_id: int,
+    *,
+    records: bytes,
+    endpoints: Sequence[tuple[int, str, int]] = (),
+) -> bytes:
+    """A Fetch v12+ response payload with one partition of ``records``; with ``endpoints``
+    (node id, host, port) the partition failed with NOT_LEADER_OR_FOLLOWER and they are its
+    KIP-951 node endpoints (v16+), as Kafka sends them."""
+    body_class = response_class(ApiKey.FETCH, version)
+    topic_class = nested_class(body_class, "responses")
+    partition_class = nested_class(topic_class, "partitions")
+    partition = build(
+        partition_class,
+        partition_index=0,
+        error_code=ErrorCode.not_leader_or_follower if endpoints else ErrorCode.none,
+        high_watermark=10,
+        last_stable_offset=10,
+        log_start_offset=0,
+        aborted_transactions=(),
+        preferred_read_replica=-1,
+        records=Records(records),
+    )
+    topic = build(topic_class, topic_id=uuid.UUID(int=7), topic="t", partitions=(partition,))
+    endpoint_class = nested_class(body_class, "node_endpoints") if version >= 16 else None
+    body = build(
+        body_class,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=(topic,),
+        node_endpoints=tuple(
+            endpoint_class(node_id=node_id, host=host, port=port, rack=None)
+            for node_id, host, port in endpoints
+        )
+        if endpoint_class is not None
+        else (),
+    )
+    return encode_response_header(correlation_id, 1) + encode_response(body)
 
 
 def raw_request(correlation_id: int, body: bytes, api_key: int = RAW_API) -> bytes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -12,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.static.primitive import Records
 
+from protocol.fetch_tail import read_tail
 from protocol.headers import RequestHeader, encode_request_header, encode_response_header
 from protocol.messages import (
     ApiKey,
@@ -26,8 +28,9 @@ from protocol.messages import request_class as request_of
 from protocol.messages import response_class as response_of
 from proxy.config import HostPort
 from proxy.interceptors.addresses import AddressRewriter, BrokerAddress
-from proxy.interceptors.base import Call, ConnectionInfo
+from proxy.interceptors.base import Call, ConnectionInfo, Interceptor
 from proxy.router import Router
+from tests.unit.proxy.fake_broker import empty_fetch_request, fetch_response_payload
 
 BROKERS = ((1, "kafka-1.internal", 9092), (2, "kafka-2.internal", 9093))
 PROXIED = {1: HostPort(host="proxy", port=19092), 2: HostPort(host="proxy", port=19093)}
@@ -236,3 +239,88 @@ async def test_fetch_responses_without_endpoints_pass_undecoded_through_the_rout
     out = await route.exchange.respond(bytearray(payload))
     endpoints = decode_response(ApiKey.FETCH, 16, bytes(out)[5:]).node_endpoints
     assert {(e.host, e.port) for e in endpoints} == {("proxy", 19092), ("proxy", 19093)}
+
+
+def fetch_payload(version: int, *, moved: bool, records: bytes = b"r" * 5000) -> bytes:
+    """A Fetch response with one partition, and BROKERS as node endpoints when ``moved``."""
+    return fetch_response_payload(version, 9, records=records, endpoints=BROKERS if moved else ())
+
+
+async def stream_through(router: Router, version: int, payload: bytes, cuts: list[int]) -> bytes:
+    """What a connection pair writes for ``payload`` streamed in pieces cut at ``cuts``."""
+    frame = encode_request_header(ApiKey.FETCH, version, 9, "c") + encode_request(
+        empty_fetch_request(version)
+    )
+    route = router.route(frame, ConnectionInfo(connection_id=1, client="c", node_id=1))
+    assert route.exchange is not None
+    stream = route.exchange.stream()
+    assert stream is not None
+    out = bytearray()
+    edges = sorted({0, len(payload), *(c % (len(payload) + 1) for c in cuts)})
+    for start, end in itertools.pairwise(edges):
+        piece = payload[start:end]
+        out += piece[: stream.feed(memoryview(piece))]
+    tail = stream.end()
+    return bytes(out + (tail if tail is not None else await stream.rewrite()))
+
+
+@pytest.mark.parametrize("version", [16, 17])
+@settings(max_examples=10, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=6000), max_size=30))
+async def test_streamed_fetch_responses_without_endpoints_pass_byte_for_byte(
+    version: int, cuts: list[int]
+) -> None:
+    payload = fetch_payload(version, moved=False)
+    book = RecordingBook()
+    assert await stream_through(Router([AddressRewriter(book)]), version, payload, cuts) == payload
+    assert book.seen == []
+
+
+@pytest.mark.parametrize("version", [16, 17])
+@settings(max_examples=10, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=6000), max_size=30))
+async def test_streamed_fetch_endpoints_are_rewritten_in_place(
+    version: int, cuts: list[int]
+) -> None:
+    payload = fetch_payload(version, moved=True)
+    out = await stream_through(Router([AddressRewriter(RecordingBook())]), version, payload, cuts)
+    assert len(out) == len(payload)
+    head = len(fetch_payload(version, moved=False)) - 1  # all but the empty tail's 00
+    assert out[:head] == payload[:head]
+    endpoints = read_tail(out[head:]).node_endpoints
+    assert {(e.node_id, e.host, e.port) for e in endpoints} == {
+        (1, "proxy", 19092),
+        (2, "proxy", 19093),
+    }
+
+
+async def test_streamed_endpoints_too_long_to_fit_are_left_out() -> None:
+    class LongNames(RecordingBook):
+        async def advertise(self, brokers: Sequence[BrokerAddress]) -> Mapping[int, HostPort]:
+            return {
+                b.node_id: HostPort(host="a-" + "very-" * 10 + "long.proxy", port=1)
+                for b in brokers
+            }
+
+    payload = fetch_payload(16, moved=True)
+    out = await stream_through(Router([AddressRewriter(LongNames())]), 16, payload, [])
+    assert len(out) == len(payload)
+    head = len(fetch_payload(16, moved=False)) - 1
+    tail = read_tail(out[head:])
+    assert tail.node_endpoints == ()
+    assert [tag for tag, _ in tail.others] != []
+
+
+async def test_fetch_responses_stream_only_when_every_interceptor_judges_the_tail_alone() -> None:
+    class Reader(Interceptor):
+        @property
+        def versions(self) -> Mapping[ApiKey, range]:
+            return {ApiKey.FETCH: range(16, 18)}
+
+    router = Router([AddressRewriter(RecordingBook()), Reader()])
+    frame = encode_request_header(ApiKey.FETCH, 16, 9, "c") + encode_request(
+        empty_fetch_request(16)
+    )
+    route = router.route(frame, ConnectionInfo(connection_id=1, client="c", node_id=1))
+    assert route.exchange is not None
+    assert route.exchange.stream() is None

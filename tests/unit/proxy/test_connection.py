@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from protocol.fetch_tail import read_tail
 from protocol.headers import RequestHeader, encode_request_header
 from protocol.messages import ApiKey, encode_request
 from proxy.interceptors.base import Answer, Call, Interceptor
@@ -20,6 +21,8 @@ from tests.unit.proxy.conftest import Client, ProxyFactory, frame
 from tests.unit.proxy.fake_broker import (
     FakeBroker,
     echo,
+    empty_fetch_request,
+    fetch_response_payload,
     list_offsets_request,
     list_offsets_response,
     raw_request,
@@ -270,3 +273,40 @@ async def test_an_unreachable_broker_closes_the_client(
     client = await Client.connect(proxy)
     await client.send(raw_request(1, b"a"))
     assert await client.closed(seconds=5)
+
+
+@pytest.mark.parametrize("moved", [False, True], ids=["no-endpoints", "endpoints"])
+async def test_multi_mib_fetch_v16_responses_stream_with_their_endpoints_rewritten(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory, moved: bool
+) -> None:
+    records = bytes(range(251)) * (3 * 1024 * 1024 // 251)
+    peers = [(1, "127.0.0.1", fake_broker.port), (2, "kafka-2.internal", fake_broker.port)]
+    payload = fetch_response_payload(16, 9, records=records, endpoints=peers if moved else ())
+
+    async def fetch(header: RequestHeader, body: bytes) -> bytes | None:
+        return payload if header.api_key == ApiKey.FETCH else await echo(header, body)
+
+    fake_broker.script = fetch
+    fake_broker.peers = peers[1:]
+    proxy = await make_proxy(fake_broker)
+    client = await Client.connect(proxy)
+    request = encode_request_header(ApiKey.FETCH, 16, 9, "c") + encode_request(
+        empty_fetch_request(16)
+    )
+    await client.send(frame(request) + raw_request(10, b"after"))
+    answer = await client.receive(seconds=30)
+    assert raw_response_body(await client.receive()) == (10, b"echo:after")
+    await client.close()
+    assert len(answer) == len(payload)
+    if not moved:
+        assert answer == payload
+        return
+    head = len(fetch_response_payload(16, 9, records=records)) - 1
+    assert answer[:head] == payload[:head]
+    proxied = {route.node_id: route.advertised for route in proxy.routes}
+    endpoints = read_tail(answer[head:]).node_endpoints
+    assert {(e.node_id, e.host, e.port) for e in endpoints} == {
+        (node_id, address.host, address.port)
+        for node_id, address in proxied.items()
+        if node_id in (1, 2)
+    }
