@@ -41,7 +41,9 @@ __all__ = [
 KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(os.environ.get("TIERPROXY_BENCH_RESULTS") or Path(__file__).parent / "results")
+"""Where results go: ``bench/results`` (committed), or ``$TIERPROXY_BENCH_RESULTS`` for runs
+whose figures should not replace them (a busy machine)."""
 
 T = TypeVar("T")
 

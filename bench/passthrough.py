@@ -3,10 +3,11 @@ through ``tierproxy serve``, alternating in one run.
 
 Run::
 
-    .venv/bin/python -m bench.passthrough                        # embedded Tansu, small sizes
+    .venv/bin/python -m bench.passthrough                        # embedded Apache Kafka 4.x
     .venv/bin/python -m bench.passthrough --data-mib 512 --pairs 5
-    KAFKA_HOME=/opt/kafka .venv/bin/python -m bench.passthrough  # Apache Kafka (KRaft)
+    KAFKA_HOME=/opt/kafka .venv/bin/python -m bench.passthrough  # another Kafka (KRaft)
     KAFKA_BOOTSTRAP=host:9092 .venv/bin/python -m bench.passthrough
+    TIERPROXY_BENCH_RESULTS=/tmp/r .venv/bin/python -m bench.passthrough --only 'raw Fetch'
 
 Workloads, each run direct (A) and through the proxy (B), alternating A B / B A for
 ``--pairs`` pairs, reporting medians and the median of the per-pair ratios:
@@ -14,11 +15,17 @@ Workloads, each run direct (A) and through the proxy (B), alternating A B / B A 
 * consumer throughput, 1 KiB records, one partition of ``--data-mib`` MiB written before the
   rounds (so the data is warm in the broker): a raw Fetch loop (one Fetch in flight, records
   left as bytes, the next offset taken from the last batch header) at Fetch v12, which the
-  proxy forwards untouched, and at v16 when the broker speaks it, whose responses the proxy
-  decodes for KIP-951 node endpoints; each with 1 MiB and 8 MiB ``partition_max_bytes``;
-  confluent-kafka (librdkafka) with ``fetch.queue.backoff.ms=0``; and kcat where it can talk
-  to the broker directly (kcat 1.7 cannot parse Tansu's ApiVersions answer). CPU seconds per
-  GiB of the proxy process and the broker are recorded next to MiB/s.
+  proxy forwards untouched, and at v16 and v17 when the broker speaks them, whose responses
+  stream through the proxy holding only their tail (KIP-951 node endpoints); each with 1 MiB
+  and 8 MiB ``partition_max_bytes``; confluent-kafka (librdkafka) with
+  ``fetch.queue.backoff.ms=0``; kcat where it can talk to the broker directly; and Kafka's
+  Java consumer (``ConsumerPerformance`` from the broker's jars, JVM start-up included in
+  each round on both paths). CPU seconds per GiB of the proxy process and the broker are
+  recorded next to MiB/s.
+* the anchor: the raw Fetch loops through tierproxy against a plain TCP forwarder
+  (:mod:`bench.forwarder`, which understands nothing), alternating. Kroxylicious would be the
+  fairer anchor, but ``io.kroxylicious:kroxylicious-app`` is not on this Maven Central
+  mirror.
 * produce latency at moderate load: one 1 KiB record per Produce (acks=1, v8 which the proxy
   forwards untouched, and v11 whose responses it scans for KIP-951 node endpoints), sent
   open-loop at ``--produce-rate`` requests/s for ``--produce-seconds`` on one connection
@@ -28,8 +35,10 @@ Workloads, each run direct (A) and through the proxy (B), alternating A B / B A 
 * proxy memory: RSS of the freshly started proxy, then with 200 idle client connections
   (each has done one ApiVersions round trip, so its broker connection is open too).
 
-Goals (issue 3): consumer >= 0.85 x direct, produce p99 overhead <= 1 ms, RSS <= 200 MiB with
-200 idle connections. Results: ``bench/results/passthrough.json`` and ``.png``.
+Goals (issue 13): consumer >= 0.90 x direct for raw Fetch v12 and v17, librdkafka and the
+Java consumer; proxy / TCP forwarder >= 1.0; proxy CPU <= 0.3 s per GiB passed through.
+Issue 3: produce p99 overhead <= 1 ms, RSS <= 200 MiB with 200 idle connections. Results:
+``bench/results/passthrough.json`` and ``.png`` (``$TIERPROXY_BENCH_RESULTS`` elsewhere).
 """
 
 from __future__ import annotations
@@ -68,6 +77,7 @@ from bench.common import (
     save_json,
     throughput_summary,
 )
+from bench.profile import record, summarise
 from protocol.frames import FrameDecoder, encode_frame
 from protocol.headers import (
     encode_request_header,
@@ -76,8 +86,17 @@ from protocol.headers import (
 )
 from protocol.messages import ApiKey, decode_response, encode_request, nested_class, request_class
 from protocol.records import Record, build_record_batch, iter_batches
-from proxy.embedded import ManagedProcess, broker_from_env, create_topic, free_port
+from proxy.embedded import (
+    KAFKA_4,
+    ManagedProcess,
+    broker_from_env,
+    create_topic,
+    ensure_jars,
+    free_port,
+)
 from proxy.embedded.info import BrokerInfo
+from proxy.embedded.kafka_jars import KafkaDistribution
+from proxy.embedded.kafka_tools import run_tool
 from proxy.embedded.probe import api_versions
 from storage.kafka_client import KafkaClient
 
@@ -278,6 +297,25 @@ def kcat_consume_all(kcat: str, endpoint: Endpoint, topic: str, fetch_bytes: int
     return sum(int(line) for line in result.stdout.split())
 
 
+def java_consume_all(
+    distribution: KafkaDistribution, endpoint: Endpoint, topic: str, count: int, fetch_bytes: int
+) -> int:
+    """Kafka's own consumer perf test reading ``count`` records; bytes read."""
+    run_tool(
+        distribution,
+        distribution.consumer_perf_test,
+        "--bootstrap-server", endpoint.bootstrap,
+        "--topic", topic,
+        "--messages", str(count),
+        "--fetch-size", str(fetch_bytes),
+        "--group", f"bench-java-{uuid.uuid4().hex[:8]}",
+        "--timeout", "60000",
+        timeout_s=600,
+        heap="-Xmx512m",
+    )  # fmt: skip
+    return count * RECORD_BYTES
+
+
 def kcat_works(kcat: str | None, endpoint: Endpoint) -> bool:
     if kcat is None:
         return False
@@ -380,6 +418,27 @@ async def idle_connections_rss(endpoint: Endpoint, proxy_pid: int, count: int) -
 
 
 @contextlib.contextmanager
+def running_forwarder(broker: BrokerInfo, log_dir: Path) -> Iterator[tuple[Endpoint, int]]:
+    """The plain TCP forwarder of :mod:`bench.forwarder` in front of ``broker``."""
+    port = free_port()
+    process = ManagedProcess(
+        "forwarder",
+        [
+            sys.executable, "-m", "bench.forwarder", "--listen", f"127.0.0.1:{port}",
+            "--target", broker.bootstrap,
+        ],
+        log_path=log_dir / "forwarder.log",
+    )  # fmt: skip
+    process.start()
+    try:
+        process.wait_ready(lambda: bool(api_versions("127.0.0.1", port)), timeout_s=30)
+        assert process.pid is not None
+        yield Endpoint(name="forwarder", host="127.0.0.1", port=port), process.pid
+    finally:
+        process.stop()
+
+
+@contextlib.contextmanager
 def running_proxy(broker: BrokerInfo, log_dir: Path) -> Iterator[tuple[Endpoint, int]]:
     port = free_port()
     process = ManagedProcess(
@@ -439,20 +498,21 @@ async def topic_id_and_end(broker: Endpoint, topic: str) -> tuple[uuid.UUID, int
 def charged(
     workload: str,
     endpoint: Endpoint,
-    proxy_pid: int,
+    path_pid: int | None,
     broker_pid: int | None,
     consume: Callable[[Endpoint], Awaitable[int]],
 ) -> Callable[[], Awaitable[ConsumerRound]]:
-    """A round of ``consume`` against ``endpoint`` with MiB/s and CPU seconds per GiB."""
+    """A round of ``consume`` against ``endpoint`` with MiB/s and CPU seconds per GiB of the
+    process in the path (``path_pid``: the proxy or the forwarder; none when direct)."""
 
     async def measure() -> ConsumerRound:
-        proxy_before = cpu_seconds(proxy_pid)
+        path_before = cpu_seconds(path_pid) if path_pid else 0.0
         broker_before = cpu_seconds(broker_pid) if broker_pid else 0.0
         started = time.perf_counter()
         received = await consume(endpoint)
         seconds = time.perf_counter() - started
         gib = received / GIB
-        proxy_cpu = cpu_seconds(proxy_pid) - proxy_before if endpoint.name == "proxy" else 0.0
+        proxy_cpu = cpu_seconds(path_pid) - path_before if path_pid else 0.0
         broker_cpu = cpu_seconds(broker_pid) - broker_before if broker_pid else float("nan")
         return ConsumerRound(
             workload=workload,
@@ -500,7 +560,7 @@ def consumer_workloads(
 
         return consume
 
-    versions = [12] + ([16] if broker.supports(ApiKey.FETCH, 16) else [])
+    versions = [12] + [v for v in (16, 17) if broker.supports(ApiKey.FETCH, v)]
     for version in versions:
         for fetch_mib in (1, 8):
             workloads[f"raw Fetch v{version}, {fetch_mib} MiB"] = raw(version, fetch_mib * MIB)
@@ -511,14 +571,29 @@ def consumer_workloads(
             ),
             fetch_mib * MIB,
         )
+    for name, target in client_tools(broker, direct, topic, count).items():
+        for fetch_mib in (1, 8):
+            workloads[f"{name}, {fetch_mib} MiB"] = threaded(target, fetch_mib * MIB)
+    return workloads
+
+
+def client_tools(
+    broker: BrokerInfo, direct: Endpoint, topic: str, count: int
+) -> dict[str, Callable[[Endpoint, int], int]]:
+    """The external consumers that can run here: Kafka's Java consumer (Apache Kafka only),
+    and kcat where it can talk to the broker directly."""
+    tools: dict[str, Callable[[Endpoint, int], int]] = {}
+    if broker.kind == "kafka":
+        distribution = ensure_jars(KAFKA_4)
+        tools["Java consumer"] = lambda endpoint, fetch_bytes: java_consume_all(
+            distribution, endpoint, topic, count, fetch_bytes
+        )
     kcat = shutil.which("kcat")
     if kcat is not None and kcat_works(kcat, direct):
-        for fetch_mib in (1, 8):
-            workloads[f"kcat, {fetch_mib} MiB"] = threaded(
-                lambda endpoint, fetch_bytes: kcat_consume_all(kcat, endpoint, topic, fetch_bytes),
-                fetch_mib * MIB,
-            )
-    return workloads
+        tools["kcat"] = lambda endpoint, fetch_bytes: kcat_consume_all(
+            kcat, endpoint, topic, fetch_bytes
+        )
+    return tools
 
 
 async def measure_produce(
@@ -582,6 +657,57 @@ async def measure_produce(
     return results
 
 
+def profile_path(directory: Path | None, workload: str) -> Path | None:
+    """Where the proxy's profile during ``workload`` goes, if profiling."""
+    if directory is None:
+        return None
+    slug = "".join(c if c.isalnum() else "-" for c in workload.lower()).strip("-")
+    return directory / f"passthrough-{slug}.txt"
+
+
+async def measure_anchor(
+    args: argparse.Namespace,
+    *,
+    broker: BrokerInfo,
+    log_dir: Path,
+    proxy: Endpoint,
+    proxy_pid: int,
+    workloads: dict[str, Callable[[Endpoint], Awaitable[int]]],
+) -> dict[str, Any]:
+    """The raw Fetch loops through the plain TCP forwarder (A) and tierproxy (B), alternating:
+    the floor of any Kafka proxy (a forwarder cannot rewrite Metadata, so client libraries
+    would leave it)."""
+    anchor: dict[str, Any] = {
+        "anchor": "plain asyncio TCP forwarder (bench/forwarder.py); Kroxylicious is not on "
+        "this machine's Maven Central mirror (io.kroxylicious:kroxylicious-app missing)"
+    }
+    with running_forwarder(broker, log_dir) as (forwarder, forwarder_pid):
+        for name, workload in workloads.items():
+            if not name.startswith("raw Fetch"):
+                continue
+            pairs = await alternate_async(
+                args.pairs,
+                charged(name, forwarder, forwarder_pid, None, workload),
+                charged(name, proxy, proxy_pid, None, workload),
+            )
+            summary = {
+                "forwarder_mib_per_s": median([p.a.mib_per_s for p in pairs]),
+                "proxy_mib_per_s": median([p.b.mib_per_s for p in pairs]),
+                "ratio_proxy_to_forwarder": median([p.b.mib_per_s / p.a.mib_per_s for p in pairs]),
+                "forwarder_cpu_s_per_gib": median([p.a.proxy_cpu_s_per_gib for p in pairs]),
+                "proxy_cpu_s_per_gib": median([p.b.proxy_cpu_s_per_gib for p in pairs]),
+            }
+            anchor[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
+            print(
+                f"{name:28s} forwarder {summary['forwarder_mib_per_s']:7.1f} MiB/s  proxy "
+                f"{summary['proxy_mib_per_s']:7.1f} MiB/s  ratio "
+                f"{summary['ratio_proxy_to_forwarder']:.3f}  CPU s/GiB forwarder "
+                f"{summary['forwarder_cpu_s_per_gib']:.2f} proxy "
+                f"{summary['proxy_cpu_s_per_gib']:.2f}"
+            )
+    return anchor
+
+
 async def run(
     args: argparse.Namespace, broker: BrokerInfo, broker_pid: int | None
 ) -> dict[str, Any]:
@@ -615,19 +741,27 @@ async def run(
               f"{time.perf_counter() - started:.1f} s")  # fmt: skip
         topic_id, end_offset = await topic_id_and_end(direct, topic)
 
-        workloads = consumer_workloads(
-            broker, direct, topic=topic, topic_id=topic_id, end_offset=end_offset, count=count
-        )
+        workloads = {
+            name: workload
+            for name, workload in consumer_workloads(
+                broker, direct, topic=topic, topic_id=topic_id, end_offset=end_offset, count=count
+            ).items()
+            if not args.only or any(name.startswith(prefix) for prefix in args.only)
+        }
         if not any(name.startswith("kcat") for name in workloads):
             result["kcat"] = "skipped: kcat missing or cannot talk to this broker directly"
             print(result["kcat"])
         consumer: dict[str, Any] = {}
         for name, workload in workloads.items():
-            pairs = await alternate_async(
-                args.pairs,
-                charged(name, direct, proxy_pid, broker_pid, workload),
-                charged(name, proxy, proxy_pid, broker_pid, workload),
-            )
+            profile = profile_path(args.profile, name)
+            with record(proxy_pid, profile):
+                pairs = await alternate_async(
+                    args.pairs,
+                    charged(name, direct, None, broker_pid, workload),
+                    charged(name, proxy, proxy_pid, broker_pid, workload),
+                )
+            if profile is not None:
+                print("\n".join(summarise(profile, top=12).lines()))
             summary = throughput_summary(pairs)
             consumer[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
             print(
@@ -637,8 +771,16 @@ async def run(
                 f"{summary['proxy_cpu_s_per_gib']:.2f} s/GiB"
             )
         result["consumer"] = consumer
-
-        result["produce"] = await measure_produce(args, broker, direct, proxy)
+        result["anchor"] = await measure_anchor(
+            args,
+            broker=broker,
+            log_dir=log_dir,
+            proxy=proxy,
+            proxy_pid=proxy_pid,
+            workloads=workloads,
+        )
+        if not args.skip_produce:
+            result["produce"] = await measure_produce(args, broker, direct, proxy)
         result["memory"]["rss_after_all_rounds_mib"] = rss_bytes(proxy_pid) / MIB
     result["load_average_at_end"] = os.getloadavg()
     start, end = (
@@ -659,7 +801,7 @@ def plot(result: dict[str, Any]) -> Path:
     }
     latency = {
         f"{name} {q}": {"direct": entry[f"direct_{q}_ms"], "proxy": entry[f"proxy_{q}_ms"]}
-        for name, entry in result["produce"].items()
+        for name, entry in result.get("produce", {}).items()
         for q in ("p50", "p99")
     }
     memory = {
@@ -684,6 +826,13 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=5, help="A/B pairs per workload (>= 3)")
     parser.add_argument("--produce-rate", type=float, default=500.0, help="Produce requests/s")
     parser.add_argument("--produce-seconds", type=float, default=6.0)
+    parser.add_argument(
+        "--only", nargs="*", default=[], help="consumer workloads starting with these names"
+    )
+    parser.add_argument("--skip-produce", action="store_true", help="no produce latency rounds")
+    parser.add_argument(
+        "--profile", type=Path, help="sample the proxy with py-spy per workload into this dir"
+    )
     args = parser.parse_args()
     with broker_from_env(os.environ) as server:
         broker = server.start()

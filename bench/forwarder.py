@@ -1,0 +1,98 @@
+"""A plain TCP forwarder: the floor any Kafka proxy is measured against, and a latency injector.
+
+It copies bytes both ways between each client and ``--target`` and understands nothing, so
+a client that bootstraps through it learns the broker's own address from Metadata and
+leaves it: only single-connection workloads (the raw Fetch loops) measure through it.
+Kroxylicious, the reference Kafka proxy, is not on this machine's Maven Central mirror
+(``io.kroxylicious:kroxylicious-app`` is missing; only its libraries are there), so the
+pass-through benchmark compares tierproxy with this forwarder instead.
+
+With ``--first-byte-delay-ms`` it holds each answer's first byte after a request for that
+long (a GET's time to first byte on object storage): the cold catch-up question.
+
+Run::
+
+    .venv/bin/python -m bench.forwarder --listen 127.0.0.1:19092 --target 127.0.0.1:9092
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+
+import uvloop
+
+BUFFER = 1 << 20
+
+
+async def _pipe(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    delay: float,
+    answered: asyncio.Event | None,
+) -> None:
+    """Copy ``reader`` to ``writer``; with ``delay``, the first bytes after each request
+    (``answered`` cleared by the request side) wait that long."""
+    try:
+        while data := await reader.read(BUFFER):
+            if answered is not None and not answered.is_set():
+                await asyncio.sleep(delay)
+                answered.set()
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            writer.close()
+
+
+async def _requests(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answered: asyncio.Event
+) -> None:
+    try:
+        while data := await reader.read(BUFFER):
+            answered.clear()
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            writer.close()
+
+
+async def serve(listen: tuple[str, int], target: tuple[str, int], delay_ms: float) -> None:
+    delay = delay_ms / 1000
+
+    async def handle(client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        upstream_r, upstream_w = await asyncio.open_connection(*target, limit=BUFFER)
+        answered = asyncio.Event()
+        answered.set()
+        await asyncio.gather(
+            _requests(client_r, upstream_w, answered),
+            _pipe(upstream_r, client_w, delay, answered if delay else None),
+        )
+
+    server = await asyncio.start_server(handle, *listen, limit=BUFFER)
+    async with server:
+        await server.serve_forever()
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host, int(port)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--listen", type=_address, required=True)
+    parser.add_argument("--target", type=_address, required=True)
+    parser.add_argument("--first-byte-delay-ms", type=float, default=0.0)
+    args = parser.parse_args()
+    uvloop.run(serve(args.listen, args.target, args.first_byte_delay_ms))
+
+
+if __name__ == "__main__":
+    main()
