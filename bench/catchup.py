@@ -71,6 +71,7 @@ from bench.common import (
 from bench.passthrough import (
     RECORD_BYTES,
     Endpoint,
+    FetchTally,
     RawConnection,
     fetch_request,
     preload,
@@ -112,6 +113,7 @@ class CatchupRound:
     proxy_cpu_s_per_gib: float
     broker_cpu_s_per_gib: float
     s3_cpu_s_per_gib: float
+    fetches_per_gib: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -245,6 +247,7 @@ def catchup_round(
 ) -> Callable[[], Awaitable[CatchupRound]]:
     async def measure() -> CatchupRound:
         before = pids.cpu()
+        tally = FetchTally()
         started = time.perf_counter()
         totals = await asyncio.gather(
             *(
@@ -255,6 +258,7 @@ def catchup_round(
                     topic_id=setup.topic_id,
                     end_offset=setup.tiered_end,
                     partition_max_bytes=fetch_mib * MIB,
+                    tally=tally,
                 )
                 for _ in range(consumers)
             )
@@ -273,6 +277,7 @@ def catchup_round(
             proxy_cpu_s_per_gib=proxy_cpu / gib,
             broker_cpu_s_per_gib=broker_cpu / gib,
             s3_cpu_s_per_gib=s3_cpu / gib,
+            fetches_per_gib=tally.requests / gib,
         )
 
     return measure
@@ -282,6 +287,8 @@ def summarise(pairs: list[Pair[CatchupRound]]) -> dict[str, float]:
     return {
         **throughput_summary(pairs),
         "s3_cpu_s_per_gib_proxy": median([p.b.s3_cpu_s_per_gib for p in pairs]),
+        "direct_fetches_per_gib": median([p.a.fetches_per_gib for p in pairs]),
+        "proxy_fetches_per_gib": median([p.b.fetches_per_gib for p in pairs]),
     }
 
 

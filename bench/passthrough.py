@@ -221,6 +221,16 @@ def fetch_request(
     )
 
 
+class FetchTally:
+    """How many Fetch requests the raw loops sent (issue 13 reports requests per GiB: a
+    remote tier that answers in small pieces costs round trips)."""
+
+    __slots__ = ("requests",)
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+
 async def raw_fetch_all(
     endpoint: Endpoint,
     *,
@@ -229,6 +239,7 @@ async def raw_fetch_all(
     topic_id: uuid.UUID,
     end_offset: int,
     partition_max_bytes: int,
+    tally: FetchTally | None = None,
 ) -> int:
     """Fetch offsets [0, end_offset) of partition 0 one request at a time; bytes received."""
     connection = await RawConnection.open(endpoint)
@@ -244,6 +255,8 @@ async def raw_fetch_all(
                 fetch_request(version, topic, topic_id, offset, partition_max_bytes),
             )
             frame = await connection.receive()
+            if tally is not None:
+                tally.requests += 1
             _, header_size = parse_response_header(frame, header_version)
             response = decode_response(ApiKey.FETCH, version, memoryview(frame)[header_size:])
             partition = response.responses[0].partitions[0]

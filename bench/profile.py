@@ -2,10 +2,12 @@
 
 Every optimisation of the serving path is justified by a profile (issue 13). A benchmark
 run with ``--profile DIR`` samples the proxy process with py-spy while its rounds run
-(``py-spy record --format raw``: one collapsed stack per line with its sample count; idle
-threads are left out, so waiting in the event loop costs nothing) and prints the functions
-with the most samples, by own time and including callees. Needs ``py-spy`` on PATH (a dev
-dependency) and the right to ptrace the process (root, or ``kernel.yama.ptrace_scope`` 0).
+(``py-spy record --format raw --native``: one collapsed stack per line with its sample count,
+C frames included, so time inside uvloop's transports is not all charged to
+``Runner.run``; idle threads are left out, so waiting in the event loop costs nothing) and
+prints the functions with the most samples, by own time and including callees. Needs
+``py-spy`` on PATH (a dev dependency) and the right to ptrace the process (root, or
+``kernel.yama.ptrace_scope`` 0).
 
 Summarise a saved profile::
 
@@ -45,7 +47,7 @@ def record(pid: int, path: Path | None) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     process = subprocess.Popen(
         [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(SAMPLE_RATE),
-         "--output", str(path), "--nonblocking"],
+         "--output", str(path), "--nonblocking", "--native"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -1,0 +1,204 @@
+"""tierproxy's remote tier against Kafka's own (KIP-405 with LocalTieredStorage) and Kafka's
+local log, on one broker, in one run.
+
+Question (issue 13): how fast is a catch-up read from the remote tier through tierproxy
+compared with the same read from Kafka's native tiered storage, and with Kafka's local log;
+how many Fetch requests per GiB does each take, and how much CPU does each process spend?
+
+Run::
+
+    .venv/bin/python -m bench.native --data-mib 96 --pairs 5
+    TIERPROXY_BENCH_RESULTS=/tmp/r .venv/bin/python -m bench.native --pairs 3
+
+Set-up: one embedded Apache Kafka 4.x with native tiered storage switched on
+(``KafkaBroker(native_tiered=True)``: Kafka's LocalTieredStorage in the work directory), and
+SeaweedFS for tierproxy. Three topics of ``--data-mib`` MiB of 1 KiB records, 8 MiB
+segments:
+
+* *local*: the tierproxy topic of :func:`bench.catchup.prepare`, read directly from the
+  broker, which still holds it;
+* *tierproxy remote*: the same topic tiered by tierproxy's pipeline and read through the
+  proxy with the offload policy on (it serves the tiered range from SeaweedFS although the
+  broker has it: the broker's copy plays no part, as if gone);
+* *native remote*: a topic with ``NATIVE_TIERED_TOPIC_CONFIGS`` (every closed segment
+  copied, then deleted locally at once), read directly below its local log start.
+
+Each read is one raw Fetch v12 loop (``partition_max_bytes`` 1 MiB and 8 MiB). Two A/B
+comparisons alternate (A B / B A, ``--pairs`` pairs): native remote / local, and tierproxy
+remote / native remote. Reported: median MiB/s, the per-pair ratio, Fetch requests per GiB,
+CPU seconds per GiB of the proxy, broker and SeaweedFS. Goal: tierproxy remote / native
+remote >= 1.5. Data is warm (page cache) on every path. Results: ``native.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from bench.catchup import (
+    SEGMENT_BYTES,
+    Pids,
+    Setup,
+    catchup_round,
+    prepare,
+    produce_head,
+    running_proxy,
+    summarise,
+)
+from bench.common import MIB, alternate_async, save_json
+from bench.passthrough import RECORD_BYTES, Endpoint, preload, topic_id_and_end
+from bench.profile import record
+from bench.profile import summarise as summarise_profile
+from proxy.embedded import (
+    KAFKA_4,
+    NATIVE_TIERED_TOPIC_CONFIGS,
+    BrokerInfo,
+    KafkaBroker,
+    S3Info,
+    SeaweedFS,
+    create_bucket,
+    create_topic,
+    delete_bucket,
+    ensure_jars,
+)
+from storage.kafka_client import KafkaClient
+
+EARLIEST_LOCAL = -4  # ListOffsets: the local log start (KIP-405)
+TIERING_TIMEOUT_S = 300.0
+
+
+async def local_log_start(bootstrap: str, topic: str) -> int:
+    async with KafkaClient(bootstrap) as client:
+        (listed,) = await client.list_offsets(None, [(topic, 0, EARLIEST_LOCAL)])
+    return listed.offset
+
+
+async def prepare_native(args: argparse.Namespace, broker: BrokerInfo) -> Setup:
+    """A natively tiered topic whose closed segments have left the broker's disk."""
+    topic = f"bench-native-{uuid.uuid4().hex[:8]}"
+    await create_topic(
+        broker.bootstrap,
+        topic,
+        configs={**NATIVE_TIERED_TOPIC_CONFIGS, "segment.bytes": str(SEGMENT_BYTES)},
+    )
+    count = args.data_mib * MIB // RECORD_BYTES
+    await asyncio.to_thread(preload, broker.bootstrap, topic, count)
+    # A head after the bulk rolls its last segment, so the whole bulk can be tiered.
+    await asyncio.to_thread(
+        produce_head, broker.bootstrap, topic, args.tail_mib * MIB // RECORD_BYTES
+    )
+    deadline = time.monotonic() + TIERING_TIMEOUT_S
+    start = 0
+    while time.monotonic() < deadline:
+        start = await local_log_start(broker.bootstrap, topic)
+        if start >= count * 0.9:
+            break
+        await asyncio.sleep(1.0)
+    if start <= 0:
+        raise RuntimeError("Kafka tiered nothing natively within the timeout")
+    direct = Endpoint(name="direct", host=broker.host, port=broker.port)
+    topic_id, high_watermark = await topic_id_and_end(direct, topic)
+    print(f"native: local log starts at {start} of {high_watermark}")
+    return Setup(topic=topic, topic_id=topic_id, tiered_end=start, high_watermark=high_watermark)
+
+
+async def compare(
+    args: argparse.Namespace,
+    pids: Pids,
+    a: tuple[str, Endpoint, Setup],
+    b: tuple[str, Endpoint, Setup],
+) -> dict[str, Any]:
+    """``b`` against ``a``, per fetch size; the summaries' direct_* fields are ``a``'s."""
+    results: dict[str, Any] = {}
+    for fetch_mib in args.fetch_mib:
+        pairs = await alternate_async(
+            args.pairs,
+            catchup_round(a[1], a[2], pids, 1, fetch_mib),
+            catchup_round(b[1], b[2], pids, 1, fetch_mib),
+        )
+        summary = summarise(pairs)
+        name = f"{b[0]} / {a[0]}, {fetch_mib} MiB fetches"
+        results[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
+        print(
+            f"{name:44s} {a[0]} {summary['direct_mib_per_s']:7.1f} MiB/s "
+            f"({summary['direct_fetches_per_gib']:.0f} fetches/GiB, broker "
+            f"{summary['direct_broker_cpu_s_per_gib']:.2f} CPU-s/GiB)  {b[0]} "
+            f"{summary['proxy_mib_per_s']:7.1f} MiB/s ({summary['proxy_fetches_per_gib']:.0f} "
+            f"fetches/GiB, proxy {summary['proxy_cpu_s_per_gib']:.2f} CPU-s/GiB)  ratio "
+            f"{summary['ratio_proxy_to_direct']:.3f}"
+        )
+    return results
+
+
+async def run(
+    args: argparse.Namespace, broker: BrokerInfo, s3: S3Info, broker_pid: int | None, s3_pid: int
+) -> dict[str, Any]:
+    bucket = f"bench-native-{uuid.uuid4().hex[:8]}"
+    create_bucket(s3, bucket)
+    try:
+        ours = await prepare(args, broker, s3, bucket, Path(tempfile.mkdtemp(prefix="spill-")))
+        native = await prepare_native(args, broker)
+        direct = Endpoint(name="direct", host=broker.host, port=broker.port)
+        result: dict[str, Any] = {
+            "broker": broker.version,
+            "data_mib": args.data_mib,
+            "pairs": args.pairs,
+            "record_bytes": RECORD_BYTES,
+            "data": "warm: broker log, LocalTieredStorage and SeaweedFS files in page cache",
+            "load_average_at_start": os.getloadavg(),
+        }
+        with running_proxy(args, broker, s3, bucket, ours.topic) as process:
+            proxy = Endpoint(name="proxy", host="127.0.0.1", port=process.port)
+            assert process.process.pid is not None
+            pids = Pids(proxy=process.process.pid, broker=broker_pid, s3=s3_pid)
+            result["native remote vs local"] = await compare(
+                args, pids, ("local", direct, ours), ("native remote", direct, native)
+            )
+            profile = None if args.profile is None else args.profile / "native-remote-path.txt"
+            with record(pids.proxy, profile):
+                result["tierproxy remote vs native remote"] = await compare(
+                    args,
+                    pids,
+                    ("native remote", direct, native),
+                    ("tierproxy remote", proxy, ours),
+                )
+            if profile is not None:
+                print("\n".join(summarise_profile(profile, top=25).lines()))
+        result["load_average_at_end"] = os.getloadavg()
+        return result
+    finally:
+        delete_bucket(s3, bucket)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-mib", type=int, default=96, help="data per topic (1 partition)")
+    parser.add_argument("--tail-mib", type=int, default=4, help="untiered data after it")
+    parser.add_argument("--chunk-cache-mib", type=int, default=32)
+    parser.add_argument("--pairs", type=int, default=5, help="A/B pairs per cell (>= 3)")
+    parser.add_argument("--fetch-mib", type=int, nargs="+", default=[1, 8])
+    parser.add_argument(
+        "--profile", type=Path, help="sample the proxy with py-spy during its remote reads"
+    )
+    args = parser.parse_args()
+    with contextlib.ExitStack() as stack:
+        server = KafkaBroker(ensure_jars(KAFKA_4), native_tiered=True)
+        stack.callback(server.close)
+        broker = server.start()
+        seaweed = stack.enter_context(SeaweedFS())
+        s3 = seaweed.start()
+        assert seaweed.pid is not None
+        result = asyncio.run(run(args, broker, s3, server.pid, seaweed.pid))
+    print(f"saved {save_json('native', result)}")
+
+
+if __name__ == "__main__":
+    main()
