@@ -2,10 +2,12 @@
 
 Every optimisation of the serving path is justified by a profile (issue 13). A benchmark
 run with ``--profile DIR`` samples the proxy process with py-spy while its rounds run
-(``py-spy record --format raw --native``: one collapsed stack per line with its sample count,
-C frames included, so time inside uvloop's transports is not all charged to
-``Runner.run``; idle threads are left out, so waiting in the event loop costs nothing) and
-prints the functions with the most samples, by own time and including callees. Needs
+(``py-spy record --format raw``: one collapsed stack per line with its sample count; idle
+threads are left out, so waiting in the event loop costs nothing) and prints the functions
+with the most samples, by own time and including callees. Python frames only: py-spy's
+``--native`` fails on this machine, so time inside uvloop's C code (socket reads and
+writes, buffer copies) shows as the own time of the Python frame that called into it
+(``Runner.run`` for reads, the callback that wrote for writes). Needs
 ``py-spy`` on PATH (a dev dependency) and the right to ptrace the process (root, or
 ``kernel.yama.ptrace_scope`` 0).
 
@@ -47,7 +49,7 @@ def record(pid: int, path: Path | None) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     process = subprocess.Popen(
         [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(SAMPLE_RATE),
-         "--output", str(path), "--nonblocking", "--native"],
+         "--output", str(path), "--nonblocking"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -81,7 +83,8 @@ def summarise(path: Path, top: int = 15) -> FlameSummary:
     own: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
-    for line in path.read_text(encoding="utf-8").splitlines():
+    text = path.read_text(encoding="utf-8") if path.exists() else ""  # py-spy failed: empty
+    for line in text.splitlines():
         stack, _, count_text = line.rpartition(" ")
         if not stack or not count_text.isdigit():
             continue
