@@ -29,31 +29,19 @@ BUFFER = 1 << 20
 async def _pipe(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
-    delay: float,
-    answered: asyncio.Event | None,
+    answered: asyncio.Event,
+    *,
+    delay: float | None,
 ) -> None:
-    """Copy ``reader`` to ``writer``; with ``delay``, the first bytes after each request
-    (``answered`` cleared by the request side) wait that long."""
+    """Copy ``reader`` to ``writer``. Requests (``delay`` None) clear ``answered``; answers
+    with a ``delay`` wait that long before their first bytes after each request."""
     try:
         while data := await reader.read(BUFFER):
-            if answered is not None and not answered.is_set():
+            if delay is None:
+                answered.clear()
+            elif delay and not answered.is_set():
                 await asyncio.sleep(delay)
                 answered.set()
-            writer.write(data)
-            await writer.drain()
-    except ConnectionError:
-        pass
-    finally:
-        with contextlib.suppress(ConnectionError, RuntimeError):
-            writer.close()
-
-
-async def _requests(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answered: asyncio.Event
-) -> None:
-    try:
-        while data := await reader.read(BUFFER):
-            answered.clear()
             writer.write(data)
             await writer.drain()
     except ConnectionError:
@@ -71,8 +59,8 @@ async def serve(listen: tuple[str, int], target: tuple[str, int], delay_ms: floa
         answered = asyncio.Event()
         answered.set()
         await asyncio.gather(
-            _requests(client_r, upstream_w, answered),
-            _pipe(upstream_r, client_w, delay, answered if delay else None),
+            _pipe(client_r, upstream_w, answered, delay=None),
+            _pipe(upstream_r, client_w, answered, delay=delay),
         )
 
     server = await asyncio.start_server(handle, *listen, limit=BUFFER)

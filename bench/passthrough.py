@@ -434,39 +434,33 @@ async def idle_connections_rss(endpoint: Endpoint, proxy_pid: int, count: int) -
 def running_forwarder(broker: BrokerInfo, log_dir: Path) -> Iterator[tuple[Endpoint, int]]:
     """The plain TCP forwarder of :mod:`bench.forwarder` in front of ``broker``."""
     port = free_port()
-    process = ManagedProcess(
-        "forwarder",
-        [
-            sys.executable, "-m", "bench.forwarder", "--listen", f"127.0.0.1:{port}",
-            "--target", broker.bootstrap,
-        ],
-        log_path=log_dir / "forwarder.log",
-    )  # fmt: skip
-    process.start()
-    try:
-        process.wait_ready(lambda: bool(api_versions("127.0.0.1", port)), timeout_s=30)
-        assert process.pid is not None
-        yield Endpoint(name="forwarder", host="127.0.0.1", port=port), process.pid
-    finally:
-        process.stop()
+    argv = ["-m", "bench.forwarder", "--listen", f"127.0.0.1:{port}", "--target", broker.bootstrap]
+    with _running("forwarder", port, argv, log_dir) as running:
+        yield running
 
 
 @contextlib.contextmanager
 def running_proxy(broker: BrokerInfo, log_dir: Path) -> Iterator[tuple[Endpoint, int]]:
     port = free_port()
-    process = ManagedProcess(
-        "tierproxy",
-        [
-            sys.executable, "-m", "proxy.cli", "serve", "--bootstrap", broker.bootstrap,
-            "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING",
-        ],
-        log_path=log_dir / "tierproxy.log",
-    )  # fmt: skip
+    argv = [
+        "-m", "proxy.cli", "serve", "--bootstrap", broker.bootstrap,
+        "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING",
+    ]  # fmt: skip
+    with _running("proxy", port, argv, log_dir) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def _running(
+    name: str, port: int, argv: list[str], log_dir: Path
+) -> Iterator[tuple[Endpoint, int]]:
+    """A Python process in the path, ready once it answers ApiVersions on ``port``."""
+    process = ManagedProcess(name, [sys.executable, *argv], log_path=log_dir / f"{name}.log")
     process.start()
     try:
         process.wait_ready(lambda: bool(api_versions("127.0.0.1", port)), timeout_s=30)
         assert process.pid is not None
-        yield Endpoint(name="proxy", host="127.0.0.1", port=port), process.pid
+        yield Endpoint(name=name, host="127.0.0.1", port=port), process.pid
     finally:
         process.stop()
 

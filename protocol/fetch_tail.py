@@ -32,6 +32,7 @@ __all__ = [
     "ResponseTail",
     "encode_tail",
     "read_tail",
+    "skip_tagged_fields",
 ]
 
 NODE_ENDPOINTS_TAG: Final = 0
@@ -184,7 +185,11 @@ def _string(data: Buffer, position: int) -> tuple[str | None, int]:
     return bytes(data[position:end]).decode(), end
 
 
-def _skipped_tags(data: Buffer, position: int) -> int:
+def skip_tagged_fields(data: Buffer, position: int) -> int:
+    """The position after the tagged-field section at ``position``.
+
+    :raises VarintError: a malformed varint.
+    """
     count, position = decode_unsigned_varint(data, position)
     for _ in range(count):
         _tag, position = decode_unsigned_varint(data, position)
@@ -201,7 +206,7 @@ def _node_endpoints(data: Buffer) -> tuple[NodeEndpoint, ...]:
         host, position = _string(data, position + _INT32.size)
         (port,) = _INT32.unpack_from(data, position)
         rack, position = _string(data, position + _INT32.size)
-        tags_end = _skipped_tags(data, position)
+        tags_end = skip_tagged_fields(data, position)
         if host is None:
             raise RemoteProtocolError(f"node endpoint {node_id} has a null host")
         tags = bytes(data[position:tags_end])

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from protocol.errors import RemoteProtocolError
-from protocol.fetch_tail import ResponseTail, encode_tail, read_tail
+from protocol.fetch_tail import ResponseTail, encode_tail, read_tail, skip_tagged_fields
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
 from protocol.varint import VarintError, decode_unsigned_varint
 from proxy.config import HostPort
@@ -93,15 +93,6 @@ def _where(api_key: int, api_version: int) -> tuple[str | None, str]:
     return None, "node_id"
 
 
-def _skip_tagged_fields(body: memoryview, position: int) -> int:
-    count, position = decode_unsigned_varint(body, position)
-    for _ in range(count):
-        _tag, position = decode_unsigned_varint(body, position)
-        size, position = decode_unsigned_varint(body, position)
-        position += size
-    return position
-
-
 def _skip_compact_bytes(body: memoryview, position: int) -> int:
     length_plus_one, position = decode_unsigned_varint(body, position)
     return position + max(length_plus_one - 1, 0)
@@ -124,10 +115,10 @@ def _fetch_top_level_tags(body: memoryview, version: int) -> int:
             position += 30
             aborted, position = decode_unsigned_varint(body, position)
             for _ in range(aborted - 1):
-                position = _skip_tagged_fields(body, position + 16)
+                position = skip_tagged_fields(body, position + 16)
             position = _skip_compact_bytes(body, position + 4)
-            position = _skip_tagged_fields(body, position)
-        position = _skip_tagged_fields(body, position)
+            position = skip_tagged_fields(body, position)
+        position = skip_tagged_fields(body, position)
     count, end = decode_unsigned_varint(body, position)
     if end > len(body):
         raise IndexError("Fetch response ends inside its tagged fields")
@@ -154,10 +145,10 @@ def _produce_top_level_tags(body: memoryview, version: int) -> int:
             errors, position = decode_unsigned_varint(body, position)
             for _ in range(errors - 1):
                 position = _skip_compact_bytes(body, position + 4)
-                position = _skip_tagged_fields(body, position)
+                position = skip_tagged_fields(body, position)
             position = _skip_compact_bytes(body, position)
-            position = _skip_tagged_fields(body, position)
-        position = _skip_tagged_fields(body, position)
+            position = skip_tagged_fields(body, position)
+        position = skip_tagged_fields(body, position)
     count, end = decode_unsigned_varint(body, position + 4)
     if end > len(body):
         raise IndexError("Produce response ends inside its tagged fields")

@@ -24,7 +24,6 @@ from protocol.messages import (
     encode_response,
     nested_class,
 )
-from protocol.messages import request_class as request_of
 from protocol.messages import response_class as response_of
 from proxy.config import HostPort
 from proxy.interceptors.addresses import AddressRewriter, BrokerAddress
@@ -210,18 +209,7 @@ def test_a_truncated_body_is_left_to_the_decoder() -> None:
 async def test_fetch_responses_without_endpoints_pass_undecoded_through_the_router() -> None:
     router = Router([AddressRewriter(RecordingBook())])
     connection = ConnectionInfo(connection_id=1, client="c", node_id=1)
-    request = build(
-        request_of(ApiKey.FETCH, 16),
-        max_wait=datetime.timedelta(0),
-        min_bytes=1,
-        max_bytes=1,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
+    request = empty_fetch_request(16)
     frame = encode_request_header(ApiKey.FETCH, 16, 9, "c") + encode_request(request)
     route = router.route(frame, connection)
     assert route.exchange is not None
