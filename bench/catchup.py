@@ -32,10 +32,17 @@ read the tiered range through the proxy, and while they read it directly from th
 (the same load on the machine without the proxy's part in it), in rotating order; p50/p99
 of the Fetch round trip.
 
-Data is warm on both paths: the broker (Tansu keeps its log in memory) and SeaweedFS's
-volume files in the page cache. Everything shares the machine's two cores. Results:
-``bench/results/catchup.json`` and ``.png``. Goals (issue 6): remote >= 0.8 x local for one
-consumer, aggregate scaling with N, tail p99 within +-10 % under catch-up load.
+Object-storage latency (``--s3-first-byte-ms``, default 20 and 50): a second proxy reads
+SeaweedFS through :mod:`bench.forwarder`, which holds each answer's first byte that long (a
+GET's time to first byte on real object storage); one catch-up loop alternates between the
+undelayed proxy and the delayed one. Reported: the ratio delayed / undelayed (both read the
+range from object storage: the chunk cache is smaller than it) and object-storage GETs per
+GiB, estimated from the proxy's cache metrics (chunk misses + read-aheads + index misses).
+
+Data is warm on both paths: the broker's log and SeaweedFS's volume files in the page cache.
+Everything shares the machine's two cores. Results: ``bench/results/catchup.json`` and
+``.png``. Goals (issue 13): remote >= 0.8 x local, tail p99 within +-10 % under catch-up
+load, delayed / undelayed >= 0.7, GETs <= 300 per GiB.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import tempfile
 import time
@@ -54,6 +62,7 @@ from typing import Any
 
 import confluent_kafka
 
+from bench import forwarder
 from bench.common import (
     GIB,
     KIB,
@@ -453,6 +462,10 @@ async def run(
             result["catchup"] = catchup
             tail = await tail_rounds(proxy, direct, setup, args.pairs, args.tail_seconds)
             result["tail"] = tail
+            if args.s3_first_byte_ms:
+                result["object storage latency"] = await latency_rounds(
+                    args, broker=broker, s3=s3, bucket=bucket, setup=setup, warm=process, pids=pids
+                )
             print(
                 "tail p99: alone {:.2f} ms, with {} catch-up readers via the broker {:.2f} ms, "
                 "via the proxy {:.2f} ms".format(
@@ -465,6 +478,77 @@ async def run(
         return result
     finally:
         delete_bucket(s3, bucket)
+
+
+GET_METRICS = (
+    "tierproxy_remote_chunk_cache_misses_total",
+    "tierproxy_remote_chunk_cache_prefetches_total",
+    "tierproxy_remote_index_cache_misses_total",
+)
+"""The proxy's object-storage GETs, estimated from its caches: every chunk it misses or reads
+ahead, and every index it misses, is one ranged GET."""
+
+
+def gets(proxy: TierproxyServer) -> float:
+    return sum(proxy.metric(name) for name in GET_METRICS)
+
+
+async def latency_rounds(
+    args: argparse.Namespace,
+    *,
+    broker: BrokerInfo,
+    s3: S3Info,
+    bucket: str,
+    setup: Setup,
+    warm: TierproxyServer,
+    pids: Pids,
+) -> dict[str, Any]:
+    """Catch-up through a proxy whose object storage answers each GET's first byte late
+    (SeaweedFS behind :mod:`bench.forwarder` with a delay) against the proxy with no delay
+    (A B / B A): MiB/s delayed / undelayed (issue 13: >= 0.7) and GETs per GiB (<= 300)."""
+    results: dict[str, Any] = {}
+    warm_endpoint = Endpoint(name="proxy", host="127.0.0.1", port=warm.port)
+    log_dir = Path(tempfile.mkdtemp(prefix="bench-latency-"))
+    target = s3.endpoint_url.removeprefix("http://").rstrip("/")
+    for delay in args.s3_first_byte_ms:
+        with (
+            forwarder.running(target, log_dir, delay_ms=delay) as (port, _),
+            running_proxy(
+                args,
+                broker,
+                dataclasses.replace(s3, endpoint_url=f"http://127.0.0.1:{port}"),
+                bucket,
+                setup.topic,
+            ) as slow,
+        ):
+            assert slow.process.pid is not None
+            slow_pids = dataclasses.replace(pids, proxy=slow.process.pid)
+            slow_endpoint = Endpoint(name="proxy", host="127.0.0.1", port=slow.port)
+            before = (gets(warm), gets(slow))
+            pairs = await alternate_async(
+                args.pairs,
+                catchup_round(warm_endpoint, setup, pids, 1, max(args.fetch_mib)),
+                catchup_round(slow_endpoint, setup, slow_pids, 1, max(args.fetch_mib)),
+            )
+            after = (gets(warm), gets(slow))
+        warm_gib = sum(p.a.mib for p in pairs) / 1024
+        slow_gib = sum(p.b.mib for p in pairs) / 1024
+        summary = {
+            "undelayed_mib_per_s": median([p.a.mib_per_s for p in pairs]),
+            "delayed_mib_per_s": median([p.b.mib_per_s for p in pairs]),
+            "ratio_delayed_to_undelayed": median([p.b.mib_per_s / p.a.mib_per_s for p in pairs]),
+            "undelayed_gets_per_gib": (after[0] - before[0]) / warm_gib,
+            "delayed_gets_per_gib": (after[1] - before[1]) / slow_gib,
+        }
+        name = f"first byte after {delay:g} ms"
+        results[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
+        print(
+            f"{name:28s} undelayed {summary['undelayed_mib_per_s']:7.1f} MiB/s  delayed "
+            f"{summary['delayed_mib_per_s']:7.1f} MiB/s  ratio "
+            f"{summary['ratio_delayed_to_undelayed']:.3f}  GETs/GiB "
+            f"{summary['undelayed_gets_per_gib']:.0f} / {summary['delayed_gets_per_gib']:.0f}"
+        )
+    return results
 
 
 def plot(result: dict[str, Any]) -> Path:
@@ -500,6 +584,13 @@ def main() -> None:
     parser.add_argument("--consumers", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--fetch-mib", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--tail-seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--s3-first-byte-ms",
+        type=float,
+        nargs="*",
+        default=[20.0, 50.0],
+        help="object-storage first-byte delays to compare with none (none: skip)",
+    )
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
         server = broker_from_env(os.environ)

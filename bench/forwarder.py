@@ -20,8 +20,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import uvloop
+
+from proxy.embedded import ManagedProcess, free_port
 
 BUFFER = 1 << 20
 
@@ -66,6 +72,33 @@ async def serve(listen: tuple[str, int], target: tuple[str, int], delay_ms: floa
     server = await asyncio.start_server(handle, *listen, limit=BUFFER)
     async with server:
         await server.serve_forever()
+
+
+@contextlib.contextmanager
+def running(target: str, log_dir: Path, *, delay_ms: float = 0.0) -> Iterator[tuple[int, int]]:
+    """A forwarder process to ``target`` (``host:port``), ready once its port accepts;
+    yields its port and PID."""
+    port = free_port()
+    process = ManagedProcess(
+        "forwarder",
+        [
+            sys.executable, "-m", "bench.forwarder", "--listen", f"127.0.0.1:{port}",
+            "--target", target, "--first-byte-delay-ms", str(delay_ms),
+        ],
+        log_path=log_dir / f"forwarder-{port}.log",
+    )  # fmt: skip
+    process.start()
+    try:
+        process.wait_ready(lambda: _accepts(port), timeout_s=30)
+        assert process.pid is not None
+        yield port, process.pid
+    finally:
+        process.stop()
+
+
+def _accepts(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
 
 
 def _address(text: str) -> tuple[str, int]:

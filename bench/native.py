@@ -128,12 +128,14 @@ async def compare(
         name = f"{b[0]} / {a[0]}, {fetch_mib} MiB fetches"
         results[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
         print(
-            f"{name:44s} {a[0]} {summary['direct_mib_per_s']:7.1f} MiB/s "
-            f"({summary['direct_fetches_per_gib']:.0f} fetches/GiB, broker "
-            f"{summary['direct_broker_cpu_s_per_gib']:.2f} CPU-s/GiB)  {b[0]} "
-            f"{summary['proxy_mib_per_s']:7.1f} MiB/s ({summary['proxy_fetches_per_gib']:.0f} "
-            f"fetches/GiB, proxy {summary['proxy_cpu_s_per_gib']:.2f} CPU-s/GiB)  ratio "
-            f"{summary['ratio_proxy_to_direct']:.3f}"
+            f"{name}: ratio {summary['ratio_proxy_to_direct']:.3f}\n"
+            f"  {a[0]:17s} {summary['direct_mib_per_s']:7.1f} MiB/s, "
+            f"{summary['direct_fetches_per_gib']:6.0f} fetches/GiB, CPU-s/GiB broker "
+            f"{summary['broker_cpu_s_per_gib_direct']:.2f}\n"
+            f"  {b[0]:17s} {summary['proxy_mib_per_s']:7.1f} MiB/s, "
+            f"{summary['proxy_fetches_per_gib']:6.0f} fetches/GiB, CPU-s/GiB broker "
+            f"{summary['broker_cpu_s_per_gib_proxy']:.2f} proxy "
+            f"{summary['proxy_cpu_s_per_gib']:.2f} s3 {summary['s3_cpu_s_per_gib_proxy']:.2f}"
         )
     return results
 

@@ -62,6 +62,7 @@ from typing import Any
 
 import confluent_kafka
 
+from bench import forwarder
 from bench.common import (
     GIB,
     KIB,
@@ -433,34 +434,26 @@ async def idle_connections_rss(endpoint: Endpoint, proxy_pid: int, count: int) -
 @contextlib.contextmanager
 def running_forwarder(broker: BrokerInfo, log_dir: Path) -> Iterator[tuple[Endpoint, int]]:
     """The plain TCP forwarder of :mod:`bench.forwarder` in front of ``broker``."""
-    port = free_port()
-    argv = ["-m", "bench.forwarder", "--listen", f"127.0.0.1:{port}", "--target", broker.bootstrap]
-    with _running("forwarder", port, argv, log_dir) as running:
-        yield running
+    with forwarder.running(broker.bootstrap, log_dir) as (port, pid):
+        yield Endpoint(name="forwarder", host="127.0.0.1", port=port), pid
 
 
 @contextlib.contextmanager
 def running_proxy(broker: BrokerInfo, log_dir: Path) -> Iterator[tuple[Endpoint, int]]:
     port = free_port()
-    argv = [
-        "-m", "proxy.cli", "serve", "--bootstrap", broker.bootstrap,
-        "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING",
-    ]  # fmt: skip
-    with _running("proxy", port, argv, log_dir) as running:
-        yield running
-
-
-@contextlib.contextmanager
-def _running(
-    name: str, port: int, argv: list[str], log_dir: Path
-) -> Iterator[tuple[Endpoint, int]]:
-    """A Python process in the path, ready once it answers ApiVersions on ``port``."""
-    process = ManagedProcess(name, [sys.executable, *argv], log_path=log_dir / f"{name}.log")
+    process = ManagedProcess(
+        "tierproxy",
+        [
+            sys.executable, "-m", "proxy.cli", "serve", "--bootstrap", broker.bootstrap,
+            "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING",
+        ],
+        log_path=log_dir / "tierproxy.log",
+    )  # fmt: skip
     process.start()
     try:
         process.wait_ready(lambda: bool(api_versions("127.0.0.1", port)), timeout_s=30)
         assert process.pid is not None
-        yield Endpoint(name=name, host="127.0.0.1", port=port), process.pid
+        yield Endpoint(name="proxy", host="127.0.0.1", port=port), process.pid
     finally:
         process.stop()
 
@@ -688,13 +681,13 @@ async def measure_anchor(
         "anchor": "plain asyncio TCP forwarder (bench/forwarder.py); Kroxylicious is not on "
         "this machine's Maven Central mirror (io.kroxylicious:kroxylicious-app missing)"
     }
-    with running_forwarder(broker, log_dir) as (forwarder, forwarder_pid):
+    with running_forwarder(broker, log_dir) as (plain, plain_pid):
         for name, workload in workloads.items():
             if not name.startswith("raw Fetch"):
                 continue
             pairs = await alternate_async(
                 args.pairs,
-                charged(name, forwarder, forwarder_pid, None, workload),
+                charged(name, plain, plain_pid, None, workload),
                 charged(name, proxy, proxy_pid, None, workload),
             )
             summary = {
