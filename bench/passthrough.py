@@ -25,7 +25,8 @@ Workloads, each run direct (A) and through the proxy (B), alternating A B / B A 
 * the anchor: the raw Fetch loops through tierproxy against a plain TCP forwarder
   (:mod:`bench.forwarder`, which understands nothing), alternating. Kroxylicious would be the
   fairer anchor, but ``io.kroxylicious:kroxylicious-app`` is not on this Maven Central
-  mirror.
+  mirror. With ``--baseline-tree DIR`` the same loops also run through the proxy of another
+  source tree (the commit before an optimisation), alternating with this one.
 * produce latency at moderate load: one 1 KiB record per Produce (acks=1, v8 which the proxy
   forwards untouched, and v11 whose responses it scans for KIP-951 node endpoints), sent
   open-loop at ``--produce-rate`` requests/s for ``--produce-seconds`` on one connection
@@ -439,21 +440,27 @@ def running_forwarder(broker: BrokerInfo, log_dir: Path) -> Iterator[tuple[Endpo
 
 
 @contextlib.contextmanager
-def running_proxy(broker: BrokerInfo, log_dir: Path) -> Iterator[tuple[Endpoint, int]]:
+def running_proxy(
+    broker: BrokerInfo, log_dir: Path, *, source: Path | None = None, name: str = "proxy"
+) -> Iterator[tuple[Endpoint, int]]:
+    """``tierproxy serve`` in front of ``broker``: this checkout's, or the one in ``source``
+    (a baseline tree, e.g. from ``git archive``) first on the module path."""
     port = free_port()
+    env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
     process = ManagedProcess(
-        "tierproxy",
+        name,
         [
             sys.executable, "-m", "proxy.cli", "serve", "--bootstrap", broker.bootstrap,
             "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING",
         ],
-        log_path=log_dir / "tierproxy.log",
+        log_path=log_dir / f"{name}.log",
+        env=env,
     )  # fmt: skip
     process.start()
     try:
         process.wait_ready(lambda: bool(api_versions("127.0.0.1", port)), timeout_s=30)
         assert process.pid is not None
-        yield Endpoint(name="proxy", host="127.0.0.1", port=port), process.pid
+        yield Endpoint(name=name, host="127.0.0.1", port=port), process.pid
     finally:
         process.stop()
 
@@ -665,47 +672,57 @@ def profile_path(directory: Path | None, workload: str) -> Path | None:
     return directory / f"passthrough-{slug}.txt"
 
 
-async def measure_anchor(
+async def against(
+    args: argparse.Namespace,
+    baseline: tuple[Endpoint, int],
+    candidate: tuple[Endpoint, int],
+    workloads: dict[str, Callable[[Endpoint], Awaitable[int]]],
+) -> dict[str, Any]:
+    """The raw Fetch loops through ``baseline`` (A) and ``candidate`` (B), alternating; the
+    CPU-s/GiB are those of the process in each path."""
+    (a, a_pid), (b, b_pid) = baseline, candidate
+    results: dict[str, Any] = {}
+    for name, workload in workloads.items():
+        if not name.startswith("raw Fetch"):
+            continue
+        pairs = await alternate_async(
+            args.pairs,
+            charged(name, a, a_pid, None, workload),
+            charged(name, b, b_pid, None, workload),
+        )
+        summary = {
+            f"{a.name}_mib_per_s": median([p.a.mib_per_s for p in pairs]),
+            f"{b.name}_mib_per_s": median([p.b.mib_per_s for p in pairs]),
+            f"ratio_{b.name}_to_{a.name}": median([p.b.mib_per_s / p.a.mib_per_s for p in pairs]),
+            f"{a.name}_cpu_s_per_gib": median([p.a.proxy_cpu_s_per_gib for p in pairs]),
+            f"{b.name}_cpu_s_per_gib": median([p.b.proxy_cpu_s_per_gib for p in pairs]),
+        }
+        results[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
+        print(f"{name:24s} " + "  ".join(f"{key} {value:.3f}" for key, value in summary.items()))
+    return results
+
+
+async def measure_anchors(
     args: argparse.Namespace,
     *,
     broker: BrokerInfo,
     log_dir: Path,
-    proxy: Endpoint,
-    proxy_pid: int,
+    proxy: tuple[Endpoint, int],
     workloads: dict[str, Callable[[Endpoint], Awaitable[int]]],
 ) -> dict[str, Any]:
-    """The raw Fetch loops through the plain TCP forwarder (A) and tierproxy (B), alternating:
-    the floor of any Kafka proxy (a forwarder cannot rewrite Metadata, so client libraries
-    would leave it)."""
-    anchor: dict[str, Any] = {
+    """tierproxy against the plain TCP forwarder (the floor of any Kafka proxy: it cannot
+    rewrite Metadata, so client libraries would leave it), and with ``--baseline-tree``
+    against the proxy of another source tree: the optimisation in question, A/B."""
+    anchors: dict[str, Any] = {
         "anchor": "plain asyncio TCP forwarder (bench/forwarder.py); Kroxylicious is not on "
         "this machine's Maven Central mirror (io.kroxylicious:kroxylicious-app missing)"
     }
-    with running_forwarder(broker, log_dir) as (plain, plain_pid):
-        for name, workload in workloads.items():
-            if not name.startswith("raw Fetch"):
-                continue
-            pairs = await alternate_async(
-                args.pairs,
-                charged(name, plain, plain_pid, None, workload),
-                charged(name, proxy, proxy_pid, None, workload),
-            )
-            summary = {
-                "forwarder_mib_per_s": median([p.a.mib_per_s for p in pairs]),
-                "proxy_mib_per_s": median([p.b.mib_per_s for p in pairs]),
-                "ratio_proxy_to_forwarder": median([p.b.mib_per_s / p.a.mib_per_s for p in pairs]),
-                "forwarder_cpu_s_per_gib": median([p.a.proxy_cpu_s_per_gib for p in pairs]),
-                "proxy_cpu_s_per_gib": median([p.b.proxy_cpu_s_per_gib for p in pairs]),
-            }
-            anchor[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
-            print(
-                f"{name:28s} forwarder {summary['forwarder_mib_per_s']:7.1f} MiB/s  proxy "
-                f"{summary['proxy_mib_per_s']:7.1f} MiB/s  ratio "
-                f"{summary['ratio_proxy_to_forwarder']:.3f}  CPU s/GiB forwarder "
-                f"{summary['forwarder_cpu_s_per_gib']:.2f} proxy "
-                f"{summary['proxy_cpu_s_per_gib']:.2f}"
-            )
-    return anchor
+    with running_forwarder(broker, log_dir) as plain:
+        anchors["forwarder"] = await against(args, plain, proxy, workloads)
+    if args.baseline_tree is not None:
+        with running_proxy(broker, log_dir, source=args.baseline_tree, name="baseline") as old:
+            anchors["baseline"] = await against(args, old, proxy, workloads)
+    return anchors
 
 
 async def run(
@@ -771,13 +788,8 @@ async def run(
                 f"{summary['proxy_cpu_s_per_gib']:.2f} s/GiB"
             )
         result["consumer"] = consumer
-        result["anchor"] = await measure_anchor(
-            args,
-            broker=broker,
-            log_dir=log_dir,
-            proxy=proxy,
-            proxy_pid=proxy_pid,
-            workloads=workloads,
+        result["anchors"] = await measure_anchors(
+            args, broker=broker, log_dir=log_dir, proxy=(proxy, proxy_pid), workloads=workloads
         )
         if not args.skip_produce:
             result["produce"] = await measure_produce(args, broker, direct, proxy)
@@ -833,6 +845,12 @@ def main() -> None:
     parser.add_argument("--skip-produce", action="store_true", help="no produce latency rounds")
     parser.add_argument(
         "--profile", type=Path, help="sample the proxy with py-spy per workload into this dir"
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also run the raw Fetch loops through the proxy of this source tree (A) and this "
+        "one (B), e.g. a 'git archive' of the commit before an optimisation",
     )
     args = parser.parse_args()
     with broker_from_env(os.environ) as server:
