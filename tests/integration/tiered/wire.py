@@ -15,8 +15,8 @@ LIST_OFFSETS_VERSION = 9
 OFLE_VERSION = 4
 
 
-async def ask(bootstrap: str, api_key: int, version: int, body: Any) -> Any:
-    """Send ``body`` to the first address of ``bootstrap`` and decode the answer."""
+async def ask_raw(bootstrap: str, api_key: int, version: int, body: Any) -> bytes:
+    """Send ``body`` to the first address of ``bootstrap``; the answer's payload as sent."""
     host, port = bootstrap.split(",", maxsplit=1)[0].rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
     try:
@@ -24,9 +24,14 @@ async def ask(bootstrap: str, api_key: int, version: int, body: Any) -> Any:
         writer.write(struct.pack(">i", len(payload)) + payload)
         await writer.drain()
         (size,) = struct.unpack(">i", await reader.readexactly(4))
-        answer = await reader.readexactly(size)
+        return await reader.readexactly(size)
     finally:
         writer.close()
+
+
+async def ask(bootstrap: str, api_key: int, version: int, body: Any) -> Any:
+    """Send ``body`` to the first address of ``bootstrap`` and decode the answer."""
+    answer = await ask_raw(bootstrap, api_key, version, body)
     header_version = response_header_version(api_key, version)
     assert header_version is not None
     _correlation, header_size = parse_response_header(answer, header_version)
