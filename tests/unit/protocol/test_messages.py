@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as KioErrorCode
 from kio.schema.index import api_key_map
 from kio.serial import entity_writer
-from kio.static.primitive import Records
+from kio.static.primitive import Records, i64Timedelta
 
 from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
 from protocol.messages import (
@@ -39,6 +39,18 @@ from protocol.messages import (
 )
 
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
+# kio's own strategy draws int64-millisecond durations up to ``timedelta.max``, which is
+# more milliseconds than an int64 holds: kio writes such a value and its reader refuses it
+# ("timedelta milliseconds overflow"). Kafka's fields (SaslAuthenticate's
+# session_lifetime_ms, ...) are int64 milliseconds; draw durations of up to 278 years
+# (2**43 ms), which the wire carries and kio's float-based conversion keeps exact (near
+# 2**53 ms it rounds a millisecond away).
+st.register_type_strategy(
+    i64Timedelta,
+    st.integers(min_value=-(2**43), max_value=2**43).map(
+        lambda ms: i64Timedelta.parse(datetime.timedelta(milliseconds=ms))
+    ),
+)
 
 few_examples = settings(
     max_examples=max(3, settings().max_examples // 20),
