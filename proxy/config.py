@@ -131,6 +131,21 @@ class ProxyConfig:
         "How long to wait for the broker to accept the upstream connection of a client.",
         kafka="socket.connection.setup.timeout.ms",
     )
+    connections_max_idle_ms: int = setting(
+        "connections.max.idle.ms",
+        600_000,
+        "Close a client connection that has sent and been sent nothing for this long, with "
+        "no request outstanding (Kafka's broker setting and default). -1 turns it off.",
+        kafka="connections.max.idle.ms",
+    )
+    request_receive_timeout_ms: int = setting(
+        "request.receive.timeout.ms",
+        30_000,
+        "Close a client connection that started a request frame and has not finished it "
+        "within this (a client that trickles or stalls mid-frame); the clock stops while the "
+        "proxy holds reading for back-pressure. The default is Kafka clients' "
+        "request.timeout.ms, after which they give up on the request anyway. -1 turns it off.",
+    )
     buffer_high_water_bytes: int = setting(
         "connection.buffer.high.water.bytes",
         DEFAULT_HIGH_WATER_BYTES,
@@ -198,6 +213,14 @@ class ProxyConfig:
             "connection.buffer.low.water.bytes must be > 0 and <= the high water mark",
         )
         _require(self.connection_setup_timeout_ms > 0, "socket.connection.setup.timeout.ms > 0")
+        _require(
+            self.connections_max_idle_ms > 0 or self.connections_max_idle_ms == -1,
+            "connections.max.idle.ms must be > 0, or -1 for no limit",
+        )
+        _require(
+            self.request_receive_timeout_ms > 0 or self.request_receive_timeout_ms == -1,
+            "request.receive.timeout.ms must be > 0, or -1 for no limit",
+        )
         _require(self.shutdown_timeout_ms >= 0, "shutdown.timeout.ms must be >= 0")
         _require(0 <= self.metrics_port < 65536, "metrics.port must be 0..65535")
         _require(self.log_level.upper() in _LOG_LEVELS, f"log.level must be one of {_LOG_LEVELS}")

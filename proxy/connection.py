@@ -18,7 +18,11 @@ Rules of this file (the only module that writes to transports):
 - Back-pressure, uvicorn style: reading from a side pauses while the other side's write
   buffer is above the high-water mark, and resumes below the low-water mark. Responses held
   behind a slow one count too, so nothing buffers without bound.
-- Either side closing closes the pair, with one log line saying why.
+- Either side closing closes the pair, with one log line saying why. A close for bad input
+  (or a timeout, or a side gone with responses owed) is counted and its line rate-limited
+  (:mod:`proxy.bad_connections`).
+- Two clocks per pair, checked by the server's once-a-second sweep (:meth:`expire`): time
+  since the last byte either way, and time since the request being received began.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from typing import Any, Final, cast
 
 from protocol.errors import RemoteProtocolError
 from protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrameSize, foreign_protocol
+from proxy import bad_connections as reasons
+from proxy.bad_connections import BadConnectionLog
 from proxy.config import HostPort
 from proxy.interceptors.base import ConnectionInfo
 from proxy.logs import event
@@ -64,6 +70,11 @@ class PairSettings:
     high_water: int
     low_water: int
     connect_timeout: float
+    idle_timeout: float | None
+    """Kafka's ``connections.max.idle.ms`` in seconds; None: no limit."""
+    request_receive_timeout: float | None
+    """Longest a request frame may take to arrive once begun, in seconds; None: no limit."""
+    bad_log: BadConnectionLog
 
 
 class _ReadGate:
@@ -79,6 +90,11 @@ class _ReadGate:
         if not self._holds and not self._transport.is_closing():
             self._transport.pause_reading()
         self._holds.add(reason)
+
+    @property
+    def held(self) -> bool:
+        """Whether reading is paused."""
+        return bool(self._holds)
 
     def release(self, reason: str) -> None:
         if reason not in self._holds:
@@ -158,6 +174,9 @@ class ConnectionPair(asyncio.Protocol):
         self._draining = ""
         self._closed = False
         self._done = asyncio.get_running_loop().create_future()
+        # The two clocks of :meth:`expire` (time.monotonic()).
+        self._last_active = time.monotonic()
+        self._frame_started: float | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -179,23 +198,60 @@ class ConnectionPair(asyncio.Protocol):
         """Close both sides now, dropping unwritten data."""
         self._close(reason, abort=True)
 
+    def expire(self, now: float) -> None:
+        """Close the pair if its client has been idle, or sending one request, for too long.
+
+        Idle time counts only while no response is owed; the request clock stops while the
+        proxy holds reading (back-pressure, connecting), so only the client can run it out.
+        """
+        settings = self._settings
+        if self._ordered or self._upstream is None:
+            self._last_active = now
+        elif settings.idle_timeout is not None and now - self._last_active > settings.idle_timeout:
+            self._close(
+                "idle", bad=reasons.IDLE, level=logging.WARNING, idle_s=settings.idle_timeout
+            )
+            return
+        started = self._frame_started
+        if started is None or settings.request_receive_timeout is None:
+            return
+        if self._client_gate is not None and self._client_gate.held:
+            self._frame_started = now
+        elif now - started > settings.request_receive_timeout:
+            self._close(
+                "request not received in time",
+                bad=reasons.SLOW_REQUEST,
+                level=logging.WARNING,
+                buffered=self._requests.buffered_bytes,
+                timeout_s=settings.request_receive_timeout,
+            )
+
     def _close(
-        self, reason: str, *, abort: bool = False, level: int = logging.INFO, **fields: Any
+        self,
+        reason: str,
+        *,
+        abort: bool = False,
+        level: int = logging.INFO,
+        bad: str | None = None,
+        **fields: Any,
     ) -> None:
+        """Close both sides with one ``connection.closed`` line; ``bad`` names the reason
+        of a bad-input close, whose line is counted and rate-limited."""
         if self._closed:
             return
         self._closed = True
-        event(
-            _log,
-            level,
-            "connection.closed",
-            conn=self.connection_id,
-            node=self._node_id,
-            client=self._info.client,
-            reason=reason,
-            in_flight=len(self._ordered),
+        line = {
+            "conn": self.connection_id,
+            "node": self._node_id,
+            "client": self._info.client,
+            "reason": reason,
+            "in_flight": len(self._ordered),
             **fields,
-        )
+        }
+        if bad is None:
+            event(_log, level, "connection.closed", **line)
+        else:
+            self._settings.bad_log.closed(level, bad, **line)
         for transport in (self._client, self._upstream):
             if transport is not None:
                 if abort:
@@ -242,6 +298,10 @@ class ConnectionPair(asyncio.Protocol):
         self._spawn(self._connect_upstream())
 
     def data_received(self, data: bytes) -> None:
+        now = time.monotonic()
+        self._last_active = now
+        if self._frame_started is None:
+            self._frame_started = now
         self._requests.feed(data)
         if self._upstream is None:
             # Keep what came before the broker connection is up, and read no more until it
@@ -264,6 +324,7 @@ class ConnectionPair(asyncio.Protocol):
                     "request frame too large"
                     if spoken is None
                     else f"the client spoke {spoken}, not the Kafka protocol",
+                    bad=reasons.FRAME_TOO_LARGE if spoken is None else reasons.FOREIGN_PROTOCOL,
                     level=logging.WARNING,
                     size=frame.declared_size,
                     limit=frame.limit,
@@ -271,9 +332,13 @@ class ConnectionPair(asyncio.Protocol):
                 return
             if isinstance(frame, InvalidFrameSize):
                 self._close(
-                    "invalid request frame size", level=logging.WARNING, size=frame.declared_size
+                    "invalid request frame size",
+                    bad=reasons.INVALID_FRAME_SIZE,
+                    level=logging.WARNING,
+                    size=frame.declared_size,
                 )
                 return
+            self._frame_started = time.monotonic() if self._requests.buffered_bytes else None
             self._on_request(frame)
 
     def eof_received(self) -> bool:
@@ -283,7 +348,11 @@ class ConnectionPair(asyncio.Protocol):
         return self._client is not None and self._client.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._close("client closed", error=str(exc) if exc else "")
+        self._close(
+            "client closed",
+            bad=reasons.CLIENT_DROPPED if self._ordered else None,
+            error=str(exc) if exc else "",
+        )
 
     def pause_writing(self) -> None:
         if self._upstream_gate is not None:
@@ -331,7 +400,11 @@ class ConnectionPair(asyncio.Protocol):
     def _upstream_lost(self, exc: Exception | None) -> None:
         if not self._closed and self._ordered:
             self._metrics.upstream_error("closed")
-        self._close("broker closed", error=str(exc) if exc else "")
+        self._close(
+            "broker closed",
+            bad=reasons.BROKER_CLOSED if self._ordered else None,
+            error=str(exc) if exc else "",
+        )
 
     def _upstream_pause_writing(self) -> None:
         if self._client_gate is not None:
@@ -348,7 +421,11 @@ class ConnectionPair(asyncio.Protocol):
             route = self._router.route(frame, self._info)
         except RemoteProtocolError as err:
             self._close(
-                "bad request", level=logging.WARNING, error=str(err), code=err.error_code.name
+                "bad request",
+                bad=reasons.MALFORMED_REQUEST,
+                level=logging.WARNING,
+                error=str(err),
+                code=err.error_code.name,
             )
             return
         except Exception as err:

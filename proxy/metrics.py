@@ -1,4 +1,5 @@
-"""Prometheus metrics of the proxy: connections, requests, bytes, latency, upstream errors.
+"""Prometheus metrics of the proxy: connections, requests, bytes, latency, upstream errors,
+bad connections.
 
 Each :class:`ProxyMetrics` owns its registry, so several proxies in one process (tests) do not
 collide. Per-API series are resolved once per API key and cached: the request path pays a
@@ -100,6 +101,13 @@ class ProxyMetrics:
             ["kind"],
             registry=self.registry,
         )
+        self._bad_connections = Counter(
+            "tierproxy_bad_connections",
+            "Client connections closed for bad input or timeouts, per reason "
+            "(frame_too_large, malformed_request, idle, slow_request, ...).",
+            ["reason"],
+            registry=self.registry,
+        )
         self._series: dict[int, _ApiSeries] = {}
 
     def _for(self, api_key: int) -> _ApiSeries:
@@ -139,6 +147,10 @@ class ProxyMetrics:
     def upstream_error(self, kind: str) -> None:
         """Talking to the broker failed (``kind``: connect, closed, protocol)."""
         self._upstream_errors.labels(kind).inc()
+
+    def bad_connection(self, reason: str) -> None:
+        """A client connection was closed for ``reason`` (see :mod:`proxy.bad_connections`)."""
+        self._bad_connections.labels(reason).inc()
 
 
 class MetricsServer:

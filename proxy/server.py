@@ -14,9 +14,11 @@ import asyncio
 import itertools
 import logging
 import signal
+import time
 from collections.abc import Mapping, Sequence
 from typing import Final
 
+from proxy.bad_connections import BadConnectionLog
 from proxy.broker_map import BrokerMap, BrokerMapError, BrokerRoute
 from proxy.broker_versions import BrokerVersions
 from proxy.config import HostPort, ProxyConfig, bootstrap_addresses
@@ -42,6 +44,9 @@ _BACKLOG: Final = 1024
 # Retry delays while no bootstrap broker answers at start-up.
 _DISCOVERY_BACKOFF_S: Final = 0.25
 _DISCOVERY_BACKOFF_MAX_S: Final = 5.0
+# How often every pair's idle and request clocks are checked: timeouts are enforced to within
+# this, and a sweep of 10 000 connections costs a few milliseconds.
+_SWEEP_INTERVAL_S: Final = 1.0
 
 
 class ProxyServer:
@@ -85,12 +90,16 @@ class ProxyServer:
             high_water=config.buffer_high_water_bytes,
             low_water=config.buffer_low_water_bytes,
             connect_timeout=config.connection_setup_timeout_ms / 1000,
+            idle_timeout=_seconds_or_none(config.connections_max_idle_ms),
+            request_receive_timeout=_seconds_or_none(config.request_receive_timeout_ms),
+            bad_log=BadConnectionLog(logging.getLogger("tierproxy.connection"), self.metrics),
         )
         self._listeners: dict[int, asyncio.Server] = {}
         self._pairs: set[ConnectionPair] = set()
         self._ids = itertools.count(1)
         self._listen_lock = asyncio.Lock()
         self._metrics_server: MetricsServer | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def routes(self) -> tuple[BrokerRoute, ...]:
@@ -119,6 +128,7 @@ class ProxyServer:
             attempt_seconds=self._settings.connect_timeout,
         )
         await self.advertise(brokers)
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
         if self._config.metrics_port:
             self._metrics_server = MetricsServer(
                 self.metrics, self._config.metrics_host, self._config.metrics_port
@@ -189,6 +199,15 @@ class ProxyServer:
             tls=self._server_ssl is not None,
         )
 
+    async def _sweep(self) -> None:
+        """Close pairs past their idle or request deadline; log suppressed bad-close lines."""
+        while True:
+            await asyncio.sleep(_SWEEP_INTERVAL_S)
+            now = time.monotonic()
+            for pair in list(self._pairs):
+                pair.expire(now)
+            self._settings.bad_log.report_suppressed()
+
     def _accept(self, node_id: int) -> ConnectionPair:
         route = self._map.get(node_id)
         assert route is not None
@@ -209,6 +228,9 @@ class ProxyServer:
         cut the remaining connections."""
         for listener in self._listeners.values():
             listener.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         pairs = list(self._pairs)
         event(_log, logging.INFO, "proxy.stopping", connections=len(pairs), grace_s=grace_seconds)
         for pair in pairs:
@@ -227,6 +249,11 @@ class ProxyServer:
             self._metrics_server.close()
             self._metrics_server = None
         event(_log, logging.INFO, "proxy.stopped")
+
+
+def _seconds_or_none(milliseconds: int) -> float | None:
+    """A timeout setting in seconds; a negative one (Kafka's "no limit") is None."""
+    return None if milliseconds < 0 else milliseconds / 1000
 
 
 async def run_until_stopped(
