@@ -8,13 +8,14 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help demo test lint fmt bench compose-check apt-tools kafka-jars clean
+.PHONY: help demo test lint fmt bench fuzz compose-check apt-tools kafka-jars clean
 
 help:
 	@echo "make demo    set up .venv and run the end-to-end demo on embedded servers"
 	@echo "make test    set up .venv and run lint plus the whole test suite"
 	@echo "make lint    ruff + mypy + import-linter contracts"
 	@echo "make bench   run the benchmarks and write bench/results/REPORT.md"
+	@echo "make fuzz    fuzz the frame decoder, headers and shape check (FUZZ_SECONDS each, 60)"
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "tierproxy needs Python >= 3.11")'
@@ -70,5 +71,12 @@ test: $(STAMP) apt-tools kafka-jars compose-check lint
 bench: $(STAMP) apt-tools kafka-jars
 	$(BIN)/python -m bench.report
 
+# Coverage-guided fuzzing with atheris (the optional `fuzz` extra), FUZZ_SECONDS per target;
+# the corpus grows in .fuzz/ across runs. CI runs the same targets under hypothesis instead.
+FUZZ_SECONDS ?= 60
+fuzz: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[fuzz]'
+	$(BIN)/python -m tests.fuzz --seconds $(FUZZ_SECONDS)
+
 clean:
-	rm -rf $(VENV) .kafka .mypy_cache .ruff_cache .pytest_cache .hypothesis
+	rm -rf $(VENV) .fuzz .kafka .mypy_cache .ruff_cache .pytest_cache .hypothesis
