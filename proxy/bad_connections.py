@@ -31,6 +31,7 @@ __all__ = [
     "MALFORMED_REQUEST",
     "SLOW_REQUEST",
     "SUPPRESSED_REPORT_SECONDS",
+    "TRUNCATED_REQUEST",
     "BadConnectionLog",
     "TokenBucket",
 ]
@@ -44,6 +45,8 @@ IDLE: Final = "idle"
 SLOW_REQUEST: Final = "slow_request"
 CLIENT_DROPPED: Final = "client_dropped"
 """The client went away while responses were still owed to it."""
+TRUNCATED_REQUEST: Final = "truncated_request"
+"""The client closed in the middle of sending a request frame."""
 BROKER_CLOSED: Final = "broker_closed"
 """The broker closed while requests were in flight: what Kafka does to a request it cannot
 parse (an unknown API key, a garbage body of an API the proxy passes through), and also

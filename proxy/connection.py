@@ -59,6 +59,7 @@ _CONNECTING: Final = "connecting"
 _PEER_BUFFER_FULL: Final = "peer-write-buffer-full"
 _HELD_RESPONSES: Final = "held-responses"
 _DRAINING: Final = "draining"
+_CLIENT_CLOSED: Final = "client closed"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -192,7 +193,7 @@ class ConnectionPair(asyncio.Protocol):
         if self._client_gate is not None:
             self._client_gate.hold(_DRAINING)
         if not self._ordered and self._upstream is not None:
-            self._close(reason)
+            self._close_drained()
 
     def abort(self, reason: str) -> None:
         """Close both sides now, dropping unwritten data."""
@@ -316,7 +317,7 @@ class ConnectionPair(asyncio.Protocol):
             frame = self._requests.next_frame()
             if frame is None:
                 if self._draining and not self._ordered:
-                    self._close(self._draining)
+                    self._close_drained()
                 return
             if isinstance(frame, FrameTooLarge):
                 spoken = foreign_protocol(frame.declared_size)
@@ -344,14 +345,29 @@ class ConnectionPair(asyncio.Protocol):
     def eof_received(self) -> bool:
         # The client sent its last bytes (a close looks the same until we write): answer what
         # it asked first, then close. TLS has no half-close: there the transport closes anyway.
-        self.drain("client closed")
+        self.drain(_CLIENT_CLOSED)
         return self._client is not None and self._client.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._close(
-            "client closed",
-            bad=reasons.CLIENT_DROPPED if self._ordered else None,
+            _CLIENT_CLOSED,
+            bad=self._client_gone_early(),
             error=str(exc) if exc else "",
+        )
+
+    def _client_gone_early(self) -> str | None:
+        """Why a client that closed left something unfinished: responses still owed, or
+        the start of a request it never finished sending; None for a clean close."""
+        if self._ordered:
+            return reasons.CLIENT_DROPPED
+        return reasons.TRUNCATED_REQUEST if self._requests.buffered_bytes else None
+
+    def _close_drained(self) -> None:
+        """Close a drained pair (every response owed has been written)."""
+        client_closed = self._draining == _CLIENT_CLOSED
+        self._close(
+            self._draining,
+            bad=self._client_gone_early() if client_closed else None,
         )
 
     def pause_writing(self) -> None:
@@ -598,7 +614,7 @@ class ConnectionPair(asyncio.Protocol):
         if self._held_bytes <= self._settings.low_water and self._upstream_gate is not None:
             self._upstream_gate.release(_HELD_RESPONSES)
         if self._draining and not self._ordered:
-            self._close(self._draining)
+            self._close_drained()
 
     def _record(self, entry: _InFlight) -> None:
         self._metrics.response(entry.api_key, entry.size, time.perf_counter() - entry.started)

@@ -14,6 +14,7 @@ from proxy.bad_connections import (
     FRAME_TOO_LARGE,
     IDLE,
     SLOW_REQUEST,
+    TRUNCATED_REQUEST,
     BadConnectionLog,
     TokenBucket,
 )
@@ -137,3 +138,20 @@ async def test_whole_requests_never_run_the_request_clock(
         # Past the deadline between requests: nothing is half received, so nothing expires.
         await asyncio.sleep(0.4)
     assert proxy.connections == 1
+
+
+async def test_a_client_closing_mid_request_is_a_truncated_request(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory, captured: pytest.LogCaptureFixture
+) -> None:
+    proxy = await make_proxy(fake_broker)
+    clean = await Client.connect(proxy)
+    await clean.send(raw_request(1, b"whole"))
+    assert await clean.receive() == struct.pack(">i", 1) + b"echo:whole"
+    clean.writer.write_eof()
+    assert await clean.closed()
+    truncated = await Client.connect(proxy)
+    await truncated.send(raw_request(2, b"cut short")[:-3])
+    truncated.writer.write_eof()
+    assert await truncated.closed()
+    closed = lines(captured, "connection.closed")
+    assert [line.get("bad") for line in closed] == [None, TRUNCATED_REQUEST]
