@@ -12,6 +12,7 @@ import json
 import os
 import resource
 import statistics
+import subprocess
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,7 @@ __all__ = [
     "alternate_async",
     "bar_chart",
     "cpu_seconds",
+    "git_state",
     "median",
     "percentile",
     "produce_retrying",
@@ -151,6 +153,21 @@ def cpu_seconds(pid: int | None = None) -> float:
     # utime and stime are fields 14 and 15 of /proc/<pid>/stat (1-based), in clock ticks.
     ticks = int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def git_state() -> dict[str, Any]:
+    """The commit measured and whether tracked files had changes: figures from a dirty tree
+    belong to no commit."""
+    root = Path(__file__).resolve().parent.parent
+
+    def git(*args: str) -> str:
+        run = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+        return run.stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "HEAD") or "unknown",
+        "clean_tree": not git("status", "--porcelain", "--untracked-files=no"),
+    }
 
 
 def rss_bytes(pid: int) -> int:
