@@ -148,8 +148,9 @@ async def prepare(
     if report.errors or not report.segments_copied:
         raise RuntimeError(f"tiering failed: {report}")
     direct = Endpoint(name="direct", host=broker.host, port=broker.port)
-    topic_id, high_watermark = await topic_id_and_end(direct, topic)
-    log_start = watermarks(broker.bootstrap, topic)[0]
+    # (topic_id_and_end's high watermark comes from a Fetch at offset 0: -1 once deleted)
+    topic_id, _ = await topic_id_and_end(direct, topic)
+    log_start, high_watermark = watermarks(broker.bootstrap, topic)
     if log_start == 0:
         raise RuntimeError("the broker kept the tiered range: nothing would be read remotely")
     print(
