@@ -19,9 +19,11 @@ only the proxy's remote tier can serve it; then ``tierproxy serve`` (INFO logs, 
 
 Method: after a warm-up read, rounds alternate as BENCHMARKING.md asks (quiet, attack /
 attack, quiet, ... ``--pairs`` pairs). In every round ``--consumers`` confluent-kafka
-consumers read the whole partition from offset 0 through the proxy; in an attack round
-``bench.hostile_attacks.attack`` sends its share of ``--frames`` at the same time. Checked:
-every consumer got every offset exactly once with the right key, the proxy process is still
+consumers read the whole partition from offset 0 through the proxy, again and again: for
+``--seconds / --pairs`` in a quiet round, and while ``bench.hostile_attacks.attack`` sends
+its share of ``--frames`` (in at most that time) in an attack round; consumer MiB/s is the
+round's bytes over its duration. Checked: every read got every offset exactly once with
+the right key, the proxy process is still
 running, every attack connection was closed by the proxy, and its active connections fall
 back to zero. Reported: the proxy's RSS before, peak (sampled every 0.2 s) and after, its
 CPU seconds, frames per category, bad connections per reason (the Prometheus counter), the
@@ -37,6 +39,7 @@ import contextlib
 import os
 import re
 import tempfile
+import threading
 import time
 import urllib.request
 import uuid
@@ -272,45 +275,59 @@ class RssSampler:
                 await self._task
 
 
+def read_until(stop: threading.Event, bootstrap: str, setup: Setup) -> list[ConsumerRun]:
+    """Whole reads of the partition, back to back, until ``stop`` is set (at least one)."""
+    runs: list[ConsumerRun] = []
+    while not runs or not stop.is_set():
+        runs.append(consume_all(bootstrap, setup.topic, setup.high_watermark))
+    return runs
+
+
 def consumer_round(
     args: argparse.Namespace, proxy: TierproxyServer, setup: Setup, target: Target, tally: Tally
 ) -> Callable[[bool], Awaitable[Round]]:
-    """A round of ``args.consumers`` full reads, with the attack running alongside or not."""
+    """A round of ``args.consumers`` consumers reading the partition again and again, for
+    the round's time (quiet) or while the attack runs."""
     frames_per_round = args.frames // args.pairs
     seconds_per_round = args.seconds / args.pairs
 
     async def measure(attacked: bool) -> Round:
+        stop = threading.Event()
         started = time.perf_counter()
         reads = asyncio.gather(
             *(
-                asyncio.to_thread(consume_all, proxy.bootstrap, setup.topic, setup.high_watermark)
+                asyncio.to_thread(read_until, stop, proxy.bootstrap, setup)
                 for _ in range(args.consumers)
             )
         )
         sent = Tally()
-        if attacked:
-            sent = await attack(
-                target,
-                frames=frames_per_round,
-                seconds=seconds_per_round,
-                attackers=args.attackers,
-                slowloris_connections=args.slowloris,
-                slowloris_patience_s=RECEIVE_TIMEOUT_MS / 1000 * 4,
-                seed=int(started),
-            )
-            tally.add(sent)
-        runs = tuple(await reads)
+        try:
+            if attacked:
+                sent = await attack(
+                    target,
+                    frames=frames_per_round,
+                    seconds=seconds_per_round,
+                    attackers=args.attackers,
+                    slowloris_connections=args.slowloris,
+                    slowloris_patience_s=RECEIVE_TIMEOUT_MS / 1000 * 4,
+                    seed=int(started),
+                )
+                tally.add(sent)
+            else:
+                await asyncio.sleep(seconds_per_round)
+        finally:
+            stop.set()
+        runs = tuple(run for consumer in await reads for run in consumer)
         seconds = time.perf_counter() - started
-        consumers_seconds = max(run.seconds for run in runs)
+        mib = sum(run.mib for run in runs)
         print(
-            f"{'attack' if attacked else 'quiet ':6s} round: {sum(r.mib for r in runs):.0f} MiB "
-            f"in {consumers_seconds:.1f} s, {sum(sent.frames.values())} bad frames, "
-            f"{seconds:.1f} s in all"
+            f"{'attack' if attacked else 'quiet ':6s} round: {len(runs)} reads, {mib:.0f} MiB in "
+            f"{seconds:.1f} s, {sum(sent.frames.values())} bad frames"
         )
         return Round(
             attacked=attacked,
-            mib_per_s=sum(run.mib for run in runs) / consumers_seconds,
-            seconds=consumers_seconds,
+            mib_per_s=mib / seconds,
+            seconds=seconds,
             consumers=runs,
             frames=sum(sent.frames.values()),
         )
@@ -378,9 +395,8 @@ async def wait_for_no_connections(proxy: TierproxyServer) -> float:
 # -- run -----------------------------------------------------------------------------------
 
 
-def check(rounds: list[Round], setup: Setup) -> dict[str, Any]:
-    """Whether every consumer of every round got every record exactly once."""
-    runs = [run for one in rounds for run in one.consumers]
+def check(runs: list[ConsumerRun], setup: Setup) -> dict[str, Any]:
+    """Whether every read got every record exactly once."""
     return {
         "consumer_reads": len(runs),
         "every_record_exactly_once": all(
@@ -406,7 +422,9 @@ async def measure(
     )
     tally = Tally()
     rounds_of = consumer_round(args, proxy, setup, target, tally)
-    warm_up = await rounds_of(False)
+    warm_up = await asyncio.to_thread(
+        consume_all, proxy.bootstrap, setup.topic, setup.high_watermark
+    )
     rss_before, cpu_before = rss_bytes(pid), cpu_seconds(pid)
     sampler = RssSampler(pid)
     sampler.start()
@@ -422,7 +440,9 @@ async def measure(
     bad = metric_samples(proxy, "tierproxy_bad_connections_total")
     result = {
         "proxy_alive": alive,
-        "consumers": check([warm_up, *(r for p in pairs for r in (p.a, p.b))], setup),
+        "consumers": check(
+            [warm_up, *(run for p in pairs for r in (p.a, p.b) for run in r.consumers)], setup
+        ),
         "rss_mib": {
             "before": rss_before / MIB,
             "peak_during": rss_peak_during / MIB,
@@ -519,7 +539,7 @@ def main() -> None:
     parser.add_argument("--data-mib", type=int, default=32, help="tiered data (1 partition)")
     parser.add_argument("--pairs", type=int, default=2, help="quiet/attack round pairs")
     parser.add_argument("--consumers", type=int, default=2, help="consumers per round")
-    parser.add_argument("--attackers", type=int, default=8, help="concurrent attack connections")
+    parser.add_argument("--attackers", type=int, default=16, help="concurrent attack connections")
     parser.add_argument("--slowloris", type=int, default=16, help="slowloris connections held")
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:

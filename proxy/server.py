@@ -205,7 +205,10 @@ class ProxyServer:
             await asyncio.sleep(_SWEEP_INTERVAL_S)
             now = time.monotonic()
             for pair in list(self._pairs):
-                pair.expire(now)
+                try:
+                    pair.expire(now)
+                except Exception:  # one pair's failure must not end the sweep for all
+                    _log.exception("closing an expired connection failed")
             self._settings.bad_log.report_suppressed()
 
     def _accept(self, node_id: int) -> ConnectionPair:
