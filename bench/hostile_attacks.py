@@ -9,7 +9,8 @@ Seven categories, each what a broken client, a scanner or an attacker really sen
 - ``garbage_bodies``: a valid header of a known API and version, then random bytes;
 - ``unknown_versions``: known API keys at versions nobody defines (99, 32767, -1, Fetch v0-3);
 - ``slowloris``: half a frame, then one byte a second, never finished;
-- ``drop_mid_response``: a Fetch of the tiered range, then a reset once the answer starts.
+- ``drop_mid_response``: a Fetch of the tiered range, then a reset, at once or once the
+  answer starts.
 
 Each one-frame category sends its frame on a new connection and half-closes it; the proxy
 must then close the connection itself (``closed_by_proxy``). Slowloris connections are held
@@ -195,9 +196,12 @@ async def one_shot(category: str, rng: random.Random, target: Target, tally: Tal
     try:
         if category == "drop_mid_response":
             writer.write(target.fetch_frame)
-            with contextlib.suppress(TimeoutError, OSError):
-                async with asyncio.timeout(CLOSE_WAIT_S):
-                    await reader.read(rng.randint(1, 4096))
+            # Half reset before the answer is ready (a remote read takes a while), half
+            # once its first bytes arrived (the rest may be in flight or still buffered).
+            if rng.random() < 0.5:
+                with contextlib.suppress(TimeoutError, OSError):
+                    async with asyncio.timeout(CLOSE_WAIT_S):
+                        await reader.read(rng.randint(1, 4096))
             _reset(writer)
             return
         writer.write(_PAYLOADS[category](rng, target))

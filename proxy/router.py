@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol, cast
 
 from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
@@ -42,6 +43,7 @@ from protocol.messages import (
     response_class,
 )
 from protocol.varint import Buffer, VarintError
+from proxy.bad_connections import LOG_BURST, LOG_PER_SECOND, TokenBucket
 from proxy.broker_versions import BrokerVersions
 from proxy.interceptors.base import (
     Answer,
@@ -139,6 +141,7 @@ class Router:
         interceptors: Sequence[Interceptor],
         *,
         broker_versions: BrokerVersions | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         chains: dict[tuple[int, int], list[Interceptor]] = {}
         for interceptor in interceptors:
@@ -155,6 +158,10 @@ class Router:
         self._served_above = served_above_broker(interceptors)
         self._broker_versions = BrokerVersions() if broker_versions is None else broker_versions
         self._noted: set[int] = set()
+        # Those lines are rate-limited like bad-connection closes: old or hostile clients in
+        # a reconnect loop would otherwise log one each.
+        self._noted_lines = TokenBucket(LOG_BURST, LOG_PER_SECOND, clock)
+        self._noted_suppressed = 0
         self._chains: Mapping[tuple[int, int], _Chain] = {
             key: _Chain(
                 interceptors=tuple(chain),
@@ -189,10 +196,15 @@ class Router:
     ) -> None:
         """Log, once per connection, a client that ignored ApiVersions (clients before
         Kafka 0.10 never ask): its request goes to the broker as it is, so it gets only
-        the broker's local log, never the remote tier."""
+        the broker's local log, never the remote tier. Over the rate limit, lines are
+        counted, and the next line says how many were left out (``suppressed_before``)."""
         if connection.connection_id in self._noted:
             return
         self._noted.add(connection.connection_id)
+        if not self._noted_lines.take():
+            self._noted_suppressed += 1
+            return
+        suppressed, self._noted_suppressed = self._noted_suppressed, 0
         event(
             _log,
             logging.WARNING,
@@ -203,6 +215,7 @@ class Router:
             version=api_version,
             advertised=f"v{allowed[0]}-v{allowed[-1]}",
             meaning="not decoded: the broker answers it alone, without the remote tier",
+            **({"suppressed_before": suppressed} if suppressed else {}),
         )
 
     def route(self, frame: bytes, connection: ConnectionInfo) -> Route:

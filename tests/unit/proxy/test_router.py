@@ -24,6 +24,7 @@ from protocol.messages import (
     encode_request,
     encode_response,
 )
+from proxy.bad_connections import LOG_BURST, LOG_PER_SECOND
 from proxy.broker_versions import BrokerVersions
 from proxy.interceptors.base import Answer, Call, ConnectionInfo, Interceptor
 from proxy.router import Router
@@ -170,6 +171,22 @@ def test_a_read_api_at_a_version_the_proxy_cannot_decode_reaches_the_broker(
     router.connection_closed(CONNECTION.connection_id)
     router.route(frame, CONNECTION)
     assert len([r for r in caplog.records if r.getMessage() == "request.version.passed"]) == 2
+
+
+def test_passed_version_lines_are_rate_limited_across_connections(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A flood of old (or hostile) clients logs a burst, then counts what it leaves out."""
+    frame = struct.pack(">hhih", ApiKey.FETCH, 3, 1, -1) + b"\x00" * 20
+    now = [0.0]
+    router = Router([], clock=lambda: now[0])
+    for connection_id in range(LOG_BURST + 5):
+        router.route(frame, dataclasses.replace(CONNECTION, connection_id=connection_id))
+    now[0] += 1 / LOG_PER_SECOND
+    router.route(frame, dataclasses.replace(CONNECTION, connection_id=1000))
+    passed = [r for r in caplog.records if r.getMessage() == "request.version.passed"]
+    assert len(passed) == LOG_BURST + 1
+    assert getattr(passed[-1], "tierproxy_fields", {})["suppressed_before"] == 5
 
 
 def test_an_address_carrying_api_at_a_version_the_proxy_cannot_decode_is_refused() -> None:
