@@ -83,26 +83,21 @@ from bench.passthrough import (
     FetchTally,
     RawConnection,
     fetch_request,
-    preload,
     raw_fetch_all,
     topic_id_and_end,
 )
+from bench.tiering import produce_and_tier, servers_from_env
 from protocol.headers import parse_response_header
 from protocol.messages import ApiKey, decode_response
 from proxy.embedded import (
     BrokerInfo,
     S3Info,
-    SeaweedFS,
-    broker_from_env,
     create_bucket,
-    create_topic,
     delete_bucket,
-    s3_info_from_env,
 )
 from proxy.embedded.tierproxy import TierproxyServer, proxy_process, storage_settings
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
-from storage.tiering.job import build_spark, open_pipeline, settings_from_flat
 
 SEGMENT_BYTES = 8 * MIB
 TAIL_FETCH_BYTES = 64 * KIB
@@ -163,37 +158,15 @@ async def prepare(
 ) -> Setup:
     topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
     metadata_topic = f"__rlm-{topic}"
-    await create_topic(broker.bootstrap, topic, partitions=1)
-    started = time.perf_counter()
-    await asyncio.to_thread(preload, broker.bootstrap, topic, args.data_mib * MIB // RECORD_BYTES)
-    print(f"produced {args.data_mib} MiB in {time.perf_counter() - started:.1f} s")
-    settings = settings_from_flat(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            **storage_settings(s3, bucket, metadata_topic),
-            "tiering.spill.dir": str(spill),
-            "topics": [
-                {
-                    "pattern": topic,
-                    "remote.storage.enable": True,
-                    "segment.bytes": SEGMENT_BYTES,
-                }
-            ],
-        }
+    await produce_and_tier(
+        broker,
+        s3,
+        topic=topic,
+        bucket=bucket,
+        spill=spill,
+        data_mib=args.data_mib,
+        segment_bytes=SEGMENT_BYTES,
     )
-    spark = build_spark("local[2]", app_name="bench-catchup")
-    try:
-        started = time.perf_counter()
-        async with open_pipeline(settings, spark) as pipeline:
-            report = await pipeline.run_cycle()
-        if report.errors:
-            raise RuntimeError(f"tiering failed: {report.errors}")
-        print(
-            f"tiered {report.segments_copied} segments, {report.bytes_copied / MIB:.1f} MiB in "
-            f"{time.perf_counter() - started:.1f} s"
-        )
-    finally:
-        spark.stop()
     await asyncio.to_thread(
         produce_head, broker.bootstrap, topic, args.tail_mib * MIB // RECORD_BYTES
     )
@@ -592,19 +565,10 @@ def main() -> None:
         help="object-storage first-byte delays to compare with none (none: skip)",
     )
     args = parser.parse_args()
-    with contextlib.ExitStack() as stack:
-        server = broker_from_env(os.environ)
-        stack.callback(server.close)
-        broker = server.start()
-        external = s3_info_from_env(os.environ)
-        s3_pid = None
-        if external is None:
-            seaweed = stack.enter_context(SeaweedFS())
-            s3 = seaweed.start()
-            s3_pid = seaweed.pid
-        else:
-            s3 = external
-        result = asyncio.run(run(args, broker, s3, getattr(server, "pid", None), s3_pid))
+    with servers_from_env() as servers:
+        result = asyncio.run(
+            run(args, servers.broker, servers.s3, servers.broker_pid, servers.s3_pid)
+        )
     print(f"saved {save_json('catchup', result)} and {plot(result)}")
 
 

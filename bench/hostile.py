@@ -62,22 +62,18 @@ from bench.common import (
     save_json,
 )
 from bench.hostile_attacks import CATEGORIES, Tally, Target, attack
-from bench.passthrough import RECORD_BYTES, Endpoint, fetch_request, preload, topic_id_and_end
+from bench.passthrough import Endpoint, fetch_request, topic_id_and_end
+from bench.tiering import produce_and_tier, servers_from_env
 from protocol.frames import DEFAULT_MAX_FRAME_BYTES, encode_frame
 from protocol.headers import encode_request_header
 from protocol.messages import ApiKey, encode_request
 from proxy.embedded import (
     BrokerInfo,
     S3Info,
-    SeaweedFS,
-    broker_from_env,
     create_bucket,
-    create_topic,
     delete_bucket,
-    s3_info_from_env,
 )
 from proxy.embedded.tierproxy import TierproxyServer, proxy_process, storage_settings
-from storage.tiering.job import build_spark, open_pipeline, settings_from_flat
 
 _PARTITION_EOF = confluent_kafka.KafkaError._PARTITION_EOF
 SEGMENT_BYTES = 2 * MIB
@@ -124,32 +120,18 @@ async def prepare(
 ) -> Setup:
     """One partition produced, tiered and deleted by the broker below the tiered end."""
     topic = f"bench-hostile-{uuid.uuid4().hex[:8]}"
-    await create_topic(broker.bootstrap, topic, partitions=1)
-    await asyncio.to_thread(preload, broker.bootstrap, topic, args.data_mib * MIB // RECORD_BYTES)
-    settings = settings_from_flat(
-        {
-            "bootstrap.servers": broker.bootstrap,
-            **storage_settings(s3, bucket, f"__rlm-{topic}"),
-            "tiering.spill.dir": str(spill),
-            "topics": [
-                {
-                    "pattern": topic,
-                    "remote.storage.enable": True,
-                    "segment.bytes": SEGMENT_BYTES,
-                    "local.retention.ms": 1,
-                    "retention.ms": -1,
-                }
-            ],
-        }
+    report = await produce_and_tier(
+        broker,
+        s3,
+        topic=topic,
+        bucket=bucket,
+        spill=spill,
+        data_mib=args.data_mib,
+        segment_bytes=SEGMENT_BYTES,
+        **{"local.retention.ms": 1, "retention.ms": -1},
     )
-    spark = build_spark("local[2]", app_name="bench-hostile")
-    try:
-        async with open_pipeline(settings, spark) as pipeline:
-            report = await pipeline.run_cycle()
-    finally:
-        spark.stop()
-    if report.errors or not report.segments_copied:
-        raise RuntimeError(f"tiering failed: {report}")
+    if not report.segments_copied:
+        raise RuntimeError("nothing was tiered")
     direct = Endpoint(name="direct", host=broker.host, port=broker.port)
     # (topic_id_and_end's high watermark comes from a Fetch at offset 0: -1 once deleted)
     topic_id, _ = await topic_id_and_end(direct, topic)
@@ -466,6 +448,7 @@ async def measure(
 
 
 async def run(args: argparse.Namespace, broker: BrokerInfo, s3: S3Info) -> dict[str, Any]:
+    measured_code = git_state()  # before anything runs: the code these figures belong to
     bucket = f"bench-hostile-{uuid.uuid4().hex[:8]}"
     create_bucket(s3, bucket)
     work = Path(tempfile.mkdtemp(prefix="bench-hostile-"))
@@ -475,7 +458,7 @@ async def run(args: argparse.Namespace, broker: BrokerInfo, s3: S3Info) -> dict[
             log_path = work / f"tierproxy-{proxy.port}.log"
             measured = await measure(args, proxy, setup, log_path)
         return {
-            **git_state(),
+            **measured_code,
             "broker": broker.version,
             "s3": s3.kind,
             "data_mib": args.data_mib,
@@ -542,13 +525,8 @@ def main() -> None:
     parser.add_argument("--attackers", type=int, default=16, help="concurrent attack connections")
     parser.add_argument("--slowloris", type=int, default=16, help="slowloris connections held")
     args = parser.parse_args()
-    with contextlib.ExitStack() as stack:
-        server = broker_from_env(os.environ)
-        stack.callback(server.close)
-        broker = server.start()
-        external = s3_info_from_env(os.environ)
-        s3 = stack.enter_context(SeaweedFS()).start() if external is None else external
-        result = asyncio.run(run(args, broker, s3))
+    with servers_from_env() as servers:
+        result = asyncio.run(run(args, servers.broker, servers.s3))
     print(
         f"proxy alive: {result['proxy_alive']}; every record exactly once: "
         f"{result['consumers']['every_record_exactly_once']}; RSS MiB {result['rss_mib']}; "

@@ -1,4 +1,4 @@
-"""One report of tierproxy's three performance questions, with the machine it ran on.
+"""One report of tierproxy's performance questions, with the machine it ran on.
 
 ``make bench`` runs this module, which runs each benchmark script in turn (each measures its
 own baseline in the same run, alternating, and saves JSON and a PNG plot under
@@ -9,7 +9,7 @@ fails or times out is reported as such; the report is written in every case.
 
 Run::
 
-    .venv/bin/python -m bench.report                     # all three, each with small defaults
+    .venv/bin/python -m bench.report                     # all of them, each with its defaults
     .venv/bin/python -m bench.report --only pipeline --args pipeline="--gib 2"
     .venv/bin/python -m bench.pipeline --help            # a benchmark's own flags
     .venv/bin/python -m bench.report --no-run            # rebuild REPORT.md from the JSON
@@ -22,7 +22,8 @@ The benchmarks (their docstrings give the exact question and method):
 - ``bench/native.py``: tierproxy's remote reads vs Kafka's native tiered storage and its
   local log;
 - ``bench/pipeline.py``: the Spark tiering pipeline vs a raw Fetch of the same data, and the
-  cost of an idle cycle.
+  cost of an idle cycle;
+- ``bench/hostile.py``: malformed input at the proxy while consumers read tiered data.
 
 Servers come from the environment as in the tests (``KAFKA_BOOTSTRAP`` > ``KAFKA_HOME`` >
 embedded Apache Kafka 4.x; ``S3_ENDPOINT`` > embedded SeaweedFS); ``bench/native.py`` always
@@ -120,6 +121,13 @@ BENCHMARKS = (
         "storage (LocalTieredStorage) vs Kafka's local log, on one broker.",
         goals="tierproxy remote ≥ 1.5 x Kafka native remote; Fetch requests and CPU-s per GiB "
         "of every process reported.",
+    ),
+    Benchmark(
+        name="hostile",
+        question="Hostile input: tens of thousands of malformed frames at the proxy while "
+        "consumers read tiered data through it.",
+        goals="the proxy stays up; every consumer gets every record exactly once; RSS "
+        "bounded (before vs after); one log line per bad connection, rate-limited.",
     ),
 )
 

@@ -1,0 +1,112 @@
+"""The servers and the tiered topic of the benchmarks that read the remote tier (``catchup``,
+``hostile``): a broker and S3 from the environment, and a preloaded topic tiered by one cycle
+of the real pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import MIB
+from bench.passthrough import RECORD_BYTES, preload
+from proxy.embedded import (
+    BrokerInfo,
+    S3Info,
+    SeaweedFS,
+    broker_from_env,
+    create_topic,
+    s3_info_from_env,
+)
+from proxy.embedded.tierproxy import storage_settings
+from storage.tiering.job import build_spark, open_pipeline, settings_from_flat
+from storage.tiering.report import CycleReport
+
+__all__ = ["Servers", "produce_and_tier", "servers_from_env"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Servers:
+    broker: BrokerInfo
+    s3: S3Info
+    broker_pid: int | None
+    """None for an external broker (``KAFKA_BOOTSTRAP``)."""
+    s3_pid: int | None
+    """None for an external endpoint (``S3_ENDPOINT``)."""
+
+
+@contextlib.contextmanager
+def servers_from_env() -> Iterator[Servers]:
+    """The broker and S3 endpoint the environment names, embedded Apache Kafka and SeaweedFS
+    by default (as in the tests), stopped by PID on exit."""
+    with contextlib.ExitStack() as stack:
+        server = broker_from_env(os.environ)
+        stack.callback(server.close)
+        broker = server.start()
+        external = s3_info_from_env(os.environ)
+        s3_pid = None
+        if external is None:
+            seaweed = stack.enter_context(SeaweedFS())
+            s3 = seaweed.start()
+            s3_pid = seaweed.pid
+        else:
+            s3 = external
+        yield Servers(broker=broker, s3=s3, broker_pid=getattr(server, "pid", None), s3_pid=s3_pid)
+
+
+async def produce_and_tier(
+    broker: BrokerInfo,
+    s3: S3Info,
+    *,
+    topic: str,
+    bucket: str,
+    spill: Path,
+    data_mib: int,
+    segment_bytes: int,
+    **policy: Any,
+) -> CycleReport:
+    """Create ``topic`` (one partition), preload ``data_mib`` MiB of 1 KiB records keyed
+    ``%08d``, and run one pipeline cycle (Spark local[2]) with the topic ``policy`` (Kafka's
+    names: ``local.retention.ms`` 1 makes the broker delete what was tiered), its metadata
+    in ``__rlm-<topic>``.
+
+    :raises RuntimeError: the cycle reported errors.
+    """
+    await create_topic(broker.bootstrap, topic, partitions=1)
+    started = time.perf_counter()
+    await asyncio.to_thread(preload, broker.bootstrap, topic, data_mib * MIB // RECORD_BYTES)
+    print(f"produced {data_mib} MiB in {time.perf_counter() - started:.1f} s")
+    settings = settings_from_flat(
+        {
+            "bootstrap.servers": broker.bootstrap,
+            **storage_settings(s3, bucket, f"__rlm-{topic}"),
+            "tiering.spill.dir": str(spill),
+            "topics": [
+                {
+                    "pattern": topic,
+                    "remote.storage.enable": True,
+                    "segment.bytes": segment_bytes,
+                    **policy,
+                }
+            ],
+        }
+    )
+    spark = build_spark("local[2]", app_name=f"bench-{topic}")
+    try:
+        started = time.perf_counter()
+        async with open_pipeline(settings, spark) as pipeline:
+            report = await pipeline.run_cycle()
+    finally:
+        spark.stop()
+    if report.errors:
+        raise RuntimeError(f"tiering failed: {report.errors}")
+    print(
+        f"tiered {report.segments_copied} segments, {report.bytes_copied / MIB:.1f} MiB in "
+        f"{time.perf_counter() - started:.1f} s"
+    )
+    return report
