@@ -23,8 +23,14 @@ from storage.config import ConfigError
 def test_defaults_are_kafkas() -> None:
     config = ProxyConfig()
     assert config.socket_request_max_bytes == 104857600
+    assert config.connections_max_idle_ms == 600_000
     assert config.listener.security_protocol == "PLAINTEXT"
     assert not config.listener.tls
+
+
+def test_timeouts_turn_off_with_minus_one_as_in_kafka() -> None:
+    config = ProxyConfig(connections_max_idle_ms=-1, request_receive_timeout_ms=-1)
+    assert (config.connections_max_idle_ms, config.request_receive_timeout_ms) == (-1, -1)
 
 
 def test_toml_file_with_kafka_names_and_flag_overrides(tmp_path: Path) -> None:
@@ -82,6 +88,8 @@ def test_unreadable_toml_is_a_config_error(tmp_path: Path) -> None:
         ({"socket_request_max_bytes": 0}, "socket.request.max.bytes"),
         ({"buffer_low_water_bytes": 10, "buffer_high_water_bytes": 5}, "low.water"),
         ({"log_format": "xml"}, "log.format"),
+        ({"connections_max_idle_ms": 0}, "connections.max.idle.ms"),
+        ({"request_receive_timeout_ms": -5}, "request.receive.timeout.ms"),
         ({"listeners": "HTTP://h:1"}, "scheme"),
         ({"listeners": "SSL://h:1"}, "ssl.certificate.location"),
         ({"bootstrap_servers": " , "}, "at least one broker"),
