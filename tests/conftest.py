@@ -234,6 +234,12 @@ def s3_bucket(s3: S3Info, request: pytest.FixtureRequest) -> Iterator[str]:
     delete_bucket(s3, name)
 
 
+SPARK_KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"
+"""Resolved by Ivy from Maven Central at session start (cached in ~/.ivy2 afterwards).
+4.2.0, the newest release there: Maven Central has no 4.3.0 of the connector (404) for the
+installed PySpark 4.3.0."""
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     from pyspark.sql import SparkSession
@@ -255,6 +261,8 @@ def spark() -> Iterator[SparkSession]:
         # Python workers must be this interpreter (the venv), not whatever python3 is on PATH.
         .config("spark.pyspark.python", sys.executable)
         .config("spark.pyspark.driver.python", sys.executable)
+        # Spark's own Kafka source, the reference of the tierproxy data source's tests.
+        .config("spark.jars.packages", SPARK_KAFKA_PACKAGE)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -68,10 +68,19 @@ class Columns:
 class TransactionFilter:
     """Which transactional batches belong to aborted transactions (READ_COMMITTED)."""
 
-    def __init__(self, aborted: Sequence[AbortedRange]) -> None:
-        self._pending = [(a.first_offset, a.producer_id) for a in aborted]
-        heapq.heapify(self._pending)
+    def __init__(self, aborted: Sequence[AbortedRange] = ()) -> None:
+        self._pending: list[tuple[int, int]] = []
+        self._seen: set[tuple[int, int]] = set()
         self._active: set[int] = set()
+        self.add(aborted)
+
+    def add(self, aborted: Sequence[AbortedRange]) -> None:
+        """More aborted transactions (each Fetch answer names those of its range)."""
+        for txn in aborted:
+            key = (txn.first_offset, txn.producer_id)
+            if key not in self._seen:  # successive Fetch answers repeat overlapping ones
+                self._seen.add(key)
+                heapq.heappush(self._pending, key)
 
     def keeps(self, buf: bytes | memoryview, position: int, header: BatchHeader) -> bool:
         """Whether the batch at ``position`` is committed data (control batches never are).
@@ -96,22 +105,22 @@ def decode_batches(  # noqa: PLR0913 (the range, the filter and the output are a
     until_offset: int,
     transactions: TransactionFilter | None,
     include_headers: bool,
-) -> int:
+) -> int | None:
     """Append the records of ``buf``'s whole batches in ``[from_offset, until_offset)``.
 
     A partial batch at the end is left alone (the caller reads on from the returned
     position). ``transactions`` is ``None`` for READ_UNCOMMITTED, where only control
     batches are skipped.
 
-    :returns: the position after the last whole batch looked at.
+    :returns: the offset after the last whole batch looked at (``None``: no whole batch).
     :raises CorruptRecordBatchError: if a batch cannot be decoded.
     :raises LegacyMessageFormatError: at a magic 0/1 message set.
     """
-    consumed = 0
+    next_offset = None
     for position, header in iter_batches(buf):
-        consumed = position + header.size
+        next_offset = header.next_offset
         if header.base_offset >= until_offset:
-            return consumed
+            return next_offset
         if header.last_offset < from_offset:
             continue
         if transactions is not None:
@@ -125,7 +134,7 @@ def decode_batches(  # noqa: PLR0913 (the range, the filter and the output are a
             raise CorruptRecordBatchError(
                 f"records of the batch at offset {header.base_offset} cannot be decoded: {err}"
             ) from err
-    return consumed
+    return next_offset
 
 
 def _decode_records(  # noqa: C901, PLR0912, PLR0913, PLR0915 (the hot loop, kept in one frame on purpose)

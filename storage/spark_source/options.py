@@ -1,0 +1,224 @@
+"""The data source's options, parsed once on the driver into plain values.
+
+The names and forms are those of Spark's Kafka source, so a job switches by changing only
+``format("kafka")`` to ``format("tierproxy")`` (and adding the settings file):
+
+- ``subscribe`` (a comma-separated list; ``topic`` is accepted too) or ``subscribePattern``;
+- ``startingOffsets`` / ``endingOffsets``: ``earliest``, ``latest`` or JSON per partition,
+  ``{"topic": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest);
+- ``startingTimestamp`` / ``endingTimestamp`` (one timestamp for every partition) and
+  ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp`` (JSON per partition); as in
+  Spark, a timestamp option wins over the offsets option, and a partition with no record
+  at or after the timestamp starts (or ends) at the latest offset;
+- ``includeHeaders``; ``isolationLevel`` or Spark's ``kafka.isolation.level``;
+- ``includeLocal`` (default true): also read the broker's untiered tail;
+- ``config``: the ``tierproxy.toml`` whose storage, metadata and ``upstream.*`` settings are
+  used; ``kafka.bootstrap.servers`` and any ``tierproxy.<setting>`` override it.
+
+Partitions a JSON bound does not name take the default bound (earliest to start, latest to
+end), where Spark would refuse the query.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Final
+
+from storage.config import ConfigError
+
+__all__ = ["Bound", "BoundKind", "Bounds", "SourceOptions", "parse_options"]
+
+DEFAULT_MAX_SLICE_BYTES: Final = 64 * 1024 * 1024
+"""Largest byte range of a segment one Spark task reads: the whole range is held in the
+task's memory while it is decoded, and Kafka's default segment is 1 GiB."""
+
+_SETTING_PREFIX: Final = "tierproxy."
+_EARLIEST: Final = -2
+_LATEST: Final = -1
+
+
+class BoundKind(Enum):
+    EARLIEST = "earliest"
+    LATEST = "latest"
+    OFFSET = "offset"
+    TIMESTAMP = "timestamp"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bound:
+    """Where a partition's range starts or ends, before it is resolved to an offset."""
+
+    kind: BoundKind
+    value: int = 0
+
+
+EARLIEST: Final = Bound(kind=BoundKind.EARLIEST)
+LATEST: Final = Bound(kind=BoundKind.LATEST)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Bounds:
+    """One bound for every partition, and exceptions per ``(topic, partition)``."""
+
+    default: Bound
+    partitions: Mapping[tuple[str, int], Bound] = field(default_factory=dict)
+
+    def of(self, topic: str, partition: int) -> Bound:
+        return self.partitions.get((topic, partition), self.default)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SourceOptions:
+    topics: tuple[str, ...]
+    pattern: str | None
+    starting: Bounds
+    ending: Bounds
+    include_local: bool
+    read_committed: bool
+    include_headers: bool
+    max_slice_bytes: int
+    config_path: str | None
+    settings: Mapping[str, Any]
+    """Setting overrides (Kafka's dotted names), typed as TOML would type them."""
+
+    def matches(self, topic: str) -> bool:
+        """Whether ``topic`` is subscribed."""
+        if self.pattern is not None:
+            return re.fullmatch(self.pattern, topic) is not None
+        return topic in self.topics
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> SourceOptions:
+    """Read Spark's options (their names are case-insensitive, as Spark's are).
+
+    :raises ConfigError: naming the option that is missing or malformed.
+    """
+    opts = {key.lower(): value for key, value in options.items()}
+    topics = tuple(
+        t.strip()
+        for t in (opts.get("subscribe") or opts.get("topic") or "").split(",")
+        if t.strip()
+    )
+    pattern = opts.get("subscribepattern")
+    if bool(topics) == bool(pattern):
+        raise ConfigError("give exactly one of the options 'subscribe' and 'subscribePattern'")
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as err:
+            raise ConfigError(f"subscribePattern {pattern!r} is not a regex: {err}") from err
+    isolation = opts.get("isolationlevel") or opts.get("kafka.isolation.level", "read_uncommitted")
+    if isolation not in ("read_uncommitted", "read_committed"):
+        raise ConfigError(
+            f"isolationLevel must be read_uncommitted or read_committed, not {isolation!r}"
+        )
+    return SourceOptions(
+        topics=topics,
+        pattern=pattern,
+        starting=_bounds(opts, "starting", LATEST if streaming else EARLIEST),
+        ending=_bounds(opts, "ending", LATEST),
+        include_local=_flag(opts, "includelocal", default=True),
+        read_committed=isolation == "read_committed",
+        include_headers=_flag(opts, "includeheaders", default=False),
+        max_slice_bytes=_positive(opts, "maxslicebytes", DEFAULT_MAX_SLICE_BYTES),
+        config_path=opts.get("config"),
+        settings=_settings(opts),
+    )
+
+
+def _bounds(opts: Mapping[str, str], side: str, default: Bound) -> Bounds:
+    """Spark's precedence: ``<side>Timestamp``, then ``<side>OffsetsByTimestamp``, then
+    ``<side>Offsets``."""
+    if f"{side}timestamp" in opts:
+        stamp = _integer(opts, f"{side}timestamp")
+        return Bounds(default=Bound(kind=BoundKind.TIMESTAMP, value=stamp))
+    by_time = opts.get(f"{side}offsetsbytimestamp")
+    if by_time is not None:
+        per = _per_partition(by_time, f"{side}OffsetsByTimestamp")
+        return Bounds(
+            default=default,
+            partitions={tp: Bound(kind=BoundKind.TIMESTAMP, value=v) for tp, v in per.items()},
+        )
+    spec = opts.get(f"{side}offsets", default.kind.value).strip()
+    if spec.lower() in ("earliest", "latest"):
+        if side == "ending" and spec.lower() == "earliest":
+            raise ConfigError("endingOffsets cannot be 'earliest'")
+        return Bounds(default=Bound(kind=BoundKind(spec.lower())))
+    per = _per_partition(spec, f"{side}Offsets")
+    if side == "ending" and _EARLIEST in per.values():
+        raise ConfigError("endingOffsets cannot use -2 (earliest)")
+    return Bounds(default=default, partitions={tp: _offset_bound(v) for tp, v in per.items()})
+
+
+def _offset_bound(value: int) -> Bound:
+    if value == _EARLIEST:
+        return EARLIEST
+    if value == _LATEST:
+        return LATEST
+    if value < 0:
+        raise ConfigError(f"offset {value} is neither -2, -1 nor an offset")
+    return Bound(kind=BoundKind.OFFSET, value=value)
+
+
+def _per_partition(text: str, name: str) -> dict[tuple[str, int], int]:
+    """``{"topic": {"0": 23}}`` as ``{("topic", 0): 23}``."""
+    try:
+        parsed = json.loads(text)
+        return {
+            (str(topic), int(partition)): int(value)
+            for topic, partitions in parsed.items()
+            for partition, value in partitions.items()
+        }
+    except (ValueError, AttributeError, TypeError) as err:
+        raise ConfigError(
+            f'{name} must be earliest, latest or JSON like {{"topic": {{"0": 23}}}}, '
+            f"not {text!r}"
+        ) from err
+
+
+def _flag(opts: Mapping[str, str], key: str, *, default: bool) -> bool:
+    value = opts.get(key)
+    if value is None:
+        return default
+    if value.strip().lower() not in ("true", "false"):
+        raise ConfigError(f"option {key} must be true or false, not {value!r}")
+    return value.strip().lower() == "true"
+
+
+def _integer(opts: Mapping[str, str], key: str) -> int:
+    try:
+        return int(opts[key])
+    except ValueError as err:
+        raise ConfigError(f"option {key} must be an integer, not {opts[key]!r}") from err
+
+
+def _positive(opts: Mapping[str, str], key: str, default: int) -> int:
+    value = _integer(opts, key) if key in opts else default
+    if value <= 0:
+        raise ConfigError(f"option {key} must be positive, not {value}")
+    return value
+
+
+def _settings(opts: Mapping[str, str]) -> dict[str, Any]:
+    """``tierproxy.<setting>`` options and ``kafka.bootstrap.servers``, typed like TOML."""
+    settings = {
+        key.removeprefix(_SETTING_PREFIX): _toml_value(value)
+        for key, value in opts.items()
+        if key.startswith(_SETTING_PREFIX)
+    }
+    if "kafka.bootstrap.servers" in opts:
+        settings["bootstrap.servers"] = opts["kafka.bootstrap.servers"]
+    return settings
+
+
+def _toml_value(text: str) -> Any:
+    """``"2"`` as 2, ``"true"`` as True, anything TOML cannot read as the string itself."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text

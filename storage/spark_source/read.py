@@ -1,0 +1,142 @@
+"""Read one slice in an executor: one ranged GET of a remote segment, or Fetches of the
+broker's tail through tierproxy's own client, decoded into one Arrow batch per step.
+
+Runs in Spark's Python workers: the storage manager and the Kafka client are created here,
+per task, from the settings the task carries (nothing with a connection is pickled).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any, Final
+
+from protocol.errors import KafkaError
+from storage.kafka_client import FetchTarget, KafkaClient
+from storage.rsm.factory import create_remote_storage
+from storage.spark_source.arrow import to_record_batch
+from storage.spark_source.decode import AbortedRange, Columns, TransactionFilter, decode_batches
+from storage.spark_source.settings import SourceSettings
+from storage.spark_source.slices import LocalSlice, RemoteSlice, Slice
+
+__all__ = ["LocalReadError", "read_slice"]
+
+_FETCH_BYTES: Final = 16 * 1024 * 1024
+"""Bytes per Fetch of the broker's tail: large enough that a fetch costs little against
+decoding it, small enough to hold one in each task's memory."""
+_READ_COMMITTED: Final = 1
+_READ_UNCOMMITTED: Final = 0
+
+
+class LocalReadError(Exception):
+    """The broker could not give the tail's records (they were deleted, or it refused)."""
+
+
+def read_slice(piece: Slice, settings: SourceSettings, *, include_headers: bool) -> Iterator[Any]:
+    """The slice's rows, as ``pyarrow.RecordBatch`` es in Spark's Kafka schema."""
+    if isinstance(piece, RemoteSlice):
+        yield _remote_rows(piece, settings, include_headers=include_headers)
+    else:
+        yield from _local_rows(piece, settings, include_headers=include_headers)
+
+
+def _remote_rows(piece: RemoteSlice, settings: SourceSettings, *, include_headers: bool) -> Any:
+    data = asyncio.run(_fetch_remote(piece, settings))
+    columns = Columns()
+    decode_batches(
+        data,
+        columns,
+        from_offset=piece.from_offset,
+        until_offset=piece.until_offset,
+        transactions=None if piece.aborted is None else TransactionFilter(piece.aborted),
+        include_headers=include_headers,
+    )
+    return to_record_batch(
+        columns, topic=piece.topic, partition=piece.partition, include_headers=include_headers
+    )
+
+
+async def _fetch_remote(piece: RemoteSlice, settings: SourceSettings) -> bytes:
+    rsm = create_remote_storage(settings.storage)
+    try:
+        return await rsm.fetch_log_segment(piece.segment, piece.start_position, piece.end_position)
+    finally:
+        await rsm.close()
+
+
+def _local_rows(piece: LocalSlice, settings: SourceSettings, *, include_headers: bool) -> Iterator[Any]:
+    """Fetch from the leader until ``until_offset`` (or the end the broker has)."""
+    transactions = TransactionFilter() if piece.read_committed else None
+    runner = asyncio.Runner()
+    client = KafkaClient(
+        settings.bootstrap_servers,
+        client_id=settings.client_id,
+        request_timeout_ms=settings.request_timeout_ms,
+        security=settings.security,
+    )
+    try:
+        leader = runner.run(_leader(client, piece))
+        offset = piece.from_offset
+        while offset < piece.until_offset:
+            records, end = runner.run(_fetch_local(client, leader, piece, offset, transactions))
+            columns = Columns()
+            next_offset = decode_batches(
+                records,
+                columns,
+                from_offset=offset,
+                until_offset=piece.until_offset,
+                transactions=transactions,
+                include_headers=include_headers,
+            )
+            if len(columns):
+                yield to_record_batch(
+                    columns, topic=piece.topic, partition=piece.partition, include_headers=include_headers
+                )
+            if next_offset is None or next_offset <= offset:
+                if end <= offset:
+                    return  # the broker has nothing more (the range ended at its log end)
+                raise LocalReadError(
+                    f"{piece.topic}-{piece.partition}: no progress at offset {offset} "
+                    f"(the broker's end is {end})"
+                )
+            offset = next_offset
+    finally:
+        runner.run(client.close())
+        runner.close()
+
+
+async def _leader(client: KafkaClient, piece: LocalSlice) -> int:
+    cluster = await client.metadata([piece.topic])
+    topic = cluster.topics[piece.topic]
+    for partition in topic.partitions:
+        if partition.partition == piece.partition:
+            return partition.leader_id
+    raise LocalReadError(f"{piece.topic}-{piece.partition} has no leader")
+
+
+async def _fetch_local(
+    client: KafkaClient,
+    leader: int,
+    piece: LocalSlice,
+    offset: int,
+    transactions: TransactionFilter | None,
+) -> tuple[bytes, int]:
+    """Batches from ``offset`` and the broker's end (its high watermark, or its last
+    stable offset for READ_COMMITTED)."""
+    (answer,) = await client.fetch(
+        leader,
+        [FetchTarget(topic=piece.topic, partition=piece.partition, offset=offset, max_bytes=_FETCH_BYTES)],
+        max_bytes=_FETCH_BYTES,
+        isolation_level=_READ_COMMITTED if transactions is not None else _READ_UNCOMMITTED,
+    )
+    if answer.error != KafkaError.NONE:
+        raise LocalReadError(
+            f"Fetch of {piece.topic}-{piece.partition} at offset {offset}: {answer.error.name}"
+            + (" (the broker deleted it before it was read)" if answer.error == KafkaError.OFFSET_OUT_OF_RANGE else "")
+        )
+    if transactions is not None:
+        transactions.add(
+            [AbortedRange(producer_id=pid, first_offset=first) for pid, first in answer.aborted_transactions]
+        )
+        return answer.records, answer.last_stable_offset
+    return answer.records, answer.high_watermark

@@ -1,0 +1,148 @@
+"""``spark.read.format("tierproxy")`` and ``spark.readStream.format("tierproxy")``.
+
+The driver plans (``partitions``): it opens a :class:`~storage.spark_source.catalog.Catalog`
+(the metadata topic, the indexes, the broker's offsets), resolves the bounds, and returns
+one input partition per slice. Executors read (``read``): each slice with its own storage
+manager or Kafka client. The reader objects carry only the parsed options and settings,
+which pickle as plain values.
+
+The stream's offsets are ``{"topic": {"partition": next offset}}``, the form of Spark's
+Kafka source; every micro-batch is planned like a batch query over the offsets between
+two of them, so a query that starts at the earliest remote offset runs on into live data
+on one code path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+
+from storage.spark_source.catalog import Catalog, PartitionInfo, open_catalog
+from storage.spark_source.options import LATEST, Bounds, SourceOptions, parse_options
+from storage.spark_source.planner import OffsetRanges, plan_slices, resolve_offsets
+from storage.spark_source.read import read_slice
+from storage.spark_source.schema import kafka_schema
+from storage.spark_source.settings import SourceSettings, load_source_settings
+
+__all__ = ["TierproxyDataSource", "register"]
+
+StreamOffset = dict[str, dict[str, int]]
+
+
+class TierproxyDataSource(DataSource):
+    """A topic's whole history, from the remote tier and the broker, as Spark's Kafka source
+    gives it."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "tierproxy"
+
+    def schema(self) -> Any:
+        return kafka_schema(include_headers=self._options(streaming=False).include_headers)
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        options = self._options(streaming=False)
+        return TierproxyReader(options, load_source_settings(options))
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        options = self._options(streaming=True)
+        return TierproxyStreamReader(options, load_source_settings(options))
+
+    def _options(self, *, streaming: bool) -> SourceOptions:
+        return parse_options(dict(self.options), streaming=streaming)
+
+
+class _SliceReading:
+    """What both readers do: plan on the driver, read slices on executors."""
+
+    def __init__(self, options: SourceOptions, settings: SourceSettings) -> None:
+        self.source_options = options
+        self.settings = settings
+
+    def _plan(self, ranges_of: Any) -> list[InputPartition]:
+        async def plan() -> list[InputPartition]:
+            async with open_catalog(self.settings) as catalog:
+                parts = await catalog.partitions(self.source_options)
+                ranges = await ranges_of(catalog, parts)
+                slices = await plan_slices(catalog, parts, ranges, self.source_options)
+            return [InputPartition(piece) for piece in slices]
+
+        return asyncio.run(plan())
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return read_slice(
+            partition.value,
+            self.settings,
+            include_headers=self.source_options.include_headers,
+        )
+
+
+class TierproxyReader(_SliceReading, DataSourceReader):
+    """A batch query over the offsets the starting and ending bounds stand for."""
+
+    def partitions(self) -> Sequence[InputPartition]:
+        options = self.source_options
+
+        async def ranges(catalog: Catalog, parts: Sequence[PartitionInfo]) -> OffsetRanges:
+            starts = await resolve_offsets(catalog, parts, options.starting, options)
+            ends = await resolve_offsets(catalog, parts, options.ending, options)
+            return {tp: (starts[tp], ends[tp]) for tp in starts}
+
+        return self._plan(ranges)
+
+
+class TierproxyStreamReader(_SliceReading, DataSourceStreamReader):
+    """Micro-batches between the offsets of successive ``latestOffset`` calls."""
+
+    def initialOffset(self) -> StreamOffset:
+        return self._offsets(latest=False)
+
+    def latestOffset(self, start: StreamOffset | None = None, limit: Any = None) -> StreamOffset:
+        return self._offsets(latest=True)
+
+    def partitions(self, start: StreamOffset, end: StreamOffset) -> Sequence[InputPartition]:
+        async def ranges(catalog: Catalog, parts: Sequence[PartitionInfo]) -> OffsetRanges:
+            return {
+                (p.topic, p.partition): (
+                    _offset_of(start, p.topic, p.partition, default=0),
+                    _offset_of(end, p.topic, p.partition, default=0),
+                )
+                for p in parts
+            }
+
+        return self._plan(ranges)
+
+    def commit(self, end: StreamOffset) -> None:
+        """Nothing to release: every micro-batch opens and closes its own clients."""
+
+    def _offsets(self, *, latest: bool) -> StreamOffset:
+        options = self.source_options
+        bounds = Bounds(default=LATEST) if latest else options.starting
+
+        async def resolve() -> StreamOffset:
+            async with open_catalog(self.settings) as catalog:
+                parts = await catalog.partitions(options)
+                resolved = await resolve_offsets(catalog, parts, bounds, options)
+            offsets: StreamOffset = {}
+            for (topic, partition), offset in sorted(resolved.items()):
+                offsets.setdefault(topic, {})[str(partition)] = offset
+            return offsets
+
+        return asyncio.run(resolve())
+
+
+def _offset_of(offsets: Mapping[str, Mapping[str, int]], topic: str, partition: int, *, default: int) -> int:
+    return int(offsets.get(topic, {}).get(str(partition), default))
+
+
+def register(spark: Any) -> None:
+    """Make ``format("tierproxy")`` known to ``spark`` (once per session)."""
+    spark.dataSource.register(TierproxyDataSource)

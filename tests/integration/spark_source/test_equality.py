@@ -1,0 +1,92 @@
+"""``format("tierproxy")`` returns exactly the topic's records: compared with a direct
+consumer read (and Spark's own Kafka source) made before the broker deleted the tiered range.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pyspark.testing import assertDataFrameEqual
+
+from tests.integration.spark_source.conftest import Row, SourceTopic, comparable
+from tests.integration.tiered.support import READ_COMMITTED, READ_UNCOMMITTED
+
+pytestmark = [pytest.mark.integration, pytest.mark.spark]
+
+
+def load(spark: Any, source: SourceTopic, **options: str) -> Any:
+    reader = spark.read.format("tierproxy").option("subscribe", source.topic)
+    for key, value in {**source.settings, **options}.items():
+        reader = reader.option(key, value)
+    return comparable(reader.load())
+
+
+def without_headers(rows: list[Row]) -> list[Row]:
+    return [row[:7] for row in rows]
+
+
+def test_whole_topic_with_headers_equals_a_consumer_read(spark: Any, source_topic: SourceTopic) -> None:
+    frame = load(spark, source_topic, includeHeaders="true")
+    assertDataFrameEqual(frame, source_topic.rows[READ_UNCOMMITTED], checkRowOrder=True)
+
+
+def test_every_codec_and_transactions_from_remote_only(spark: Any, source_topic: SourceTopic) -> None:
+    """Without the broker's tail: the remote tier's records (every codec), and nothing else."""
+    frame = load(spark, source_topic, includeLocal="false")
+    rows = frame.collect()
+    assert rows, "nothing read from the remote tier"
+    last = {p: max(r.offset for r in rows if r.partition == p) for p in (0, 1)}
+    expected = [r for r in source_topic.rows[READ_UNCOMMITTED] if r[4] <= last[r[3]]]
+    assert all(last[p] >= source_topic.broker_log_starts[p] - 1 for p in last), last
+    assertDataFrameEqual(frame, without_headers(expected), checkRowOrder=True)
+
+
+def test_offsets(spark: Any, source_topic: SourceTopic) -> None:
+    starts = {"0": 17, "1": 250}
+    ends = {"0": 400, "1": -1}
+    frame = load(
+        spark,
+        source_topic,
+        startingOffsets=json.dumps({source_topic.topic: starts}),
+        endingOffsets=json.dumps({source_topic.topic: ends}),
+    )
+    stop = {0: 400, 1: source_topic.high_watermarks[1]}
+    expected = [
+        r
+        for r in source_topic.rows[READ_UNCOMMITTED]
+        if starts[str(r[3])] <= r[4] < stop[r[3]]
+    ]
+    assertDataFrameEqual(frame, without_headers(expected), checkRowOrder=True)
+
+
+def test_timestamps(spark: Any, source_topic: SourceTopic) -> None:
+    targets = sorted(source_topic.offsets_for_times)
+    first, last = targets[2], targets[-3]
+    frame = load(
+        spark, source_topic, startingTimestamp=str(first), endingTimestamp=str(last)
+    )
+    begin = dict(source_topic.offsets_for_times[first])
+    end = {
+        p: (o if o >= 0 else source_topic.high_watermarks[p])
+        for p, o in source_topic.offsets_for_times[last]
+    }
+    expected = [
+        r for r in source_topic.rows[READ_UNCOMMITTED] if begin[r[3]] <= r[4] < end[r[3]]
+    ]
+    assert expected
+    assertDataFrameEqual(frame, without_headers(expected), checkRowOrder=True)
+
+
+def test_read_committed_skips_aborted_transactions(spark: Any, source_topic: SourceTopic) -> None:
+    frame = load(spark, source_topic, isolationLevel="read_committed")
+    committed = source_topic.rows[READ_COMMITTED]
+    assert len(committed) < len(source_topic.rows[READ_UNCOMMITTED])
+    assertDataFrameEqual(frame, without_headers(committed), checkRowOrder=True)
+
+
+def test_same_rows_as_sparks_kafka_source(spark: Any, source_topic: SourceTopic) -> None:
+    """Spark's Kafka source read the topic through the broker before the deletion."""
+    frame = load(spark, source_topic, includeHeaders="true")
+    assertDataFrameEqual(frame, source_topic.kafka_source_rows, checkRowOrder=True)
