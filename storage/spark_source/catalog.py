@@ -199,7 +199,13 @@ class Catalog:
             key = (txn.producer_id, txn.first_offset)
             if key not in seen:
                 seen.add(key)
-                fresh.append(AbortedRange(producer_id=txn.producer_id, first_offset=txn.first_offset))
+                fresh.append(
+                    AbortedRange(
+                        producer_id=txn.producer_id,
+                        first_offset=txn.first_offset,
+                        last_offset=txn.last_offset,
+                    )
+                )
         return fresh
 
     async def remote_stable_end(self, part: PartitionInfo) -> int | None:

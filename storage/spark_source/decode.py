@@ -20,6 +20,7 @@ import heapq
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from protocol.compression import DecompressionError, decompress_records
 from protocol.records import (
@@ -37,6 +38,8 @@ __all__ = ["AbortedRange", "Columns", "TransactionFilter", "decode_batches"]
 
 Header = tuple[str, bytes | None]
 
+_UNKNOWN_END: Final = 2**63 - 1
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AbortedRange:
@@ -45,6 +48,10 @@ class AbortedRange:
 
     producer_id: int
     first_offset: int
+    last_offset: int | None = None
+    """The offset of its ABORT marker, where known (the transaction index has it; a Fetch
+    answer has not): a slice that starts after the marker never sees it, and must not
+    keep the producer's later batches aborted."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -69,9 +76,10 @@ class TransactionFilter:
     """Which transactional batches belong to aborted transactions (READ_COMMITTED)."""
 
     def __init__(self, aborted: Sequence[AbortedRange] = ()) -> None:
-        self._pending: list[tuple[int, int]] = []
+        self._pending: list[tuple[int, int, int]] = []
         self._seen: set[tuple[int, int]] = set()
-        self._active: set[int] = set()
+        self._active: dict[int, int] = {}
+        """Producer id -> the last offset its aborted transaction may hold."""
         self.add(aborted)
 
     def add(self, aborted: Sequence[AbortedRange]) -> None:
@@ -80,7 +88,8 @@ class TransactionFilter:
             key = (txn.first_offset, txn.producer_id)
             if key not in self._seen:  # successive Fetch answers repeat overlapping ones
                 self._seen.add(key)
-                heapq.heappush(self._pending, key)
+                last = _UNKNOWN_END if txn.last_offset is None else txn.last_offset
+                heapq.heappush(self._pending, (*key, last))
 
     def keeps(self, buf: bytes | memoryview, position: int, header: BatchHeader) -> bool:
         """Whether the batch at ``position`` is committed data (control batches never are).
@@ -88,13 +97,17 @@ class TransactionFilter:
         :raises CorruptRecordBatchError: if a control record cannot be read.
         """
         while self._pending and self._pending[0][0] <= header.last_offset:
-            self._active.add(heapq.heappop(self._pending)[1])
+            _first, producer, last = heapq.heappop(self._pending)
+            self._active[producer] = last
         if header.is_control:
             marker = read_control_record(buf, position, header)
             if marker.type is ControlType.ABORT:
-                self._active.discard(header.producer_id)
+                self._active.pop(header.producer_id, None)
             return False
-        return not (header.is_transactional and header.producer_id in self._active)
+        if not header.is_transactional:
+            return True
+        last = self._active.get(header.producer_id)
+        return last is None or header.base_offset > last
 
 
 def decode_batches(  # noqa: PLR0913 (the range, the filter and the output are all needed)
