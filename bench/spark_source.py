@@ -131,7 +131,9 @@ def tierproxy_frame(spark: Any, broker: BrokerInfo, target: Target, topic: str, 
         .option("tierproxy.remote.log.metadata.topic.partitions", "3")
     )
     for key, value in target.storage_settings().items():
-        reader = reader.option(f"tierproxy.{key}", str(value).lower() if isinstance(value, bool) else str(value))
+        reader = reader.option(
+            f"tierproxy.{key}", str(value).lower() if isinstance(value, bool) else str(value)
+        )
     return reader.load()
 
 
@@ -217,14 +219,34 @@ def main(argv: list[str] | None = None) -> None:
     bar_chart(
         args.out,
         [
-            ("scan throughput", "MB/s", {"full history": {"kafka": result["kafka_mb_per_s"], "tierproxy": result["tierproxy_mb_per_s"]}}),
-            ("CPU", "CPU-s per GiB", {"this process tree": {"kafka": result["kafka_cpu_s_per_gib"], "tierproxy": result["tierproxy_cpu_s_per_gib"]}}),
+            (
+                "scan throughput",
+                "MB/s",
+                {
+                    "full history": {
+                        "kafka": result["kafka_mb_per_s"],
+                        "tierproxy": result["tierproxy_mb_per_s"],
+                    }
+                },
+            ),
+            (
+                "CPU",
+                "CPU-s per GiB",
+                {
+                    "this process tree": {
+                        "kafka": result["kafka_cpu_s_per_gib"],
+                        "tierproxy": result["tierproxy_cpu_s_per_gib"],
+                    }
+                },
+            ),
         ],
         title=f"format('tierproxy') vs format('kafka'), {args.gib} GiB",
     )
     print(
-        f"median: kafka {result['kafka_mb_per_s']:.1f} MB/s ({result['kafka_rows_per_s']:.0f} rows/s), "
-        f"tierproxy {result['tierproxy_mb_per_s']:.1f} MB/s ({result['tierproxy_rows_per_s']:.0f} rows/s), "
+        f"median: kafka {result['kafka_mb_per_s']:.1f} MB/s "
+        f"({result['kafka_rows_per_s']:.0f} rows/s), "
+        f"tierproxy {result['tierproxy_mb_per_s']:.1f} MB/s "
+        f"({result['tierproxy_rows_per_s']:.0f} rows/s), "
         f"ratio {result['ratio_tierproxy_to_kafka']:.2f} (goal {GOAL_RATIO})"
     )
 

@@ -135,6 +135,8 @@ class DemoRun:
     """The broker's log start per partition before tiering."""
     log_start_after: dict[int, int] = field(default_factory=dict)
     """... and after the pipeline let it drop the tiered range."""
+    spark_count: int | None = None
+    """Records ``format("tierproxy")`` counted in the topic (the last step)."""
 
     @property
     def deletes(self) -> bool:
@@ -239,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
             _tier_steps(demo, reporter, work_dir)
             runner.run(_log_starts_after(demo, reporter))
             runner.run(_proxy_steps(demo, reporter, work_dir))
+            _spark_count_step(demo, reporter, work_dir)
     except ServerStartError as err:
         failure = f"could not start a server: {err}"
     except KafkaClientError as err:
@@ -415,6 +418,48 @@ async def _proxy_steps(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> No
             proxy.stop()
 
 
+def _spark_count_step(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> None:
+    """Count the topic with the Spark data source (remote tier + the broker's tail), in a
+    subprocess like the pipeline (the demo process never loads Spark), and compare."""
+    assert demo.config_path is not None
+    title = 'count the topic with Spark: spark.read.format("tierproxy")'
+    with reporter.step(title) as note:
+        log_path = work_dir / "spark-count.log"
+        with log_path.open("wb") as log:
+            counted = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "storage.spark_source.count",
+                    "--config",
+                    str(demo.config_path),
+                    "--topic",
+                    demo.options.topic,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=log,
+                timeout=_PIPELINE_TIMEOUT_S,
+                check=False,
+            )
+        if counted.returncode != 0:
+            tail = log_path.read_text(errors="replace").splitlines()[-20:]
+            raise PipelineError(
+                f"the Spark count exited with {counted.returncode} (log: {log_path}):\n"
+                + "\n".join(tail)
+            )
+        result = json.loads(counted.stdout.decode().strip().splitlines()[-1])
+        demo.spark_count = int(result["records"])
+        if demo.spark_count != demo.options.records:
+            demo.mismatches.append(
+                f"the Spark data source counted {demo.spark_count:,} records, "
+                f"{demo.options.records:,} were produced"
+            )
+        note(
+            f"{demo.spark_count:,} records in {result['slices']} Spark tasks "
+            f"({demo.options.records:,} produced)"
+        )
+
+
 def _record(index: int, value_bytes: int) -> tuple[bytes, bytes]:
     """Record ``index``: key ``k<index>`` and a value derived from it, so any mix-up shows."""
     key = f"k{index:09d}".encode()
@@ -541,6 +586,11 @@ def _print_summary(console: Console, demo: DemoRun, work_dir: Path) -> None:
         else f"[red]{len(demo.mismatches)} problems[/red]: " + "; ".join(demo.mismatches[:5])
     )
     table.add_row("verified", verdict)
+    if demo.spark_count is not None:
+        table.add_row(
+            "Spark data source",
+            f'{demo.spark_count:,} records counted by spark.read.format("tierproxy")',
+        )
     remote, local = _records_by_tier(demo)
     segments = sum(p.segments for p in demo.tiered)
     kept = options.work_dir is not None or bool(demo.mismatches)

@@ -12,9 +12,7 @@ __all__ = ["to_record_batch"]
 _MICROS_PER_MILLI = 1000
 
 
-def to_record_batch(
-    columns: Columns, *, topic: str, partition: int, include_headers: bool
-) -> Any:
+def to_record_batch(columns: Columns, *, topic: str, partition: int, include_headers: bool) -> Any:
     """A ``pyarrow.RecordBatch`` of the rows, in Spark's Kafka source schema."""
     import pyarrow as pa  # noqa: PLC0415 (executors only)
 

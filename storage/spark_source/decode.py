@@ -106,11 +106,11 @@ class TransactionFilter:
             return False
         if not header.is_transactional:
             return True
-        last = self._active.get(header.producer_id)
-        return last is None or header.base_offset > last
+        aborted_until = self._active.get(header.producer_id)
+        return aborted_until is None or header.base_offset > aborted_until
 
 
-def decode_batches(  # noqa: PLR0913 (the range, the filter and the output are all needed)
+def decode_batches(
     buf: bytes,
     columns: Columns,
     *,
@@ -142,7 +142,15 @@ def decode_batches(  # noqa: PLR0913 (the range, the filter and the output are a
         elif header.is_control:
             continue
         try:
-            _decode_records(buf, position, header, columns, from_offset, until_offset, include_headers)
+            _decode_records(
+                buf,
+                position,
+                header,
+                columns,
+                from_offset=from_offset,
+                until_offset=until_offset,
+                include_headers=include_headers,
+            )
         except (VarintError, ValueError, IndexError, struct.error, DecompressionError) as err:
             raise CorruptRecordBatchError(
                 f"records of the batch at offset {header.base_offset} cannot be decoded: {err}"
@@ -150,11 +158,12 @@ def decode_batches(  # noqa: PLR0913 (the range, the filter and the output are a
     return next_offset
 
 
-def _decode_records(  # noqa: C901, PLR0912, PLR0913, PLR0915 (the hot loop, kept in one frame on purpose)
+def _decode_records(  # noqa: C901 (the hot loop, kept in one frame on purpose)
     buf: bytes,
     position: int,
     header: BatchHeader,
     columns: Columns,
+    *,
     from_offset: int,
     until_offset: int,
     include_headers: bool,

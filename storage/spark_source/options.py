@@ -176,8 +176,7 @@ def _per_partition(text: str, name: str) -> dict[tuple[str, int], int]:
         }
     except (ValueError, AttributeError, TypeError) as err:
         raise ConfigError(
-            f'{name} must be earliest, latest or JSON like {{"topic": {{"0": 23}}}}, '
-            f"not {text!r}"
+            f'{name} must be earliest, latest or JSON like {{"topic": {{"0": 23}}}}, not {text!r}'
         ) from err
 
 

@@ -64,7 +64,9 @@ async def _fetch_remote(piece: RemoteSlice, settings: SourceSettings) -> bytes:
         await rsm.close()
 
 
-def _local_rows(piece: LocalSlice, settings: SourceSettings, *, include_headers: bool) -> Iterator[Any]:
+def _local_rows(
+    piece: LocalSlice, settings: SourceSettings, *, include_headers: bool
+) -> Iterator[Any]:
     """Fetch from the leader until ``until_offset`` (or the end the broker has)."""
     transactions = TransactionFilter() if piece.read_committed else None
     runner = asyncio.Runner()
@@ -90,7 +92,10 @@ def _local_rows(piece: LocalSlice, settings: SourceSettings, *, include_headers:
             )
             if len(columns):
                 yield to_record_batch(
-                    columns, topic=piece.topic, partition=piece.partition, include_headers=include_headers
+                    columns,
+                    topic=piece.topic,
+                    partition=piece.partition,
+                    include_headers=include_headers,
                 )
             if next_offset is None or next_offset <= offset:
                 if end <= offset:
@@ -125,18 +130,29 @@ async def _fetch_local(
     stable offset for READ_COMMITTED)."""
     (answer,) = await client.fetch(
         leader,
-        [FetchTarget(topic=piece.topic, partition=piece.partition, offset=offset, max_bytes=_FETCH_BYTES)],
+        [
+            FetchTarget(
+                topic=piece.topic, partition=piece.partition, offset=offset, max_bytes=_FETCH_BYTES
+            )
+        ],
         max_bytes=_FETCH_BYTES,
         isolation_level=_READ_COMMITTED if transactions is not None else _READ_UNCOMMITTED,
     )
     if answer.error != KafkaError.NONE:
         raise LocalReadError(
             f"Fetch of {piece.topic}-{piece.partition} at offset {offset}: {answer.error.name}"
-            + (" (the broker deleted it before it was read)" if answer.error == KafkaError.OFFSET_OUT_OF_RANGE else "")
+            + (
+                " (the broker deleted it before it was read)"
+                if answer.error == KafkaError.OFFSET_OUT_OF_RANGE
+                else ""
+            )
         )
     if transactions is not None:
         transactions.add(
-            [AbortedRange(producer_id=pid, first_offset=first) for pid, first in answer.aborted_transactions]
+            [
+                AbortedRange(producer_id=pid, first_offset=first)
+                for pid, first in answer.aborted_transactions
+            ]
         )
         return answer.records, answer.last_stable_offset
     return answer.records, answer.high_watermark

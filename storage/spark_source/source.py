@@ -139,7 +139,9 @@ class TierproxyStreamReader(_SliceReading, DataSourceStreamReader):
         return asyncio.run(resolve())
 
 
-def _offset_of(offsets: Mapping[str, Mapping[str, int]], topic: str, partition: int, *, default: int) -> int:
+def _offset_of(
+    offsets: Mapping[str, Mapping[str, int]], topic: str, partition: int, *, default: int
+) -> int:
     return int(offsets.get(topic, {}).get(str(partition), default))
 
 

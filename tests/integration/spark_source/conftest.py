@@ -58,7 +58,9 @@ def produce_with_headers(bootstrap: str, topic: str, records: int) -> None:
         {"bootstrap.servers": bootstrap, "linger.ms": 2, "compression.type": "snappy"}
     )
     for i in range(records):
-        headers = [("n", str(i).encode()), ("empty", None)] if i % 3 else []
+        headers: list[tuple[str, str | bytes | None]] = (
+            [("n", str(i).encode()), ("empty", None)] if i % 3 else []
+        )
         producer.produce(
             topic, value=b"h" * (i % 50), key=None, partition=i % PARTITIONS, headers=headers
         )
@@ -97,7 +99,7 @@ def consume_rows(bootstrap: str, topic: str, ends: Mapping[int, int], isolation:
                         message.offset(),
                         stamp,
                         kind - 1,  # librdkafka counts from 1 (0: not available)
-                        [(k, v) for k, v in headers] if headers else None,
+                        list(headers) if headers else None,
                     )
                 )
             positions = consumer.position([TopicPartition(topic, p) for p in ends])
@@ -176,7 +178,9 @@ def source_topic(
             settings={
                 "kafka.bootstrap.servers": broker.bootstrap,
                 **{
-                    f"tierproxy.{key}": str(value).lower() if isinstance(value, bool) else str(value)
+                    f"tierproxy.{key}": str(value).lower()
+                    if isinstance(value, bool)
+                    else str(value)
                     for key, value in storage_settings(s3, bucket, metadata_topic).items()
                 },
             },

@@ -17,8 +17,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 
 def load(spark: Any, source: SourceTopic, **options: str) -> Any:
+    """The data source's rows; up to the ends read before the deletion unless ``options``
+    say otherwise (the streaming test produces more)."""
+    ends = {source.topic: {str(p): end for p, end in source.high_watermarks.items()}}
     reader = spark.read.format("tierproxy").option("subscribe", source.topic)
-    for key, value in {**source.settings, **options}.items():
+    for key, value in {**source.settings, "endingOffsets": json.dumps(ends), **options}.items():
         reader = reader.option(key, value)
     return comparable(reader.load())
 
@@ -39,12 +42,16 @@ def assert_rows(frame: Any, expected: list[Row]) -> None:
     assertDataFrameEqual(frame, expected, checkRowOrder=True)
 
 
-def test_whole_topic_with_headers_equals_a_consumer_read(spark: Any, source_topic: SourceTopic) -> None:
+def test_whole_topic_with_headers_equals_a_consumer_read(
+    spark: Any, source_topic: SourceTopic
+) -> None:
     frame = load(spark, source_topic, includeHeaders="true")
     assert_rows(frame, source_topic.rows[READ_UNCOMMITTED])
 
 
-def test_every_codec_and_transactions_from_remote_only(spark: Any, source_topic: SourceTopic) -> None:
+def test_every_codec_and_transactions_from_remote_only(
+    spark: Any, source_topic: SourceTopic
+) -> None:
     """Without the broker's tail: the remote tier's records (every codec), and nothing else."""
     frame = load(spark, source_topic, includeLocal="false")
     rows = frame.collect()
@@ -74,9 +81,7 @@ def test_offsets(spark: Any, source_topic: SourceTopic) -> None:
     )
     stop = {0: 400, 1: source_topic.high_watermarks[1]}
     expected = [
-        r
-        for r in source_topic.rows[READ_UNCOMMITTED]
-        if starts[str(r[3])] <= r[4] < stop[r[3]]
+        r for r in source_topic.rows[READ_UNCOMMITTED] if starts[str(r[3])] <= r[4] < stop[r[3]]
     ]
     assert_rows(frame, without_headers(expected))
 
@@ -84,17 +89,13 @@ def test_offsets(spark: Any, source_topic: SourceTopic) -> None:
 def test_timestamps(spark: Any, source_topic: SourceTopic) -> None:
     targets = sorted(source_topic.offsets_for_times)
     first, last = targets[2], targets[-3]
-    frame = load(
-        spark, source_topic, startingTimestamp=str(first), endingTimestamp=str(last)
-    )
+    frame = load(spark, source_topic, startingTimestamp=str(first), endingTimestamp=str(last))
     begin = dict(source_topic.offsets_for_times[first])
     end = {
         p: (o if o >= 0 else source_topic.high_watermarks[p])
         for p, o in source_topic.offsets_for_times[last]
     }
-    expected = [
-        r for r in source_topic.rows[READ_UNCOMMITTED] if begin[r[3]] <= r[4] < end[r[3]]
-    ]
+    expected = [r for r in source_topic.rows[READ_UNCOMMITTED] if begin[r[3]] <= r[4] < end[r[3]]]
     assert expected
     assert_rows(frame, without_headers(expected))
 
@@ -110,3 +111,48 @@ def test_same_rows_as_sparks_kafka_source(spark: Any, source_topic: SourceTopic)
     """Spark's Kafka source read the topic through the broker before the deletion."""
     frame = load(spark, source_topic, includeHeaders="true")
     assert_rows(frame, source_topic.kafka_source_rows)
+
+
+def test_stream_starts_at_the_earliest_remote_offset_and_continues_into_live_data(
+    spark: Any, source_topic: SourceTopic, tmp_path: Any
+) -> None:
+    """One streaming query: the tiered history first, then records produced while it runs."""
+    reader = spark.readStream.format("tierproxy").option("subscribe", source_topic.topic)
+    for key, value in {**source_topic.settings, "startingOffsets": "earliest"}.items():
+        reader = reader.option(key, value)
+    name = f"stream_{source_topic.topic.replace('-', '_')}"
+    query = (
+        reader.load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        history = comparable(spark.table(name)).where(
+            " OR ".join(
+                f"(partition = {p} AND offset < {end})"
+                for p, end in source_topic.high_watermarks.items()
+            )
+        )
+        assert_rows(history, without_headers(source_topic.rows[READ_UNCOMMITTED]))
+        live = [(b"live-%d" % i, p) for i, p in enumerate([0, 1, 0, 1])]
+        produce_live(source_topic, live)
+        query.processAllAvailable()
+        rows = comparable(spark.table(name)).collect()
+        assert [
+            (r.key, r.partition) for r in rows if (r.key or b"").startswith(b"live-")
+        ] == sorted(live, key=lambda kp: (kp[1], kp[0]))
+        assert len(rows) >= len(source_topic.rows[READ_UNCOMMITTED]) + len(live)
+    finally:
+        query.stop()
+
+
+def produce_live(source: SourceTopic, records: list[tuple[bytes, int]]) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": source.settings["kafka.bootstrap.servers"]})
+    for key, partition in records:
+        producer.produce(source.topic, key=key, value=b"live", partition=partition)
+    producer.flush(30)
