@@ -15,7 +15,7 @@ on one code path.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import (
@@ -26,7 +26,7 @@ from pyspark.sql.datasource import (
 )
 
 from storage.spark_source.catalog import Catalog, PartitionInfo, open_catalog
-from storage.spark_source.options import LATEST, Bounds, SourceOptions, parse_options
+from storage.spark_source.options import EARLIEST, LATEST, Bounds, SourceOptions, parse_options
 from storage.spark_source.planner import OffsetRanges, plan_slices, resolve_offsets
 from storage.spark_source.read import read_slice
 from storage.spark_source.schema import kafka_schema
@@ -109,11 +109,16 @@ class TierproxyStreamReader(_SliceReading, DataSourceStreamReader):
         return self._offsets(latest=True)
 
     def partitions(self, start: StreamOffset, end: StreamOffset) -> Sequence[InputPartition]:
+        options = self.source_options
+
         async def ranges(catalog: Catalog, parts: Sequence[PartitionInfo]) -> OffsetRanges:
+            # A partition created since the last micro-batch starts at its earliest offset.
+            new = [p for p in parts if str(p.partition) not in start.get(p.topic, {})]
+            earliest = await resolve_offsets(catalog, new, Bounds(default=EARLIEST), options)
             return {
                 (p.topic, p.partition): (
-                    _offset_of(start, p.topic, p.partition, default=0),
-                    _offset_of(end, p.topic, p.partition, default=0),
+                    _offset_of(start, p, default=earliest.get((p.topic, p.partition), 0)),
+                    _offset_of(end, p, default=0),
                 )
                 for p in parts
             }
@@ -139,10 +144,8 @@ class TierproxyStreamReader(_SliceReading, DataSourceStreamReader):
         return asyncio.run(resolve())
 
 
-def _offset_of(
-    offsets: Mapping[str, Mapping[str, int]], topic: str, partition: int, *, default: int
-) -> int:
-    return int(offsets.get(topic, {}).get(str(partition), default))
+def _offset_of(offsets: StreamOffset, part: PartitionInfo, *, default: int) -> int:
+    return int(offsets.get(part.topic, {}).get(str(part.partition), default))
 
 
 def register(spark: Any) -> None:
