@@ -9,6 +9,9 @@ broker's (Kafka's ``fetchOffsetByTimestamp`` order).
 Slices: one per remote segment, or per ``maxSliceBytes`` of a large one, cut at offset-index
 entries (batch boundaries), so a task fetches one ranged GET of exactly the batches its
 offsets need; then one for the broker's tail. The ranges come from the offset index alone.
+For READ_COMMITTED the remote part ends at the first transaction still open at the remote
+tier's end (its marker is only in the broker's log, which the pipeline never deletes up to):
+the broker's tail, read at READ_COMMITTED, starts there.
 """
 
 from __future__ import annotations
@@ -116,9 +119,15 @@ async def _partition_slices(
     span = catalog.remote_span(part)
     reached = start
     segments: list[RemoteSegment] = []
-    if span is not None and start < span[1]:
+    remote_end = None if span is None else span[1]
+    if remote_end is not None and options.read_committed:
+        # Transactions open at the remote tier's end ended (or not) in the broker's log only:
+        # from the first of them on, the broker answers (its log start never passes it).
+        stable = await catalog.remote_stable_end(part)
+        remote_end = remote_end if stable is None else min(remote_end, stable)
+    if span is not None and remote_end is not None and start < remote_end:
         reached = max(start, span[0])
-        async for found in catalog.remote_segments(part, reached, min(until, span[1])):
+        async for found in catalog.remote_segments(part, reached, min(until, remote_end)):
             segments.append(found)
             reached = found.until_offset
     aborted = None
