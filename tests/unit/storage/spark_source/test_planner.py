@@ -1,0 +1,87 @@
+"""Slices planned over a real remote tier hold every record of the range exactly once, and
+large segments are cut into byte ranges at batch boundaries."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from storage.kafka_client import KafkaClient
+from storage.spark_source.catalog import Catalog, PartitionInfo
+from storage.spark_source.decode import Columns, decode_batches
+from storage.spark_source.options import parse_options
+from storage.spark_source.planner import plan_slices
+from storage.spark_source.slices import RemoteSlice
+from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch
+
+PART = PartitionInfo(topic=TP.topic, partition=TP.partition, leader=0, tp=TP)
+
+
+async def _plan_and_read(
+    segments: list[list[int]], start: int, until: int, max_slice_bytes: int
+) -> tuple[list[int], list[RemoteSlice], int]:
+    with tempfile.TemporaryDirectory() as root:
+        log = TieredLog.create(Path(root))
+        offset = 0
+        for counts in segments:
+            batches = []
+            for count in counts:
+                batches.append(data_batch(offset, count, value_size=40))
+                offset += count
+            await log.copy(batches)
+        catalog = Catalog(
+            client=KafkaClient("127.0.0.1:9"),  # never contacted: remote only, uncommitted
+            metadata=log.metadata,
+            rsm=log.rsm,
+            indexes=log.indexes,
+            reader=log.reader,
+        )
+        options = parse_options(
+            {"subscribe": TP.topic, "includeLocal": "false", "maxSliceBytes": str(max_slice_bytes)}
+        )
+        slices = await plan_slices(catalog, [PART], {(TP.topic, 0): (start, until)}, options)
+        offsets: list[int] = []
+        for piece in slices:
+            assert isinstance(piece, RemoteSlice)
+            data = await log.rsm.fetch_log_segment(
+                piece.segment, piece.start_position, piece.end_position
+            )
+            columns = Columns()
+            decode_batches(
+                data,
+                columns,
+                from_offset=piece.from_offset,
+                until_offset=piece.until_offset,
+                transactions=None,
+                include_headers=False,
+            )
+            offsets += columns.offsets
+        await log.close()
+        return offsets, [s for s in slices if isinstance(s, RemoteSlice)], offset
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    segments=st.lists(st.lists(st.integers(1, 12), min_size=1, max_size=8), min_size=1, max_size=4),
+    bounds=st.tuples(st.integers(0, 120), st.integers(0, 120)),
+    max_slice_bytes=st.sampled_from([1, 300, 1000, 1 << 20]),
+)
+def test_slices_hold_every_record_of_the_range_once(
+    segments: list[list[int]], bounds: tuple[int, int], max_slice_bytes: int
+) -> None:
+    start, until = min(bounds), max(bounds)
+    offsets, slices, end = asyncio.run(_plan_and_read(segments, start, until, max_slice_bytes))
+    assert offsets == list(range(start, min(until, end)))
+    for piece in slices:
+        assert piece.start_position < piece.end_position <= piece.segment.segment_size_in_bytes
+
+
+def test_a_large_segment_is_read_as_several_byte_ranges() -> None:
+    offsets, slices, end = asyncio.run(_plan_and_read([[10] * 40], 0, 10**6, 2000))
+    assert offsets == list(range(end))
+    assert len(slices) > 3
+    assert all(a.end_position == b.start_position for a, b in zip(slices, slices[1:], strict=False))
