@@ -4,6 +4,7 @@ large segments are cut into byte ranges at batch boundaries."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -84,4 +85,4 @@ def test_a_large_segment_is_read_as_several_byte_ranges() -> None:
     offsets, slices, end = asyncio.run(_plan_and_read([[10] * 40], 0, 10**6, 2000))
     assert offsets == list(range(end))
     assert len(slices) > 3
-    assert all(a.end_position == b.start_position for a, b in zip(slices, slices[1:], strict=False))
+    assert all(a.end_position == b.start_position for a, b in itertools.pairwise(slices))
