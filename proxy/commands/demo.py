@@ -7,8 +7,11 @@ Kafka: a broker with a topic, the tiering pipeline on local Spark copying closed
 local-directory remote tier and then letting the broker drop them (its log start moves up:
 the broker can no longer serve those offsets), ``tierproxy serve`` in front of the broker, and
 an unmodified consumer reading from offset 0 through the proxy across the remote/local
-boundary. The pipeline and the proxy run as the real ``tierproxy tier`` and ``tierproxy
-serve`` commands, in subprocesses, with one generated config file that the summary names.
+boundary; last, ``spark.read.format("tierproxy")`` counts the topic (remote tier and the
+broker's tail) and the count is compared with what was produced. The pipeline, the proxy and
+the count run as subprocesses (``tierproxy tier``, ``tierproxy serve``,
+``python -m storage.spark_source.count``), with one generated config file that the summary
+names.
 
 With ``--broker tansu`` (a broker that never deletes anything) the tiered range stays on the
 broker and the proxy's offload policy serves it from the remote tier instead.
@@ -62,7 +65,8 @@ local-directory remote tier with Kafka's index files and KIP-405 metadata and th
 broker drop them (DeleteRecords: the broker's log start moves past the tiered range); start
 the proxy (tierproxy serve) with the remote tier; consume every partition from offset 0
 through the proxy, check that every record came back exactly and in order, and
-say how many were served from the remote tier and how many by the broker.
+say how many were served from the remote tier and how many by the broker; finally count the
+topic with the Spark data source (spark.read.format("tierproxy")) and compare.
 
 Apache Kafka's jars come from Maven Central (fetched once into .kafka/ by `make kafka-jars`,
 or here if missing). KAFKA_BOOTSTRAP=HOST:PORT uses a running broker as is, and KAFKA_HOME=DIR
@@ -351,24 +355,37 @@ def _tierproxy(*arguments: str) -> list[str]:
     return [sys.executable, "-m", "proxy.cli", *arguments]
 
 
+def _run_logged(command: list[str], log_path: Path, *, what: str) -> str:
+    """Run a step's subprocess with its output in ``log_path``; its standard output.
+
+    :raises PipelineError: with the log's tail, when it fails.
+    """
+    with log_path.open("wb") as log:
+        done = subprocess.run(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            timeout=_PIPELINE_TIMEOUT_S,
+            check=False,
+        )
+        log.write(done.stdout)
+    if done.returncode != 0:
+        tail = log_path.read_text(errors="replace").splitlines()[-20:]
+        raise PipelineError(
+            f"{what} exited with {done.returncode} (log: {log_path}):\n" + "\n".join(tail)
+        )
+    return done.stdout.decode(errors="replace")
+
+
 def _tier_steps(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> None:
     demo.config_path = config = _write_config(demo, work_dir)
     with reporter.step("tier closed ranges: tierproxy tier --once (Spark local[2])") as note:
         log_path = work_dir / "tier.log"
-        with log_path.open("wb") as log:
-            tier = subprocess.run(
-                _tierproxy("tier", "--once", "--master", "local[2]", "--config", str(config)),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                timeout=_PIPELINE_TIMEOUT_S,
-                check=False,
-            )
-        if tier.returncode != 0:
-            tail = log_path.read_text(errors="replace").splitlines()[-20:]
-            raise PipelineError(
-                f"tierproxy tier exited with {tier.returncode} (log: {log_path}):\n"
-                + "\n".join(tail)
-            )
+        _run_logged(
+            _tierproxy("tier", "--once", "--master", "local[2]", "--config", str(config)),
+            log_path,
+            what="tierproxy tier",
+        )
         if demo.options.work_dir is not None:
             note(f"log in {log_path}")
     with reporter.step("read the tiering status: tierproxy status") as note:
@@ -425,29 +442,13 @@ def _spark_count_step(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> Non
     title = 'count the topic with Spark: spark.read.format("tierproxy")'
     with reporter.step(title) as note:
         log_path = work_dir / "spark-count.log"
-        with log_path.open("wb") as log:
-            counted = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "storage.spark_source.count",
-                    "--config",
-                    str(demo.config_path),
-                    "--topic",
-                    demo.options.topic,
-                ],
-                stdout=subprocess.PIPE,
-                stderr=log,
-                timeout=_PIPELINE_TIMEOUT_S,
-                check=False,
-            )
-        if counted.returncode != 0:
-            tail = log_path.read_text(errors="replace").splitlines()[-20:]
-            raise PipelineError(
-                f"the Spark count exited with {counted.returncode} (log: {log_path}):\n"
-                + "\n".join(tail)
-            )
-        result = json.loads(counted.stdout.decode().strip().splitlines()[-1])
+        command = [sys.executable, "-m", "storage.spark_source.count"]
+        counted = _run_logged(
+            [*command, "--config", str(demo.config_path), "--topic", demo.options.topic],
+            log_path,
+            what="the Spark count",
+        )
+        result = json.loads(counted.strip().splitlines()[-1])
         demo.spark_count = int(result["records"])
         if demo.spark_count != demo.options.records:
             demo.mismatches.append(

@@ -158,7 +158,7 @@ def decode_batches(
     return next_offset
 
 
-def _decode_records(  # noqa: C901 (the hot loop, kept in one frame on purpose)
+def _decode_records(
     buf: bytes,
     position: int,
     header: BatchHeader,
@@ -200,24 +200,8 @@ def _decode_records(  # noqa: C901 (the hot loop, kept in one frame on purpose)
         if offset < from_offset or offset >= until_offset:
             point = end
             continue
-        byte = data[point]
-        if byte < 0x80:
-            size, point = (byte >> 1) ^ -(byte & 1), point + 1
-        else:
-            size, point = decode_varint(data, point)
-        if size < 0:
-            key = None
-        else:
-            key, point = data[point : point + size], point + size
-        byte = data[point]
-        if byte < 0x80:
-            size, point = (byte >> 1) ^ -(byte & 1), point + 1
-        else:
-            size, point = decode_varint(data, point)
-        if size < 0:
-            value = None
-        else:
-            value, point = data[point : point + size], point + size
+        key, point = _nullable_bytes(data, point)
+        value, point = _nullable_bytes(data, point)
         if point > end:
             raise ValueError(f"record at offset {offset} overruns its length")
         keys.append(key)
@@ -230,6 +214,18 @@ def _decode_records(  # noqa: C901 (the hot loop, kept in one frame on purpose)
         point = end
 
 
+def _nullable_bytes(data: bytes, point: int) -> tuple[bytes | None, int]:
+    """A varint-length-prefixed key or value (``None`` for length -1) and what follows."""
+    byte = data[point]
+    if byte < 0x80:
+        size, point = (byte >> 1) ^ -(byte & 1), point + 1
+    else:
+        size, point = decode_varint(data, point)
+    if size < 0:
+        return None, point
+    return data[point : point + size], point + size
+
+
 def _headers(data: bytes, point: int, end: int) -> list[Header] | None:
     """The record headers from ``point`` (their count) to the record's ``end``."""
     count, point = decode_varint(data, point)
@@ -237,15 +233,9 @@ def _headers(data: bytes, point: int, end: int) -> list[Header] | None:
         return None
     found: list[Header] = []
     for _ in range(count):
-        size, point = decode_varint(data, point)
-        name = data[point : point + size].decode("utf-8")
-        point += size
-        size, point = decode_varint(data, point)
-        if size < 0:
-            found.append((name, None))
-        else:
-            found.append((name, data[point : point + size]))
-            point += size
+        name, point = _nullable_bytes(data, point)
+        value, point = _nullable_bytes(data, point)
+        found.append(((name or b"").decode("utf-8"), value))
     if point > end:
         raise ValueError("record headers overrun the record")
     return found

@@ -19,7 +19,7 @@ from storage.spark_source.decode import AbortedRange, Columns, TransactionFilter
 from storage.spark_source.settings import SourceSettings
 from storage.spark_source.slices import LocalSlice, RemoteSlice, Slice
 
-__all__ = ["LocalReadError", "read_slice"]
+__all__ = ["LocalReadError", "read_slice", "remote_columns"]
 
 _FETCH_BYTES: Final = 16 * 1024 * 1024
 """Bytes per Fetch of the broker's tail: large enough that a fetch costs little against
@@ -41,7 +41,19 @@ def read_slice(piece: Slice, settings: SourceSettings, *, include_headers: bool)
 
 
 def _remote_rows(piece: RemoteSlice, settings: SourceSettings, *, include_headers: bool) -> Any:
-    data = asyncio.run(_fetch_remote(piece, settings))
+    columns = remote_columns(
+        piece, asyncio.run(_fetch_remote(piece, settings)), include_headers=include_headers
+    )
+    return to_record_batch(
+        columns, topic=piece.topic, partition=piece.partition, include_headers=include_headers
+    )
+
+
+def remote_columns(piece: RemoteSlice, data: bytes, *, include_headers: bool) -> Columns:
+    """The rows of a remote slice from its bytes (``data``: the slice's byte range).
+
+    :raises CorruptRecordBatchError: if a batch cannot be decoded.
+    """
     columns = Columns()
     decode_batches(
         data,
@@ -51,9 +63,7 @@ def _remote_rows(piece: RemoteSlice, settings: SourceSettings, *, include_header
         transactions=None if piece.aborted is None else TransactionFilter(piece.aborted),
         include_headers=include_headers,
     )
-    return to_record_batch(
-        columns, topic=piece.topic, partition=piece.partition, include_headers=include_headers
-    )
+    return columns
 
 
 async def _fetch_remote(piece: RemoteSlice, settings: SourceSettings) -> bytes:

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from storage.kafka_client import KafkaClient
 from storage.spark_source.catalog import Catalog, PartitionInfo
-from storage.spark_source.decode import Columns, decode_batches
 from storage.spark_source.options import parse_options
 from storage.spark_source.planner import plan_slices
+from storage.spark_source.read import remote_columns
 from storage.spark_source.slices import RemoteSlice
 from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch
 
@@ -51,15 +51,7 @@ async def _plan_and_read(
             data = await log.rsm.fetch_log_segment(
                 piece.segment, piece.start_position, piece.end_position
             )
-            columns = Columns()
-            decode_batches(
-                data,
-                columns,
-                from_offset=piece.from_offset,
-                until_offset=piece.until_offset,
-                transactions=None,
-                include_headers=False,
-            )
+            columns = remote_columns(piece, data, include_headers=False)
             offsets += columns.offsets
         await log.close()
         return offsets, [s for s in slices if isinstance(s, RemoteSlice)], offset
