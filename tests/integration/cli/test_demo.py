@@ -3,7 +3,7 @@
 It starts its own broker, runs the real pipeline and proxy commands in subprocesses, and
 must exit 0 only when every record came back through the proxy, part of them from the
 remote tier: on Apache Kafka (the default) because the broker deleted them, on Tansu because
-the offload policy serves them.
+the offload policy serves them; and when the Spark data source counted what was produced.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def run_demo(*arguments: str, environment: dict[str, str]) -> subprocess.Complet
         [sys.executable, "-m", "proxy.cli", "demo", *arguments],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=480,
         env=environment,
         check=False,
     )
@@ -45,6 +45,7 @@ def test_demo_reads_every_record_across_the_tier_boundary(broker: str, tmp_path:
         environment=environment,
     )
     assert "every record came back exactly, in order" in result.stdout
+    assert '6,000 records counted by spark.read.format("tierproxy")' in result.stdout
     served_remote = next(
         line for line in result.stdout.splitlines() if "served from remote tier" in line
     )
