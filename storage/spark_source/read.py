@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from protocol.errors import KafkaError
-from storage.kafka_client import FetchTarget, KafkaClient
 from storage.rsm.factory import create_remote_storage
 from storage.spark_source.arrow import to_record_batch
 from storage.spark_source.decode import AbortedRange, Columns, TransactionFilter, decode_batches
 from storage.spark_source.settings import SourceSettings
 from storage.spark_source.slices import LocalSlice, RemoteSlice, Slice
+
+if TYPE_CHECKING:
+    from storage.kafka_client import KafkaClient
 
 __all__ = ["LocalReadError", "read_slice", "remote_columns"]
 
@@ -78,6 +80,9 @@ def _local_rows(
     piece: LocalSlice, settings: SourceSettings, *, include_headers: bool
 ) -> Iterator[Any]:
     """Fetch from the leader until ``until_offset`` (or the end the broker has)."""
+    # The Kafka client (and kio) load only in tasks that read the broker's tail.
+    from storage.kafka_client import KafkaClient  # noqa: PLC0415
+
     transactions = TransactionFilter() if piece.read_committed else None
     runner = asyncio.Runner()
     client = KafkaClient(
@@ -138,6 +143,8 @@ async def _fetch_local(
 ) -> tuple[bytes, int]:
     """Batches from ``offset`` and the broker's end (its high watermark, or its last
     stable offset for READ_COMMITTED)."""
+    from storage.kafka_client import FetchTarget  # noqa: PLC0415 (see _local_rows)
+
     (answer,) = await client.fetch(
         leader,
         [

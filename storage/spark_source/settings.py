@@ -11,7 +11,6 @@ from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.spark_source.options import SourceOptions
-from storage.tiering.job import load_tiering_settings
 
 __all__ = ["SourceSettings", "load_source_settings"]
 
@@ -34,6 +33,9 @@ def load_source_settings(options: SourceOptions) -> SourceSettings:
 
     :raises ConfigError: for an unreadable file or an invalid setting.
     """
+    # The pipeline's module (rich, its Spark stages) loads on the driver only.
+    from storage.tiering.job import load_tiering_settings  # noqa: PLC0415
+
     path = Path(options.config_path) if options.config_path else None
     loaded = load_tiering_settings(path, dict(options.settings))
     return SourceSettings(

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -25,12 +25,14 @@ from pyspark.sql.datasource import (
     InputPartition,
 )
 
-from storage.spark_source.catalog import Catalog, PartitionInfo, open_catalog
 from storage.spark_source.options import EARLIEST, LATEST, Bounds, SourceOptions, parse_options
-from storage.spark_source.planner import OffsetRanges, plan_slices, resolve_offsets
 from storage.spark_source.read import read_slice
 from storage.spark_source.schema import kafka_schema
 from storage.spark_source.settings import SourceSettings, load_source_settings
+
+if TYPE_CHECKING:
+    from storage.spark_source.catalog import Catalog, PartitionInfo
+    from storage.spark_source.planner import OffsetRanges
 
 __all__ = ["TierproxyDataSource", "register"]
 
@@ -68,6 +70,11 @@ class _SliceReading:
         self.settings = settings
 
     def _plan(self, ranges_of: Any) -> list[InputPartition]:
+        # The driver's modules (the metadata manager, the Kafka client) load only here: every
+        # query unpickles the reader in fresh Python workers, which need none of them.
+        from storage.spark_source.catalog import open_catalog  # noqa: PLC0415
+        from storage.spark_source.planner import plan_slices  # noqa: PLC0415
+
         async def plan() -> list[InputPartition]:
             async with open_catalog(self.settings) as catalog:
                 parts = await catalog.partitions(self.source_options)
@@ -89,6 +96,8 @@ class TierproxyReader(_SliceReading, DataSourceReader):
     """A batch query over the offsets the starting and ending bounds stand for."""
 
     def partitions(self) -> Sequence[InputPartition]:
+        from storage.spark_source.planner import resolve_offsets  # noqa: PLC0415 (driver only)
+
         options = self.source_options
 
         async def ranges(catalog: Catalog, parts: Sequence[PartitionInfo]) -> OffsetRanges:
@@ -109,6 +118,8 @@ class TierproxyStreamReader(_SliceReading, DataSourceStreamReader):
         return self._offsets(latest=True)
 
     def partitions(self, start: StreamOffset, end: StreamOffset) -> Sequence[InputPartition]:
+        from storage.spark_source.planner import resolve_offsets  # noqa: PLC0415 (driver only)
+
         options = self.source_options
 
         async def ranges(catalog: Catalog, parts: Sequence[PartitionInfo]) -> OffsetRanges:
@@ -131,6 +142,8 @@ class TierproxyStreamReader(_SliceReading, DataSourceStreamReader):
     def _offsets(self, *, latest: bool) -> StreamOffset:
         options = self.source_options
         bounds = Bounds(default=LATEST) if latest else options.starting
+        from storage.spark_source.catalog import open_catalog  # noqa: PLC0415 (driver only)
+        from storage.spark_source.planner import resolve_offsets  # noqa: PLC0415
 
         async def resolve() -> StreamOffset:
             async with open_catalog(self.settings) as catalog:
