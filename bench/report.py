@@ -129,6 +129,12 @@ BENCHMARKS = (
         goals="the proxy stays up; every consumer gets every record exactly once; RSS "
         "bounded (before vs after); one log line per bad connection, rate-limited.",
     ),
+    Benchmark(
+        name="spark_source",
+        question='Spark: a full-history scan with format("tierproxy") from the remote tier vs '
+        "Spark's Kafka source through the broker, in the same Spark.",
+        goals='format("tierproxy") ≥ 2 x format("kafka") in MB/s; CPU-s per GiB reported for both.',
+    ),
 )
 
 

@@ -155,7 +155,7 @@ def summary(pairs: list[Any]) -> dict[str, float]:
         "tierproxy_rows_per_s": median([p.b.rows_per_s for p in pairs]),
         "kafka_mb_per_s": median([p.a.mb_per_s for p in pairs]),
         "tierproxy_mb_per_s": median([p.b.mb_per_s for p in pairs]),
-        "ratio_tierproxy_to_kafka": median([p.b.mb_per_s / p.a.mb_per_s for p in pairs]),
+        "tierproxy_to_kafka_ratio": median([p.b.mb_per_s / p.a.mb_per_s for p in pairs]),
         "kafka_cpu_s_per_gib": median([p.a.cpu_per_gib(p.a.cpu_s) for p in pairs]),
         "tierproxy_cpu_s_per_gib": median([p.b.cpu_per_gib(p.b.cpu_s) for p in pairs]),
         "kafka_broker_cpu_s_per_gib": median([p.a.cpu_per_gib(p.a.broker_cpu_s) for p in pairs]),
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> None:
         f"({result['kafka_rows_per_s']:.0f} rows/s), "
         f"tierproxy {result['tierproxy_mb_per_s']:.1f} MB/s "
         f"({result['tierproxy_rows_per_s']:.0f} rows/s), "
-        f"ratio {result['ratio_tierproxy_to_kafka']:.2f} (goal {GOAL_RATIO})"
+        f"ratio {result['tierproxy_to_kafka_ratio']:.2f} (goal {GOAL_RATIO})"
     )
 
 

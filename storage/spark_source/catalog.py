@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -23,7 +23,7 @@ from protocol.indexes.producer_snapshot import NO_TXN, parse_producer_snapshot
 from protocol.indexes.transaction_index import parse_transaction_index
 from storage.chunk_cache import ChunkCache
 from storage.index_cache import RemoteIndexCache
-from storage.kafka_client import KafkaClient, KafkaClientError
+from storage.kafka_client import FetchTarget, KafkaClient, KafkaClientError
 from storage.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
 from storage.remote_reader import RemoteLogReader
 from storage.rlmm.cache import RemoteLogMetadataCache, agreeing_end
@@ -145,6 +145,48 @@ class Catalog:
                     )
                 answers[answer.topic, answer.partition] = answer.offset
         return answers
+
+    async def broker_ends(
+        self,
+        parts: Sequence[PartitionInfo],
+        starts: Mapping[tuple[str, int], int],
+        *,
+        read_committed: bool,
+    ) -> dict[tuple[str, int], int]:
+        """Each partition's end as a Fetch reports it: the high watermark, or the last stable
+        offset for READ_COMMITTED (Tansu answers ListOffsets LATEST with the last batch's base
+        offset, so the log end is taken from a Fetch, as the pipeline does).
+
+        :raises SourceError: when the broker answers an error for a partition.
+        """
+        by_leader: dict[int, list[PartitionInfo]] = defaultdict(list)
+        for part in parts:
+            by_leader[part.leader].append(part)
+        ends: dict[tuple[str, int], int] = {}
+        isolation = _READ_COMMITTED if read_committed else _READ_UNCOMMITTED
+        for leader, group in by_leader.items():
+            targets = [
+                FetchTarget(
+                    topic=p.topic,
+                    partition=p.partition,
+                    offset=starts[p.topic, p.partition],
+                    max_bytes=1,
+                )
+                for p in group
+            ]
+            try:
+                answers = await self._client.fetch(leader, targets, isolation_level=isolation)
+            except KafkaClientError as err:
+                raise SourceError(f"Fetch from broker {leader} failed: {err}") from err
+            for answer in answers:
+                if answer.error != KafkaError.NONE:
+                    raise SourceError(
+                        f"Fetch of {answer.topic}-{answer.partition}: {answer.error.name}"
+                    )
+                stable = answer.last_stable_offset
+                end = stable if read_committed and stable >= 0 else answer.high_watermark
+                ends[answer.topic, answer.partition] = end
+        return ends
 
     async def remote_offset_for_time(self, part: PartitionInfo, timestamp: int) -> int | None:
         """The first remote offset with a timestamp at or after ``timestamp``."""

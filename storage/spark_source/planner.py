@@ -3,7 +3,8 @@
 Offsets: a bound (earliest, latest, an offset, a timestamp) becomes an offset per partition.
 The remote tier answers first, the broker for what it does not hold (``includeLocal``):
 earliest is the remote log start, latest the broker's high watermark (its last stable offset
-for READ_COMMITTED), and a timestamp is looked up in the remote time indexes before the
+for READ_COMMITTED; both from a Fetch, as some brokers answer ListOffsets LATEST with the last
+batch's base offset), and a timestamp is looked up in the remote time indexes before the
 broker's (Kafka's ``fetchOffsetByTimestamp`` order).
 
 Slices: one per remote segment, or per ``maxSliceBytes`` of a large one, cut at offset-index
@@ -29,7 +30,6 @@ OffsetRanges = Mapping[tuple[str, int], tuple[int, int]]
 """``[from, until)`` per ``(topic, partition)``."""
 
 _EARLIEST: Final = -2
-_LATEST: Final = -1
 
 
 class _Resolver:
@@ -42,6 +42,7 @@ class _Resolver:
         self._parts = parts
         self._options = options
         self._broker: dict[int, dict[tuple[str, int], int]] = {}
+        self._ends: dict[tuple[str, int], int] | None = None
 
     async def _broker_answer(self, part: PartitionInfo, timestamp: int) -> int:
         if timestamp not in self._broker:
@@ -57,7 +58,15 @@ class _Resolver:
 
     async def latest(self, part: PartitionInfo) -> int:
         if self._options.include_local:
-            return await self._broker_answer(part, _LATEST)
+            if self._ends is None:
+                starts = {
+                    (p.topic, p.partition): await self._broker_answer(p, _EARLIEST)
+                    for p in self._parts
+                }
+                self._ends = await self._catalog.broker_ends(
+                    self._parts, starts, read_committed=self._options.read_committed
+                )
+            return self._ends[part.topic, part.partition]
         span = self._catalog.remote_span(part)
         if span is None:
             return await self.earliest(part)
