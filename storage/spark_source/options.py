@@ -23,11 +23,10 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Final
+from typing import Final
 
 from storage.config import ConfigError
 
@@ -83,8 +82,9 @@ class SourceOptions:
     include_headers: bool
     max_slice_bytes: int
     config_path: str | None
-    settings: Mapping[str, Any]
-    """Setting overrides (Kafka's dotted names), typed as TOML would type them."""
+    settings: Mapping[str, str]
+    """Setting overrides (Kafka's dotted names), as given: typed when loaded
+    (:func:`storage.spark_source.settings.load_source_settings`)."""
 
     def matches(self, topic: str) -> bool:
         """Whether ``topic`` is subscribed."""
@@ -203,21 +203,13 @@ def _positive(opts: Mapping[str, str], key: str, default: int) -> int:
     return value
 
 
-def _settings(opts: Mapping[str, str]) -> dict[str, Any]:
-    """``tierproxy.<setting>`` options and ``kafka.bootstrap.servers``, typed like TOML."""
+def _settings(opts: Mapping[str, str]) -> dict[str, str]:
+    """``tierproxy.<setting>`` options and ``kafka.bootstrap.servers``."""
     settings = {
-        key.removeprefix(_SETTING_PREFIX): _toml_value(value)
+        key.removeprefix(_SETTING_PREFIX): value
         for key, value in opts.items()
         if key.startswith(_SETTING_PREFIX)
     }
     if "kafka.bootstrap.servers" in opts:
         settings["bootstrap.servers"] = opts["kafka.bootstrap.servers"]
     return settings
-
-
-def _toml_value(text: str) -> Any:
-    """``"2"`` as 2, ``"true"`` as True, anything TOML cannot read as the string itself."""
-    try:
-        return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
-        return text

@@ -4,9 +4,13 @@ the file is shared with the proxy's)."""
 
 from __future__ import annotations
 
+import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from storage.config import describe
 from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
@@ -28,6 +32,29 @@ class SourceSettings:
     request_timeout_ms: int
 
 
+def typed_settings(options: Mapping[str, str]) -> dict[str, Any]:
+    """Spark's option values are strings: a setting declared ``str`` keeps the text (a bucket
+    or prefix may look like a number), any other is read as TOML reads it (``3``, ``true``,
+    ``["a"]``)."""
+    from storage.tiering.config import TIERING_CONFIG_CLASSES  # noqa: PLC0415 (driver only)
+
+    textual = {
+        info.key
+        for config_class in TIERING_CONFIG_CLASSES
+        for info in describe(config_class)
+        if info.type_name in ("str", "str | None")
+    }
+    return {key: value if key in textual else _toml_value(value) for key, value in options.items()}
+
+
+def _toml_value(text: str) -> Any:
+    """``"2"`` as 2, ``"true"`` as True; what TOML cannot read stays the text."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
 def load_source_settings(options: SourceOptions) -> SourceSettings:
     """Read ``options.config_path`` (if any) with ``options.settings`` over it.
 
@@ -37,7 +64,7 @@ def load_source_settings(options: SourceOptions) -> SourceSettings:
     from storage.tiering.job import load_tiering_settings  # noqa: PLC0415
 
     path = Path(options.config_path) if options.config_path else None
-    loaded = load_tiering_settings(path, dict(options.settings))
+    loaded = load_tiering_settings(path, typed_settings(options.settings))
     return SourceSettings(
         storage=loaded.storage,
         metadata=loaded.metadata,

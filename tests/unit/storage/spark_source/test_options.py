@@ -6,6 +6,7 @@ import pytest
 
 from storage.config import ConfigError
 from storage.spark_source.options import Bound, BoundKind, parse_options
+from storage.spark_source.settings import typed_settings
 
 
 def test_defaults_are_sparks_batch_and_stream_defaults() -> None:
@@ -48,20 +49,22 @@ def test_pattern_matches_whole_names() -> None:
     assert options.matches("orders-eu") and not options.matches("x-orders-eu")
 
 
-def test_settings_are_typed_like_toml_and_bootstrap_is_kafkas_option() -> None:
+def test_settings_are_typed_by_their_declared_type() -> None:
     options = parse_options(
         {
             "subscribe": "t",
             "kafka.bootstrap.servers": "127.0.0.1:9092",
             "tierproxy.remote.log.metadata.topic.partitions": "3",
             "tierproxy.remote.log.storage.s3.path.style.access": "true",
+            "tierproxy.remote.log.storage.prefix": "20261124",
             "tierproxy.remote.log.storage.s3.endpoint": "http://127.0.0.1:8333",
         }
     )
-    assert options.settings == {
+    assert typed_settings(options.settings) == {
         "bootstrap.servers": "127.0.0.1:9092",
         "remote.log.metadata.topic.partitions": 3,
         "remote.log.storage.s3.path.style.access": True,
+        "remote.log.storage.prefix": "20261124",  # a str setting keeps digits as text
         "remote.log.storage.s3.endpoint": "http://127.0.0.1:8333",
     }
 
