@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 
 _READ_COMMITTED: Final = 1
 _READ_UNCOMMITTED: Final = 0
+_FETCH_WAIT_MS: Final = 100
+"""Tansu answers a Fetch with no partitions at all when it may not wait; Kafka, asked for
+``min_bytes`` 0, answers at once anyway."""
 _INDEX_CACHE_BYTES: Final = 64 * 1024 * 1024
 _INDEX_TTL_SECONDS: Final = 600.0
 _CHUNK_CACHE_BYTES: Final = 16 * 1024 * 1024
@@ -159,33 +162,33 @@ class Catalog:
 
         :raises SourceError: when the broker answers an error for a partition.
         """
-        by_leader: dict[int, list[PartitionInfo]] = defaultdict(list)
+        groups: dict[tuple[int, str], list[PartitionInfo]] = defaultdict(list)
         for part in parts:
-            by_leader[part.leader].append(part)
+            groups[part.leader, part.topic].append(part)
         ends: dict[tuple[str, int], int] = {}
         isolation = _READ_COMMITTED if read_committed else _READ_UNCOMMITTED
-        for leader, group in by_leader.items():
+        for (leader, topic), group in groups.items():
             targets = [
                 FetchTarget(
-                    topic=p.topic,
+                    topic=topic,
                     partition=p.partition,
-                    offset=starts[p.topic, p.partition],
+                    offset=starts[topic, p.partition],
                     max_bytes=1,
                 )
                 for p in group
             ]
             try:
-                answers = await self._client.fetch(leader, targets, isolation_level=isolation)
+                answers = await self._client.fetch(
+                    leader, targets, isolation_level=isolation, max_wait_ms=_FETCH_WAIT_MS
+                )
             except KafkaClientError as err:
                 raise SourceError(f"Fetch from broker {leader} failed: {err}") from err
-            for answer in answers:
+            for answer in answers:  # one topic per request: Fetch v13+ answers name none
                 if answer.error != KafkaError.NONE:
-                    raise SourceError(
-                        f"Fetch of {answer.topic}-{answer.partition}: {answer.error.name}"
-                    )
+                    raise SourceError(f"Fetch of {topic}-{answer.partition}: {answer.error.name}")
                 stable = answer.last_stable_offset
                 end = stable if read_committed and stable >= 0 else answer.high_watermark
-                ends[answer.topic, answer.partition] = end
+                ends[topic, answer.partition] = end
         return ends
 
     async def remote_offset_for_time(self, part: PartitionInfo, timestamp: int) -> int | None:

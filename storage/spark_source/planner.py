@@ -30,6 +30,7 @@ OffsetRanges = Mapping[tuple[str, int], tuple[int, int]]
 """``[from, until)`` per ``(topic, partition)``."""
 
 _EARLIEST: Final = -2
+_LATEST: Final = -1
 
 
 class _Resolver:
@@ -66,7 +67,9 @@ class _Resolver:
                 self._ends = await self._catalog.broker_ends(
                     self._parts, starts, read_committed=self._options.read_committed
                 )
-            return self._ends[part.topic, part.partition]
+            end = self._ends.get((part.topic, part.partition))
+            # A broker whose Fetch answer leaves the partition out: its ListOffsets LATEST.
+            return await self._broker_answer(part, _LATEST) if end is None else end
         span = self._catalog.remote_span(part)
         if span is None:
             return await self.earliest(part)

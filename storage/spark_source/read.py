@@ -26,6 +26,8 @@ __all__ = ["LocalReadError", "read_slice", "remote_columns"]
 _FETCH_BYTES: Final = 16 * 1024 * 1024
 """Bytes per Fetch of the broker's tail: large enough that a fetch costs little against
 decoding it, small enough to hold one in each task's memory."""
+_FETCH_WAIT_MS: Final = 100
+"""Tansu answers a Fetch with no partitions when it may not wait at all."""
 _READ_COMMITTED: Final = 1
 _READ_UNCOMMITTED: Final = 0
 
@@ -145,7 +147,7 @@ async def _fetch_local(
     stable offset for READ_COMMITTED)."""
     from storage.kafka_client import FetchTarget  # noqa: PLC0415 (see _local_rows)
 
-    (answer,) = await client.fetch(
+    answers = await client.fetch(
         leader,
         [
             FetchTarget(
@@ -154,7 +156,14 @@ async def _fetch_local(
         ],
         max_bytes=_FETCH_BYTES,
         isolation_level=_READ_COMMITTED if transactions is not None else _READ_UNCOMMITTED,
+        max_wait_ms=_FETCH_WAIT_MS,
     )
+    if len(answers) != 1:
+        raise LocalReadError(
+            f"Fetch of {piece.topic}-{piece.partition} at offset {offset}: the broker "
+            f"answered {len(answers)} partitions"
+        )
+    (answer,) = answers
     if answer.error != KafkaError.NONE:
         raise LocalReadError(
             f"Fetch of {piece.topic}-{piece.partition} at offset {offset}: {answer.error.name}"
