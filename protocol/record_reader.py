@@ -1,9 +1,10 @@
 """The records inside v2 batches, for the few readers that need them, and a consumer's position.
 
 Almost everything in tierproxy moves batches as opaque bytes (:mod:`protocol.records`). Two
-readers look inside: ListOffsets by timestamp on the remote tier (record timestamps) and the
-metadata consumer (record values). Both go through :func:`decompress`, which undoes each of
-Kafka's codecs with the framing Kafka's clients write, and the consumer through
+readers look inside here: ListOffsets by timestamp on the remote tier (record timestamps) and
+the metadata consumer (record values); the Spark data source, which turns whole batches into
+columns, has its own decoder (:mod:`storage.spark_source.decode`). All of them decompress
+through :func:`protocol.compression.decompress_records`. The consumer also goes through
 :func:`records_from`, which is the whole of its offset bookkeeping: which records of a Fetch
 answer are new, and where the next Fetch starts.
 """
@@ -13,25 +14,18 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final
 
-import cramjam
-
+from protocol.compression import DecompressionError, decompress_records
 from protocol.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
-    Compression,
     CorruptRecordBatchError,
     TimestampType,
     iter_batches,
 )
 from protocol.varint import Buffer, VarintError, decode_varint, decode_varlong
 
-__all__ = ["ConsumedRecord", "batch_records", "decompress", "records_from"]
-
-_XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
-_XERIAL_HEADER_SIZE: Final = 16
-_INT32: Final = struct.Struct(">i")
+__all__ = ["ConsumedRecord", "batch_records", "records_from"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,37 +40,6 @@ class ConsumedRecord:
     value: bytes | None
 
 
-def decompress(compression: Compression, body: memoryview) -> bytes | memoryview:
-    """The records of a batch body, decompressed with Kafka's framing of each codec.
-
-    :raises cramjam.DecompressionError: when the body is not valid for its codec.
-    """
-    if compression is Compression.NONE:
-        return body
-    data = bytes(body)
-    if compression is Compression.GZIP:
-        return bytes(cramjam.gzip.decompress(data))
-    if compression is Compression.SNAPPY:
-        return _snappy(data)
-    if compression is Compression.LZ4:
-        return bytes(cramjam.lz4.decompress(data))
-    return bytes(cramjam.zstd.decompress(data))
-
-
-def _snappy(data: bytes) -> bytes:
-    """Snappy as Java clients write it (xerial blocks after a 16-byte header) or raw."""
-    if not data.startswith(_XERIAL_MAGIC):
-        return bytes(cramjam.snappy.decompress_raw(data))
-    out = bytearray()
-    point = _XERIAL_HEADER_SIZE
-    while point < len(data):
-        (length,) = _INT32.unpack_from(data, point)
-        point += _INT32.size
-        out += bytes(cramjam.snappy.decompress_raw(data[point : point + length]))
-        point += length
-    return bytes(out)
-
-
 def batch_records(buf: Buffer, position: int, header: BatchHeader) -> Iterator[ConsumedRecord]:
     """The records of the (complete, non-control) batch at ``position``, in offset order.
 
@@ -84,7 +47,7 @@ def batch_records(buf: Buffer, position: int, header: BatchHeader) -> Iterator[C
     """
     body = memoryview(buf)[position + BATCH_HEADER_SIZE : position + header.size]
     try:
-        payload = decompress(header.compression, body)
+        payload = decompress_records(header.compression, body)
         point = 0
         for _ in range(header.record_count):
             length, point = decode_varint(payload, point)
@@ -102,7 +65,7 @@ def batch_records(buf: Buffer, position: int, header: BatchHeader) -> Iterator[C
                 key=key,
                 value=value,
             )
-    except (VarintError, ValueError, IndexError, struct.error, cramjam.DecompressionError) as err:
+    except (VarintError, ValueError, IndexError, struct.error, DecompressionError) as err:
         raise CorruptRecordBatchError(
             f"records of the batch at offset {header.base_offset} cannot be decoded: {err}"
         ) from err

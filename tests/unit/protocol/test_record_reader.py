@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import cramjam
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.record_reader import ConsumedRecord, decompress, records_from
+from protocol.record_reader import ConsumedRecord, records_from
 from protocol.records import (
     Compression,
     ControlType,
@@ -87,19 +86,6 @@ def _complete_batches(truncated: bytes, data: bytes, next_offsets: list[int]) ->
         position += size
         count += 1
     return count
-
-
-@pytest.mark.parametrize(
-    ("compression", "compress"),
-    [
-        (Compression.SNAPPY, lambda b: bytes(cramjam.snappy.compress_raw(b))),
-        (Compression.LZ4, lambda b: bytes(cramjam.lz4.compress(b))),
-        (Compression.ZSTD, lambda b: bytes(cramjam.zstd.compress(b))),
-    ],
-)
-def test_every_codec_is_undone(compression: Compression, compress: object) -> None:
-    assert callable(compress)
-    assert decompress(compression, memoryview(compress(b"records" * 9))) == b"records" * 9
 
 
 def test_undecodable_records_are_named_with_their_batch() -> None:
