@@ -9,14 +9,16 @@ fetches into one GET, and lets every consumer of the same range share it:
   keyed by the copy's id (never reused, so an entry is never stale);
 - memory is an LRU bounded by the total bytes held (cachetools ``LRUCache`` sized by
   ``len``);
-- single flight: concurrent misses for one chunk share one GET; a GET whose callers all
-  gave up (a purgatory timeout) still completes and warms the cache;
+- single flight (:mod:`storage.single_flight`): concurrent misses for one chunk share one
+  GET; a GET whose callers all gave up (a purgatory timeout) still completes and warms the
+  cache;
 - sequential read-ahead: a read of chunk ``i`` that follows chunk ``i - 1`` (or starts
   the segment) also loads the next ``prefetch_chunks`` chunks in the background, so a
   catch-up consumer finds its next fetch in memory; at most ``max_prefetch_inflight``
   prefetches run at once, so read-ahead never crowds out reads someone waits for;
 - an optional disk tier: every chunk loaded from remote storage is also written to a
-  directory (atomically), bounded by ``disk_max_bytes``, so a restarted proxy and chunks
+  directory (atomically and fsynced, :mod:`storage.durable` says why), bounded by
+  ``disk_max_bytes``, so a restarted proxy and chunks
   evicted from memory are served without a GET.
 
 The counters are plain ints; the proxy exports them (storage never imports Prometheus).
@@ -34,8 +36,10 @@ from typing import Final
 
 from cachetools import LRUCache
 
+from storage.durable import write_atomically
 from storage.model import RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteStorageManager
+from storage.single_flight import SingleFlight
 
 __all__ = ["DEFAULT_CHUNK_BYTES", "ChunkCache"]
 
@@ -45,7 +49,6 @@ a miss for a random read does not cost much more than the read itself."""
 _RECENT_READS: Final = 4096
 """Chunks remembered as recently read, to tell sequential readers from random ones; a
 few thousand covers every concurrent catch-up consumer a proxy serves."""
-_TMP_SUFFIX: Final = ".tmp"
 _SUFFIX: Final = ".chunk"
 
 _Key = tuple[uuid.UUID, int]
@@ -106,7 +109,7 @@ class ChunkCache:
         self._prefetch_chunks = prefetch_chunks
         self._prefetch_slots = max(1, max_prefetch_inflight)
         self._memory = _SizedLRU(max_bytes, self._evicted)
-        self._inflight: dict[_Key, asyncio.Task[bytes]] = {}
+        self._loads: SingleFlight[_Key, bytes] = SingleFlight("chunk")
         self._prefetching: set[_Key] = set()
         self._recent: LRUCache[_Key, None] = LRUCache(_RECENT_READS)
         self._background: set[asyncio.Task[None]] = set()
@@ -118,6 +121,7 @@ class ChunkCache:
         self.prefetches = 0
         """Chunks loaded by read-ahead (counted when the load starts)."""
         self.disk_hits = 0
+        """Chunks a miss found in the disk tier instead of remote storage."""
         if disk_dir is not None and disk_max_bytes > 0:
             self._dir = Path(disk_dir, f"chunks-{chunk_bytes}")
             self._dir.mkdir(parents=True, exist_ok=True)
@@ -177,10 +181,8 @@ class ChunkCache:
 
     async def close(self) -> None:
         """Cancel loads still in flight, and let disk-tier writes already started finish."""
-        loads = list(self._inflight.values())
-        for task in loads:
-            task.cancel()
-        await asyncio.gather(*loads, *self._background, return_exceptions=True)
+        await self._loads.close()
+        await asyncio.gather(*self._background, return_exceptions=True)
 
     # -- internals ----------------------------------------------------------------------
 
@@ -191,15 +193,7 @@ class ChunkCache:
             self.hits += 1
             return data
         self.misses += 1
-        return await asyncio.shield(self._load_task(metadata, key))
-
-    def _load_task(self, metadata: RemoteLogSegmentMetadata, key: _Key) -> asyncio.Task[bytes]:
-        task = self._inflight.get(key)
-        if task is None:
-            task = asyncio.create_task(self._load(metadata, key), name=f"chunk-{key[0]}-{key[1]}")
-            self._inflight[key] = task
-            task.add_done_callback(lambda done: self._settled(key, done))
-        return task
+        return await self._loads.get(key, lambda: self._load(metadata, key))
 
     def _after_read(
         self, metadata: RemoteLogSegmentMetadata, segment: uuid.UUID, first: int, last: int
@@ -215,13 +209,13 @@ class ChunkCache:
         if index * self.chunk_bytes >= metadata.segment_size_in_bytes:
             return
         key = (metadata.segment_id.id, index)
-        if key in self._memory or key in self._inflight:
+        if key in self._memory or key in self._loads:
             return
         if len(self._prefetching) >= self._prefetch_slots:
             return
         self.prefetches += 1
         self._prefetching.add(key)
-        task = self._load_task(metadata, key)
+        task = self._loads.start(key, lambda: self._load(metadata, key))
         task.add_done_callback(lambda _done: self._prefetching.discard(key))
 
     async def _load(self, metadata: RemoteLogSegmentMetadata, key: _Key) -> bytes:
@@ -236,13 +230,6 @@ class ChunkCache:
         if len(data) <= self._memory.maxsize:
             self._memory[key] = data
         return data
-
-    def _settled(self, key: _Key, task: asyncio.Task[bytes]) -> None:
-        if self._inflight.get(key) is task:
-            del self._inflight[key]
-        if not task.cancelled():
-            # Mark the error retrieved: the waiters that saw it may all have gone.
-            task.exception()
 
     def _evicted(self, _key: _Key) -> None:
         self.evictions += 1
@@ -274,7 +261,7 @@ class ChunkCache:
     async def _store(self, key: _Key, path: Path, data: bytes) -> None:
         assert self._disk is not None
         try:
-            await asyncio.to_thread(_write_atomically, path, data)
+            await asyncio.to_thread(write_atomically, path, data)
         except OSError:
             return  # a full or failing disk only costs the disk tier, never a read
         self._disk[key] = len(data)
@@ -304,14 +291,3 @@ class ChunkCache:
             found.append((stat.st_mtime, key, stat.st_size))
         for _mtime, key, size in sorted(found):
             disk[key] = size
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the whole file or none."""
-    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{_TMP_SUFFIX}")
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()

@@ -8,10 +8,10 @@ segment copy id and file type:
 - an LRU bounded by the total bytes held (``remote.log.index.file.cache.total.size.mb``);
 - a time-to-live (``remote.log.index.file.cache.ttl.ms``) so the files of deleted segments do
   not linger (a segment id is never reused, so an entry is never stale before that);
-- single flight: concurrent misses for one file share one download, and a download whose
-  callers all gave up still completes and warms the cache;
+- single flight (:mod:`storage.single_flight`): concurrent misses for one file share one
+  download, and a download whose callers all gave up still completes and warms the cache;
 - an optional directory ``remote-log-index-cache`` that mirrors the memory cache, written
-  atomically, so a restarted proxy starts warm.
+  atomically and fsynced (:mod:`storage.durable` says why), so a restarted proxy starts warm.
 
 The counters are plain ints; the proxy exports them, storage never imports Prometheus.
 """
@@ -30,14 +30,15 @@ from pathlib import Path
 from cachetools import TLRUCache
 
 from storage.config import setting
+from storage.durable import TMP_SUFFIX, write_atomically
 from storage.model import IndexType, RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteStorageManager
+from storage.single_flight import SingleFlight
 
 __all__ = ["CACHE_DIR_NAME", "IndexCacheConfig", "RemoteIndexCache"]
 
 CACHE_DIR_NAME = "remote-log-index-cache"
 """Kafka's directory name for the remote index cache inside a log directory."""
-_TMP_SUFFIX = ".tmp"
 _MIB = 1024 * 1024
 
 
@@ -134,7 +135,7 @@ class RemoteIndexCache:
         self._cache = _TrackingCache(
             max_bytes=max_bytes, ttl=ttl_seconds, clock=clock, on_drop=self._dropped
         )
-        self._inflight: dict[_Key, asyncio.Task[bytes]] = {}
+        self._loads: SingleFlight[_Key, bytes] = SingleFlight("index-cache-load")
         self._dir = Path(disk_dir, CACHE_DIR_NAME) if disk_dir is not None else None
         self.hits = 0
         self.misses = 0
@@ -178,36 +179,11 @@ class RemoteIndexCache:
             self.hits += 1
             return entry.data
         self.misses += 1
-        task = self._inflight.get(key)
-        if task is None:
-            task = asyncio.create_task(
-                self._load(key, metadata, index_type),
-                name=f"index-cache-load-{key[0]}.{index_type.value}",
-            )
-            self._inflight[key] = task
-            task.add_done_callback(lambda done: self._settled(key, done))
-        return await asyncio.shield(task)
-
-    def invalidate(self, metadata: RemoteLogSegmentMetadata) -> None:
-        """Forget every file of a segment (after it was deleted from remote storage)."""
-        for index_type in IndexType:
-            key = (metadata.segment_id.id, index_type)
-            self._cache.pop(key, None)
-            self._remove_file(key)
+        return await self._loads.get(key, lambda: self._load(key, metadata, index_type))
 
     async def close(self) -> None:
         """Cancel downloads still in flight and wait for them to finish."""
-        tasks = list(self._inflight.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-    def _settled(self, key: _Key, task: asyncio.Task[bytes]) -> None:
-        if self._inflight.get(key) is task:
-            del self._inflight[key]
-        if not task.cancelled():
-            # Mark the error retrieved: the waiters that saw it may all have gone.
-            task.exception()
+        await self._loads.close()
 
     async def _load(
         self, key: _Key, metadata: RemoteLogSegmentMetadata, index_type: IndexType
@@ -220,7 +196,7 @@ class RemoteIndexCache:
             data = await self._rsm.fetch_index(metadata, index_type)
             entry = _Entry(data=data, fetched_at=self._clock())
             if path is not None and len(data) <= self._max_bytes:
-                await asyncio.to_thread(_write_atomically, path, data)
+                await asyncio.to_thread(write_atomically, path, data)
         try:
             self._cache[key] = entry
         except ValueError:
@@ -260,7 +236,7 @@ class RemoteIndexCache:
         files = []
         for path in directory.iterdir():
             stat = path.stat()
-            if path.suffix == _TMP_SUFFIX or stat.st_mtime + self._ttl <= now:
+            if path.suffix == TMP_SUFFIX or stat.st_mtime + self._ttl <= now:
                 path.unlink()
             else:
                 files.append((stat.st_mtime, stat.st_size, path))
@@ -270,17 +246,3 @@ class RemoteIndexCache:
                 break
             path.unlink()
             total -= size
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so readers see the old file, the new one, or none."""
-    tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex}{_TMP_SUFFIX}")
-    try:
-        with tmp.open("wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import struct
 import uuid
 from collections.abc import Iterable, Mapping
@@ -49,6 +48,7 @@ from protocol.metadata_records import (
     encode_flat_file,
 )
 from protocol.murmur2 import metadata_partition_for
+from storage.durable import write_atomically
 from storage.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from storage.rlmm.cache import PartitionDeleteStatus, RemoteLogMetadataCache
 from storage.rlmm.state import RemoteLogMetadataError
@@ -67,7 +67,6 @@ COMMITTED_OFFSETS_FILE = "_rlmm_committed_offsets"
 """KIP-405's name for the committed offsets file."""
 SNAPSHOT_FILE_PREFIX = "remote_log_snapshot."
 _CHECKSUM = struct.Struct(">I")
-_TMP_SUFFIX = ".tmp"
 
 PartitionKey = tuple[uuid.UUID, int]
 """``(topic id, partition)``: how metadata records name a user partition."""
@@ -177,7 +176,7 @@ class SnapshotStore:
                     path.parent.rmdir()  # only if no other topic id's snapshot is left
             else:
                 path.parent.mkdir(exist_ok=True)
-                _write_atomically(path, data)
+                write_atomically(path, data, sync_directory=True)
 
     def _rebuild(self, path: Path, name: str, err: Exception) -> int:
         """Log why a snapshot is dropped; the metadata partition to replay from the start."""
@@ -273,17 +272,3 @@ def _materialise(
             )
         )
     return segments, status, log_start
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(path.name + _TMP_SUFFIX)
-    with open(temporary, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)

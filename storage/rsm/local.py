@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from storage.durable import fsync_directory, write_atomically
 from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from storage.rsm.base import (
     RemoteRangeError,
@@ -137,10 +137,10 @@ class LocalRemoteStorage:
         for key, content in files:
             path = self._root / key
             path.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomically(path, content)
+            write_atomically(path, content)
             directories.add(path.parent)
         for directory in directories:
-            _fsync_directory(directory)
+            fsync_directory(directory)
 
     def _delete_files(self, keys: Sequence[str]) -> int:
         deleted = 0
@@ -154,28 +154,5 @@ class LocalRemoteStorage:
             deleted += 1
             directories.add(path.parent)
         for directory in directories:
-            _fsync_directory(directory)
+            fsync_directory(directory)
         return deleted
-
-
-def _write_atomically(path: Path, content: bytes) -> None:
-    """Write ``content`` to ``path`` so that readers see either nothing or all of it."""
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        with open(temporary, "xb") as file:
-            file.write(content)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make renames and unlinks in ``directory`` durable (POSIX needs the directory synced)."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

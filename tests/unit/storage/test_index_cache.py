@@ -204,16 +204,6 @@ async def test_files_larger_than_the_cache_are_served_but_not_kept(tmp_path: Pat
     assert list((tmp_path / CACHE_DIR_NAME).iterdir()) == []
 
 
-async def test_invalidate_forgets_a_segment(tmp_path: Path) -> None:
-    rsm = FakeStorage()
-    cache = RemoteIndexCache(rsm, max_bytes=1000, ttl_seconds=60, disk_dir=tmp_path)
-    seg = segment()
-    await cache.get(seg, IndexType.OFFSET)
-    cache.invalidate(seg)
-    assert len(cache) == 0
-    assert list((tmp_path / CACHE_DIR_NAME).iterdir()) == []
-
-
 async def test_disk_copy_keeps_a_restart_warm(tmp_path: Path) -> None:
     clock = Clock()
     seg = segment()

@@ -1,0 +1,26 @@
+"""The one atomic file writer: the whole file or none, and no temporary left behind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from storage.durable import write_atomically
+
+
+def test_replaces_the_file_and_leaves_no_temporary(tmp_path: Path) -> None:
+    path = tmp_path / "file"
+    path.write_bytes(b"old")
+    write_atomically(path, b"new", sync_directory=True)
+    assert path.read_bytes() == b"new"
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+def test_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
+    path = tmp_path / "file"
+    path.write_bytes(b"old")
+    with pytest.raises(TypeError):
+        write_atomically(path, "not bytes")  # type: ignore[arg-type]
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["file"]
