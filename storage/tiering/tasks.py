@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import mmap
 import os
+import random
 import shutil
 import time
 import uuid
@@ -35,6 +36,7 @@ from protocol.errors import KafkaError
 from storage.kafka_client import FetchedPartition, FetchTarget, KafkaClient
 from storage.kafka_security import KafkaSecurityConfig
 from storage.model import RemoteLogSegmentMetadata
+from storage.retry import RetryPolicy, call_with_retry
 from storage.rsm.base import RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
 from storage.segment.builder import SegmentBuilder
@@ -57,8 +59,12 @@ __all__ = [
 StorageFactory = Callable[[RemoteStorageConfig], RemoteStorageManager]
 T = TypeVar("T")
 
-_LEADER_RETRIES = 5
-_RETRY_BACKOFF_SECONDS = 0.2
+_BROKER_RETRY = RetryPolicy(
+    backoff_ms=100, backoff_max_ms=1_000, jitter=0.2, max_attempts=5, deadline_ms=None
+)
+"""A Kafka consumer's back-off (``retry.backoff.ms`` 100, ``retry.backoff.max.ms`` 1000,
+jitter 0.2): a leader election or a broker that returns nothing new is worth a few quick
+tries; each request is bounded by the client's own timeout, so no deadline on top."""
 _FETCH_MAX_WAIT_MS = 100
 """Windows end below the high watermark, so a fetch only waits when the broker is slow;
 Tansu answers nothing at all to a zero wait."""
@@ -78,6 +84,10 @@ _STALE_SPILL_SECONDS = 6 * 3600
 
 class FetchFailedError(Exception):
     """A window or segment could not be read from the broker."""
+
+
+class _LeaderMovedError(FetchFailedError):
+    """A leadership change or a transient broker error: worth asking the leader again."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -227,28 +237,40 @@ async def _fetch_from_leader(
 
     :raises FetchFailedError: for a non-retriable error or when retries run out.
     """
-    for attempt in range(_LEADER_RETRIES):
-        target = FetchTarget(topic=topic, partition=partition, offset=offset, max_bytes=max_bytes)
+    target = FetchTarget(topic=topic, partition=partition, offset=offset, max_bytes=max_bytes)
+    attempts = 0
+
+    async def attempt() -> tuple[FetchedPartition, int]:
+        nonlocal attempts, leader_id
+        attempts += 1
+        if attempts > 1:
+            leader_id = await _leader_of(client, topic, partition, leader_id)
         answers = await client.fetch(
             leader_id, [target], max_wait_ms=_FETCH_MAX_WAIT_MS, min_bytes=1, max_bytes=max_bytes
         )
-        answer = next(
-            (a for a in answers if a.topic == topic and a.partition == partition),
-            None,
-        )
-        if answer is not None and answer.error == KafkaError.NONE:
+        answer = next((a for a in answers if a.topic == topic and a.partition == partition), None)
+        if answer is None:
+            raise _LeaderMovedError(f"Fetch {topic}-{partition}@{offset}: no answer from a leader")
+        if answer.error == KafkaError.NONE:
             return answer, leader_id
-        error = answer.error if answer is not None else KafkaError.UNKNOWN_SERVER_ERROR
-        if error not in _RETRIABLE_FETCH_ERRORS and answer is not None:
-            raise FetchFailedError(f"Fetch {topic}-{partition}@{offset}: {error.name}")
-        await asyncio.sleep(_RETRY_BACKOFF_SECONDS * (attempt + 1))
-        metadata = await client.metadata([topic])
-        found = metadata.topics.get(topic)
-        if found is not None:
-            leader_id = next(
-                (p.leader_id for p in found.partitions if p.partition == partition), leader_id
-            )
-    raise FetchFailedError(f"Fetch {topic}-{partition}@{offset}: no answer from a leader")
+        if answer.error not in _RETRIABLE_FETCH_ERRORS:
+            raise FetchFailedError(f"Fetch {topic}-{partition}@{offset}: {answer.error.name}")
+        raise _LeaderMovedError(f"Fetch {topic}-{partition}@{offset}: {answer.error.name}")
+
+    return await call_with_retry(
+        attempt,
+        policy=_BROKER_RETRY,
+        is_retriable=lambda err: isinstance(err, _LeaderMovedError),
+    )
+
+
+async def _leader_of(client: KafkaClient, topic: str, partition: int, known: int) -> int:
+    """The partition's leader as Metadata now says, or ``known`` when it names none."""
+    metadata = await client.metadata([topic])
+    found = metadata.topics.get(topic)
+    if found is None:
+        return known
+    return next((p.leader_id for p in found.partitions if p.partition == partition), known)
 
 
 async def _read_range(
@@ -290,9 +312,9 @@ async def _read_range(
                 f"{topic}-{partition} ends at {answer.high_watermark}, before offset {before}"
             )
         stalled += 1
-        if stalled > _LEADER_RETRIES:
+        if stalled > _BROKER_RETRY.max_attempts:
             raise FetchFailedError(f"{topic}-{partition}@{before}: the broker returns no batch")
-        await asyncio.sleep(_RETRY_BACKOFF_SECONDS * stalled)
+        await asyncio.sleep(_BROKER_RETRY.backoff_seconds(stalled - 1, random.uniform))
 
 
 async def _fetch_window(window: FetchWindow, broker: BrokerSettings) -> WindowResult:
