@@ -40,7 +40,7 @@ from storage.tiering.pipeline import MetadataManager, TieringPipeline, wall_cloc
 from storage.tiering.policy import TopicRules, compile_rules
 from storage.tiering.report import CycleReport, log_report, summary_table
 from storage.tiering.stages import SparkStageRunner
-from storage.tiering.tasks import StorageFactory
+from storage.tiering.worker import StorageFactory
 
 __all__ = [
     "TIERING_CONFIG_CLASSES",

@@ -89,6 +89,8 @@ from storage.tiering.chain import (
     metadata_epochs,
 )
 from storage.tiering.config import TieringConfig
+from storage.tiering.copy_stage import CopyJob, CopyResult, SpillPiece, copy_segments
+from storage.tiering.fetch_stage import BrokerSettings, FetchWindow, WindowResult, fetch_windows
 from storage.tiering.planner import (
     BatchSpan,
     PlannedSegment,
@@ -109,17 +111,7 @@ from storage.tiering.retention import expired_segments, local_log_start_target
 from storage.tiering.sampling import sample_partitions
 from storage.tiering.scan import spans_from_array
 from storage.tiering.stages import StageRunner
-from storage.tiering.tasks import (
-    BrokerSettings,
-    CopyJob,
-    CopyResult,
-    FetchWindow,
-    SpillPiece,
-    StorageFactory,
-    WindowResult,
-    copy_segments,
-    fetch_windows,
-)
+from storage.tiering.worker import StorageFactory
 
 __all__ = ["MetadataManager", "TieringPipeline", "wall_clock_ms"]
 

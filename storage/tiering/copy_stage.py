@@ -1,0 +1,182 @@
+"""Stage 2 of a copy, on the executors: build each planned segment and upload it.
+
+:func:`copy_segments` runs under ``mapPartitions``: each planned segment is rebuilt from the
+spill pieces that hold it (or fetched again from the broker when they are not on this
+executor), checked against its plan, and uploaded under the segment id the driver has
+already published as COPY_SEGMENT_STARTED. A failure is returned, never raised, so that one
+bad segment does not cost the results of the others; the driver publishes
+COPY_SEGMENT_FINISHED only for segments that come back without error.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from storage.model import RemoteLogSegmentMetadata
+from storage.rsm.base import RemoteStorageManager
+from storage.rsm.config import RemoteStorageConfig
+from storage.segment.builder import SegmentBuilder
+from storage.tiering.chain import ChainState, metadata_epochs
+from storage.tiering.fetch_stage import (
+    BrokerSettings,
+    FetchFailedError,
+    Pace,
+    broker_client,
+    read_range,
+)
+from storage.tiering.scan import WindowScanner
+from storage.tiering.worker import StorageFactory, worker_runtime
+
+__all__ = ["CopyJob", "CopyResult", "SpillPiece", "copy_segments"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpillPiece:
+    """Bytes ``[position, position + size)`` of a spill file."""
+
+    path: str
+    position: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CopyJob:
+    """Stage 2 input: one segment, already published as COPY_SEGMENT_STARTED."""
+
+    metadata: RemoteLogSegmentMetadata
+    pieces: tuple[SpillPiece, ...]
+    prior: ChainState
+    leader_id: int
+    bytes_per_second: float = field(default=float("inf"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CopyResult:
+    """Stage 2 output for one segment."""
+
+    segment_id: uuid.UUID
+    size: int
+    seconds: float
+    refetched: bool
+    error: str | None = None
+
+
+def _spilled_here(pieces: Iterable[SpillPiece]) -> bool:
+    """Whether this executor holds every piece (a copy task may run elsewhere than the fetch)."""
+    try:
+        return all(os.stat(p.path).st_size >= p.position + p.size for p in pieces)
+    except FileNotFoundError:
+        return False
+
+
+def _append_spilled(builder: SegmentBuilder, pieces: Iterable[SpillPiece]) -> None:
+    """Feed the pieces to the builder straight from the mapped spill files (no extra copy)."""
+    for piece in pieces:
+        with (
+            open(piece.path, "rb") as spill,
+            mmap.mmap(spill.fileno(), 0, access=mmap.ACCESS_READ) as mapped,
+            memoryview(mapped) as view,
+            view[piece.position : piece.position + piece.size] as chunk,
+        ):
+            builder.append(chunk)
+
+
+async def _copy_one(job: CopyJob, broker: BrokerSettings, rsm: RemoteStorageManager) -> CopyResult:
+    started = time.monotonic()
+    metadata = job.metadata
+    builder = SegmentBuilder(
+        base_offset=metadata.start_offset,
+        prior_epochs=job.prior.lineage,
+        prior_producers=job.prior.producers,
+    )
+    refetched = not _spilled_here(job.pieces)
+    if refetched:
+        scanner = WindowScanner(
+            start=metadata.start_offset,
+            end=metadata.end_offset + 1,
+            owns_straddling_batch=True,
+            span_max_bytes=1,
+            span_max_ms=0,
+        )
+        async with broker_client(broker) as client:
+            await read_range(
+                client,
+                topic=metadata.topic_id_partition.topic,
+                partition=metadata.topic_id_partition.partition,
+                leader_id=job.leader_id,
+                scanner=scanner,
+                max_bytes=broker.fetch_max_bytes,
+                pace=Pace(job.bytes_per_second),
+                sink=builder.append,
+            )
+    else:
+        _append_spilled(builder, job.pieces)
+    built = builder.finish()
+    planned = (
+        metadata.end_offset,
+        metadata.segment_size_in_bytes,
+        metadata.max_timestamp,
+        metadata.segment_leader_epochs,
+    )
+    got = (
+        built.end_offset,
+        built.size_in_bytes,
+        built.max_timestamp,
+        metadata_epochs(built.segment_leader_epochs, built.start_offset),
+    )
+    if got != planned:
+        raise FetchFailedError(f"segment data differs from its plan: planned {planned}, got {got}")
+    await rsm.copy_log_segment(metadata, built.data)
+    return CopyResult(
+        segment_id=metadata.segment_id.id,
+        size=built.size_in_bytes,
+        seconds=time.monotonic() - started,
+        refetched=refetched,
+    )
+
+
+def copy_segments(
+    jobs: Iterable[CopyJob],
+    broker: BrokerSettings,
+    storage: RemoteStorageConfig,
+    storage_factory: StorageFactory | None = None,
+) -> Iterator[CopyResult]:
+    """Stage 2 (``mapPartitions``): build and upload each segment; errors are returned.
+
+    :param storage_factory: builds the remote storage manager inside the task
+        (:func:`storage.rsm.factory.create_remote_storage` by default); a seam for other
+        storage plugins and for fault injection in tests.
+    """
+    if storage_factory is None:
+        # Imported in the task: the S3 client stack is heavy and not needed by the driver.
+        from storage.rsm.factory import create_remote_storage  # noqa: PLC0415
+
+        storage_factory = create_remote_storage
+    factory = storage_factory
+
+    runtime = worker_runtime()
+    rsm = runtime.storage(factory, storage)
+
+    async def run_all() -> list[CopyResult]:
+        results = []
+        for job in jobs:
+            try:
+                results.append(await _copy_one(job, broker, rsm))
+            except Exception as err:
+                results.append(
+                    CopyResult(
+                        segment_id=job.metadata.segment_id.id,
+                        size=0,
+                        seconds=0.0,
+                        refetched=False,
+                        error=f"{type(err).__name__}: {err}",
+                    )
+                )
+        return results
+
+    yield from runtime.run(run_all())
