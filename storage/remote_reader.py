@@ -64,7 +64,7 @@ from protocol.records import (
 from storage.chunk_cache import ChunkCache
 from storage.index_cache import RemoteIndexCache
 from storage.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
-from storage.rlmm.cache import agreeing_end
+from storage.rlmm.lineage import agreeing_end
 from storage.segment.reader import read_batches
 
 __all__ = [

@@ -32,11 +32,11 @@ from cachetools import LRUCache
 
 from protocol.errors import KafkaError
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, ErrorCode
-from protocol.metadata_records import RemoteLogStartOffsetRecord
 from proxy.interceptors.base import Call, Interceptor
 from proxy.logs import event
 from proxy.remote.tier import RemoteTier
 from storage.model import TopicIdPartition
+from storage.rlmm.records import log_start_record
 
 __all__ = ["DeleteRecordsInterceptor"]
 
@@ -111,15 +111,7 @@ class DeleteRecordsInterceptor(Interceptor):
         if target <= remote.start:
             return dataclasses.replace(part, low_watermark=remote.start)  # nothing deleted
         try:
-            await self._tier.publish(
-                RemoteLogStartOffsetRecord(
-                    topic=tp.topic,
-                    topic_id=tp.topic_id,
-                    partition=tp.partition,
-                    start_offset=target,
-                    event_timestamp=int(time.time() * 1000),
-                )
-            )
+            await self._tier.publish(log_start_record(tp, target, int(time.time() * 1000)))
         except Exception as err:  # the metadata topic is out of reach: the client retries
             event(
                 _log,

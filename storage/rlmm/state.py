@@ -29,11 +29,13 @@ with the same rule for repeats (a controller may mark a partition twice).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from storage.model import RemoteLogSegmentState, RemotePartitionDeleteState
 
 __all__ = [
     "InvalidStateTransitionError",
+    "PartitionDeleteStatus",
     "RemoteLogMetadataError",
     "check_partition_transition",
     "check_segment_transition",
@@ -41,6 +43,16 @@ __all__ = [
     "is_valid_partition_transition",
     "is_valid_segment_transition",
 ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionDeleteStatus:
+    """The last DeletePartitionStateRecord applied to a partition."""
+
+    state: RemotePartitionDeleteState
+    epoch: int
+    event_timestamp: int
+
 
 _S = RemoteLogSegmentState
 _P = RemotePartitionDeleteState

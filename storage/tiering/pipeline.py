@@ -60,11 +60,7 @@ from protocol.indexes.leader_epoch_checkpoint import (
 )
 from protocol.indexes.producer_snapshot import parse_producer_snapshot
 from protocol.metadata_records import (
-    DeletePartitionStateRecord,
     MetadataRecord,
-    RemoteLogSegmentMetadataRecord,
-    RemoteLogSegmentMetadataUpdateRecord,
-    RemoteLogStartOffsetRecord,
 )
 from storage.config import ConfigError
 from storage.kafka_acls import denied, principal_of
@@ -79,6 +75,12 @@ from storage.model import (
     TopicIdPartition,
 )
 from storage.rlmm.cache import RemoteLogMetadataCache
+from storage.rlmm.records import (
+    log_start_record,
+    partition_delete_record,
+    segment_record,
+    segment_update_record,
+)
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError, RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.chain import (
@@ -361,12 +363,14 @@ class TieringPipeline:
     async def _delete_segment(self, metadata: RemoteLogSegmentMetadata, now: int) -> None:
         """DELETE_SEGMENT_STARTED, delete the objects, DELETE_SEGMENT_FINISHED (resumable)."""
         if self.cache.segment_state(metadata.segment_id) != _S.DELETE_SEGMENT_STARTED:
-            await self._rlmm.publish(_update(metadata, _S.DELETE_SEGMENT_STARTED, now))
+            await self._rlmm.publish(
+                segment_update_record(metadata, _S.DELETE_SEGMENT_STARTED, now)
+            )
         try:
             await self._rsm.delete_log_segment(metadata)
         except RemoteResourceNotFoundError:
             log.debug("segment %s had no objects left", metadata.segment_id.id)
-        await self._rlmm.publish(_update(metadata, _S.DELETE_SEGMENT_FINISHED, now))
+        await self._rlmm.publish(segment_update_record(metadata, _S.DELETE_SEGMENT_FINISHED, now))
 
     async def _delete_segments(
         self,
@@ -426,15 +430,15 @@ class TieringPipeline:
         now = self._clock()
         status = self.cache.delete_status(tp)
         if status is None:
-            await self._rlmm.publish(_partition_record(tp, _P.DELETE_PARTITION_MARKED, now))
+            await self._rlmm.publish(partition_delete_record(tp, _P.DELETE_PARTITION_MARKED, now))
             status = self.cache.delete_status(tp)
         if status is None or status.state == _P.DELETE_PARTITION_MARKED:
-            await self._rlmm.publish(_partition_record(tp, _P.DELETE_PARTITION_STARTED, now))
+            await self._rlmm.publish(partition_delete_record(tp, _P.DELETE_PARTITION_STARTED, now))
         segments = self.cache.segments(tp)
         deleted = await self._delete_segments(segments, now, errors)
         stats.leftovers_deleted += deleted
         if deleted == len(segments):
-            await self._rlmm.publish(_partition_record(tp, _P.DELETE_PARTITION_FINISHED, now))
+            await self._rlmm.publish(partition_delete_record(tp, _P.DELETE_PARTITION_FINISHED, now))
             self._report_once(
                 tp.topic,
                 f"partition {tp.partition} (topic id {tp.topic_id}) was deleted at the broker; "
@@ -596,15 +600,7 @@ class TieringPipeline:
         if p.log_start <= self.cache.log_start_offset(p.tp):
             return
         self._check_gap(p)
-        await self._rlmm.publish(
-            RemoteLogStartOffsetRecord(
-                topic=p.tp.topic,
-                topic_id=p.tp.topic_id,
-                partition=p.tp.partition,
-                start_offset=p.log_start,
-                event_timestamp=self._clock(),
-            )
-        )
+        await self._rlmm.publish(log_start_record(p.tp, p.log_start, self._clock()))
 
     def _check_gap(self, p: _Partition) -> None:
         """Say so when the broker deleted data that was never tiered (its log start is past
@@ -690,7 +686,7 @@ class TieringPipeline:
         if not jobs:
             return
         started = time.monotonic()
-        await self._publish(_started_record(job.metadata) for job in jobs)
+        await self._publish(segment_record(job.metadata) for job in jobs)
         log.info(
             "published %d COPY_SEGMENT_STARTED in %.2f s", len(jobs), time.monotonic() - started
         )
@@ -949,7 +945,9 @@ class TieringPipeline:
             topic_stats.segments_copied += 1
             topic_stats.bytes_copied += metadata.segment_size_in_bytes
         now = self._clock()
-        await self._publish(_update(m, _S.COPY_SEGMENT_FINISHED, now) for m in finished)
+        await self._publish(
+            segment_update_record(m, _S.COPY_SEGMENT_FINISHED, now) for m in finished
+        )
         last: dict[TopicIdPartition, RemoteLogSegmentMetadata] = {}
         for metadata in finished:
             last[metadata.topic_id_partition] = metadata
@@ -1146,49 +1144,3 @@ def _pieces(
         else:
             pieces.append(SpillPiece(path=path, position=span.position, size=span.size))
     return tuple(pieces)
-
-
-def _started_record(metadata: RemoteLogSegmentMetadata) -> RemoteLogSegmentMetadataRecord:
-    tp = metadata.topic_id_partition
-    return RemoteLogSegmentMetadataRecord(
-        topic=tp.topic,
-        topic_id=tp.topic_id,
-        partition=tp.partition,
-        segment_id=metadata.segment_id.id,
-        start_offset=metadata.start_offset,
-        end_offset=metadata.end_offset,
-        leader_epoch=metadata.leader_epoch,
-        max_timestamp=metadata.max_timestamp,
-        event_timestamp=metadata.event_timestamp,
-        segment_leader_epochs=metadata.segment_leader_epochs,
-        segment_size_in_bytes=metadata.segment_size_in_bytes,
-        state=_S.COPY_SEGMENT_STARTED,
-    )
-
-
-def _update(
-    metadata: RemoteLogSegmentMetadata, state: RemoteLogSegmentState, now: int
-) -> RemoteLogSegmentMetadataUpdateRecord:
-    tp = metadata.topic_id_partition
-    return RemoteLogSegmentMetadataUpdateRecord(
-        topic=tp.topic,
-        topic_id=tp.topic_id,
-        partition=tp.partition,
-        segment_id=metadata.segment_id.id,
-        leader_epoch=metadata.leader_epoch,
-        event_timestamp=now,
-        state=state,
-    )
-
-
-def _partition_record(
-    tp: TopicIdPartition, state: RemotePartitionDeleteState, now: int
-) -> DeletePartitionStateRecord:
-    return DeletePartitionStateRecord(
-        topic=tp.topic,
-        topic_id=tp.topic_id,
-        partition=tp.partition,
-        epoch=0,
-        event_timestamp=now,
-        state=state,
-    )

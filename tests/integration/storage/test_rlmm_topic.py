@@ -171,7 +171,7 @@ def describe(cache: RemoteLogMetadataCache) -> dict[TopicIdPartition, object]:
             cache.delete_status(tp),
             cache.remote_log_start_offset(tp),
             end,
-            [cache.highest_offset_for_epoch(tp, e) for e in range(8)],
+            cache.remote_log_holes(tp),
             [cache.segment_for(tp, o, lineage) for o in range(0, end + 2, 3)],
             cache.unreferenced_segments(tp),
         )

@@ -184,17 +184,6 @@ class ReferenceCache:
         )
         return best.metadata
 
-    def segment_for_epoch(self, epoch: int, offset: int) -> RemoteLogSegmentMetadata | None:
-        candidates = [
-            c
-            for c in self.finished()
-            if c.metadata.start_offset <= offset <= c.metadata.end_offset
-            and epoch_at(c.metadata, offset) == epoch
-        ]
-        if not candidates:
-            return None
-        return max(candidates, key=lambda c: (c.metadata.start_offset, c.arrival)).metadata
-
     def chain(self) -> list[_Copy]:
         finished = self.finished()
         if not finished:
@@ -261,15 +250,6 @@ class ReferenceCache:
         start = holes[-1][1] + 1 if holes else chain[0].metadata.start_offset
         start, end = max(start, self.log_start), chain[-1].metadata.end_offset
         return (start, end) if start <= end else (None, None)
-
-    def highest(self, epoch: int) -> int | None:
-        offsets = [
-            o
-            for c in self.finished()
-            for o in range(c.metadata.start_offset, c.metadata.end_offset + 1)
-            if epoch_at(c.metadata, o) == epoch
-        ]
-        return max(offsets) if offsets else None
 
     def segment_for_timestamp(
         self, timestamp: int, history: tuple[EpochEntry, ...]

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from storage.model import RemoteLogSegmentMetadata, RemoteLogSegmentState
-from storage.rlmm.cache import RemoteLogMetadataCache, agreeing_end
+from storage.rlmm.cache import RemoteLogMetadataCache
+from storage.rlmm.lineage import agreeing_end
 from storage.rlmm.state import InvalidStateTransitionError
 from storage.rlmm.store import clipped_ranges
 from tests.unit.storage.rlmm.reference import TP, ReferenceCache, S, seg
@@ -232,12 +233,6 @@ def assert_agrees(
         for timestamp in (0, 17, 50, 99):
             assert ident(cache.segment_for_timestamp(TP, timestamp, history)) == ident(
                 model.segment_for_timestamp(timestamp, history)
-            )
-    for epoch in EPOCHS:
-        assert cache.highest_offset_for_epoch(TP, epoch) == model.highest(epoch)
-        for offset in OFFSETS[::3]:
-            assert ident(cache.segment_for_epoch(TP, epoch, offset)) == ident(
-                model.segment_for_epoch(epoch, offset)
             )
     assert [m.segment_id.id for m in cache.unreferenced_segments(TP)] == [
         m.segment_id.id for m in model.unreferenced()

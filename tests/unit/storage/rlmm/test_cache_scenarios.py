@@ -22,8 +22,8 @@ from storage.rlmm.cache import (
     InvalidSegmentMetadataError,
     PartitionDeleteStatus,
     RemoteLogMetadataCache,
-    agreeing_end,
 )
+from storage.rlmm.lineage import agreeing_end
 from storage.rlmm.state import InvalidStateTransitionError
 from tests.unit.storage.rlmm.reference import TP, S, copy, lineage, seg
 
@@ -51,9 +51,8 @@ def test_scenario_1_and_2_follower_rebuilds_epochs_from_remote_segments() -> Non
     assert cache.lineage(TP) == leader
     assert cache.remote_log_start_offset(TP) == 0
     assert cache.remote_log_end_offset(TP) == 8
-    # The follower of scenario 1 finds the copy holding ELO-1 and its epoch.
-    assert cache.segment_for_epoch(TP, 2, 5).segment_id.id.int == 2  # type: ignore[union-attr]
-    assert [cache.highest_offset_for_epoch(TP, e) for e in range(5)] == [2, 4, 6, 8, None]
+    # The follower of scenario 1 finds the copy holding ELO-1 under the leader's epochs.
+    assert cache.segment_for(TP, 5, leader).segment_id.id.int == 2  # type: ignore[union-attr]
 
 
 def test_scenario_3_multiple_hard_failures() -> None:
@@ -86,7 +85,9 @@ def test_scenario_4_unclean_election_with_truncation() -> None:
     assert ids_for(cache, range(3), broker_b) == [2, 2, None]
     assert cache.lineage(TP) == broker_b
     assert cache.remote_log_end_offset(TP) == 1  # seg-0-2 ends later but was truncated
-    assert cache.segment_for_epoch(TP, 0, 2).segment_id.id.int == 1  # type: ignore[union-attr]
+    # Under A's own history (LE-0 throughout), its copy still answers offset 2.
+    broker_a = lineage((0, 0))
+    assert cache.segment_for(TP, 2, broker_a).segment_id.id.int == 1  # type: ignore[union-attr]
     assert [m.segment_id.id.int for m in cache.unreferenced_segments(TP)] == [1]
 
 
@@ -103,12 +104,11 @@ def test_scenario_5_log_divergence_in_remote_storage() -> None:
     assert ids_for(cache, range(7), broker_a) == [1, 1, 1, 1, 3, 3, None]
     assert cache.lineage(TP) == broker_a
     assert (cache.remote_log_start_offset(TP), cache.remote_log_end_offset(TP)) == (0, 5)
-    # A consumer fenced at LE-1 would read uuid-2 only through the epoch-level lookup.
-    assert cache.segment_for_epoch(TP, 1, 3).segment_id.id.int == 2  # type: ignore[union-attr]
+    # Under B's history (LE-1 from offset 2), uuid-2 answers offset 3.
+    broker_b = lineage((0, 0), (1, 2))
+    assert cache.segment_for(TP, 3, broker_b).segment_id.id.int == 2  # type: ignore[union-attr]
     assert cache.segment_for(TP, 3, broker_a).segment_id.id.int == 1  # type: ignore[union-attr]
     assert [m.segment_id.id.int for m in cache.unreferenced_segments(TP)] == [2]
-    assert cache.highest_offset_for_epoch(TP, 0) == 4
-    assert cache.highest_offset_for_epoch(TP, 1) == 3
 
 
 def test_scenario_5_when_the_divergent_copy_is_the_only_one_holding_an_offset() -> None:
@@ -126,15 +126,15 @@ def test_follower_to_leader_transition_finds_where_to_resume_copying() -> None:
     cache = RemoteLogMetadataCache()
     copy(cache, seg(0, 2, ((0, 0),), number=1))
     copy(cache, seg(3, 4, ((0, 0), (1, 3)), number=2))
-    # B (new leader, epochs 0@0 1@3 2@6 3@7) walks back from its latest epoch.
-    assert cache.highest_offset_for_epoch(TP, 3) is None
-    assert cache.highest_offset_for_epoch(TP, 2) is None
-    assert cache.highest_offset_for_epoch(TP, 1) == 4  # so it copies from offset 5
+    # B (new leader, epochs 0@0 1@3 2@6 3@7) resumes copying after the remote log end,
+    # which the remote epochs agree with (the pipeline checks the boundary's epoch).
+    assert cache.remote_log_end_offset(TP) == 4  # so it copies from offset 5
+    assert cache.lineage(TP) == lineage((0, 0), (1, 3))
     copy(cache, seg(4, 6, ((1, 3), (2, 6)), number=3))
     leader_b = lineage((0, 0), (1, 3), (2, 6), (3, 7))
     assert ids_for(cache, range(8), leader_b) == [1, 1, 1, 2, 3, 3, 3, None]
     assert cache.lineage(TP) == lineage((0, 0), (1, 3), (2, 6))
-    assert cache.highest_offset_for_epoch(TP, 2) == 6
+    assert cache.remote_log_end_offset(TP) == 6
 
 
 def test_equal_copies_finishing_out_of_arrival_order() -> None:
@@ -210,8 +210,8 @@ def test_retention_from_the_head_moves_the_remote_log_start() -> None:
             metadata.segment_id, S.DELETE_SEGMENT_FINISHED, leader_epoch=2, event_timestamp=0
         )
     assert cache.lineage(TP) == lineage((1, 50), (2, 60))
-    assert cache.highest_offset_for_epoch(TP, 0) is None
-    assert cache.highest_offset_for_epoch(TP, 1) == 59
+    assert cache.segment_for(TP, 49, lineage((0, 0), (1, 30))) is None
+    assert cache.segment_for(TP, 59, cache.lineage(TP)).segment_id.id.int == 6  # type: ignore[union-attr]
     assert cache.remote_log_end_offset(TP) == 89
 
 
@@ -347,11 +347,10 @@ def test_lookup_by_name_follows_the_newest_topic_id() -> None:
     assert set(cache.partitions()) == {old}
 
 
-def test_segments_for_epoch_lists_every_live_copy_of_the_epoch() -> None:
+def test_segments_lists_every_live_copy_optionally_by_state() -> None:
     cache = RemoteLogMetadataCache()
     copy(cache, seg(0, 3, ((0, 0),), number=1))
     copy(cache, seg(0, 3, ((0, 0), (1, 2)), number=2))
     cache.add_segment(seg(4, 5, ((1, 4),), number=3))
-    assert [m.segment_id.id.int for m in cache.segments_for_epoch(TP, 1)] == [2, 3]
-    assert [m.segment_id.id.int for m in cache.segments_for_epoch(TP, 0)] == [1, 2]
+    assert [m.segment_id.id.int for m in cache.segments(TP)] == [1, 2, 3]
     assert [m.segment_id.id.int for m in cache.segments(TP, states=[S.COPY_SEGMENT_STARTED])] == [3]
