@@ -1,0 +1,201 @@
+"""Remote data that no read will use, deleted: the partitions of deleted topics, topics whose
+tiering was disabled, and the leftovers of failed copies.
+
+Steps 2 and 3 of a cycle (:mod:`.pipeline`):
+
+- partitions of topics deleted at the broker go through KIP-405's "Topic deletion
+  lifecycle": DELETE_PARTITION_MARKED, DELETE_PARTITION_STARTED, every segment deleted,
+  DELETE_PARTITION_FINISHED; each step checks the metadata first, so a crash anywhere is
+  resumed by the next cycle;
+- topics whose tiering was disabled with ``remote.log.delete.on.disable`` (KIP-950) lose
+  their remote data;
+- copies stuck in COPY_SEGMENT_STARTED (a task failed or was killed) or
+  DELETE_SEGMENT_STARTED, and copies no read can reach, are deleted.
+
+Every segment is deleted the same resumable way (:meth:`RemoteCleaner.delete_segments`),
+which remote retention uses too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, Sequence
+
+from protocol.errors import KafkaError
+from storage.kafka_client import NO_TOPIC_ID, ClusterMetadata, KafkaClient, TopicMetadata
+from storage.model import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    RemotePartitionDeleteState,
+    TopicIdPartition,
+)
+from storage.rlmm.cache import RemoteLogMetadataCache
+from storage.rlmm.records import partition_delete_record, segment_update_record
+from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageManager
+from storage.tiering.cycle import MetadataManager, Notes, topic_partition
+from storage.tiering.policy import TopicPolicy
+from storage.tiering.report import TopicStats
+
+__all__ = ["RemoteCleaner"]
+
+log = logging.getLogger(__name__)
+
+_S = RemoteLogSegmentState
+_P = RemotePartitionDeleteState
+
+
+class RemoteCleaner:
+    """Deletes remote segments through the metadata state machine, resumably."""
+
+    def __init__(
+        self,
+        *,
+        client: KafkaClient,
+        rlmm: MetadataManager,
+        rsm: RemoteStorageManager,
+        notes: Notes,
+        clock: Callable[[], int],
+    ) -> None:
+        self._client = client
+        self._rlmm = rlmm
+        self._rsm = rsm
+        self._notes = notes
+        self._clock = clock
+
+    @property
+    def _cache(self) -> RemoteLogMetadataCache:
+        return self._rlmm.cache
+
+    async def delete_segments(
+        self,
+        segments: Sequence[RemoteLogSegmentMetadata],
+        now: int,
+        errors: list[str],
+    ) -> int:
+        """Delete ``segments`` concurrently; the number deleted (failures go to ``errors``).
+
+        :raises BaseException: only what is not an :class:`Exception` (cancellation).
+        """
+        outcomes = await asyncio.gather(
+            *(self._delete_segment(s, now) for s in segments), return_exceptions=True
+        )
+        deleted = 0
+        for segment, outcome in zip(segments, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                if not isinstance(outcome, Exception):
+                    raise outcome
+                errors.append(
+                    f"deleting segment {segment.segment_id.id} of {segment.topic_id_partition}: "
+                    f"{outcome}"
+                )
+            else:
+                deleted += 1
+        return deleted
+
+    async def _delete_segment(self, metadata: RemoteLogSegmentMetadata, now: int) -> None:
+        """DELETE_SEGMENT_STARTED, delete the objects, DELETE_SEGMENT_FINISHED (resumable)."""
+        if self._cache.segment_state(metadata.segment_id) != _S.DELETE_SEGMENT_STARTED:
+            await self._rlmm.publish(
+                segment_update_record(metadata, _S.DELETE_SEGMENT_STARTED, now)
+            )
+        try:
+            await self._rsm.delete_log_segment(metadata)
+        except RemoteResourceNotFoundError:
+            log.debug("segment %s had no objects left", metadata.segment_id.id)
+        await self._rlmm.publish(segment_update_record(metadata, _S.DELETE_SEGMENT_FINISHED, now))
+
+    async def finish_deleted_topics(
+        self, metadata: ClusterMetadata, stats: dict[str, TopicStats], errors: list[str]
+    ) -> None:
+        """Take the partitions of topics the broker no longer has through their deletion.
+
+        :raises BrokerConnectionError: when the broker cannot confirm which topics are gone.
+        """
+        live_ids = {t.topic_id for t in metadata.topics.values() if t.topic_id != NO_TOPIC_ID}
+        candidates = [
+            tp
+            for tp in self._cache.partitions()
+            if tp.topic_id not in live_ids
+            and not (
+                tp.topic in metadata.topics and metadata.topics[tp.topic].topic_id == NO_TOPIC_ID
+            )
+        ]
+        if not candidates:
+            return
+        # Ask once more for exactly these names: a topic is only gone if the broker says so.
+        confirmed = await self._client.metadata(sorted({tp.topic for tp in candidates}))
+        for tp in candidates:
+            found = confirmed.topics.get(tp.topic)
+            if (
+                found is not None
+                and found.error == KafkaError.NONE
+                and found.topic_id == tp.topic_id
+            ):
+                continue
+            try:
+                await self._delete_partition(tp, stats.setdefault(tp.topic, TopicStats()), errors)
+            except Exception as err:
+                errors.append(f"deleting the remote data of deleted partition {tp}: {err}")
+
+    async def _delete_partition(
+        self, tp: TopicIdPartition, stats: TopicStats, errors: list[str]
+    ) -> None:
+        now = self._clock()
+        status = self._cache.delete_status(tp)
+        if status is None:
+            await self._rlmm.publish(partition_delete_record(tp, _P.DELETE_PARTITION_MARKED, now))
+            status = self._cache.delete_status(tp)
+        if status is None or status.state == _P.DELETE_PARTITION_MARKED:
+            await self._rlmm.publish(partition_delete_record(tp, _P.DELETE_PARTITION_STARTED, now))
+        segments = self._cache.segments(tp)
+        deleted = await self.delete_segments(segments, now, errors)
+        stats.leftovers_deleted += deleted
+        if deleted == len(segments):
+            await self._rlmm.publish(partition_delete_record(tp, _P.DELETE_PARTITION_FINISHED, now))
+            self._notes.report_once(
+                tp.topic,
+                f"partition {tp.partition} (topic id {tp.topic_id}) was deleted at the broker; "
+                "its remote data is gone too",
+                stats,
+            )
+
+    async def delete_disabled(
+        self,
+        topics: Mapping[str, TopicMetadata],
+        policies: Mapping[str, TopicPolicy],
+        stats: dict[str, TopicStats],
+        errors: list[str],
+    ) -> None:
+        """Delete the remote data of topics tiered no more (``remote.log.delete.on.disable``)."""
+        now = self._clock()
+        for name, policy in policies.items():
+            if not policy.deletes_remote_data:
+                continue
+            topic = topics[name]
+            segments = [
+                s
+                for p in topic.partitions
+                for s in self._cache.segments(topic_partition(topic, p.partition))
+            ]
+            if segments:
+                deleted = await self.delete_segments(segments, now, errors)
+                stats.setdefault(name, TopicStats()).segments_expired += deleted
+
+    async def delete_leftovers(
+        self,
+        topics: Mapping[str, TopicMetadata],
+        stats: dict[str, TopicStats],
+        errors: list[str],
+    ) -> None:
+        """Delete the copies no read will use (unfinished, or finished but unreferenced)."""
+        now = self._clock()
+        for name, topic in topics.items():
+            leftovers = [
+                s
+                for p in topic.partitions
+                for s in self._cache.unreferenced_segments(topic_partition(topic, p.partition))
+            ]
+            if leftovers:
+                deleted = await self.delete_segments(leftovers, now, errors)
+                stats.setdefault(name, TopicStats()).leftovers_deleted += deleted

@@ -1,0 +1,440 @@
+"""Copying: steps 5 and 6 of a cycle (:mod:`.pipeline`), and what they remember.
+
+5. stage 1 on Spark: fetch tasks read windows of the untiered ranges into spill files and
+   report their batch spans (:mod:`.fetch_stage`); the driver cuts segments
+   (:mod:`.planner`), folds the state each segment inherits (:mod:`.chain`), gives each a
+   fresh segment id and publishes COPY_SEGMENT_STARTED for all of them *before* anything is
+   uploaded;
+6. stage 2 on Spark: copy tasks build and upload the segments (:mod:`.copy_stage`); the
+   driver publishes COPY_SEGMENT_FINISHED for each partition's unbroken run of successes
+   from its remote log end (a success after a failure stays STARTED and is deleted next
+   cycle, so the remote log never has a hole that later copies would skip).
+
+Between cycles the driver remembers, per partition, what the last read found of the
+untiered tail (so a tail still open is not read again until enough new data can close a
+segment) and the state after its last remote segment (so the next copy does not download
+that segment's leader-epoch checkpoint and producer snapshot again).
+
+The module is over 400 lines because that memory is read and written by every step of a copy
+(planning the windows, cutting segments, folding their state, finishing them): one class
+keeps it private; split, it would become state shared between modules.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from protocol.indexes import CorruptIndexError
+from protocol.indexes.leader_epoch_checkpoint import parse_leader_epoch_checkpoint
+from protocol.indexes.producer_snapshot import parse_producer_snapshot
+from protocol.metadata_records import MetadataRecord
+from storage.model import (
+    IndexType,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from storage.rlmm.cache import RemoteLogMetadataCache
+from storage.rlmm.records import segment_record, segment_update_record
+from storage.rsm.base import RemoteStorageError, RemoteStorageManager
+from storage.rsm.config import RemoteStorageConfig
+from storage.tiering.chain import (
+    ChainError,
+    ChainState,
+    ProducerEvent,
+    fold_chain,
+    metadata_epochs,
+)
+from storage.tiering.config import TieringConfig
+from storage.tiering.copy_stage import CopyJob, CopyResult, SpillPiece, copy_segments
+from storage.tiering.cycle import MetadataManager, ScanMemory, TieredPartition, first_line
+from storage.tiering.fetch_stage import BrokerSettings, FetchWindow, WindowResult, fetch_windows
+from storage.tiering.planner import (
+    BatchSpan,
+    PlannedSegment,
+    cut_segments,
+    estimate_bytes,
+    may_close,
+    plan_windows,
+)
+from storage.tiering.report import TopicStats
+from storage.tiering.scan import spans_from_array
+from storage.tiering.stages import StageRunner
+from storage.tiering.worker import StorageFactory
+
+__all__ = ["CopyDriver"]
+
+log = logging.getLogger(__name__)
+
+_S = RemoteLogSegmentState
+_SPANS_PER_SEGMENT = 64
+"""Spans are at most 1/64 of ``segment.bytes`` (and 64 KiB): cut precision versus plan size."""
+_MAX_SPAN_BYTES = 64 * 1024
+
+
+class CopyDriver:
+    """Plans, runs and publishes the copies of a cycle, remembering scans and chain states.
+
+    :param storage_factory: how tasks build their remote storage manager (default:
+        :func:`storage.rsm.factory.create_remote_storage`); the driver uses ``rsm``.
+    """
+
+    def __init__(
+        self,
+        *,
+        config: TieringConfig,
+        storage: RemoteStorageConfig,
+        broker: BrokerSettings,
+        rlmm: MetadataManager,
+        rsm: RemoteStorageManager,
+        runner: StageRunner,
+        storage_factory: StorageFactory | None,
+        clock: Callable[[], int],
+    ) -> None:
+        self._config = config
+        self._storage = storage
+        self._broker = broker
+        self._rlmm = rlmm
+        self._rsm = rsm
+        self._runner = runner
+        self._storage_factory = storage_factory
+        self._clock = clock
+        self._scans: dict[TopicIdPartition, ScanMemory] = {}
+        self._chains: dict[TopicIdPartition, tuple[uuid.UUID, ChainState]] = {}
+        self._final_states: dict[TopicIdPartition, ChainState] = {}
+
+    @property
+    def _cache(self) -> RemoteLogMetadataCache:
+        return self._rlmm.cache
+
+    def chain_state(self, tp: TopicIdPartition, tip: RemoteLogSegmentMetadata) -> ChainState | None:
+        """The remembered state after ``tip``, if ``tip`` is the segment it was taken after."""
+        cached = self._chains.get(tp)
+        if cached is not None and cached[0] == tip.segment_id.id:
+            return cached[1]
+        return None
+
+    async def copy(
+        self,
+        partitions: list[TieredPartition],
+        run_id: str,
+        now: int,
+        stats: dict[str, TopicStats],
+        errors: list[str],
+    ) -> None:
+        """Fetch, plan, publish COPY_SEGMENT_STARTED, build and upload, and publish
+        COPY_SEGMENT_FINISHED for what made it; failures go to ``errors``."""
+        windows = self._plan_windows(partitions, run_id, now)
+        if not windows:
+            return
+        total = sum(self.estimate(p, p.last_stable)[0] for p in partitions if p.windows)
+        started = time.monotonic()
+        try:
+            results: list[WindowResult] = await self._runner.run(
+                "fetch",
+                windows,
+                functools.partial(fetch_windows, broker=self._broker),
+                total_bytes=total,
+            )
+        except Exception as err:
+            # Spark gave up on a task (an executor died, say): nothing was published yet.
+            errors.append(f"the fetch stage failed: {first_line(err)}")
+            return
+        log.info(
+            "fetched %d windows (%d bytes) in %.2f s (task time %.2f s)",
+            len(windows),
+            sum(r.size for r in results),
+            time.monotonic() - started,
+            sum(r.seconds for r in results),
+        )
+        by_window = {r.window: r for r in results}
+        jobs: list[CopyJob] = []
+        owners: dict[uuid.UUID, TieredPartition] = {}
+        for p in partitions:
+            if not p.windows:
+                continue
+            topic_stats = stats[p.tp.topic]
+            try:
+                planned = await self._plan_segments(p, by_window, now, topic_stats)
+            except (ChainError, RemoteStorageError, CorruptIndexError) as err:
+                errors.append(f"{p.tp}: cannot plan segments: {err}")
+                continue
+            for job in planned:
+                owners[job.metadata.segment_id.id] = p
+            jobs += planned
+        if not jobs:
+            return
+        started = time.monotonic()
+        await self._publish(segment_record(job.metadata) for job in jobs)
+        log.info(
+            "published %d COPY_SEGMENT_STARTED in %.2f s", len(jobs), time.monotonic() - started
+        )
+        started = time.monotonic()
+        try:
+            outcomes: list[CopyResult] = await self._runner.run(
+                "copy",
+                jobs,
+                functools.partial(
+                    copy_segments,
+                    broker=self._broker,
+                    storage=self._storage,
+                    storage_factory=self._storage_factory,
+                ),
+                total_bytes=sum(j.metadata.segment_size_in_bytes for j in jobs),
+            )
+        except Exception as err:
+            # Every copy stays COPY_SEGMENT_STARTED; the next cycle deletes them and retries.
+            errors.append(f"the copy stage failed: {first_line(err)}")
+            outcomes = []
+        log.info(
+            "built and uploaded %d segments in %.2f s (task time %.2f s)",
+            len(jobs),
+            time.monotonic() - started,
+            sum(o.seconds for o in outcomes),
+        )
+        started = time.monotonic()
+        await self._finish_copies(jobs, outcomes, owners, stats, errors)
+        log.info("published COPY_SEGMENT_FINISHED in %.2f s", time.monotonic() - started)
+
+    def estimate(self, p: TieredPartition, end: int) -> tuple[int, int | None]:
+        """Estimated bytes in ``[copy start, end)`` and the first batch's max timestamp."""
+        start = p.copy_start
+        memory = self._scans.get(p.tp)
+        if memory is not None and memory.start == start and memory.end <= end:
+            rest = estimate_bytes(start=memory.end, end=end, bytes_per_offset=p.bytes_per_offset)
+            return memory.size + rest, memory.first_max_timestamp
+        return estimate_bytes(start=start, end=end, bytes_per_offset=p.bytes_per_offset), (
+            p.first_max_timestamp
+        )
+
+    def _plan_windows(
+        self, partitions: list[TieredPartition], run_id: str, now: int
+    ) -> list[FetchWindow]:
+        windows: list[FetchWindow] = []
+        for p in partitions:
+            if p.error is not None or not p.policy.copies or p.copy_start >= p.last_stable:
+                continue
+            estimated, first_ts = self.estimate(p, p.last_stable)
+            if not may_close(
+                estimated_bytes=estimated,
+                first_max_timestamp=first_ts,
+                now_ms=now,
+                segment_bytes=p.policy.segment_bytes,
+                segment_ms=p.policy.segment_ms,
+            ):
+                continue
+            span_bytes = max(1, min(p.policy.segment_bytes // _SPANS_PER_SEGMENT, _MAX_SPAN_BYTES))
+            for start, end in plan_windows(
+                start=p.copy_start,
+                end=p.last_stable,
+                estimated_bytes=estimated,
+                max_task_bytes=self._config.task_max_bytes,
+            ):
+                p.windows.append(
+                    FetchWindow(
+                        run_id=run_id,
+                        window=len(windows) + len(p.windows),
+                        topic=p.tp.topic,
+                        partition=p.tp.partition,
+                        leader_id=p.leader_id,
+                        start_offset=start,
+                        end_offset=end,
+                        owns_straddling_batch=start == p.copy_start,
+                        span_max_bytes=span_bytes,
+                        span_max_ms=p.policy.segment_ms // _SPANS_PER_SEGMENT,
+                        bytes_per_second=0.0,
+                        spill_dir=str(self._config.spill_root),
+                    )
+                )
+            windows += p.windows
+        if windows:
+            share = self._config.copy_max_bytes_per_second / min(
+                len(windows), self._runner.parallelism
+            )
+            paced = [_with_rate(w, share) for w in windows]
+            for p in partitions:
+                p.windows = [paced[w.window] for w in p.windows]
+            return paced
+        return windows
+
+    async def _plan_segments(
+        self,
+        p: TieredPartition,
+        results: Mapping[int, WindowResult],
+        now: int,
+        stats: TopicStats,
+    ) -> list[CopyJob]:
+        spans: list[BatchSpan] = []
+        events: list[ProducerEvent] = []
+        paths: dict[int, str] = {}
+        complete_to = p.copy_start
+        for window in p.windows:
+            result = results.get(window.window)
+            if result is None or result.error is not None:
+                stats.notes.append(
+                    f"partition {p.tp.partition}: reading offsets {window.start_offset}.."
+                    f"{window.end_offset - 1} failed: {result.error if result else 'no result'}"
+                )
+                break
+            spans += spans_from_array(window.window, result.spans)
+            events += result.events
+            paths[window.window] = result.spill_path
+            complete_to = window.end_offset
+        if spans:
+            self._scans[p.tp] = ScanMemory(
+                start=p.copy_start,
+                end=complete_to,
+                size=sum(s.size for s in spans),
+                first_max_timestamp=spans[0].first_max_timestamp,
+            )
+        segments = cut_segments(
+            spans,
+            copy_start=p.copy_start,
+            segment_bytes=p.policy.segment_bytes,
+            segment_ms=p.policy.segment_ms,
+            now_ms=now,
+        )
+        if not segments:
+            return []
+        tail = spans[segments[-1].end_span :]
+        p.tail = ScanMemory(
+            start=segments[-1].end_offset + 1,
+            end=complete_to,
+            size=sum(s.size for s in tail),
+            first_max_timestamp=tail[0].first_max_timestamp if tail else None,
+        )
+        chains, final = fold_chain(await self._prior_state(p), spans, segments, events)
+        self._final_states[p.tp] = final
+        jobs = []
+        for segment, chain in zip(segments, chains, strict=True):
+            metadata = RemoteLogSegmentMetadata(
+                segment_id=RemoteLogSegmentId.generate(p.tp),
+                start_offset=segment.start_offset,
+                end_offset=segment.end_offset,
+                max_timestamp=segment.max_timestamp,
+                leader_epoch=p.leader_epoch,
+                event_timestamp=now,
+                segment_leader_epochs=metadata_epochs(
+                    chain.segment_leader_epochs, segment.start_offset
+                ),
+                segment_size_in_bytes=segment.size,
+                state=_S.COPY_SEGMENT_STARTED,
+            )
+            jobs.append(
+                CopyJob(
+                    metadata=metadata,
+                    pieces=_pieces(spans, segment, paths),
+                    prior=chain.prior,
+                    leader_id=p.leader_id,
+                    bytes_per_second=self._config.copy_max_bytes_per_second
+                    / self._runner.parallelism,
+                )
+            )
+        return jobs
+
+    async def _prior_state(self, p: TieredPartition) -> ChainState:
+        """The state after the partition's last remote segment (from its files)."""
+        if p.remote_end is None or p.copy_start != p.remote_end + 1:
+            return ChainState()
+        tip = self._cache.segment_for(p.tp, p.remote_end, self._cache.lineage(p.tp))
+        if tip is None:
+            return ChainState()
+        cached = self.chain_state(p.tp, tip)
+        if cached is not None:
+            return cached
+        checkpoint, snapshot = await asyncio.gather(
+            self._rsm.fetch_index(tip, IndexType.LEADER_EPOCH),
+            self._rsm.fetch_index(tip, IndexType.PRODUCER_SNAPSHOT),
+        )
+        state = ChainState(
+            lineage=parse_leader_epoch_checkpoint(checkpoint),
+            producers=parse_producer_snapshot(snapshot),
+        )
+        self._chains[p.tp] = (tip.segment_id.id, state)
+        return state
+
+    async def _finish_copies(
+        self,
+        jobs: Sequence[CopyJob],
+        outcomes: Sequence[CopyResult],
+        owners: Mapping[uuid.UUID, TieredPartition],
+        stats: dict[str, TopicStats],
+        errors: list[str],
+    ) -> None:
+        by_id = {o.segment_id: o for o in outcomes}
+        finished: list[RemoteLogSegmentMetadata] = []
+        broken: set[TopicIdPartition] = set()
+        for job in jobs:
+            metadata = job.metadata
+            tp = metadata.topic_id_partition
+            topic_stats = stats[tp.topic]
+            outcome = by_id.get(metadata.segment_id.id)
+            if outcome is None or outcome.error is not None or tp in broken:
+                broken.add(tp)
+                topic_stats.copy_failures += 1
+                topic_stats.lag_segments += 1
+                reason = (
+                    outcome.error
+                    if outcome is not None and outcome.error
+                    else (
+                        "not copied: an earlier segment of the partition failed"
+                        if outcome is not None
+                        else "the copy task was lost"
+                    )
+                )
+                errors.append(
+                    f"{tp}: segment {metadata.start_offset}..{metadata.end_offset} "
+                    f"({metadata.segment_id.id}): {reason}"
+                )
+                continue
+            finished.append(metadata)
+            topic_stats.segments_copied += 1
+            topic_stats.bytes_copied += metadata.segment_size_in_bytes
+        now = self._clock()
+        await self._publish(
+            segment_update_record(m, _S.COPY_SEGMENT_FINISHED, now) for m in finished
+        )
+        last: dict[TopicIdPartition, RemoteLogSegmentMetadata] = {}
+        for metadata in finished:
+            last[metadata.topic_id_partition] = metadata
+        for tp, metadata in last.items():
+            owner = owners[metadata.segment_id.id]
+            owner.remote_end = metadata.end_offset
+            self._scans.pop(tp, None)
+            final = self._final_states.pop(tp, None)
+            if tp not in broken:
+                # All of the partition's segments made it: carry the state and the tail over.
+                if final is not None:
+                    self._chains[tp] = (metadata.segment_id.id, final)
+                if owner.tail is not None:
+                    self._scans[tp] = owner.tail
+        for tp in broken:
+            self._final_states.pop(tp, None)
+
+    async def _publish(self, records: Iterable[MetadataRecord]) -> None:
+        await asyncio.gather(*(self._rlmm.publish(r) for r in records))
+
+
+def _with_rate(window: FetchWindow, rate: float) -> FetchWindow:
+    return replace(window, bytes_per_second=rate)
+
+
+def _pieces(
+    spans: Sequence[BatchSpan], segment: PlannedSegment, paths: Mapping[int, str]
+) -> tuple[SpillPiece, ...]:
+    pieces: list[SpillPiece] = []
+    for span in spans[segment.first_span : segment.end_span]:
+        last = pieces[-1] if pieces else None
+        path = paths[span.window]
+        if last is not None and last.path == path and last.position + last.size == span.position:
+            pieces[-1] = SpillPiece(path=path, position=last.position, size=last.size + span.size)
+        else:
+            pieces.append(SpillPiece(path=path, position=span.position, size=span.size))
+    return tuple(pieces)
