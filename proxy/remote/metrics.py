@@ -19,10 +19,13 @@ Series (Kafka's MBean in parentheses):
 - ``tierproxy_remote_fetch_purgatory_size`` (DelayedOperationPurgatory RemoteFetch
   PurgatorySize)
 - ``tierproxy_remote_fetch_expires_total`` (DelayedRemoteFetchMetrics ExpiresPerSec)
-- ``tierproxy_remote_index_cache_{hits,misses,evictions}_total`` (Kafka's RemoteIndexCache
-  exports none)
-- ``tierproxy_remote_chunk_cache_{hits,misses,evictions,prefetches}_total``,
+- ``tierproxy_remote_index_cache_{hits,misses,evictions,expirations}_total`` (Kafka's
+  RemoteIndexCache exports none)
+- ``tierproxy_remote_chunk_cache_{hits,misses,evictions,prefetches,disk_hits}_total``,
   ``tierproxy_remote_chunk_cache_bytes`` (tierproxy's chunk cache; Kafka has none)
+- ``tierproxy_remote_log_metadata_records_{applied,skipped}_total`` (records of the
+  metadata topic the proxy's consumer applied, or could not decode or apply; Kafka's
+  consumer task logs them and exports nothing)
 - ``tierproxy_remote_log_reader_rejected_total``, ``tierproxy_remote_fetch_throttled_total``
   (tierproxy's: reads refused by a full queue, reads answered empty by the fetch quota)
 """
@@ -38,7 +41,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 if TYPE_CHECKING:
     from proxy.remote.tier import RemoteTier
 
-__all__ = ["NoReadCounters", "ReadCounters", "RemoteMetrics"]
+__all__ = ["MetadataConsumerCounts", "NoReadCounters", "ReadCounters", "RemoteMetrics"]
 
 
 class RemoteMetrics:
@@ -68,6 +71,7 @@ class RemoteMetrics:
         )
         self.registry = registry
         self._collector: _TierCollector | None = None
+        self._metadata_collector: _MetadataCollector | None = None
 
     def read_started(self, topic: str) -> None:
         self.requests.labels(topic).inc()
@@ -84,10 +88,30 @@ class RemoteMetrics:
             self._collector = _TierCollector(tier)
             self.registry.register(self._collector)
 
+    def watch_metadata(self, consumer: MetadataConsumerCounts) -> None:
+        """Report the metadata topic consumer's record counts at every scrape."""
+        if self._metadata_collector is None:
+            self._metadata_collector = _MetadataCollector(consumer)
+            self.registry.register(self._metadata_collector)
+
     def unwatch(self) -> None:
+        """Stop reporting what :meth:`watch` and :meth:`watch_metadata` added."""
         if self._collector is not None:
             self.registry.unregister(self._collector)
             self._collector = None
+        if self._metadata_collector is not None:
+            self.registry.unregister(self._metadata_collector)
+            self._metadata_collector = None
+
+
+class MetadataConsumerCounts(Protocol):
+    """What the metadata topic's consumer counts (``TopicBasedRemoteLogMetadataManager``)."""
+
+    @property
+    def applied_records(self) -> int: ...
+
+    @property
+    def skipped_records(self) -> int: ...
 
 
 class ReadCounters(Protocol):
@@ -185,7 +209,17 @@ class _TierCollector:
             )
         yield throttled
         yield from _cache("tierproxy_remote_index_cache", "index files", tier.indexes)
+        yield _counter(
+            "tierproxy_remote_index_cache_expirations",
+            "Index files dropped from the cache because their TTL passed.",
+            tier.indexes.expirations,
+        )
         yield from _cache("tierproxy_remote_chunk_cache", "segment chunks", tier.chunks)
+        yield _counter(
+            "tierproxy_remote_chunk_cache_disk_hits",
+            "Chunk misses served from the disk tier instead of remote storage.",
+            tier.chunks.disk_hits,
+        )
         yield _gauge(
             "tierproxy_remote_chunk_cache_bytes",
             "Bytes of segment chunks held in memory.",
@@ -195,6 +229,29 @@ class _TierCollector:
             "tierproxy_remote_chunk_cache_prefetches",
             "Chunks loaded by read-ahead.",
             tier.chunks.prefetches,
+        )
+
+    def describe(self) -> Iterable[Metric]:
+        return ()
+
+
+class _MetadataCollector:
+    """Reads the metadata consumer's counters when Prometheus scrapes."""
+
+    def __init__(self, consumer: MetadataConsumerCounts) -> None:
+        self._consumer = consumer
+
+    def collect(self) -> Iterable[Metric]:
+        yield _counter(
+            "tierproxy_remote_log_metadata_records_applied",
+            "Records of the remote log metadata topic applied to the proxy's metadata cache.",
+            self._consumer.applied_records,
+        )
+        yield _counter(
+            "tierproxy_remote_log_metadata_records_skipped",
+            "Records of the remote log metadata topic skipped because they could not be "
+            "decoded or broke the state machine (alert on any increase: a writer is broken).",
+            self._consumer.skipped_records,
         )
 
     def describe(self) -> Iterable[Metric]:

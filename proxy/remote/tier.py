@@ -244,6 +244,8 @@ async def open_remote_tier(
         topic_id_lookup=functools.partial(_current_topic_ids, bootstrap_servers, security),
         metrics=metrics,
     )
+    if metrics is not None:
+        metrics.watch_metadata(rlmm)
     tier.start()
 
     async def close() -> None:

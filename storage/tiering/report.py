@@ -23,7 +23,6 @@ class TopicStats:
     """One topic's figures for one cycle (accumulated while the cycle runs)."""
 
     partitions: int = 0
-    bytes_fetched: int = 0
     segments_copied: int = 0
     bytes_copied: int = 0
     copy_failures: int = 0
@@ -118,7 +117,8 @@ def log_report(report: CycleReport, logger: logging.Logger) -> None:
         stats = report.topics[name]
         logger.info(
             "topic=%s RemoteCopyLagBytes=%d RemoteCopyLagSegments=%d copied_segments=%d "
-            "copied_bytes=%d failed=%d expired_segments=%d log_starts_moved=%d",
+            "copied_bytes=%d failed=%d expired_segments=%d expired_bytes=%d "
+            "log_starts_moved=%d missing_offsets=%d",
             name,
             stats.lag_bytes,
             stats.lag_segments,
@@ -126,7 +126,9 @@ def log_report(report: CycleReport, logger: logging.Logger) -> None:
             stats.bytes_copied,
             stats.copy_failures,
             stats.segments_expired,
+            stats.bytes_expired,
             stats.log_starts_advanced,
+            stats.missing_offsets,
         )
         for note in stats.notes:
             logger.warning("topic=%s %s", name, note)

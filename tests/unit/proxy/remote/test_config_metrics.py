@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -75,9 +76,28 @@ async def test_the_series_carry_kafkas_names(tmp_path: Path) -> None:
             "tierproxy_remote_fetch_expires_total 0.0",
             "tierproxy_remote_index_cache_misses_total 1.0",
             "tierproxy_remote_chunk_cache_misses_total 1.0",
+            "tierproxy_remote_chunk_cache_disk_hits_total 0.0",
+            "tierproxy_remote_index_cache_expirations_total 0.0",
         ):
             assert name in text, name
     finally:
         await tier.close()
         await log.close()
     assert "tierproxy_remote_log_reader_task_queue_size" not in generate_latest(registry).decode()
+
+
+def test_the_metadata_consumers_skipped_records_are_exported() -> None:
+    registry = CollectorRegistry()
+    metrics = RemoteMetrics(registry)
+    metrics.watch_metadata(_Consumer(applied_records=5, skipped_records=2))
+    text = generate_latest(registry).decode()
+    assert "tierproxy_remote_log_metadata_records_applied_total 5.0" in text
+    assert "tierproxy_remote_log_metadata_records_skipped_total 2.0" in text
+    metrics.unwatch()
+    assert "tierproxy_remote_log_metadata" not in generate_latest(registry).decode()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Consumer:
+    applied_records: int
+    skipped_records: int
