@@ -111,8 +111,8 @@ class RemoteRecords:
     """Whole batches from one remote segment."""
 
     records: bytes
-    """Batches from the one holding the fetch offset; empty only when ``max_offset``
-    excluded even the first."""
+    """Batches from the one holding the fetch offset, up to where the copy leaves the
+    lineage; the caller trims them to the range it may serve."""
     segment: RemoteLogSegmentMetadata
     aborted: tuple[AbortedTxn, ...]
     """Aborted transactions overlapping the returned range (READ_COMMITTED reads only)."""
@@ -144,7 +144,6 @@ class RemoteLogReader:
         max_bytes: int,
         *,
         lineage: Sequence[EpochEntry] | None = None,
-        max_offset: int | None = None,
         read_committed: bool = False,
     ) -> RemoteRecords:
         """Whole batches from the one holding ``fetch_offset``, within ``max_bytes`` (but at
@@ -152,8 +151,6 @@ class RemoteLogReader:
 
         :param lineage: the partition's leader-epoch history; the remote tier's own by
             default.
-        :param max_offset: batches starting at or after it are left out (the broker's high
-            watermark, or its last stable offset for READ_COMMITTED).
         :raises OffsetNotInRemoteError: when no readable copy holds ``fetch_offset``.
         :raises UnresolvedTransactionError: (READ_COMMITTED) see the module docstring.
         :raises RemoteStorageError: when remote storage fails (``RemoteResourceNotFoundError``
@@ -175,8 +172,6 @@ class RemoteLogReader:
         # A copy that a later unclean election truncated may hold the offset while its
         # following records are the truncated leader's: stop where it leaves the lineage.
         records = batches_below(records, agreeing_end(segment, fetch_offset, lineage) + 1)
-        if max_offset is not None:
-            records = batches_below(records, max_offset)
         aborted: tuple[AbortedTxn, ...] = ()
         if read_committed and records:
             records, aborted = await self._committed(tp, segment, fetch_offset, records, lineage)

@@ -3,7 +3,8 @@
 ApiVersions v0 and Metadata v0 are hand-encoded here: they are the oldest versions, which every
 broker answers (Apache Kafka 0.10 to 4.x, Tansu), their layouts are tiny and frozen, and encoding
 them directly keeps the harness independent of the codec layer and of any client library's
-connection logic (a client would retry and hide a broker that is not ready).
+connection logic (a client would retry and hide a broker that is not ready). The brokers it
+finds are the product's own :class:`~storage.kafka_client.BrokerAddress` values.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import contextlib
 import socket
 import ssl
 import struct
-from dataclasses import dataclass
 
-__all__ = ["BrokerAddress", "KafkaProbeError", "api_versions", "metadata_brokers"]
+from storage.kafka_client import BrokerAddress
+
+__all__ = ["KafkaProbeError", "api_versions", "metadata_brokers"]
 
 _API_VERSIONS = 18
 _METADATA = 3
@@ -29,15 +31,6 @@ _API_RANGE = struct.Struct(">hhh")  # api key, min version, max version
 
 class KafkaProbeError(Exception):
     """The broker closed the connection, answered with an error, or sent something malformed."""
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class BrokerAddress:
-    """One broker as Metadata lists it."""
-
-    node_id: int
-    host: str
-    port: int
 
 
 def api_versions(

@@ -19,7 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
-from protocol.records import Compression, ControlType, iter_batches, parse_batch_header
+from protocol.records import (
+    Compression,
+    ControlType,
+    batches_below,
+    iter_batches,
+    parse_batch_header,
+)
 from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 from storage.remote_reader import (
     OffsetNotInRemoteError,
@@ -150,8 +156,9 @@ def test_reads_return_what_a_brute_force_reader_returns(
                 assert got.records == expected_read(segments, offset, max_bytes)
                 assert got.aborted == ()
                 bound = offset + 3
-                bounded = await log.reader.read(TP, offset, max_bytes, max_offset=bound)
-                assert bounded.records == expected_read(segments, offset, max_bytes, bound)
+                # The Fetch interceptor trims a read to the broker's high watermark.
+                bounded = batches_below(got.records, bound)
+                assert bounded == expected_read(segments, offset, max_bytes, bound)
             with pytest.raises(OffsetNotInRemoteError):
                 await log.reader.read(TP, last + 1, 100)
         finally:
