@@ -23,6 +23,9 @@ last stable offset and log start; at its high watermark it has nothing to read (
 only if records arrived since the last answer). Every other partition is forwarded as the
 client asked.
 
+When the broker answers, :func:`verdict` says who answers each tiered partition: the remote
+tier, the broker, or neither yet.
+
 Nothing here changes state: the planner reads what :class:`~proxy.remote.broker_view.
 BrokerView` learned and what the metadata cache says.
 """
@@ -33,16 +36,25 @@ import dataclasses
 import functools
 import uuid
 from dataclasses import dataclass
+from enum import Enum
 from typing import Final, Protocol
 
-from protocol.fetch_bodies import FetchPosition, PartitionKey
-from proxy.remote.broker_view import BrokerView
+from protocol.errors import KafkaError
+from protocol.fetch_bodies import FetchedPartition, FetchPosition, PartitionKey
+from proxy.remote.broker_view import BrokerView, PartitionState
 from proxy.remote.fallbacks import BrokerFallbacks
 from proxy.remote.offload import OffloadPolicy
 from proxy.remote.offsets import RemoteRange
 from storage.model import TopicIdPartition
 
-__all__ = ["PROBE_BYTES", "FetchPlanner", "TieredPartition", "TieredPartitions"]
+__all__ = [
+    "PROBE_BYTES",
+    "FetchPlanner",
+    "TieredPartition",
+    "TieredPartitions",
+    "Verdict",
+    "verdict",
+]
 
 PROBE_BYTES: Final = 1
 """``partition_max_bytes`` forwarded for a remote-served partition: the broker answers at
@@ -155,3 +167,37 @@ class FetchPlanner:
         if tiered.reach_known and bound is not None and bound > tiered.remote.end:
             return bound
         return tiered.remote.end + 1
+
+
+class Verdict(Enum):
+    """Who answers a tiered partition, given the broker's answer."""
+
+    REMOTE = "remote"
+    """The remote tier: a probe the broker accepted, or an offset it no longer holds."""
+    BROKER = "broker"
+    """The broker's own answer stands (its records, or its error)."""
+    RETRY = "retry"
+    """Neither yet: the broker's log start moved and nobody knows whether the remote tier
+    still joins it. No records and no error; the next Fetch probes (see the planner)."""
+
+
+def verdict(tiered: TieredPartition, answer: FetchedPartition, state: PartitionState) -> Verdict:
+    """Who answers ``tiered`` now that the broker answered ``answer`` (and ``state`` holds
+    what that taught). Errors other than OFFSET_OUT_OF_RANGE are always the broker's
+    (authorisation, leadership, ...): they hold whatever the position."""
+    offset, remote = tiered.position.fetch_offset, tiered.remote
+    reaches = state.reaches(remote)
+    if answer.error == KafkaError.NONE:
+        if not tiered.served:
+            return Verdict.BROKER
+        # A probe's records are the broker's at the probe position, never the client's.
+        return Verdict.REMOTE if reaches else Verdict.RETRY
+    if answer.error != KafkaError.OFFSET_OUT_OF_RANGE or tiered.served:
+        # A refused probe: the broker's log starts after it, so after the client's offset,
+        # and the remote tier does not reach it: out of range, as Kafka answers.
+        return Verdict.BROKER
+    if not remote.start <= offset <= remote.end or reaches is False:
+        return Verdict.BROKER
+    if reaches is None:
+        return Verdict.RETRY
+    return Verdict.REMOTE

@@ -122,8 +122,13 @@ class RemoteReads:
             self._quota.record(size)
             self._counters.bytes_served(tp.topic, size)
 
-    def outcome(self, tiered: TieredPartition, future: asyncio.Future[RemoteRecords]) -> Outcome:
-        """The answer a read gives; no records and no error while it is still running."""
+    def settle(self, tiered: TieredPartition, future: asyncio.Future[RemoteRecords]) -> Outcome:
+        """The answer a read gives; no records and no error while it is still running.
+
+        Not a query: a failed read is counted and logged here, and a failure at an offset the
+        broker still holds hands the partition back to the broker for a while (see
+        :mod:`proxy.remote.fallbacks`). Called once per read that goes into a response.
+        """
         if not future.done() or future.cancelled():
             return Outcome(error=_NONE, records=None)
         err = future.exception()

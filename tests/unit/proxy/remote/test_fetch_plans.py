@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 
 from protocol.fetch_bodies import FetchPosition, FetchRequestView
-from proxy.interceptors.fetch import _Plan, _plan_size, _PlanCache
+from proxy.remote.inflight import FetchesInFlight, FetchInFlight, estimated_size
 from proxy.remote.sessions import FetchSessions
 from storage.remote_reader import RemoteRecords
 
 
-def plan(partitions: int, early: asyncio.Future[RemoteRecords]) -> _Plan:
+def plan(partitions: int, early: asyncio.Future[RemoteRecords]) -> FetchInFlight:
     positions = [
         (("t", p), FetchPosition(fetch_offset=0, partition_max_bytes=1 << 20))
         for p in range(partitions)
@@ -29,17 +29,20 @@ def plan(partitions: int, early: asyncio.Future[RemoteRecords]) -> _Plan:
         partitions=tuple(positions),
         forgotten=(),
     )
-    return _Plan(view=view, request=request, tiered={}, started=0.0, early={("t", 0): early})
+    return FetchInFlight(
+        view=view, request=request, tiered={}, started=0.0, early={("t", 0): early}
+    )
 
 
 async def test_plans_are_bounded_in_bytes_and_evicted_plans_cancel_their_reads() -> None:
     loop = asyncio.get_running_loop()
     big = plan(1000, loop.create_future())
-    assert _plan_size(big) > 100 * _plan_size(plan(1, loop.create_future()))
-    cache = _PlanCache(max_bytes=_plan_size(big) + 1)
-    cache[(1, 1)] = big
+    assert estimated_size(big) > 100 * estimated_size(plan(1, loop.create_future()))
+    in_flight = FetchesInFlight(max_bytes=estimated_size(big) + 1)
+    in_flight.add(1, 1, big)
     newer = plan(1000, loop.create_future())
-    cache[(1, 2)] = newer  # does not fit beside the first: the oldest goes
-    assert list(cache) == [(1, 2)]
+    in_flight.add(1, 2, newer)  # does not fit beside the first: the oldest goes
+    assert in_flight.get(1, 1) is None
+    assert in_flight.get(1, 2) is newer
     first_read = big.early[("t", 0)]
     assert isinstance(first_read, asyncio.Future) and first_read.cancelled()
