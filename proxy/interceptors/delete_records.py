@@ -26,7 +26,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Self
 
 from cachetools import LRUCache
 
@@ -34,7 +34,9 @@ from protocol.errors import KafkaError
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, ErrorCode
 from proxy.interceptors.base import Call, Interceptor
 from proxy.logs import event
-from proxy.remote.tier import RemoteTier
+from proxy.remote.broker_view import BrokerView
+from proxy.remote.fetch_plan import RemotePartitions
+from proxy.remote.tier import MetadataPublisher, RemoteTier
 from storage.model import TopicIdPartition
 from storage.rlmm.records import log_start_record
 
@@ -53,11 +55,32 @@ _Key = tuple[str, int]
 class DeleteRecordsInterceptor(Interceptor):
     """Extends DeleteRecords of tiered partitions to the remote tier; see the module."""
 
-    def __init__(self, tier: RemoteTier, *, pipeline_client_id: str) -> None:
-        self._tier = tier
+    def __init__(
+        self,
+        *,
+        partitions: RemotePartitions,
+        broker_view: BrokerView,
+        publish: MetadataPublisher,
+        pipeline_client_id: str,
+    ) -> None:
+        """:param pipeline_client_id: the tiering pipeline's client id, whose DeleteRecords
+        drop only local copies of tiered data and pass untouched."""
+        self._partitions = partitions
+        self._broker = broker_view
+        self._publish = publish
         self._pipeline_client_id = pipeline_client_id
         self._plans: LRUCache[tuple[int, int], dict[_Key, tuple[TopicIdPartition, int]]] = LRUCache(
             _PLANS_KEPT
+        )
+
+    @classmethod
+    def for_tier(cls, tier: RemoteTier, *, pipeline_client_id: str) -> Self:
+        """The interceptor over ``tier``'s shared services."""
+        return cls(
+            partitions=tier,
+            broker_view=tier.broker_view,
+            publish=tier.publish,
+            pipeline_client_id=pipeline_client_id,
         )
 
     @property
@@ -74,7 +97,7 @@ class DeleteRecordsInterceptor(Interceptor):
         tiered: dict[_Key, tuple[TopicIdPartition, int]] = {}
         for topic in call.request.topics:
             for part in topic.partitions:
-                tp = self._tier.partition(
+                tp = self._partitions.partition(
                     topic=topic.name, topic_id=None, partition=part.partition_index
                 )
                 if tp is not None:
@@ -105,13 +128,13 @@ class DeleteRecordsInterceptor(Interceptor):
         """Record the deletion for the remote tier; the partition's answer."""
         broker_low_watermark = int(part.low_watermark)
         target = broker_low_watermark if asked == _HIGH_WATERMARK else asked
-        remote = self._tier.remote_range(tp)
-        if remote is None or self._tier.broker_view.state(tp).reaches(remote) is False:
+        remote = self._partitions.remote_range(tp)
+        if remote is None or self._broker.state(tp).reaches(remote) is False:
             return part  # nothing of the remote tier is served: the broker's answer stands
         if target <= remote.start:
             return dataclasses.replace(part, low_watermark=remote.start)  # nothing deleted
         try:
-            await self._tier.publish(log_start_record(tp, target, int(time.time() * 1000)))
+            await self._publish(log_start_record(tp, target, int(time.time() * 1000)))
         except Exception as err:  # the metadata topic is out of reach: the client retries
             event(
                 _log,

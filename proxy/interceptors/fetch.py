@@ -62,7 +62,6 @@ from proxy.remote.broker_view import BrokerView, PartitionState
 from proxy.remote.client_quotas import ClientQuotas, QuotaEntity
 from proxy.remote.fetch_plan import FetchPlanner, TieredPartition, Verdict, verdict
 from proxy.remote.inflight import FetchesInFlight, FetchInFlight
-from proxy.remote.metrics import NoReadCounters
 from proxy.remote.purgatory import RemoteFetchPurgatory
 from proxy.remote.reads import RemoteReads
 from proxy.remote.sessions import FetchSessions
@@ -124,7 +123,7 @@ class FetchInterceptor(Interceptor):
                 quota=tier.quota,
                 broker_view=tier.broker_view,
                 fallbacks=tier.fallbacks,
-                counters=tier.metrics or NoReadCounters(),
+                counters=tier.counters,
             ),
             sessions=tier.sessions,
             purgatory=tier.purgatory,

@@ -18,18 +18,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol, Self
 
 from cachetools import LRUCache
 
 from protocol.errors import KafkaError
 from protocol.indexes import CorruptIndexError
+from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.messages import ApiKey, ErrorCode
 from protocol.records import CorruptRecordBatchError
 from proxy.interceptors.base import Answer, Call, Interceptor
 from proxy.logs import event
+from proxy.remote.broker_view import BrokerView
+from proxy.remote.fetch_plan import RemotePartitions
+from proxy.remote.metrics import ReadCounters
 from proxy.remote.offsets import BrokerAnswer, OffsetQuery, RemoteRange, answer, plan
 from proxy.remote.tier import RemoteTier
 from storage.model import TopicIdPartition
@@ -56,12 +60,49 @@ class _Query:
     timestamp: int
 
 
+class TimestampLookup(Protocol):
+    """Finds offsets by time in the remote tier (``RemoteLogReader``)."""
+
+    async def find_offset_by_timestamp(
+        self, tp: TopicIdPartition, timestamp: int, *, lineage: Sequence[EpochEntry] | None = None
+    ) -> TimestampAndOffset | None: ...
+
+
 class ListOffsetsInterceptor(Interceptor):
     """Answers ListOffsets for tiered partitions over the whole log."""
 
-    def __init__(self, tier: RemoteTier) -> None:
-        self._tier = tier
+    def __init__(
+        self,
+        *,
+        partitions: RemotePartitions,
+        broker_view: BrokerView,
+        timestamps: TimestampLookup,
+        counters: ReadCounters,
+        lookup_seconds: float,
+        kip405_minus_3: bool,
+    ) -> None:
+        """:param lookup_seconds: how long a lookup by time may take before the partition
+        is answered KAFKA_STORAGE_ERROR.
+        :param kip405_minus_3: answer -3 as KIP-405 first defined it (see :mod:`.offsets`)."""
+        self._partitions = partitions
+        self._broker = broker_view
+        self._timestamps = timestamps
+        self._counters = counters
+        self._lookup_seconds = lookup_seconds
+        self._kip405_minus_3 = kip405_minus_3
         self._plans: LRUCache[tuple[int, int], dict[_Key, _Query]] = LRUCache(_PLANS_KEPT)
+
+    @classmethod
+    def for_tier(cls, tier: RemoteTier) -> Self:
+        """The interceptor over ``tier``'s shared services."""
+        return cls(
+            partitions=tier,
+            broker_view=tier.broker_view,
+            timestamps=tier.reader,
+            counters=tier.counters,
+            lookup_seconds=max(tier.config.max_wait_ms / 1000, _MIN_LOOKUP_SECONDS),
+            kip405_minus_3=tier.config.list_offsets_kip405_minus_3,
+        )
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:
@@ -91,7 +132,7 @@ class ListOffsetsInterceptor(Interceptor):
                 query, forward = plan(
                     part.timestamp,
                     version,
-                    kip405_minus_3=self._tier.config.list_offsets_kip405_minus_3,
+                    kip405_minus_3=self._kip405_minus_3,
                 )
                 queries[(topic.name, part.partition_index)] = _Query(
                     query=query, timestamp=part.timestamp
@@ -114,7 +155,9 @@ class ListOffsetsInterceptor(Interceptor):
             return True
         if query.query is OffsetQuery.BROKER:
             return False
-        return self._tier.partition(topic=topic, topic_id=None, partition=partition) is not None
+        return (
+            self._partitions.partition(topic=topic, topic_id=None, partition=partition) is not None
+        )
 
     def wants_response(self, call: Call, body: memoryview) -> bool:
         return (call.connection.connection_id, call.header.correlation_id) in self._plans
@@ -130,7 +173,7 @@ class ListOffsetsInterceptor(Interceptor):
                 query = queries.get((topic.name, part.partition_index))
                 if query is None or int(part.error_code) != KafkaError.NONE:
                     continue
-                tp = self._tier.partition(
+                tp = self._partitions.partition(
                     topic=topic.name, topic_id=None, partition=part.partition_index
                 )
                 remote = None if tp is None else self._reachable(tp, query, part.offset)
@@ -157,8 +200,8 @@ class ListOffsetsInterceptor(Interceptor):
         """``tp``'s remote tier, or ``None`` when it does not join the broker's log (a gap:
         remote data below it is not served, as in Kafka). EARLIEST answers (EARLIEST_LOCAL
         was asked as EARLIEST) are the broker's exact log start: the broker view learns it."""
-        remote = self._tier.remote_range(tp)
-        broker = self._tier.broker_view
+        remote = self._partitions.remote_range(tp)
+        broker = self._broker
         if query.query in (OffsetQuery.EARLIEST, OffsetQuery.EARLIEST_LOCAL):
             broker.learn_log_start(tp, offset, remote)
         if remote is None or broker.state(tp).reaches(remote) is False:
@@ -197,8 +240,7 @@ class ListOffsetsInterceptor(Interceptor):
                     timestamp=query.timestamp,
                     error=repr(err),
                 )
-                if self._tier.metrics is not None:
-                    self._tier.metrics.errors.labels(tp.topic, "timestamp-lookup").inc()
+                self._counters.read_failed(tp.topic, "timestamp-lookup")
                 return dataclasses.replace(part, error_code=_STORAGE_ERROR, offset=-1, timestamp=-1)
             if located is not None:
                 found = BrokerAnswer(
@@ -215,8 +257,7 @@ class ListOffsetsInterceptor(Interceptor):
     async def _lookup(
         self, tp: TopicIdPartition, timestamp: int, remote: RemoteRange
     ) -> TimestampAndOffset | None:
-        seconds = max(self._tier.config.max_wait_ms / 1000, _MIN_LOOKUP_SECONDS)
-        async with asyncio.timeout(seconds):
-            return await self._tier.reader.find_offset_by_timestamp(
+        async with asyncio.timeout(self._lookup_seconds):
+            return await self._timestamps.find_offset_by_timestamp(
                 tp, timestamp, lineage=remote.lineage
             )

@@ -11,16 +11,18 @@ the data. Follower requests (``replica_id`` >= 0) pass through untouched.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from typing import Any, Final
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Protocol
 
 from cachetools import LRUCache
 
 from protocol.errors import KafkaError
+from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.messages import ApiKey
 from proxy.interceptors.base import Answer, Call, Interceptor
 from proxy.remote.epochs import EpochEndOffset, end_offset
-from proxy.remote.tier import RemoteTier
+from storage.model import TopicIdPartition
 
 __all__ = ["OffsetForLeaderEpochInterceptor"]
 
@@ -29,11 +31,21 @@ _PLANS_KEPT: Final = 100_000
 _Key = tuple[str, int]
 
 
+class TieredLineages(Protocol):
+    """The tiered partitions and their leader-epoch lineages (``RemoteTier``)."""
+
+    def partition(
+        self, *, topic: str | None, topic_id: uuid.UUID | None, partition: int
+    ) -> TopicIdPartition | None: ...
+
+    def lineage(self, tp: TopicIdPartition) -> Sequence[EpochEntry]: ...
+
+
 class OffsetForLeaderEpochInterceptor(Interceptor):
     """Answers epochs the broker forgot from the remote tier's lineage."""
 
-    def __init__(self, tier: RemoteTier) -> None:
-        self._tier = tier
+    def __init__(self, tiered: TieredLineages) -> None:
+        self._tiered = tiered
         self._requested: LRUCache[tuple[int, int], dict[_Key, int]] = LRUCache(_PLANS_KEPT)
 
     @property
@@ -52,7 +64,7 @@ class OffsetForLeaderEpochInterceptor(Interceptor):
             (topic.topic, part.partition): part.leader_epoch
             for topic in request.topics
             for part in topic.partitions
-            if self._tier.partition(topic=topic.topic, topic_id=None, partition=part.partition)
+            if self._tiered.partition(topic=topic.topic, topic_id=None, partition=part.partition)
         }
         if requested:
             key = (call.connection.connection_id, call.header.correlation_id)
@@ -85,11 +97,11 @@ class OffsetForLeaderEpochInterceptor(Interceptor):
         epoch = requested.get((topic, part.partition))
         if epoch is None or int(part.error_code) != KafkaError.NONE:
             return part
-        tp = self._tier.partition(topic=topic, topic_id=None, partition=part.partition)
+        tp = self._tiered.partition(topic=topic, topic_id=None, partition=part.partition)
         if tp is None:
             return part
         broker = EpochEndOffset(leader_epoch=part.leader_epoch, end_offset=part.end_offset)
-        result = end_offset(epoch, broker, self._tier.lineage(tp))
+        result = end_offset(epoch, broker, self._tiered.lineage(tp))
         if result == broker:
             return part
         return dataclasses.replace(

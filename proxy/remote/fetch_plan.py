@@ -50,6 +50,7 @@ from storage.model import TopicIdPartition
 __all__ = [
     "PROBE_BYTES",
     "FetchPlanner",
+    "RemotePartitions",
     "TieredPartition",
     "TieredPartitions",
     "Verdict",
@@ -61,14 +62,18 @@ PROBE_BYTES: Final = 1
 once (at least one byte is readable) and reads next to nothing."""
 
 
-class TieredPartitions(Protocol):
-    """How the planner finds a request's partition in the remote tier (``RemoteTier``)."""
+class RemotePartitions(Protocol):
+    """How a request's partition is found in the remote tier (``RemoteTier``)."""
 
     def partition(
         self, *, topic: str | None, topic_id: uuid.UUID | None, partition: int
     ) -> TopicIdPartition | None: ...
 
     def remote_range(self, tp: TopicIdPartition) -> RemoteRange | None: ...
+
+
+class TieredPartitions(RemotePartitions, Protocol):
+    """What the planner asks of the remote tier: the partitions, and their sizes."""
 
     def bytes_per_record(self, tp: TopicIdPartition) -> float: ...
 

@@ -26,7 +26,7 @@ from proxy.remote.broker_view import BrokerView
 from proxy.remote.client_quotas import ClientQuotas
 from proxy.remote.config import RemoteFetchConfig
 from proxy.remote.fallbacks import BrokerFallbacks
-from proxy.remote.metrics import RemoteMetrics
+from proxy.remote.metrics import NoReadCounters, ReadCounters, RemoteMetrics
 from proxy.remote.offload import OffloadPolicy
 from proxy.remote.offsets import RemoteRange
 from proxy.remote.pool import ReaderPool
@@ -127,6 +127,8 @@ class RemoteTier:
             clock=clock,
         )
         self.metrics = metrics
+        self.counters: ReadCounters = metrics if metrics is not None else NoReadCounters()
+        """What the read path counts per topic: the metrics, or nothing without them."""
         self.topic_ids = TopicIds(
             lookup=topic_id_lookup, tiered_names=self._tiered_names, refresh_seconds=30.0
         )

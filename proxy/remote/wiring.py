@@ -80,9 +80,9 @@ def remote_interceptors(
         SaslIdentity(tier.identities),
         MetadataTopicIds(tier.topic_ids),
         FetchInterceptor.for_tier(tier),
-        ListOffsetsInterceptor(tier),
+        ListOffsetsInterceptor.for_tier(tier),
         OffsetForLeaderEpochInterceptor(tier),
-        DeleteRecordsInterceptor(tier, pipeline_client_id=pipeline_client_id),
+        DeleteRecordsInterceptor.for_tier(tier, pipeline_client_id=pipeline_client_id),
     )
 
 
