@@ -8,6 +8,7 @@ pipelining and error handling are exercised byte for byte.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import struct
 import uuid
@@ -60,8 +61,12 @@ class FakeBroker:
     delay: dict[ApiKey, float] = field(default_factory=dict)
     close_on: ApiKey | None = None
     port: int = 0
+    connections: set[asyncio.StreamWriter] = field(default_factory=set)
+    """Connections still open; :func:`running` closes them (Python 3.11's ``Server.close``
+    leaves accepted connections open)."""
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections.add(writer)
         try:
             while True:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
@@ -70,7 +75,6 @@ class FakeBroker:
                 self.received.append((header.api_key, header.api_version))
                 key = ApiKey(header.api_key)
                 if key == self.close_on:
-                    writer.close()
                     return
                 request = decode_request(header.api_key, header.api_version, frame[header.size :])
                 self.requests.append((key, request))
@@ -90,7 +94,19 @@ class FakeBroker:
                 )
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            self.connections.discard(writer)
             writer.close()
+
+    async def close(self) -> None:
+        """Close every connection still open and wait until each is."""
+        writers = list(self.connections)
+        for writer in writers:
+            writer.close()
+        for writer in writers:
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
 
     def respond(self, key: ApiKey, request: Any, version: int) -> Any:
         if key == ApiKey.API_VERSIONS:
@@ -117,6 +133,7 @@ async def running(fake: FakeBroker) -> AsyncIterator[FakeBroker]:
         yield fake
     finally:
         server.close()
+        await fake.close()
         await server.wait_closed()
 
 
