@@ -7,7 +7,6 @@ import asyncio
 import dataclasses
 import os
 import signal
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -29,6 +28,7 @@ from protocol.messages import (
 from proxy.embedded import BrokerInfo
 from proxy.embedded.tierproxy import TierproxyServer
 from proxy.interceptors.api_versions import restrict_api_versions
+from tests.conditions import wait_for, wait_until
 from tests.integration.proxy.conftest import start_proxy
 from tests.unit.proxy.remote.scripted_broker import fetch_request
 
@@ -174,15 +174,21 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(
     info = start_proxy(broker, tmp_path)
     try:
         asyncio.run(sigterm_round(info))
-        deadline = time.monotonic() + 10
-        while info.process.running and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not info.process.running
+        wait_until(lambda: not info.process.running, timeout_s=10, what="the proxy exited")
         log = info.process.log_path.read_text()
         assert "event=proxy.stopping" in log
         assert "event=proxy.stopped" in log
     finally:
         info.process.stop()
+
+
+def fetches_received(info: TierproxyServer) -> float:
+    """Fetch requests the proxy has read (``tierproxy_requests_total{api="fetch"}``)."""
+    url = f"http://127.0.0.1:{info.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    prefix = 'tierproxy_requests_total{api="fetch"} '
+    return sum(float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix))
 
 
 async def sigterm_round(info: TierproxyServer) -> None:
@@ -193,7 +199,7 @@ async def sigterm_round(info: TierproxyServer) -> None:
     header = encode_request_header(ApiKey.FETCH, 12, 77, "sigterm-test")
     wire.writer.write(encode_frame(header + encode_request(long_poll)))
     await wire.writer.drain()
-    await asyncio.sleep(0.2)
+    await wait_for(lambda: fetches_received(info) >= 1, what="the proxy read the Fetch")
     assert info.process.pid is not None
     os.kill(info.process.pid, signal.SIGTERM)
     answer = await wire.receive()

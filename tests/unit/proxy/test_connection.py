@@ -17,6 +17,7 @@ from protocol.fetch_tail import read_tail
 from protocol.headers import RequestHeader, encode_request_header
 from protocol.messages import ApiKey, encode_request
 from proxy.interceptors.base import Answer, Call, Interceptor
+from tests.conditions import wait_for
 from tests.unit.proxy.conftest import Client, ProxyFactory, frame
 from tests.unit.proxy.fake_broker import (
     FakeBroker,
@@ -186,7 +187,12 @@ async def test_a_client_that_stops_reading_stops_the_broker_side(
     client = await Client.connect(proxy)
     count = 40  # 160 MiB of answers in all
     await client.send(b"".join(raw_request(i, b"") for i in range(count)))
-    await asyncio.sleep(1.0)
+    # The broker blocks once the proxy stops reading from it: its own buffer then holds
+    # the unsent part of an answer, and stays full while the client does not read.
+    await wait_for(
+        lambda: any(t.get_write_buffer_size() >= len(chunk) // 2 for t in fake_broker.connections),
+        what="the broker blocked writing",
+    )
     # Kernel buffers and the watermarks hold a few MiB: the broker is blocked long before 40.
     assert len(answered) < count // 2
     for i in range(count):
@@ -235,8 +241,7 @@ async def test_the_broker_closing_closes_the_client_promptly(
     for transport in fake_broker.connections:
         transport.abort()
     assert await client.closed(seconds=2)
-    await asyncio.sleep(0)
-    assert proxy.connections == 0
+    await wait_for(lambda: proxy.connections == 0, what="the proxy dropped the pair")
 
 
 async def test_the_client_closing_closes_the_broker_side(

@@ -14,8 +14,15 @@ from protocol.messages import ApiKey, build, decode_response, encode_request, re
 from proxy.config import ProxyConfig
 from proxy.discovery import DiscoveryError
 from proxy.server import ProxyServer
+from tests.conditions import wait_for
 from tests.unit.proxy.conftest import Client, ProxyFactory, frame
-from tests.unit.proxy.fake_broker import FakeBroker, echo, raw_request, raw_response_body
+from tests.unit.proxy.fake_broker import (
+    RAW_API,
+    FakeBroker,
+    echo,
+    raw_request,
+    raw_response_body,
+)
 
 
 def free_port() -> int:
@@ -166,7 +173,10 @@ async def test_graceful_close_finishes_in_flight_requests_until_the_deadline(
     stuck = await Client.connect(proxy)
     await quick.send(raw_request(1, b"0.2"))
     await stuck.send(raw_request(2, b"30"))
-    await asyncio.sleep(0.05)
+    await wait_for(
+        lambda: sum(key == RAW_API for key, _version, _id in fake_broker.requests) == 2,
+        what="both requests reached the broker",
+    )
     started = asyncio.get_running_loop().time()
     await proxy.close(1.0)
     elapsed = asyncio.get_running_loop().time() - started

@@ -49,6 +49,8 @@ class FaultyStorage:
         self.error: RemoteStorageError | None = None
         self.log_reads: list[int] = []
         """Start offsets of the segments whose ``.log`` was read, in order."""
+        self.index_reads = 0
+        """Index files requested (counted when the request starts)."""
 
     async def _fault(self) -> None:
         if self.delay:
@@ -69,6 +71,7 @@ class FaultyStorage:
         return await self.inner.fetch_log_segment(metadata, start, end)
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        self.index_reads += 1
         await self._fault()
         return await self.inner.fetch_index(metadata, index_type)
 

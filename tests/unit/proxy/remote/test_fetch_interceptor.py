@@ -147,13 +147,12 @@ async def test_slow_storage_returns_within_max_wait_and_warms_the_cache(
 ) -> None:
     env = await make_env(max_wait_ms=100)
     env.storage.delay = 0.3  # per GET: the offset index, then the chunk
-    started = time.monotonic()
     part = only(await fetch(env, 12, 0, max_wait_ms=5000))
-    assert time.monotonic() - started < 0.28
+    # Answered at the purgatory's 100 ms, not the request's 5 s: empty, the read unfinished.
     assert part.error_code == KafkaError.NONE
     assert not part.records
     assert env.tier.purgatory.expirations == 1
-    await asyncio.sleep(0.7)
+    await wait_for(lambda: len(env.tier.chunks) > 0, what="the unfinished read warmed the cache")
     env.storage.delay = 0
     part = only(await fetch(env, 12, 0))
     assert batches_of(part.records)[0] == env.all_batches[0]
@@ -165,7 +164,7 @@ async def test_a_full_reader_queue_gives_retriable_errors(make_env: EnvFactory) 
     other = await KafkaClient.connect(env.proxy)
     try:
         first = asyncio.create_task(fetch(env, 12, 0))
-        await asyncio.sleep(0.05)
+        await wait_for(lambda: env.storage.index_reads > 0, what="the one reader is busy")
         topic_request = fetch_request(12, [(TOPIC, 0, 0, 1 << 20)])
         part = only(await other.call(ApiKey.FETCH, 12, topic_request))
         assert part.error_code == KafkaError.KAFKA_STORAGE_ERROR

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from proxy.remote.pool import ReaderPool, ReaderPoolFullError
+from tests.conditions import wait_for
 
 
 class Clock:
@@ -34,7 +35,7 @@ async def test_at_most_workers_run_at_once() -> None:
         return 1
 
     futures = [pool.submit("c", read) for _ in range(5)]
-    await asyncio.sleep(0.01)
+    await wait_for(lambda: running == 2, what="two reads running")
     assert peak == 2
     assert pool.queue_size == 3
     gate.set()
@@ -51,7 +52,7 @@ async def test_a_full_queue_refuses_reads() -> None:
         await gate.wait()
 
     first = pool.submit("c", read)
-    await asyncio.sleep(0)  # the worker takes it
+    await wait_for(lambda: pool.queue_size == 0, what="the worker took the first read")
     queued = [pool.submit("c", read), pool.submit("c", read)]
     with pytest.raises(ReaderPoolFullError):
         pool.submit("c", read)
@@ -151,7 +152,7 @@ async def test_idle_ratio_measures_busy_time_between_calls() -> None:
         await gate.wait()
 
     future = pool.submit("c", read)
-    await asyncio.sleep(0)
+    await wait_for(lambda: pool.queue_size == 0, what="a worker took the read")
     assert pool.idle_ratio() == 1.0
     clock.now = 10.0
     assert pool.idle_ratio() == pytest.approx(0.5)  # one of two workers busy throughout
