@@ -5,13 +5,17 @@ remote storage with Kafka's index files and KIP-405 metadata, deletes remote seg
 ``retention.ms``/``retention.bytes``, finishes the remote data of deleted topics, and lets
 the broker drop local data that is tiered and past ``local.retention.ms``/``.bytes`` (with
 DeleteRecords, where the broker has it). How a cycle runs: :mod:`.pipeline`; what the
-executors do: :mod:`.tasks`; where segments start and end: :mod:`.planner`.
+executors do: :mod:`.fetch_stage` and :mod:`.copy_stage`; where segments start and end:
+:mod:`.planner`.
 
 Modules: :mod:`.policy` (per-topic settings), :mod:`.config` (pipeline settings),
 :mod:`.planner`, :mod:`.scan`, :mod:`.chain`, :mod:`.retention` (pure rules),
-:mod:`.sampling` and :mod:`.tasks` (broker and storage I/O), :mod:`.stages` (Spark jobs and
-the progress bar), :mod:`.pipeline` (the driver), :mod:`.report` and :mod:`.status` (what
-operators see), :mod:`.job` (settings, SparkSession and the cycle loop).
+:mod:`.sampling`, :mod:`.fetch_stage`, :mod:`.copy_stage` and :mod:`.worker` (broker and
+storage I/O on the executors), :mod:`.stages` (Spark jobs and the progress bar),
+:mod:`.pipeline` (the driver, running the steps :mod:`.cleanup`, :mod:`.survey`,
+:mod:`.copying` and :mod:`.retention_driver`, which share :mod:`.cycle`), :mod:`.report`
+and :mod:`.status` (what operators see), :mod:`.job` (settings, SparkSession and the cycle
+loop).
 
 Running it
 ----------
