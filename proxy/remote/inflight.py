@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Final
 
-from cachetools import LRUCache
+from cachetools import Cache, LRUCache
 
 from protocol.fetch_bodies import FetchRequestView, PartitionKey
 from proxy.remote.fetch_plan import TieredPartition
@@ -67,6 +67,13 @@ class _PlanCache(LRUCache[tuple[int, int], FetchInFlight]):
         _cancel_early_reads(plan)
         return key, plan
 
+    def peek(self, key: tuple[int, int]) -> FetchInFlight | None:
+        """The plan under ``key``, without making it the most recently used."""
+        if key not in self:
+            return None
+        plan: FetchInFlight = Cache.__getitem__(self, key)
+        return plan
+
 
 class FetchesInFlight:
     """The plans of Fetches in flight, with each connection's correlation ids."""
@@ -82,8 +89,9 @@ class FetchesInFlight:
         self._by_connection.setdefault(connection_id, set()).add(correlation_id)
 
     def get(self, connection_id: int, correlation_id: int) -> FetchInFlight | None:
-        """The plan of a Fetch still in flight, left in place."""
-        return self._plans.get((connection_id, correlation_id))
+        """The plan of a Fetch still in flight, left in place and untouched (predicates
+        ask this: it changes not even the eviction order)."""
+        return self._plans.peek((connection_id, correlation_id))
 
     def pop(self, connection_id: int, correlation_id: int) -> FetchInFlight | None:
         """The plan of a Fetch whose response came back, forgotten."""

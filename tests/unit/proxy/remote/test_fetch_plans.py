@@ -46,3 +46,15 @@ async def test_plans_are_bounded_in_bytes_and_evicted_plans_cancel_their_reads()
     assert in_flight.get(1, 2) is newer
     first_read = big.early[("t", 0)]
     assert isinstance(first_read, asyncio.Future) and first_read.cancelled()
+
+
+async def test_looking_a_plan_up_does_not_keep_it_from_eviction() -> None:
+    loop = asyncio.get_running_loop()
+    plans = [plan(10, loop.create_future()) for _ in range(3)]
+    in_flight = FetchesInFlight(max_bytes=2 * estimated_size(plans[0]))
+    in_flight.add(1, 1, plans[0])
+    in_flight.add(1, 2, plans[1])
+    assert in_flight.get(1, 1) is plans[0]  # what wants_response asks: no side effect
+    in_flight.add(1, 3, plans[2])
+    assert in_flight.get(1, 1) is None
+    assert in_flight.get(1, 2) is plans[1]
