@@ -433,10 +433,13 @@ class LatencyRelay:
         self.delay = delay
         self.target = (target_host, target_port)
         self._tap = tap
-        self._connections = itertools.count()
+        self._numbers = itertools.count()
+        """Numbers the relayed connections for the tap."""
         self._loop = asyncio.new_event_loop()
         self._ready = threading.Event()
         self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._writers: set[asyncio.StreamWriter] = set()
         self._thread = threading.Thread(target=self._run, name="latency-relay", daemon=True)
         self._thread.start()
         self._ready.wait(10)
@@ -452,12 +455,24 @@ class LatencyRelay:
         self._loop.run_forever()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        self._writers.add(writer)
+        try:
+            await self._relay(reader, writer)
+        finally:
+            self._connections.discard(task)
+            self._writers.discard(writer)
+            writer.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
         except OSError:
-            writer.close()
             return
-        connection = next(self._connections)
+        connection = next(self._numbers)
+        self._writers.add(upstream_writer)
 
         async def pump(
             source: asyncio.StreamReader, sink: asyncio.StreamWriter, back: bool
@@ -472,18 +487,30 @@ class LatencyRelay:
                     await sink.drain()
             sink.close()
 
-        await asyncio.gather(
-            pump(reader, upstream_writer, False), pump(upstream_reader, writer, True)
-        )
+        try:
+            await asyncio.gather(
+                pump(reader, upstream_writer, False), pump(upstream_reader, writer, True)
+            )
+        finally:
+            self._writers.discard(upstream_writer)
+            upstream_writer.close()
 
     def close(self) -> None:
+        """Stop accepting, close every relayed connection, and close the loop."""
+
         async def stop() -> None:
             assert self._server is not None
             self._server.close()
+            for writer in list(self._writers):
+                writer.close()
+            if self._connections:
+                await asyncio.wait(list(self._connections), timeout=5)
+            await self._server.wait_closed()
 
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(5)
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
+        self._loop.close()
 
 
 async def fetch_once(
