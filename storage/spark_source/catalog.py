@@ -26,7 +26,8 @@ from storage.index_cache import RemoteIndexCache
 from storage.kafka_client import FetchTarget, KafkaClient, KafkaClientError
 from storage.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
 from storage.remote_reader import RemoteLogReader
-from storage.rlmm.cache import RemoteLogMetadataCache, agreeing_end
+from storage.rlmm.cache import RemoteLogMetadataCache
+from storage.rlmm.lineage import agreeing_end
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 from storage.rsm.base import RemoteStorageManager
 from storage.rsm.factory import create_remote_storage
