@@ -114,6 +114,7 @@ async def test_a_request_trickled_too_slowly_is_closed_and_others_are_not(
     assert proxy.metrics.registry.get_sample_value(
         "tierproxy_bad_connections_total", {"reason": SLOW_REQUEST}
     )
+    await bystander.close()
 
 
 async def test_idle_connections_are_closed_after_connections_max_idle_ms(
@@ -138,6 +139,7 @@ async def test_whole_requests_never_run_the_request_clock(
         # Past the deadline between requests: nothing is half received, so nothing expires.
         await asyncio.sleep(0.4)
     assert proxy.connections == 1
+    await client.close()
 
 
 async def test_a_client_closing_mid_request_is_a_truncated_request(
