@@ -11,7 +11,7 @@ Rules of this file (the only module that writes to transports):
   with ``acks=0`` gets no response and enters neither.
 - A raw response whose request heads ``_ordered`` streams through as it arrives, chunk by
   chunk, never assembled in memory. So does an intercepted one whose exchange offers a
-  :class:`~proxy.router.ResponseStream` (a Fetch whose interceptors judge only its tail):
+  :class:`~proxy.response_stream.ResponseStream` (a Fetch whose interceptors judge only its tail):
   all but its tail goes out as it arrives, and the tail, possibly rewritten to the same
   length, completes it. Any other response is kept until everything before it has been
   written; an intercepted one is assembled and handed to its exchange.
@@ -45,7 +45,8 @@ from proxy.config import HostPort
 from proxy.interceptors.base import ConnectionInfo
 from proxy.logs import event
 from proxy.metrics import ProxyMetrics, api_name
-from proxy.router import InterceptedExchange, ResponseStream, Router
+from proxy.response_stream import ResponseStream
+from proxy.router import InterceptedExchange, Router
 
 __all__ = ["ConnectionPair", "PairSettings"]
 
