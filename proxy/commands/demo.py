@@ -15,13 +15,16 @@ names.
 
 With ``--broker tansu`` (a broker that never deletes anything) the tiered range stays on the
 broker and the proxy's offload policy serves it from the remote tier instead.
+
+This module holds the steps; the run's state is :mod:`proxy.commands.demo_run`, the records
+written and checked :mod:`proxy.commands.demo_records`, and what is printed
+:mod:`proxy.commands.demo_report`.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
 import logging
 import os
@@ -29,21 +32,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import uvloop
-from rich.console import Console
-from rich.table import Table
 
+from proxy.commands.demo_records import consume_and_verify, produce
+from proxy.commands.demo_report import Reporter, mib, print_summary
+from proxy.commands.demo_run import DemoOptions, DemoRun, TieredPartition
 from proxy.embedded import (
-    BrokerChoice,
-    BrokerInfo,
     ServerStartError,
     broker_from_env,
     create_topic,
@@ -53,7 +51,6 @@ from proxy.embedded.tierproxy import TierproxyServer
 from storage.console import report_console
 from storage.kafka_client import KafkaClient, KafkaClientError
 from storage.kafka_client.consumer import AssignedConsumer
-from storage.kafka_client.producer import TopicProducer
 
 __all__ = ["DemoOptions", "register", "run"]
 
@@ -79,11 +76,6 @@ exit status: 0 when every record came back intact, 1 when verification failed, 2
 server could not be started, the pipeline failed, or the broker refused a request (e.g.
 --topic exists already)."""
 
-_CONSUME_TIMEOUT_S = 60.0
-_BATCH_BYTES = 16 * 1024
-"""Bytes of keys and values per produced batch: Kafka's producer ``batch.size`` default. The
-batches must stay well below the demo's segment size, or every segment would be closed and
-nothing left to read from the broker."""
 _PIPELINE_TIMEOUT_S = 600.0
 _PROXY_START_TIMEOUT_S = 60.0
 _SEGMENTS_PER_PARTITION = 6
@@ -91,61 +83,6 @@ _SEGMENTS_PER_PARTITION = 6
 _MIN_SEGMENT_BYTES = 16 * 1024
 _REMOTE_FETCH_BYTES_METRIC = "tierproxy_remote_fetch_bytes_total"
 _REMOTE_FETCH_REQUESTS_METRIC = "tierproxy_remote_fetch_requests_total"
-_BROKER_ORIGIN = {"tansu": "embedded", "kafka": "embedded", "external": "KAFKA_BOOTSTRAP"}
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DemoOptions:
-    """What the user asked for on the command line."""
-
-    records: int
-    topic: str
-    partitions: int
-    value_bytes: int
-    work_dir: Path | None
-    broker: BrokerChoice
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TieredPartition:
-    """What ``tierproxy status`` reports for one partition after the pipeline ran."""
-
-    partition: int
-    remote_log_end: int | None
-    segments: int
-    remote_bytes: int
-
-
-@dataclass(slots=True, kw_only=True)
-class DemoRun:
-    """State shared by the steps of one run (filled in as the steps go)."""
-
-    options: DemoOptions
-    broker: BrokerInfo | None = None
-    produced_bytes: int = 0
-    produce_seconds: float = 0.0
-    consumed: int = 0
-    consume_seconds: float = 0.0
-    mismatches: list[str] = field(default_factory=list)
-    config_path: Path | None = None
-    remote_dir: Path | None = None
-    tiered: list[TieredPartition] = field(default_factory=list)
-    proxy_bootstrap: str = ""
-    remote_fetch_bytes: float = 0.0
-    remote_fetch_requests: float = 0.0
-    records_by_offset: dict[int, list[int]] = field(default_factory=dict)
-    """Offsets read per partition, to tell remote-tier records from broker records."""
-    log_start_before: dict[int, int] = field(default_factory=dict)
-    """The broker's log start per partition before tiering."""
-    log_start_after: dict[int, int] = field(default_factory=dict)
-    """... and after the pipeline let it drop the tiered range."""
-    spark_count: int | None = None
-    """Records ``format("tierproxy")`` counted in the topic (the last step)."""
-
-    @property
-    def deletes(self) -> bool:
-        """Whether the broker drops tiered data (Apache Kafka) or keeps it all (Tansu)."""
-        return self.broker is not None and self.broker.supports_delete_records
 
 
 def register(subparsers: Any) -> None:
@@ -220,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     # elected) and log it as a warning; the demo's own lines say what matters.
     logging.getLogger("storage.kafka_client").setLevel(logging.ERROR)
     demo = DemoRun(options=options)
-    reporter = _Reporter(console)
+    reporter = Reporter(console)
     failure: str | None = None
     work_dir = _work_dir(options.work_dir)
     try:
@@ -262,23 +199,23 @@ def run(args: argparse.Namespace) -> int:
             return 2
     else:
         _remove_unless_kept(work_dir, options.work_dir)
-    _print_summary(console, demo, work_dir)
+    print_summary(console, demo, work_dir)
     return 1 if demo.mismatches else 0
 
 
-async def _kafka_steps(demo: DemoRun, reporter: _Reporter) -> None:
+async def _kafka_steps(demo: DemoRun, reporter: Reporter) -> None:
     assert demo.broker is not None  # the caller started it
     bootstrap, options = demo.broker.bootstrap, demo.options
     with reporter.step("create the topic") as note:
         await create_topic(bootstrap, options.topic, partitions=options.partitions)
         note(f"{options.topic} with {options.partitions} partitions")
     with reporter.step("produce") as note:
-        await _produce(demo, bootstrap)
-        note(f"{options.records:,} records, {_mib(demo.produced_bytes)}")
+        await produce(demo, bootstrap)
+        note(f"{options.records:,} records, {mib(demo.produced_bytes)}")
     demo.log_start_before = await _log_starts(bootstrap, options)
 
 
-async def _log_starts_after(demo: DemoRun, reporter: _Reporter) -> None:
+async def _log_starts_after(demo: DemoRun, reporter: Reporter) -> None:
     assert demo.broker is not None
     with reporter.step("read the broker's log start (ListOffsets EARLIEST, direct)") as note:
         demo.log_start_after = await _log_starts(demo.broker.bootstrap, demo.options)
@@ -377,7 +314,7 @@ def _run_logged(command: list[str], log_path: Path, *, what: str) -> str:
     return done.stdout.decode(errors="replace")
 
 
-def _tier_steps(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> None:
+def _tier_steps(demo: DemoRun, reporter: Reporter, work_dir: Path) -> None:
     demo.config_path = config = _write_config(demo, work_dir)
     with reporter.step("tier closed ranges: tierproxy tier --once (Spark local[2])") as note:
         log_path = work_dir / "tier.log"
@@ -410,10 +347,10 @@ def _tier_steps(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> None:
             )
         segments = sum(p.segments for p in demo.tiered)
         remote_bytes = sum(p.remote_bytes for p in demo.tiered)
-        note(f"{segments} segments, {_mib(remote_bytes)} in the remote tier")
+        note(f"{segments} segments, {mib(remote_bytes)} in the remote tier")
 
 
-async def _proxy_steps(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> None:
+async def _proxy_steps(demo: DemoRun, reporter: Reporter, work_dir: Path) -> None:
     assert demo.config_path is not None
     proxy = TierproxyServer(
         config=demo.config_path,
@@ -426,7 +363,7 @@ async def _proxy_steps(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> No
         note(f"clients bootstrap to {demo.proxy_bootstrap}, metrics on :{proxy.metrics_port}")
     try:
         with reporter.step("consume from offset 0 through the proxy and verify") as note:
-            await _consume_and_verify(demo, demo.proxy_bootstrap)
+            await consume_and_verify(demo, demo.proxy_bootstrap)
             demo.remote_fetch_bytes = proxy.metric(_REMOTE_FETCH_BYTES_METRIC)
             demo.remote_fetch_requests = proxy.metric(_REMOTE_FETCH_REQUESTS_METRIC)
             note(f"{demo.consumed:,} records read back, {len(demo.mismatches)} problems")
@@ -435,7 +372,7 @@ async def _proxy_steps(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> No
             proxy.stop()
 
 
-def _spark_count_step(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> None:
+def _spark_count_step(demo: DemoRun, reporter: Reporter, work_dir: Path) -> None:
     """Count the topic with the Spark data source (remote tier + the broker's tail), in a
     subprocess like the pipeline (the demo process never loads Spark), and compare."""
     assert demo.config_path is not None
@@ -459,211 +396,3 @@ def _spark_count_step(demo: DemoRun, reporter: _Reporter, work_dir: Path) -> Non
             f"{demo.spark_count:,} records in {result['slices']} Spark tasks "
             f"({demo.options.records:,} produced)"
         )
-
-
-def _record(index: int, value_bytes: int) -> tuple[bytes, bytes]:
-    """Record ``index``: key ``k<index>`` and a value derived from it, so any mix-up shows."""
-    key = f"k{index:09d}".encode()
-    seed = hashlib.sha256(key).digest()
-    value = (seed * (value_bytes // len(seed) + 1))[:value_bytes]
-    return key, value
-
-
-async def _produce(demo: DemoRun, bootstrap: str) -> None:
-    """Record ``i`` to partition ``i mod partitions``, in batches, every partition at once."""
-    options = demo.options
-    started = time.monotonic()
-
-    async def fill(producer: TopicProducer, partition: int) -> None:
-        indexes = range(partition, options.records, options.partitions)
-        per_batch = max(1, _BATCH_BYTES // (options.value_bytes + len(_record(0, 0)[0])))
-        for first in range(0, len(indexes), per_batch):
-            batch = [_record(i, options.value_bytes) for i in indexes[first : first + per_batch]]
-            await producer.send_batch(partition, batch)
-            demo.produced_bytes += sum(len(key) + len(value) for key, value in batch)
-
-    try:
-        async with KafkaClient(bootstrap) as client:
-            producer = TopicProducer(client, options.topic)
-            await asyncio.gather(*(fill(producer, p) for p in range(options.partitions)))
-    finally:
-        demo.produce_seconds = time.monotonic() - started
-
-
-async def _consume_and_verify(demo: DemoRun, bootstrap: str) -> None:
-    """Read every partition from the start; each must hold its records in order, exactly."""
-    options = demo.options
-    expected_next = {p: p for p in range(options.partitions)}  # record index due next
-    started = time.monotonic()
-    client = KafkaClient(bootstrap)
-    try:
-        consumer = AssignedConsumer(client, options.topic, options.partitions)
-        async with asyncio.timeout(_CONSUME_TIMEOUT_S):
-            while demo.consumed < options.records:
-                for partition, records in (await consumer.poll()).items():
-                    for record in records:
-                        index = expected_next[partition]
-                        if (record.key, record.value) != _record(index, options.value_bytes):
-                            demo.mismatches.append(
-                                f"partition {partition} offset {record.offset}: "
-                                f"expected record {index}, got key {record.key!r}"
-                            )
-                        expected_next[partition] = index + options.partitions
-                        demo.records_by_offset.setdefault(partition, []).append(record.offset)
-                        demo.consumed += 1
-    except TimeoutError:
-        demo.mismatches.append(
-            f"only {demo.consumed} of {options.records} records came back "
-            f"within {_CONSUME_TIMEOUT_S:.0f} s"
-        )
-    finally:
-        demo.consume_seconds = time.monotonic() - started
-        await client.close()
-
-
-class _Reporter:
-    """Prints one line per step: what it did and how long it took.
-
-    On a terminal a spinner names the step while it runs (JVM and Spark start-ups take
-    seconds); in a pipe or a CI log only the finished lines appear, without carriage returns.
-    """
-
-    def __init__(self, console: Console) -> None:
-        self._console = console
-
-    @contextmanager
-    def step(self, title: str) -> Iterator[Any]:
-        details: list[str] = []
-        started = time.monotonic()
-        try:
-            if self._console.is_terminal:
-                with self._console.status(f"{title} ..."):
-                    yield details.append
-            else:
-                yield details.append
-        except BaseException:
-            self._console.print(f"[red]✗[/red] {title} [dim]({time.monotonic() - started:.2f} s)")
-            raise
-        detail = f": {details[-1]}" if details else ""
-        elapsed = time.monotonic() - started
-        self._console.print(f"[green]✓[/green] {title}{detail} [dim]({elapsed:.2f} s)")
-
-
-def _mib(size: int) -> str:
-    return f"{size / (1024 * 1024):.2f} MiB"
-
-
-def _rate(count: int, size: int, seconds: float) -> str:
-    if seconds <= 0:
-        return "-"
-    return f"{count / seconds:,.0f} records/s, {size / seconds / (1024 * 1024):.1f} MiB/s"
-
-
-def _print_summary(console: Console, demo: DemoRun, work_dir: Path) -> None:
-    options, broker = demo.options, demo.broker
-    table = Table(title="tierproxy demo", show_header=False, title_justify="left")
-    table.add_column(style="bold")
-    table.add_column()
-    if broker is not None:
-        origin = _BROKER_ORIGIN[broker.kind]
-        table.add_row("broker", f"{broker.version} ({origin}) at {broker.bootstrap}")
-        if broker.limitations():
-            table.add_row("broker limits", "; ".join(broker.limitations()))
-    table.add_row("topic", f"{options.topic} ({options.partitions} partitions)")
-    produce_rate = _rate(options.records, demo.produced_bytes, demo.produce_seconds)
-    table.add_row(
-        "produced",
-        f"{options.records:,} records, {_mib(demo.produced_bytes)} in "
-        f"{demo.produce_seconds:.2f} s ({produce_rate})",
-    )
-    table.add_row(
-        "consumed",
-        f"{demo.consumed:,} records in {demo.consume_seconds:.2f} s "
-        f"({_rate(demo.consumed, demo.produced_bytes, demo.consume_seconds)})",
-    )
-    verdict = (
-        "[green]every record came back exactly, in order[/green]"
-        if not demo.mismatches
-        else f"[red]{len(demo.mismatches)} problems[/red]: " + "; ".join(demo.mismatches[:5])
-    )
-    table.add_row("verified", verdict)
-    if demo.spark_count is not None:
-        table.add_row(
-            "Spark data source",
-            f'{demo.spark_count:,} records counted by spark.read.format("tierproxy")',
-        )
-    remote, local = _records_by_tier(demo)
-    segments = sum(p.segments for p in demo.tiered)
-    kept = options.work_dir is not None or bool(demo.mismatches)
-    table.add_row(
-        "remote tier",
-        f"{segments} segments, {_mib(sum(p.remote_bytes for p in demo.tiered))} in "
-        + (
-            str(demo.remote_dir)
-            if kept
-            else "a temporary local directory (removed; keep it with --work-dir)"
-        ),
-    )
-    how = "the broker no longer has them" if demo.deletes else "offload policy"
-    table.add_row(
-        "served from remote tier",
-        f"{remote:,} records ({_mib(int(demo.remote_fetch_bytes))} in "
-        f"{demo.remote_fetch_requests:,.0f} remote reads; {how})",
-    )
-    table.add_row("served by the broker", f"{local:,} records (the untiered tail)")
-    if kept:
-        table.add_row("config and logs", str(work_dir))
-    console.print(table)
-    console.print(_partition_table(demo))
-
-
-def _partition_table(demo: DemoRun) -> Table:
-    """Per partition: the broker's log start before and after tiering, the remote log, and
-    where each record read back through the proxy came from."""
-    table = Table(title="per partition", title_justify="left")
-    for header in (
-        "partition",
-        "broker log start before",
-        "after",
-        "remote log",
-        "from remote tier",
-        "from broker",
-    ):
-        table.add_column(header, justify="right")
-    tiered = {p.partition: p for p in demo.tiered}
-    for partition in range(demo.options.partitions):
-        offsets = demo.records_by_offset.get(partition, [])
-        remote_end = tiered[partition].remote_log_end if partition in tiered else None
-        from_remote = _served_remotely(demo, partition, offsets, remote_end)
-        table.add_row(
-            str(partition),
-            f"{demo.log_start_before.get(partition, 0):,}",
-            f"{demo.log_start_after.get(partition, 0):,}",
-            "-" if remote_end is None else f"0-{remote_end:,}",
-            f"{from_remote:,}",
-            f"{len(offsets) - from_remote:,}",
-        )
-    return table
-
-
-def _served_remotely(
-    demo: DemoRun, partition: int, offsets: list[int], remote_end: int | None
-) -> int:
-    """Records of ``partition`` the remote tier served: below the broker's log start where
-    the broker deleted them, or (offload policy) up to the remote log end."""
-    if demo.deletes:
-        start = demo.log_start_after.get(partition, 0)
-        return sum(1 for offset in offsets if offset < start)
-    if remote_end is None:
-        return 0
-    return sum(1 for offset in offsets if offset <= remote_end)
-
-
-def _records_by_tier(demo: DemoRun) -> tuple[int, int]:
-    """Records served by the remote tier and by the broker, over all partitions."""
-    tiered = {p.partition: p.remote_log_end for p in demo.tiered}
-    remote = sum(
-        _served_remotely(demo, partition, offsets, tiered.get(partition))
-        for partition, offsets in demo.records_by_offset.items()
-    )
-    return remote, demo.consumed - remote
