@@ -15,8 +15,10 @@ from proxy.embedded.environment import (
     s3_from_env,
 )
 from proxy.embedded.info import BrokerInfo, BrokerKind, S3Info, S3Kind, probe_broker
-from proxy.embedded.kafka import NATIVE_TIERED_TOPIC_CONFIGS, KafkaBroker, KafkaCluster
+from proxy.embedded.kafka import KafkaBroker
+from proxy.embedded.kafka_cluster import KafkaCluster
 from proxy.embedded.kafka_jars import KAFKA_3, KAFKA_4, KafkaDistribution, ensure_jars
+from proxy.embedded.kafka_node import NATIVE_TIERED_TOPIC_CONFIGS
 from proxy.embedded.ports import LOOPBACK, free_port, free_ports
 from proxy.embedded.process import ManagedProcess, ServerStartError
 from proxy.embedded.s3 import create_bucket, delete_bucket, s3_client, s3_info_from_env

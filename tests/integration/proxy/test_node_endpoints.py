@@ -20,7 +20,7 @@ from protocol.fetch_tail import FetchTailFinder, read_tail
 from protocol.messages import ApiKey, build, nested_class
 from protocol.messages import request_class as request_of
 from proxy.embedded import KAFKA_4, create_topic, ensure_jars
-from proxy.embedded.kafka import KafkaCluster
+from proxy.embedded.kafka_cluster import KafkaCluster
 from proxy.embedded.tierproxy import TierproxyServer
 from storage.kafka_client import KafkaClient
 from tests.integration.proxy.conftest import start_proxy

@@ -23,7 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from proxy.embedded import KAFKA_4, BrokerInfo, S3Info, ensure_jars
-from proxy.embedded.kafka import KafkaCluster
+from proxy.embedded.kafka_cluster import KafkaCluster
 from proxy.embedded.tierproxy import proxy_process, storage_settings
 from tests.integration.tiered.support import (
     Record,

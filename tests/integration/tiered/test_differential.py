@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from protocol.messages import ApiKey
 from proxy.embedded import KAFKA_4, BrokerInfo, KafkaBroker, S3Info, ensure_jars
-from proxy.embedded.kafka import NATIVE_TIERED_TOPIC_CONFIGS
+from proxy.embedded.kafka_node import NATIVE_TIERED_TOPIC_CONFIGS
 from proxy.embedded.tierproxy import proxy_process, storage_settings
 from tests.integration.tiered.support import (
     running,

@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from proxy.embedded import kafka
+from proxy.embedded import kafka_node
 
 
 def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -12,11 +12,11 @@ def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) 
     drawn = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x01" * 16)])
     monkeypatch.setattr(uuid, "uuid4", lambda: next(drawn))
 
-    assert kafka.cluster_id() == "AQEBAQEBAQEBAQEBAQEBAQ"
+    assert kafka_node.cluster_id() == "AQEBAQEBAQEBAQEBAQEBAQ"
 
 
 def test_a_cluster_id_is_22_characters_of_url_safe_base64() -> None:
-    ids = {kafka.cluster_id() for _ in range(200)}
+    ids = {kafka_node.cluster_id() for _ in range(200)}
 
     assert len(ids) == 200
     assert all(len(i) == 22 and not i.startswith("-") for i in ids)
