@@ -4,7 +4,7 @@ Every S3 request goes through :func:`storage.retry.call_with_retry` with the con
 botocore's own retries are switched off so that one policy, with Kafka's settings, governs.
 Errors are sorted into retriable (connection failures, timeouts, 5xx, throttling) and not
 (missing objects, denied access, bad requests) and surface as
-:class:`~storage.rsm.base.RemoteStorageError`.
+:class:`~storage.rsm.base.RemoteStorageError` (:mod:`storage.rsm.s3_errors`).
 
 - Copy: the six files of a segment upload concurrently; a file above the multipart threshold
   is sent in parts, a few at a time, each retried on its own, and the upload is aborted if it
@@ -30,16 +30,10 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any, Protocol, TypeVar
 
-import aiohttp
 from aiobotocore.config import AioConfig
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    HTTPClientError,
-    IncompleteReadError,
-)
-from botocore.exceptions import (
-    ConnectionError as BotoConnectionError,
 )
 
 from storage.config import ConfigError
@@ -54,6 +48,7 @@ from storage.rsm.base import (
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.layout import RemoteLayout
 from storage.rsm.s3_credentials import credentials_source, new_session
+from storage.rsm.s3_errors import http_status, is_retriable, most_severe, translate_s3_error
 
 __all__ = ["S3Client", "S3RemoteStorage"]
 
@@ -64,31 +59,6 @@ logger = logging.getLogger(__name__)
 _PART_UPLOAD_CONCURRENCY = 4
 """Parts of one object in flight at once: enough to fill a link, while the copies of part
 bytes held in memory stay at 4 x part size per large object."""
-
-_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404", "NoSuchUpload"})
-_THROTTLING_CODES = frozenset(
-    {
-        "SlowDown",
-        "Throttling",
-        "ThrottlingException",
-        "RequestLimitExceeded",
-        "RequestThrottled",
-        "RequestThrottledException",
-        "TooManyRequestsException",
-        "RequestTimeout",
-        "RequestTimeoutException",
-        "InternalError",
-        "ServiceUnavailable",
-    }
-)
-_TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
-    BotoConnectionError,
-    HTTPClientError,
-    IncompleteReadError,
-    aiohttp.ClientError,
-    TimeoutError,
-    OSError,
-)
 
 
 class S3Client(Protocol):
@@ -176,7 +146,7 @@ class S3RemoteStorage:
                 for key, content in files:
                     group.create_task(self._put(key, content))
         except ExceptionGroup as errors:
-            raise _most_severe(errors) from errors
+            raise most_severe(errors) from errors
 
     async def fetch_log_segment(
         self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
@@ -191,7 +161,7 @@ class S3RemoteStorage:
             try:
                 response = await client.get_object(Bucket=self._bucket, Key=key, Range=byte_range)
             except ClientError as err:
-                if _status(err) != 416:
+                if http_status(err) != 416:
                     raise
                 # Unsatisfiable: start is at or past the end. Only the size tells which.
                 head = await client.head_object(Bucket=self._bucket, Key=key)
@@ -238,7 +208,7 @@ class S3RemoteStorage:
                 failure = failures[0]
                 error = ClientError({"Error": failure}, "DeleteObjects")
                 where = f"s3://{self._bucket}/{failure.get('Key', prefix)}"
-                raise _translate(error, "delete", where) from error
+                raise translate_s3_error(error, "delete", where) from error
 
         await self._request("delete", prefix, delete)
 
@@ -308,7 +278,7 @@ class S3RemoteStorage:
                     for number, offset in enumerate(range(0, len(content), part_size), start=1)
                 ]
         except ExceptionGroup as errors:
-            raise _most_severe(errors) from errors
+            raise most_severe(errors) from errors
         return [task.result() for task in tasks]
 
     async def _abort_upload(self, key: str, upload_id: str) -> None:
@@ -331,7 +301,7 @@ class S3RemoteStorage:
             except RemoteStorageError:
                 raise
             except Exception as err:
-                raise _translate(err, action, f"s3://{self._bucket}/{key}") from err
+                raise translate_s3_error(err, action, f"s3://{self._bucket}/{key}") from err
 
         def log_retry(attempt_number: int, err: Exception, wait: float) -> None:
             logger.info("attempt %d failed (%s); retrying in %.2f s", attempt_number, err, wait)
@@ -340,7 +310,7 @@ class S3RemoteStorage:
             return await call_with_retry(
                 attempt,
                 policy=self._policy,
-                is_retriable=_is_retriable,
+                is_retriable=is_retriable,
                 clock=self._clock,
                 on_retry=log_retry,
             )
@@ -364,7 +334,7 @@ class S3RemoteStorage:
                         self._session.create_client("s3", **self._client_arguments())
                     )
                 except BotoCoreError as err:  # e.g. AWS_PROFILE names no profile (for the region)
-                    raise _translate(err, "connect to", self.location) from err
+                    raise translate_s3_error(err, "connect to", self.location) from err
                 self._client = client
             return self._client
 
@@ -404,46 +374,3 @@ def _encryption_arguments(config: RemoteStorageConfig) -> dict[str, str]:
 async def _read_body(response: dict[str, Any]) -> bytes:
     async with response["Body"] as body:
         return bytes(await body.read())
-
-
-def _status(err: ClientError) -> int | None:
-    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-    return int(status) if status is not None else None
-
-
-def _translate(err: Exception, action: str, where: str) -> RemoteStorageError:
-    """Sort an S3/HTTP failure into not-found, retriable or permanent."""
-    if isinstance(err, ClientError):
-        code = str(err.response.get("Error", {}).get("Code", ""))
-        status = _status(err)
-        message = f"cannot {action} {where}: {code or status} {err}"
-        if code in _NOT_FOUND_CODES or (status == 404 and code != "NoSuchBucket"):
-            return RemoteResourceNotFoundError(message)
-        retriable = code in _THROTTLING_CODES or status == 429 or (status or 0) >= 500
-        return RemoteStorageError(message, retriable=retriable)
-    retriable = isinstance(err, _TRANSIENT_ERRORS)
-    return RemoteStorageError(f"cannot {action} {where}: {err!r}", retriable=retriable)
-
-
-def _is_retriable(err: Exception) -> bool:
-    return isinstance(err, RemoteStorageError) and err.retriable
-
-
-def _most_severe(errors: ExceptionGroup[Exception]) -> Exception:
-    """The error of a group of concurrent requests to report: a permanent one if any."""
-    leaves = _leaves(errors)
-    storage_errors = [err for err in leaves if isinstance(err, RemoteStorageError)]
-    for err in storage_errors:
-        if not err.retriable:
-            return err
-    return storage_errors[0] if storage_errors else leaves[0]
-
-
-def _leaves(group: BaseExceptionGroup[Exception]) -> list[Exception]:
-    leaves: list[Exception] = []
-    for err in group.exceptions:
-        if isinstance(err, BaseExceptionGroup):
-            leaves.extend(_leaves(err))
-        else:
-            leaves.append(err)
-    return leaves

@@ -30,7 +30,8 @@ from storage.model import (
 )
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
 from storage.rsm.config import RemoteStorageConfig
-from storage.rsm.s3 import S3RemoteStorage, _translate
+from storage.rsm.s3 import S3RemoteStorage
+from storage.rsm.s3_errors import translate_s3_error
 
 TOPIC = TopicIdPartition(topic_id=uuid.uuid4(), topic="clicks", partition=0)
 MIB = 1024 * 1024
@@ -97,7 +98,7 @@ def client_error(status: int, code: str, operation: str = "GetObject") -> Client
 def test_errors_are_sorted_into_not_found_retriable_and_permanent(
     error: Exception, not_found: bool, retriable: bool
 ) -> None:
-    translated = _translate(error, "read", "s3://b/k")
+    translated = translate_s3_error(error, "read", "s3://b/k")
     assert isinstance(translated, RemoteResourceNotFoundError) is not_found
     assert translated.retriable is retriable
     assert "s3://b/k" in str(translated)
