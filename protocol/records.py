@@ -28,6 +28,9 @@ are detected and refused with :class:`LegacyMessageFormatError` rather than misr
 The only records decoded here are control records (transaction markers), which Kafka
 never compresses. :func:`build_record_batch` writes valid batches (uncompressed or
 gzip) for tests and synthetic data.
+
+The module stays whole past 400 lines on purpose: it is one wire format, whose reader,
+checks and builder share the header layout above and must change together.
 """
 
 from __future__ import annotations
