@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from storage.config import ConfigError, check_unknown, flatten, from_settings, setting
+from storage.config import (
+    ConfigError,
+    from_settings,
+    read_settings,
+    setting,
+)
 from storage.kafka_security import KafkaSecurityConfig
 
 __all__ = [
@@ -299,15 +303,7 @@ def load_settings(
 
     :raises ConfigError: for unreadable TOML or an unknown setting.
     """
-    flat: dict[str, Any] = {}
-    if path is not None:
-        try:
-            flat = flatten(tomllib.loads(path.read_text(encoding="utf-8")))
-        except (OSError, tomllib.TOMLDecodeError) as err:
-            raise ConfigError(f"cannot read config file {path}: {err}") from err
-    flat.update(overrides)
-    check_unknown(flat, config_classes)
-    return flat
+    return read_settings(path, overrides, config_classes)
 
 
 def proxy_config(flat: Mapping[str, Any]) -> ProxyConfig:

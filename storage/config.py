@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import tomllib
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -121,6 +123,30 @@ def check_unknown(flat: Mapping[str, Any], config_classes: Iterable[type[Any]]) 
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise ConfigError(f"unknown setting {key!r}{hint}")
+
+
+def read_settings(
+    path: Path | None,
+    overrides: Mapping[str, Any],
+    accepted: Iterable[type[Any]] | None,
+) -> dict[str, Any]:
+    """The flat settings of a config file (none without ``path``) with ``overrides`` on top;
+    the proxy's commands and the tiering job read the same file through here.
+
+    :param accepted: the settings classes whose keys may appear, to reject any other key;
+        ``None`` leaves unknown keys unchecked.
+    :raises ConfigError: for an unreadable file or an unknown key.
+    """
+    flat: dict[str, Any] = {}
+    if path is not None:
+        try:
+            flat = flatten(tomllib.loads(path.read_text(encoding="utf-8")))
+        except (OSError, tomllib.TOMLDecodeError) as err:
+            raise ConfigError(f"cannot read config file {path}: {err}") from err
+    flat.update(overrides)
+    if accepted is not None:
+        check_unknown(flat, accepted)
+    return flat
 
 
 def _coerce(key: str, value: Any, default: Any) -> Any:

@@ -20,7 +20,6 @@ import logging
 import os
 import signal
 import sys
-import tomllib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Any, Final, TypeVar
 
 from rich.console import Console
 
-from storage.config import ConfigError, check_unknown, flatten, from_settings
+from storage.config import ConfigError, from_settings, read_settings
 from storage.console import report_console
 from storage.kafka_client import KafkaClient, KafkaClientError
 from storage.kafka_security import KafkaSecurityConfig
@@ -107,16 +106,7 @@ def load_tiering_settings(
         proxy's, so ``None`` (spark-submit) leaves keys the pipeline does not read unchecked.
     :raises ConfigError: for an unreadable file, an unknown key or an invalid setting.
     """
-    flat: dict[str, Any] = {}
-    if path is not None:
-        try:
-            flat = flatten(tomllib.loads(path.read_text(encoding="utf-8")))
-        except (OSError, tomllib.TOMLDecodeError) as err:
-            raise ConfigError(f"cannot read config file {path}: {err}") from err
-    flat.update(overrides or {})
-    if accepted is not None:
-        check_unknown(flat, accepted)
-    return settings_from_flat(flat)
+    return settings_from_flat(read_settings(path, overrides or {}, accepted))
 
 
 def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> Any:
