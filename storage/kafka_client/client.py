@@ -88,13 +88,13 @@ class KafkaClient:
         await self.close()
 
     async def close(self) -> None:
-        """Close every connection."""
+        """Close every connection and wait until their sockets are closed."""
         for task in self._opening.values():
             task.cancel()
-        for connection in self._connections.values():
-            connection.close()
+        connections = list(self._connections.values())
         self._connections.clear()
         self._opening.clear()
+        await asyncio.gather(*(connection.aclose() for connection in connections))
 
     @property
     def broker_kind(self) -> BrokerKind:

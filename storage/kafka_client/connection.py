@@ -46,6 +46,11 @@ _MAX_RESPONSE_BYTES: Final = 512 * 1024 * 1024
 (Kafka may exceed ``max_bytes`` by one batch, bounded by ``message.max.bytes``)."""
 
 
+_CLOSE_WAIT_S: Final = 1.0
+"""How long closing waits for a peer's TLS close_notify before dropping the connection: a
+peer that does not answer is not worth holding a caller's shutdown for."""
+
+
 class _FrameProtocol(asyncio.Protocol):
     """Frames in, responses matched to requests in order; nothing else."""
 
@@ -55,6 +60,8 @@ class _FrameProtocol(asyncio.Protocol):
         self._pending: deque[tuple[int, asyncio.Future[bytes]]] = deque()
         self.transport: asyncio.Transport | None = None
         self.closed: BrokerConnectionError | None = None
+        self.lost = asyncio.Event()
+        """Set once the transport is gone (its socket closed)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # uvloop's TCP transports are not asyncio.Transport subclasses, only duck-alike.
@@ -79,6 +86,7 @@ class _FrameProtocol(asyncio.Protocol):
                 future.set_result(frame)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.lost.set()
         reason = f": {exc}" if exc else ""
         self._fail(BrokerConnectionError(f"connection to {self._name} closed{reason}"))
 
@@ -172,6 +180,23 @@ class Connection:
     def close(self) -> None:
         if self._protocol.transport is not None:
             self._protocol.transport.close()
+
+    async def aclose(self) -> None:
+        """Close and wait until the socket is closed, aborting after ``_CLOSE_WAIT_S``.
+
+        A TLS connection's ``close`` first exchanges close_notify with the peer; a caller
+        whose event loop ends right after (``asyncio.run`` around a short-lived client)
+        would otherwise leave the socket open behind it.
+        """
+        transport = self._protocol.transport
+        if transport is None:
+            return
+        transport.close()
+        try:
+            async with asyncio.timeout(_CLOSE_WAIT_S):
+                await self._protocol.lost.wait()
+        except TimeoutError:
+            transport.abort()
 
     async def _negotiate(self) -> None:
         request = request_class(ApiKey.API_VERSIONS, 3)(
