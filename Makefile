@@ -45,7 +45,7 @@ apt-tools:
 # Apache Kafka's jars (the pinned 4.x and 3.9.x) into .kafka/<version>/libs, once.
 kafka-jars: $(STAMP) apt-tools
 	@echo "==> Apache Kafka's jars from Maven Central (once; then cached in .kafka/)"
-	$(BIN)/python -m proxy.embedded.kafka_jars
+	$(BIN)/python -m proxy.embedded
 
 demo: $(STAMP) apt-tools kafka-jars
 	$(BIN)/tierproxy demo

@@ -8,7 +8,7 @@ and is used the same way.
 
 The versions are pinned here and nowhere else: the newest 4.x release whose artifacts are all
 on Maven Central, and the newest 3.9.x, which proves "any unmodified broker" for a release
-without ListOffsets -4/-5. ``python -m proxy.embedded.kafka_jars`` (the Makefile's
+without ListOffsets -4/-5. ``python -m proxy.embedded`` (the Makefile's
 ``kafka-jars`` target) fetches both once into ``.kafka/<version>/libs`` of the checkout (or
 ``$TIERPROXY_KAFKA_JARS``); later runs see the stamp file and return at once.
 """
@@ -189,9 +189,9 @@ def ensure_jars(version: str, *, log: bool = True) -> KafkaDistribution:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m proxy.embedded.kafka_jars``: fetch every pinned version (or those given)."""
+    """``python -m proxy.embedded``: fetch every pinned version (or those given)."""
     parser = argparse.ArgumentParser(
-        prog="python -m proxy.embedded.kafka_jars",
+        prog="python -m proxy.embedded",
         description="Fetch Apache Kafka's jars from Maven Central for the embedded brokers.",
     )
     parser.add_argument(
@@ -209,7 +209,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kafka-jars: {err}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
