@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from protocol.errors import KafkaError
 from storage.config import ConfigError
-from storage.kafka_client import BrokerConnectionError, KafkaClient, KafkaClientError, NewTopic
+from storage.kafka_client import (
+    BrokerConnectionError,
+    ClusterMetadata,
+    KafkaClient,
+    KafkaClientError,
+    NewTopic,
+)
 from storage.retry import RetryPolicy, call_with_retry
 from storage.rlmm.config import DEFAULT_TOPIC_NAME, KAFKA_TOPIC_NAME, RemoteLogMetadataConfig
 from storage.rlmm.state import RemoteLogMetadataError
@@ -90,11 +96,15 @@ class MetadataTopicSetup:
         )
 
     async def _contact(self) -> None:
-        await self._client.metadata(())
+        await self._metadata(())
+
+    async def _metadata(self, topics: Sequence[str] | None) -> ClusterMetadata:
+        """The client's Metadata answer; any answer means a broker has been reached."""
+        answer = await self._client.metadata(topics)
         self.contacted = True
+        return answer
 
     async def _checked_partition_count(self) -> int:
-        await self._contact()
         if self.config.topic_name == KAFKA_TOPIC_NAME:
             await self._refuse_kafkas_own_topic()
         count = await self._partitions_of()
@@ -113,7 +123,7 @@ class MetadataTopicSetup:
 
         :raises ConfigError: the broker has ``remote.log.storage.system.enable=true``.
         """
-        brokers = (await self._client.metadata(())).brokers
+        brokers = (await self._metadata(())).brokers
         if not brokers or await self._client.detect_broker_kind() != "kafka":
             return  # only Apache Kafka has native tiered storage
         configs = await self._client.describe_broker_configs(min(brokers))
@@ -153,7 +163,7 @@ class MetadataTopicSetup:
     async def _partitions_of(self) -> int | None:
         # Every topic, as before: brokers that ignore allow_auto_topic_creation=false would
         # create a topic named in Metadata with their defaults.
-        found = (await self._client.metadata(None)).topics.get(self.config.topic_name)
+        found = (await self._metadata(None)).topics.get(self.config.topic_name)
         if found is None or found.error != KafkaError.NONE:
             return None
         return len(found.partitions) or None
