@@ -126,18 +126,6 @@ class SnapshotStore:
         resume = {m: offset for m, offset in committed.items() if m not in replay}
         return Restored(applied_through=applied, resume_after=resume)
 
-    def save(
-        self,
-        cache: RemoteLogMetadataCache,
-        positions: Mapping[int, int],
-        changed: Iterable[TopicIdPartition],
-    ) -> None:
-        """Write the snapshots of ``changed`` partitions, then the committed offsets.
-
-        :raises OSError: if the directory cannot be written.
-        """
-        self.write(self.plan(cache, positions, changed))
-
     def plan(
         self,
         cache: RemoteLogMetadataCache,

@@ -60,7 +60,7 @@ def test_round_trip_restores_the_same_cache(tmp_path: Path) -> None:
     cache = populated()
     store = SnapshotStore(tmp_path, PARTITIONS)
     positions = positions_for(TP, OTHER)
-    store.save(cache, positions, cache.partitions())
+    store.write(store.plan(cache, positions, cache.partitions()))
 
     restored_cache = RemoteLogMetadataCache()
     restored = store.load(restored_cache)
@@ -91,7 +91,7 @@ def test_a_damaged_snapshot_is_dropped_and_its_metadata_partition_replayed(
     cache = populated()
     store = SnapshotStore(tmp_path, PARTITIONS)
     positions = positions_for(TP, OTHER)
-    store.save(cache, positions, cache.partitions())
+    store.write(store.plan(cache, positions, cache.partitions()))
     path = tmp_path / str(TP) / f"{SNAPSHOT_FILE_PREFIX}{TP.topic_id.hex}"
     data = bytearray(path.read_bytes())
     if damage == "flip":
@@ -119,7 +119,7 @@ def test_a_damaged_committed_offsets_file_replays_everything(
 ) -> None:
     cache = populated()
     store = SnapshotStore(tmp_path, PARTITIONS)
-    store.save(cache, positions_for(TP, OTHER), cache.partitions())
+    store.write(store.plan(cache, positions_for(TP, OTHER), cache.partitions()))
     (tmp_path / COMMITTED_OFFSETS_FILE).write_text("0 12\nnonsense\n")
     with caplog.at_level(logging.WARNING, logger="storage.rlmm.snapshot"):
         restored = store.load(RemoteLogMetadataCache())
@@ -131,13 +131,13 @@ def test_a_damaged_committed_offsets_file_replays_everything(
 def test_finished_partition_deletion_removes_its_snapshot(tmp_path: Path) -> None:
     cache = populated()
     store = SnapshotStore(tmp_path, PARTITIONS)
-    store.save(cache, positions_for(TP, OTHER), cache.partitions())
+    store.write(store.plan(cache, positions_for(TP, OTHER), cache.partitions()))
     for state in (
         RemotePartitionDeleteState.DELETE_PARTITION_STARTED,
         RemotePartitionDeleteState.DELETE_PARTITION_FINISHED,
     ):
         cache.update_partition_delete(OTHER, state, epoch=3, event_timestamp=10)
-    store.save(cache, positions_for(TP, OTHER), [OTHER])
+    store.write(store.plan(cache, positions_for(TP, OTHER), [OTHER]))
     assert not (tmp_path / str(OTHER)).exists()
     restored_cache = RemoteLogMetadataCache()
     store.load(restored_cache)
