@@ -116,6 +116,7 @@ class FetchInterceptor(Interceptor):
                 broker_view=tier.broker_view,
                 offload=tier.offload,
                 fallbacks=tier.fallbacks,
+                reach_probes=tier.broker_offsets,
             ),
             reads=RemoteReads(
                 pool=tier.pool,

@@ -10,6 +10,9 @@ Rules of this file (everything the proxy learns from the broker's answers lives 
   all) says that the log starts after ``o``: a log start known to be at or below ``o`` is
   out of date (the broker's retention or a DeleteRecords moved it).
 - A ListOffsets EARLIEST answer is the broker's exact log start.
+- The answers to the proxy's own ListOffsets, asked before a partition's first Fetch
+  (:mod:`proxy.remote.broker_offsets`), fill in only what no answer has said yet: a Fetch
+  answer that arrived meanwhile is at least as recent.
 - Nothing else changes the state: errors such as NOT_LEADER or an authorisation failure
   say nothing about the log.
 
@@ -150,6 +153,34 @@ class BrokerView:
         )
         self._keep(tp, state, remote)
 
+    def learn_offsets(
+        self,
+        tp: TopicIdPartition,
+        *,
+        high_watermark: int | None,
+        last_stable_offset: int | None,
+        log_start_offset: int | None,
+        remote: RemoteRange | None,
+    ) -> PartitionState:
+        """The proxy's own ListOffsets answered for ``tp`` (LATEST under READ_UNCOMMITTED,
+        LATEST under READ_COMMITTED, EARLIEST; ``None`` for those that failed); the new
+        state. Only what is not known yet is taken."""
+        state = self.state(tp)
+        log_start_known = (
+            state.log_start_offset is not None
+            or state.log_start_at_most is not None
+            or state.log_start_after is not None
+        )
+        state = dataclasses.replace(
+            state,
+            high_watermark=_first_known(state.high_watermark, high_watermark),
+            last_stable_offset=_first_known(state.last_stable_offset, last_stable_offset),
+            log_start_offset=(
+                state.log_start_offset if log_start_known else _first_known(None, log_start_offset)
+            ),
+        )
+        return self._keep(tp, state, remote)
+
     def gaps(self) -> Mapping[TopicIdPartition, tuple[int, int]]:
         """Partitions whose remote tier does not reach the broker's log: (remote end,
         offsets missing)."""
@@ -179,3 +210,10 @@ class BrokerView:
                 "the remote tier below it is not served",
             )
         return state
+
+
+def _first_known(known: int | None, answered: int | None) -> int | None:
+    """``known`` if the proxy knew it, else ``answered`` (negative offsets say nothing)."""
+    if known is not None:
+        return known
+    return answered if answered is not None and answered >= 0 else None

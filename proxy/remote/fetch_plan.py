@@ -9,7 +9,10 @@ the remote tier (``[remote log start, remote log end]``):
 - If nobody knows yet where the broker's log starts, the partition is forwarded as a
   *reach probe* just after the remote tier: the broker's answer tells whether the two
   tiers join (then the remote tier serves the partition in this very response) or not
-  (then its OFFSET_OUT_OF_RANGE is the client's answer).
+  (then its OFFSET_OUT_OF_RANGE is the client's answer). It is a fallback: the proxy asks
+  the leaders for the offsets of the tiered partitions in each Metadata answer before the
+  client fetches them (:mod:`proxy.remote.broker_offsets`), so it happens only when that
+  did not happen or failed; each is counted and logged at debug level with the reason.
 - Otherwise it is *served remotely* when the broker no longer holds the offset, or when
   the offload policy wants it (``remote.fetch.offload.enable``; DESIGN.md "Read path" 4),
   unless the remote tier recently failed to serve it there (see
@@ -20,8 +23,9 @@ stable offset for READ_COMMITTED; just after the remote tier until that is known
 one-byte limit, and the request's ``min_bytes`` set to 0. The broker still checks the
 client's rights and leader epoch for it, answers at once, and reports its high watermark,
 last stable offset and log start; at its high watermark it has nothing to read (a batch
-only if records arrived since the last answer). Every other partition is forwarded as the
-client asked.
+only if records arrived since the offsets were learned). A reach probe, or a probe while
+the high watermark is not known, is answered with one batch (Kafka's "at least one batch"
+allowance), which the proxy drops. Every other partition is forwarded as the client asked.
 
 When the broker answers, :func:`verdict` says who answers each tiered partition: the remote
 tier, the broker, or neither yet.
@@ -50,6 +54,7 @@ from storage.model import TopicIdPartition
 __all__ = [
     "PROBE_BYTES",
     "FetchPlanner",
+    "ReachProbes",
     "RemotePartitions",
     "TieredPartition",
     "TieredPartitions",
@@ -78,6 +83,12 @@ class TieredPartitions(RemotePartitions, Protocol):
     def bytes_per_record(self, tp: TopicIdPartition) -> float: ...
 
 
+class ReachProbes(Protocol):
+    """Where reach probes are counted and explained (``BrokerOffsets``)."""
+
+    def reach_probe(self, tp: TopicIdPartition) -> None: ...
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TieredPartition:
     """A tiered partition of one Fetch, as planned when the request went out."""
@@ -104,11 +115,13 @@ class FetchPlanner:
         broker_view: BrokerView,
         offload: OffloadPolicy,
         fallbacks: BrokerFallbacks,
+        reach_probes: ReachProbes,
     ) -> None:
         self._partitions = partitions
         self._broker = broker_view
         self._offload = offload
         self._fallbacks = fallbacks
+        self._reach_probes = reach_probes
 
     def plan(
         self, key: PartitionKey, position: FetchPosition, *, read_committed: bool
@@ -136,6 +149,7 @@ class FetchPlanner:
         if reaches is False:
             return None
         if reaches is None:
+            self._reach_probes.reach_probe(tp)
             return planned(served=True, reach_known=False)
         if state.broker_holds(offset) is not True:
             return planned(served=True)

@@ -28,6 +28,9 @@ Series (Kafka's MBean in parentheses):
   consumer task logs them and exports nothing)
 - ``tierproxy_remote_log_reader_rejected_total``, ``tierproxy_remote_fetch_throttled_total``
   (tierproxy's: reads refused by a full queue, reads answered empty by the fetch quota)
+- ``tierproxy_remote_fetch_reach_probes_total`` (tierproxy's: probes sent before the
+  broker's offsets of the partition were known, each answered with one batch the proxy
+  drops; see :mod:`proxy.remote.broker_offsets`)
 """
 
 from __future__ import annotations
@@ -179,6 +182,14 @@ class _TierCollector:
             "tierproxy_remote_fetch_throttled",
             "Partition reads answered empty because the remote fetch quota was exceeded.",
             tier.quota.throttled,
+        )
+        yield _counter(
+            "tierproxy_remote_fetch_reach_probes",
+            "Probes sent just after the remote tier because the broker's offsets of the "
+            "partition were not known (no Metadata answer through this proxy had them "
+            "asked, or asking failed): the broker ships one batch that the proxy drops. "
+            "The reason of each is logged at debug level.",
+            tier.broker_offsets.reach_probes,
         )
         gaps = GaugeMetricFamily(
             "tierproxy_remote_log_gap_records",

@@ -1,6 +1,7 @@
 """The remote tier as the proxy's interceptors share it: caches, reader, pool, purgatory,
 quota, offload policy, fetch sessions, and what the proxy has learned about each tiered
-partition from the broker's answers (:class:`~proxy.remote.broker_view.BrokerView`). The
+partition from the broker's answers (:class:`~proxy.remote.broker_view.BrokerView`, also fed
+by the proxy's own ListOffsets: :class:`~proxy.remote.broker_offsets.BrokerOffsets`). The
 interceptors are built over it with explicit collaborators (``FetchInterceptor.for_tier``).
 
 :func:`open_remote_tier` builds it from the settings for ``tierproxy serve``: the remote
@@ -16,12 +17,13 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from protocol.errors import KafkaError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.metadata_records import MetadataRecord
 from proxy.identities import ClientIdentities
+from proxy.remote.broker_offsets import BrokerOffsets, OffsetLister
 from proxy.remote.broker_view import BrokerView
 from proxy.remote.client_quotas import ClientQuotas
 from proxy.remote.config import RemoteFetchConfig
@@ -50,6 +52,11 @@ from storage.startup import announce_remote_tier
 __all__ = ["MetadataPublisher", "RemoteLogMetadata", "RemoteTier", "open_remote_tier"]
 
 _log = logging.getLogger("tierproxy.remote")
+
+_OFFSETS_TIMEOUT_MS: Final = 5_000
+"""Request timeout of the proxy's own ListOffsets (:mod:`proxy.remote.broker_offsets`): no
+client waits for them beyond a short hold, but a broker that does not answer within this
+is taken as failed, and the partitions are left to reach probes for a while."""
 
 
 class RemoteLogMetadata(RemoteSegmentLookup, Protocol):
@@ -91,9 +98,12 @@ class RemoteTier:
         chunks: ChunkCache,
         publish: MetadataPublisher,
         topic_id_lookup: TopicIdLookup | None = None,
+        offset_lister: OffsetLister | None = None,
         metrics: RemoteMetrics | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """:param offset_lister: how the proxy asks brokers ListOffsets itself, before a
+        partition's first Fetch; ``None``: first probes are reach probes."""
         self.config = config
         self.metadata = metadata
         self.publish = publish
@@ -117,6 +127,9 @@ class RemoteTier:
         )
         self.sessions = FetchSessions(slots=config.session_cache_slots)
         self.broker_view = BrokerView()
+        self.broker_offsets = BrokerOffsets(
+            broker_view=self.broker_view, ranges=self, lister=offset_lister, clock=clock
+        )
         self.fallbacks = BrokerFallbacks()
         self.identities = ClientIdentities()
         self.client_quotas = ClientQuotas(
@@ -145,6 +158,7 @@ class RemoteTier:
         if self.metrics is not None:
             self.metrics.unwatch()
         await self.topic_ids.close()
+        await self.broker_offsets.close()
         await self.pool.close()
         await self.chunks.close()
         await self.indexes.close()
@@ -229,6 +243,12 @@ async def open_remote_tier(
         await rsm.close()
         raise
     indexes = RemoteIndexCache.from_config(rsm, from_settings(IndexCacheConfig, settings))
+    offsets_client = KafkaClient(
+        bootstrap_servers,
+        client_id="tierproxy-broker-offsets",
+        request_timeout_ms=_OFFSETS_TIMEOUT_MS,
+        security=security,
+    )
     chunks = ChunkCache(
         rsm,
         max_bytes=fetch_config.chunk_cache_size_bytes,
@@ -244,6 +264,7 @@ async def open_remote_tier(
         chunks=chunks,
         publish=rlmm.publish,
         topic_id_lookup=functools.partial(_current_topic_ids, bootstrap_servers, security),
+        offset_lister=offsets_client,
         metrics=metrics,
     )
     if metrics is not None:
@@ -252,6 +273,7 @@ async def open_remote_tier(
 
     async def close() -> None:
         await tier.close()
+        await offsets_client.close()
         await rlmm.close()
         await rsm.close()
 

@@ -70,6 +70,7 @@ def remote_interceptors(
     from proxy.interceptors.delete_records import DeleteRecordsInterceptor  # noqa: PLC0415
     from proxy.interceptors.fetch import FetchInterceptor  # noqa: PLC0415
     from proxy.interceptors.list_offsets import ListOffsetsInterceptor  # noqa: PLC0415
+    from proxy.interceptors.metadata_offsets import MetadataOffsets  # noqa: PLC0415
     from proxy.interceptors.offset_for_leader_epoch import (  # noqa: PLC0415
         OffsetForLeaderEpochInterceptor,
     )
@@ -79,6 +80,7 @@ def remote_interceptors(
     return (
         SaslIdentity(tier.identities),
         MetadataTopicIds(tier.topic_ids),
+        MetadataOffsets.for_tier(tier),
         FetchInterceptor.for_tier(tier),
         ListOffsetsInterceptor.for_tier(tier),
         OffsetForLeaderEpochInterceptor(tier),

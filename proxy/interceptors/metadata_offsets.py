@@ -1,0 +1,71 @@
+"""Metadata answers start the proxy's questions about the tiered partitions they name.
+
+Clients ask Metadata before they fetch. The proxy then asks the leaders of the tiered
+partitions named in the answer for their offsets (:mod:`proxy.remote.broker_offsets`), so
+that the first probe of each already goes where the broker has nothing to read. The answer
+itself passes unchanged, after a short wait at most; the questions never fail it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Protocol, Self
+
+from protocol.errors import KafkaError
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
+from proxy.interceptors.base import Call, Interceptor
+from proxy.remote.broker_offsets import LedPartition
+from proxy.remote.fetch_plan import RemotePartitions
+from proxy.remote.tier import RemoteTier
+
+__all__ = ["MetadataOffsets"]
+
+
+class OffsetLearner(Protocol):
+    """What asks the leaders (:class:`~proxy.remote.broker_offsets.BrokerOffsets`)."""
+
+    async def learn(self, partitions: Iterable[LedPartition]) -> None: ...
+
+
+class MetadataOffsets(Interceptor):
+    """Hands the tiered partitions of each Metadata answer, with their leaders, to the
+    learner; changes nothing."""
+
+    def __init__(self, *, partitions: RemotePartitions, learner: OffsetLearner) -> None:
+        self._partitions = partitions
+        self._learner = learner
+
+    @classmethod
+    def for_tier(cls, tier: RemoteTier) -> Self:
+        """The interceptor over ``tier``'s shared services."""
+        return cls(partitions=tier, learner=tier.broker_offsets)
+
+    @property
+    def versions(self) -> Mapping[ApiKey, range]:
+        return {ApiKey.METADATA: INTERCEPTED_VERSIONS[ApiKey.METADATA]}
+
+    def wants_response(self, call: Call, body: memoryview) -> bool:
+        return True
+
+    async def on_response(self, call: Call, response: Any) -> Any:
+        await self._learner.learn(self._tiered(response))
+        return response
+
+    def _tiered(self, response: Any) -> Iterator[LedPartition]:
+        """The tiered partitions of ``response`` that have a leader. By topic id when the
+        answer has one (v10+), so that a re-created topic never stands for its namesake."""
+        for topic in response.topics:
+            if topic.error_code != KafkaError.NONE or not topic.name:
+                continue
+            topic_id = getattr(topic, "topic_id", None)
+            by_id = topic_id if topic_id is not None and topic_id.int else None
+            for part in topic.partitions:
+                if part.error_code != KafkaError.NONE or part.leader_id < 0:
+                    continue
+                tp = self._partitions.partition(
+                    topic=None if by_id else topic.name,
+                    topic_id=by_id,
+                    partition=part.partition_index,
+                )
+                if tp is not None:
+                    yield LedPartition(tp=tp, leader=int(part.leader_id))
