@@ -12,13 +12,17 @@ names the relay as its address in Metadata, so every request the proxy sends ups
 every answer passes through it. A transaction is left open after the tiered range, so the
 last stable offset is below the high watermark and the two levels probe at different places.
 
-The one exception is a partition's first probe in a proxy's life: until the broker has
-answered for the partition once, the proxy does not know its high watermark and asks just
-after the remote tier (:mod:`proxy.remote.fetch_plan`), where the broker ships one batch.
+That holds from a partition's very first probe when the client asked Metadata through the
+same proxy first, as real clients do: the proxy then asks the leaders for the offsets of the
+tiered partitions named in the answer (:mod:`proxy.remote.broker_offsets`). A Fetch that
+comes without that (a client whose Metadata went through another proxy process) still gets
+correct answers: its first probe is a *reach probe* just after the remote tier, where the
+broker ships one batch that the proxy drops.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
 import uuid
@@ -39,6 +43,7 @@ from protocol.fetch_bodies import (
 from protocol.frames import FrameDecoder
 from protocol.headers import parse_request_header, parse_response_header, response_header_version
 from protocol.messages import ApiKey, decode_request, decode_response
+from protocol.record_reader import records_from
 from proxy.embedded import (
     KAFKA_4,
     KafkaBroker,
@@ -59,6 +64,7 @@ from tests.integration.tiered.support import (
     TieredTopic,
     by_partition,
     consume_confluent,
+    fetch_once,
     running,
 )
 
@@ -232,16 +238,47 @@ def test_probes_ask_where_the_broker_has_nothing_to_read(
     committed = isolation == READ_COMMITTED
     assert {p.read_committed for p in probes} == {committed}, probes
     assert all(p.last_stable_offset < p.high_watermark for p in probes), probes
-    # The first probe of a partition, before the proxy has heard the broker's high watermark,
-    # asks just after the remote tier (here where the broker's log starts), and is answered
-    # with a batch: once per partition and proxy.
-    first: dict[int, Probe] = {}
-    for probe in probes:
-        first.setdefault(probe.partition, probe)
-    assert {p: probe.fetch_offset for p, probe in first.items()} == tiered.broker_log_starts
-    # Every probe after it asks where the broker has nothing to read, and gets nothing.
-    later = [probe for probe in probes if probe is not first[probe.partition]]
-    assert {probe.partition for probe in later} == set(range(tiered.partitions)), probes
-    at = [(p.last_stable_offset if committed else p.high_watermark) for p in later]
-    assert [probe.fetch_offset for probe in later] == at, probes
-    assert [probe.record_bytes for probe in later] == [0] * len(later), probes
+    assert {probe.partition for probe in probes} == set(range(tiered.partitions)), probes
+    # Every probe, the first of each partition included, asks where the broker has nothing
+    # to read, and gets nothing.
+    at = [(p.last_stable_offset if committed else p.high_watermark) for p in probes]
+    assert [probe.fetch_offset for probe in probes] == at, probes
+    assert [probe.record_bytes for probe in probes] == [0] * len(probes), probes
+
+
+def test_a_fetch_without_metadata_first_falls_back_to_a_reach_probe(
+    relay: tuple[LatencyRelay, Recording],
+    relayed_broker: KafkaBroker,
+    open_transaction_after: TieredTopic,
+    s3: S3Info,
+    tmp_path: Path,
+) -> None:
+    """A Fetch that no Metadata answer through this proxy preceded: the proxy knows none of
+    the broker's offsets, probes just after the remote tier, and still answers right."""
+    tiered = open_transaction_after
+    relay_port, recording = relay[0].port, relay[1]
+    upstream = dataclasses.replace(relayed_broker.info, bootstrap=f"{LOOPBACK}:{relay_port}")
+    before = len(recording.probes())
+
+    async def fetch_each(bootstrap: str) -> dict[int, tuple[int, int, bytes]]:
+        return {
+            p: await fetch_once(bootstrap, tiered.topic, p, 0) for p in range(tiered.partitions)
+        }
+
+    with running(proxy_process(upstream, tmp_path, proxy_settings(s3, tiered))) as proxy:
+        answers = asyncio.run(fetch_each(proxy.bootstrap))
+
+    expected = {(r[0], r[1]): r for r in tiered.expected[READ_UNCOMMITTED]}
+    for partition, (error, _high_watermark, records) in answers.items():
+        assert error == 0, (partition, error)
+        got, _next = records_from(records, 0)
+        assert got, partition
+        assert got[-1].offset < tiered.broker_log_starts[partition]  # the remote tier's
+        assert [(partition, r.offset, r.key, r.value) for r in got] == [
+            expected[(partition, r.offset)] for r in got
+        ]
+    # The reach probe: once per partition, where the remote tier ends (here where the
+    # broker's log starts), answered with a batch that the client never saw.
+    probes = recording.probes()[before:]
+    assert {p.partition: p.fetch_offset for p in probes} == tiered.broker_log_starts, probes
+    assert all(p.record_bytes > 0 for p in probes), probes
