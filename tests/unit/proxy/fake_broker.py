@@ -244,6 +244,9 @@ class FakeBroker:
         self.logins: list[str] = []
         # Other brokers this one reports in Metadata: (node id, host, port).
         self.peers: list[tuple[int, str, int]] = []
+        # Topics this one reports in Metadata, every partition led by itself:
+        # name -> (topic id, partition count).
+        self.topics: dict[str, tuple[uuid.UUID, int]] = {}
         self.requests: list[tuple[int, int, int]] = []
         self.connections: list[asyncio.Transport] = []
         # Set whenever a connection to the fake ends.
@@ -313,9 +316,36 @@ class FakeBroker:
             header = parse_request_header(frame)
             if api_key == ApiKey.API_VERSIONS:
                 return api_versions_response(header)
-            return metadata_response(header, self.brokers)
+            return metadata_response(header, self.brokers, self._topics(header.api_version))
         header = parse_request_header(frame)
         return await self.script(header, frame[header.size :])
+
+    def _topics(self, version: int) -> tuple[Any, ...]:
+        topic_class = nested_class(response_class(ApiKey.METADATA, version), "topics")
+        partition_class = nested_class(topic_class, "partitions")
+        return tuple(
+            build(
+                topic_class,
+                error_code=ErrorCode.none,
+                name=name,
+                topic_id=topic_id,
+                is_internal=False,
+                partitions=tuple(
+                    build(
+                        partition_class,
+                        error_code=ErrorCode.none,
+                        partition_index=index,
+                        leader_id=self.node_id,
+                        leader_epoch=0,
+                        replica_nodes=(self.node_id,),
+                        isr_nodes=(self.node_id,),
+                        offline_replicas=(),
+                    )
+                    for index in range(count)
+                ),
+            )
+            for name, (topic_id, count) in self.topics.items()
+        )
 
     def _sasl(self, frame: bytes, authenticated: list[bool]) -> bytes:
         header = parse_request_header(frame)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from proxy.remote.metrics import RemoteMetrics
 from proxy.remote.tier import RemoteTier
 from proxy.remote.wiring import remote_interceptors
 from proxy.server import ProxyServer
+from storage.kafka_client import ListedOffset
 from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteStorageError
 from storage.rsm.local import LocalRemoteStorage
@@ -82,6 +83,39 @@ class FaultyStorage:
         await self.inner.close()
 
 
+class ModelLister:
+    """The proxy's own ListOffsets, answered in-process as the scripted broker answers them
+    (the wire is the product's Kafka client's, tested against Apache Kafka)."""
+
+    def __init__(self, broker: ScriptedBroker) -> None:
+        self.broker = broker
+        self.asked = 0
+
+    async def list_offsets(
+        self,
+        node_id: int | None,
+        targets: Sequence[tuple[str, int, int]],
+        *,
+        isolation_level: int = 0,
+    ) -> list[ListedOffset]:
+        self.asked += 1
+        answers = []
+        for topic, partition, timestamp in targets:
+            model = self.broker.partitions[(topic, partition)]
+            offset = model.high_watermark if timestamp == -1 else model.local_start
+            answers.append(
+                ListedOffset(
+                    topic=topic,
+                    partition=partition,
+                    error=model.error,
+                    offset=offset,
+                    timestamp=-1,
+                    leader_epoch=0,
+                )
+            )
+        return answers
+
+
 @dataclass
 class Env:
     log: TieredLog
@@ -138,11 +172,14 @@ async def start_env(
     local: list[bytes] | None = None,
     local_start: int = TIERED_END + 1,
     untiered: dict[int, list[bytes]] | None = None,
+    proxy_asks_offsets: bool = False,
     **settings: Any,
 ) -> Env:
     """Tier ``segments``, model the broker with ``local`` from ``local_start``, start a proxy.
 
-    ``untiered`` adds partitions 1, 2, ... of the topic that only the broker holds.
+    ``untiered`` adds partitions 1, 2, ... of the topic that only the broker holds. With
+    ``proxy_asks_offsets`` the broker's Metadata names the topic and the proxy asks the
+    broker ListOffsets itself (:class:`ModelLister`) when a Metadata answer passes.
     """
     if segments is None:
         batches = [data_batch(o, 2, value_size=50) for o in range(0, TIERED_END + 1, 2)]
@@ -166,12 +203,15 @@ async def start_env(
         partitions[(TOPIC, number)] = ModelPartition(batches=batches)
     broker = ScriptedBroker(partitions=partitions, topic_ids={TOPIC: TP.topic_id})
     fake_broker.script = broker.script
+    if proxy_asks_offsets:
+        fake_broker.topics = {TOPIC: (TP.topic_id, len(partitions))}
     tier = RemoteTier(
         config=RemoteFetchConfig(**settings),
         metadata=log.metadata,
         publish=log.publish,
         indexes=log.indexes,
         chunks=log.chunks,
+        offset_lister=ModelLister(broker) if proxy_asks_offsets else None,
         metrics=RemoteMetrics(CollectorRegistry()),
     )
     tier.start()

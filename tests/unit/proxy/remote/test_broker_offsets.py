@@ -13,20 +13,31 @@ import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
 from protocol.errors import KafkaError
 from protocol.headers import RequestHeader
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
-from protocol.messages import ApiKey, ErrorCode, build, nested_class, response_class
+from protocol.messages import (
+    ApiKey,
+    ErrorCode,
+    build,
+    nested_class,
+    request_class,
+    response_class,
+)
 from proxy.interceptors.base import Call, ConnectionInfo
 from proxy.interceptors.metadata_offsets import MetadataOffsets
 from proxy.remote.broker_offsets import BrokerOffsets, LedPartition
 from proxy.remote.broker_view import BrokerView
+from proxy.remote.fetch_plan import PROBE_BYTES
 from proxy.remote.offsets import EARLIEST, LATEST, RemoteRange
 from storage.kafka_client import READ_COMMITTED, BrokerConnectionError, ListedOffset
 from storage.model import TopicIdPartition
+from tests.unit.proxy.remote.env import LAST, TIERED_END, TOPIC, Env, EnvFactory, fetch, only
+from tests.unit.proxy.remote.scripted_broker import batches_of
 
 TOPIC_ID = uuid.UUID(int=7)
 REMOTE_END = 29
@@ -353,3 +364,51 @@ async def test_metadata_answers_name_their_tiered_partitions_with_leaders(versio
     )
     assert await interceptor.on_response(call, answer) is answer
     assert learner.seen == [*led(0, leader=1), *led(2, leader=2)]
+
+
+# -- through the proxy --------------------------------------------------------------------
+
+
+def metadata_request(version: int, topics: Sequence[str]) -> Any:
+    body_class = request_class(ApiKey.METADATA, version)
+    topic_class = nested_class(body_class, "topics")
+    return build(
+        body_class,
+        topics=tuple(build(topic_class, name=name, topic_id=uuid.UUID(int=0)) for name in topics),
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+
+
+def first_probe(env: Env) -> Any:
+    return env.broker.fetches()[0].topics[0].partitions[0]
+
+
+@pytest.mark.parametrize("version", [4, 12])
+async def test_after_metadata_through_the_proxy_the_first_probe_reads_nothing(
+    make_env: EnvFactory, version: int
+) -> None:
+    env = await make_env(proxy_asks_offsets=True)
+    await env.client.call(ApiKey.METADATA, version, metadata_request(version, [TOPIC]))
+    part = only(await fetch(env, 12, 0))
+    assert part.error_code == KafkaError.NONE
+    assert batches_of(part.records)  # the remote tier's, from offset 0
+    probe = first_probe(env)
+    assert (probe.fetch_offset, probe.partition_max_bytes) == (LAST + 1, PROBE_BYTES)
+    assert env.tier.broker_offsets.reach_probes == 0
+
+
+async def test_without_metadata_first_the_first_probe_is_a_reach_probe(
+    make_env: EnvFactory,
+) -> None:
+    env = await make_env(proxy_asks_offsets=True)
+    part = only(await fetch(env, 12, 0))
+    assert part.error_code == KafkaError.NONE
+    assert batches_of(part.records)
+    assert first_probe(env).fetch_offset == TIERED_END + 1
+    assert env.tier.broker_offsets.reach_probes == 1
+    # Its answer taught the broker's offsets: the next probe reads nothing.
+    only(await fetch(env, 12, 2))
+    assert env.broker.fetches()[1].topics[0].partitions[0].fetch_offset == LAST + 1
+    assert env.tier.broker_offsets.reach_probes == 1
