@@ -53,7 +53,7 @@ from proxy.embedded import (
     ensure_jars,
 )
 from proxy.embedded.ports import LOOPBACK
-from proxy.embedded.tierproxy import proxy_process
+from proxy.embedded.tierproxy import TierproxyServer, proxy_process
 from proxy.remote.fetch_plan import PROBE_BYTES
 from tests.integration.tiered.conftest import build_tiered_topic, proxy_settings
 from tests.integration.tiered.support import (
@@ -213,6 +213,14 @@ def open_transaction_after(
         delete_bucket(s3, bucket)
 
 
+def relayed_proxy(
+    relay: LatencyRelay, broker: KafkaBroker, tiered: TieredTopic, s3: S3Info, tmp_path: Path
+) -> TierproxyServer:
+    """A proxy over ``tiered`` that reaches the broker through the recording relay."""
+    upstream = dataclasses.replace(broker.info, bootstrap=f"{LOOPBACK}:{relay.port}")
+    return proxy_process(upstream, tmp_path, proxy_settings(s3, tiered))
+
+
 @pytest.mark.parametrize("isolation", [READ_UNCOMMITTED, READ_COMMITTED])
 def test_probes_ask_where_the_broker_has_nothing_to_read(
     isolation: str,
@@ -223,10 +231,9 @@ def test_probes_ask_where_the_broker_has_nothing_to_read(
     tmp_path: Path,
 ) -> None:
     tiered = open_transaction_after
-    relay_port, recording = relay[0].port, relay[1]
-    upstream = dataclasses.replace(relayed_broker.info, bootstrap=f"{LOOPBACK}:{relay_port}")
+    recording = relay[1]
     before = len(recording.probes())
-    with running(proxy_process(upstream, tmp_path, proxy_settings(s3, tiered))) as proxy:
+    with running(relayed_proxy(relay[0], relayed_broker, tiered, s3, tmp_path)) as proxy:
         got = consume_confluent(
             proxy.bootstrap, tiered.topic, tiered.high_watermarks, isolation=isolation
         )
@@ -256,8 +263,7 @@ def test_a_fetch_without_metadata_first_falls_back_to_a_reach_probe(
     """A Fetch that no Metadata answer through this proxy preceded: the proxy knows none of
     the broker's offsets, probes just after the remote tier, and still answers right."""
     tiered = open_transaction_after
-    relay_port, recording = relay[0].port, relay[1]
-    upstream = dataclasses.replace(relayed_broker.info, bootstrap=f"{LOOPBACK}:{relay_port}")
+    recording = relay[1]
     before = len(recording.probes())
 
     async def fetch_each(bootstrap: str) -> dict[int, tuple[int, int, bytes]]:
@@ -265,7 +271,7 @@ def test_a_fetch_without_metadata_first_falls_back_to_a_reach_probe(
             p: await fetch_once(bootstrap, tiered.topic, p, 0) for p in range(tiered.partitions)
         }
 
-    with running(proxy_process(upstream, tmp_path, proxy_settings(s3, tiered))) as proxy:
+    with running(relayed_proxy(relay[0], relayed_broker, tiered, s3, tmp_path)) as proxy:
         answers = asyncio.run(fetch_each(proxy.bootstrap))
 
     expected = {(r[0], r[1]): r for r in tiered.expected[READ_UNCOMMITTED]}

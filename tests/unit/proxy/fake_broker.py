@@ -206,6 +206,37 @@ def metadata_response(
     return response_payload(header, body)
 
 
+def metadata_topics(
+    version: int, topics: Sequence[tuple[str, uuid.UUID, Sequence[tuple[int, int]]]]
+) -> tuple[Any, ...]:
+    """The ``topics`` of a Metadata answer of ``version``: (name, id, [(partition, leader)])."""
+    topic_class = nested_class(response_class(ApiKey.METADATA, version), "topics")
+    partition_class = nested_class(topic_class, "partitions")
+    return tuple(
+        build(
+            topic_class,
+            error_code=ErrorCode.none,
+            name=name,
+            topic_id=topic_id,
+            is_internal=False,
+            partitions=tuple(
+                build(
+                    partition_class,
+                    error_code=ErrorCode.none,
+                    partition_index=index,
+                    leader_id=leader,
+                    leader_epoch=0,
+                    replica_nodes=(leader,),
+                    isr_nodes=(leader,),
+                    offline_replicas=(),
+                )
+                for index, leader in partitions
+            ),
+        )
+        for name, topic_id, partitions in topics
+    )
+
+
 def api_versions_response(header: RequestHeader) -> bytes:
     body_class = response_class(ApiKey.API_VERSIONS, header.api_version)
     entry_class = nested_class(body_class, "api_keys")
@@ -321,30 +352,12 @@ class FakeBroker:
         return await self.script(header, frame[header.size :])
 
     def _topics(self, version: int) -> tuple[Any, ...]:
-        topic_class = nested_class(response_class(ApiKey.METADATA, version), "topics")
-        partition_class = nested_class(topic_class, "partitions")
-        return tuple(
-            build(
-                topic_class,
-                error_code=ErrorCode.none,
-                name=name,
-                topic_id=topic_id,
-                is_internal=False,
-                partitions=tuple(
-                    build(
-                        partition_class,
-                        error_code=ErrorCode.none,
-                        partition_index=index,
-                        leader_id=self.node_id,
-                        leader_epoch=0,
-                        replica_nodes=(self.node_id,),
-                        isr_nodes=(self.node_id,),
-                        offline_replicas=(),
-                    )
-                    for index in range(count)
-                ),
-            )
-            for name, (topic_id, count) in self.topics.items()
+        return metadata_topics(
+            version,
+            [
+                (name, topic_id, [(index, self.node_id) for index in range(count)])
+                for name, (topic_id, count) in self.topics.items()
+            ],
         )
 
     def _sasl(self, frame: bytes, authenticated: list[bool]) -> bytes:

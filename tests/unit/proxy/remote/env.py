@@ -13,8 +13,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from protocol.errors import KafkaError
+from protocol.headers import RequestHeader
 from protocol.messages import ApiKey
 from protocol.records import parse_batch_header
+from proxy.interceptors.base import Call, ConnectionInfo
 from proxy.remote.config import RemoteFetchConfig
 from proxy.remote.metrics import RemoteMetrics
 from proxy.remote.tier import RemoteTier
@@ -89,7 +91,6 @@ class ModelLister:
 
     def __init__(self, broker: ScriptedBroker) -> None:
         self.broker = broker
-        self.asked = 0
 
     async def list_offsets(
         self,
@@ -98,7 +99,6 @@ class ModelLister:
         *,
         isolation_level: int = 0,
     ) -> list[ListedOffset]:
-        self.asked += 1
         answers = []
         for topic, partition, timestamp in targets:
             model = self.broker.partitions[(topic, partition)]
@@ -140,6 +140,23 @@ async def fetch(env: Env, version: int, offset: int, **options: Any) -> Any:
         fetch_request(version, [(topic, 0, offset, max_partition)], **options),
     )
     return response
+
+
+def metadata_call(version: int) -> Call:
+    """A Metadata request of ``version`` on connection 1, as interceptors see it."""
+    return Call(
+        connection=ConnectionInfo(connection_id=1, client="c", node_id=1),
+        header=RequestHeader(
+            api_key=ApiKey.METADATA,
+            api_version=version,
+            correlation_id=1,
+            client_id="c",
+            header_version=2,
+            size=0,
+        ),
+        client_request=None,
+        request=None,
+    )
 
 
 def only(response: Any) -> Any:

@@ -18,17 +18,14 @@ from typing import Any
 import pytest
 
 from protocol.errors import KafkaError
-from protocol.headers import RequestHeader
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.messages import (
     ApiKey,
-    ErrorCode,
     build,
     nested_class,
     request_class,
     response_class,
 )
-from proxy.interceptors.base import Call, ConnectionInfo
 from proxy.interceptors.metadata_offsets import MetadataOffsets
 from proxy.remote.broker_offsets import BrokerOffsets, LedPartition
 from proxy.remote.broker_view import BrokerView
@@ -36,7 +33,17 @@ from proxy.remote.fetch_plan import PROBE_BYTES
 from proxy.remote.offsets import EARLIEST, LATEST, RemoteRange
 from storage.kafka_client import READ_COMMITTED, BrokerConnectionError, ListedOffset
 from storage.model import TopicIdPartition
-from tests.unit.proxy.remote.env import LAST, TIERED_END, TOPIC, Env, EnvFactory, fetch, only
+from tests.unit.proxy.fake_broker import metadata_topics
+from tests.unit.proxy.remote.env import (
+    LAST,
+    TIERED_END,
+    TOPIC,
+    Env,
+    EnvFactory,
+    fetch,
+    metadata_call,
+    only,
+)
 from tests.unit.proxy.remote.scripted_broker import batches_of
 
 TOPIC_ID = uuid.UUID(int=7)
@@ -295,38 +302,13 @@ def test_answers_fill_in_only_what_no_fetch_answer_said() -> None:
 
 
 def metadata_answer(version: int, topics: list[tuple[str, uuid.UUID, list[tuple[int, int]]]]):
-    body_class = response_class(ApiKey.METADATA, version)
-    topic_class = nested_class(body_class, "topics")
-    partition_class = nested_class(topic_class, "partitions")
     return build(
-        body_class,
+        response_class(ApiKey.METADATA, version),
         throttle_time=datetime.timedelta(0),
         brokers=(),
         cluster_id="c",
         controller_id=1,
-        topics=tuple(
-            build(
-                topic_class,
-                error_code=ErrorCode(0),
-                name=name,
-                topic_id=topic_id,
-                is_internal=False,
-                partitions=tuple(
-                    build(
-                        partition_class,
-                        error_code=ErrorCode(0),
-                        partition_index=index,
-                        leader_id=leader,
-                        leader_epoch=0,
-                        replica_nodes=(),
-                        isr_nodes=(),
-                        offline_replicas=(),
-                    )
-                    for index, leader in partitions
-                ),
-            )
-            for name, topic_id, partitions in topics
-        ),
+        topics=metadata_topics(version, topics),
     )
 
 
@@ -349,19 +331,7 @@ async def test_metadata_answers_name_their_tiered_partitions_with_leaders(versio
             ("other", uuid.UUID(int=9), [(0, 1)]),
         ],
     )
-    call = Call(
-        connection=ConnectionInfo(connection_id=1, client="127.0.0.1:1", node_id=1),
-        header=RequestHeader(
-            api_key=ApiKey.METADATA,
-            api_version=version,
-            correlation_id=1,
-            client_id="c",
-            header_version=1,
-            size=0,
-        ),
-        client_request=None,
-        request=None,
-    )
+    call = metadata_call(version)
     assert await interceptor.on_response(call, answer) is answer
     assert learner.seen == [*led(0, leader=1), *led(2, leader=2)]
 

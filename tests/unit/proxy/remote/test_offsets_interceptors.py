@@ -10,13 +10,11 @@ from typing import Any
 import pytest
 
 from protocol.errors import KafkaError
-from protocol.headers import RequestHeader
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.messages import ApiKey, build, nested_class, request_class, response_class
-from proxy.interceptors.base import Call, ConnectionInfo
 from proxy.interceptors.topic_ids import MetadataTopicIds
 from storage.rsm.base import RemoteStorageError
-from tests.unit.proxy.remote.env import TIERED_END, TOPIC, Env, EnvFactory
+from tests.unit.proxy.remote.env import TIERED_END, TOPIC, Env, EnvFactory, metadata_call
 from tests.unit.proxy.remote.tiered_log import BASE_TIMESTAMP, TP, data_batch
 
 
@@ -200,19 +198,7 @@ async def test_metadata_responses_teach_the_current_topic_ids(make_env: EnvFacto
             ),
         ),
     )
-    call = Call(
-        connection=ConnectionInfo(connection_id=1, client="c", node_id=1),
-        header=RequestHeader(
-            api_key=ApiKey.METADATA,
-            api_version=12,
-            correlation_id=1,
-            client_id="c",
-            header_version=2,
-            size=0,
-        ),
-        client_request=None,
-        request=None,
-    )
+    call = metadata_call(12)
     assert await interceptor.on_response(call, response) is response
     assert env.tier.partition(topic=TOPIC, topic_id=None, partition=0) is None
     assert env.tier.partition(topic=None, topic_id=TP.topic_id, partition=0) == TP
