@@ -5,7 +5,7 @@ Rules of this file (everything the proxy learns from the broker's answers lives 
 - A Fetch answer without error reports the partition's high watermark, last stable offset
   and (v5+) the broker's own log start at the time: the latest word on all three. Below
   v5 an answer without error at offset ``o`` only says that the log starts at or before
-  ``o``.
+  ``o`` (an exact log start known before, at or below ``o``, stays).
 - A Fetch answer OFFSET_OUT_OF_RANGE at offset ``o`` (with Kafka, it carries no offsets at
   all) says that the log starts after ``o``: a log start known to be at or below ``o`` is
   out of date (the broker's retention or a DeleteRecords moved it).
@@ -121,6 +121,8 @@ class BrokerView:
             if exact is None:  # Fetch v4: served at ``offset``, so the log starts by then
                 known = state.log_start_at_most
                 at_most = offset if known is None else min(known, offset)
+                if state.log_start_offset is not None and state.log_start_offset <= offset:
+                    exact = state.log_start_offset  # still true: the log start only grows
             state = PartitionState(
                 high_watermark=answer.high_watermark,
                 last_stable_offset=answer.last_stable_offset,
