@@ -88,6 +88,29 @@ class PartitionState:
             return remote.start
         return min(remote.start, broker) if broker <= remote.end + 1 else broker
 
+    def filled_in(
+        self,
+        *,
+        high_watermark: int | None,
+        last_stable_offset: int | None,
+        log_start_offset: int | None,
+    ) -> PartitionState:
+        """This state with what was not known taken from ListOffsets answers (``None`` or
+        negative: not answered); the log start only when nothing at all was known of it."""
+        log_start_known = (
+            self.log_start_offset is not None
+            or self.log_start_at_most is not None
+            or self.log_start_after is not None
+        )
+        return dataclasses.replace(
+            self,
+            high_watermark=_first_known(self.high_watermark, high_watermark),
+            last_stable_offset=_first_known(self.last_stable_offset, last_stable_offset),
+            log_start_offset=_first_known(
+                self.log_start_offset, None if log_start_known else log_start_offset
+            ),
+        )
+
     def gap(self, remote: RemoteRange) -> int | None:
         """Offsets the broker deleted between the remote end and its log start (at least
         that many when the exact log start is not known); ``None`` when there is none."""
@@ -167,19 +190,10 @@ class BrokerView:
         """The proxy's own ListOffsets answered for ``tp`` (LATEST under READ_UNCOMMITTED,
         LATEST under READ_COMMITTED, EARLIEST; ``None`` for those that failed); the new
         state. Only what is not known yet is taken."""
-        state = self.state(tp)
-        log_start_known = (
-            state.log_start_offset is not None
-            or state.log_start_at_most is not None
-            or state.log_start_after is not None
-        )
-        state = dataclasses.replace(
-            state,
-            high_watermark=_first_known(state.high_watermark, high_watermark),
-            last_stable_offset=_first_known(state.last_stable_offset, last_stable_offset),
-            log_start_offset=(
-                state.log_start_offset if log_start_known else _first_known(None, log_start_offset)
-            ),
+        state = self.state(tp).filled_in(
+            high_watermark=high_watermark,
+            last_stable_offset=last_stable_offset,
+            log_start_offset=log_start_offset,
         )
         return self._keep(tp, state, remote)
 

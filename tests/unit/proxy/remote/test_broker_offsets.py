@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from protocol.errors import KafkaError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
@@ -29,7 +31,7 @@ from protocol.messages import (
 from protocol.records import parse_batch_header
 from proxy.interceptors.metadata_offsets import MetadataOffsets
 from proxy.remote.broker_offsets import BrokerOffsets, LedPartition
-from proxy.remote.broker_view import BrokerView
+from proxy.remote.broker_view import BrokerView, PartitionState
 from proxy.remote.fetch_plan import PROBE_BYTES
 from proxy.remote.offsets import EARLIEST, LATEST, RemoteRange
 from storage.kafka_client import READ_COMMITTED, BrokerConnectionError, ListedOffset
@@ -296,6 +298,50 @@ def test_answers_fill_in_only_what_no_fetch_answer_said() -> None:
         45,
         None,
         20,
+    )
+
+
+offsets_or_none = st.one_of(st.none(), st.integers(min_value=-1, max_value=1_000))
+
+
+@given(
+    known=st.builds(
+        PartitionState,
+        high_watermark=offsets_or_none,
+        last_stable_offset=offsets_or_none,
+        log_start_offset=offsets_or_none,
+        log_start_at_most=offsets_or_none,
+        log_start_after=offsets_or_none,
+    ),
+    answers=st.tuples(offsets_or_none, offsets_or_none, offsets_or_none),
+)
+def test_listed_offsets_never_overwrite_what_was_known(
+    known: PartitionState, answers: tuple[int | None, int | None, int | None]
+) -> None:
+    high_watermark, last_stable_offset, log_start_offset = answers
+    state = known.filled_in(
+        high_watermark=high_watermark,
+        last_stable_offset=last_stable_offset,
+        log_start_offset=log_start_offset,
+    )
+
+    def taken(before: int | None, answered: int | None) -> int | None:
+        if before is not None:
+            return before
+        return answered if answered is not None and answered >= 0 else None
+
+    assert state.high_watermark == taken(known.high_watermark, high_watermark)
+    assert state.last_stable_offset == taken(known.last_stable_offset, last_stable_offset)
+    log_start_known = (
+        known.log_start_offset is not None
+        or known.log_start_at_most is not None
+        or known.log_start_after is not None
+    )
+    expected_start = known.log_start_offset if log_start_known else taken(None, log_start_offset)
+    assert state.log_start_offset == expected_start
+    assert (state.log_start_at_most, state.log_start_after) == (
+        known.log_start_at_most,
+        known.log_start_after,
     )
 
 
