@@ -9,10 +9,11 @@ the remote tier (``[remote log start, remote log end]``):
 - If nobody knows yet where the broker's log starts, the partition is forwarded as a
   *reach probe* just after the remote tier: the broker's answer tells whether the two
   tiers join (then the remote tier serves the partition in this very response) or not
-  (then its OFFSET_OUT_OF_RANGE is the client's answer). It is a fallback: the proxy asks
-  the leaders for the offsets of the tiered partitions in each Metadata answer before the
-  client fetches them (:mod:`proxy.remote.broker_offsets`), so it happens only when that
-  did not happen or failed; each is counted and logged at debug level with the reason.
+  (then its OFFSET_OUT_OF_RANGE is the client's answer). It is a fallback: when a
+  Metadata answer names tiered partitions, the proxy asks their leaders for these offsets
+  before the client fetches (:mod:`proxy.remote.broker_offsets`); a reach probe goes out
+  only when that was not done, not in time, or failed, and is counted and logged at debug
+  level with the reason.
 - Otherwise it is *served remotely* when the broker no longer holds the offset, or when
   the offload policy wants it (``remote.fetch.offload.enable``; DESIGN.md "Read path" 4),
   unless the remote tier recently failed to serve it there (see
