@@ -305,7 +305,7 @@ def rebuild_and_snapshot(
     with tempfile.TemporaryDirectory() as directory:
         store = SnapshotStore(Path(directory), 50)
         started = time.perf_counter()
-        store.save(cache, {metadata_partition_for(str(tp), 50): count}, [tp])
+        store.write(store.plan(cache, {metadata_partition_for(str(tp), 50): count}, [tp]))
         timings["snapshot_write_seconds"] = time.perf_counter() - started
         files = [f for f in Path(directory).rglob("*") if f.is_file()]
         timings["snapshot_mib"] = sum(f.stat().st_size for f in files) / 2**20
