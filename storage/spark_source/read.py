@@ -1,22 +1,22 @@
 """Read one slice in an executor: one ranged GET of a remote segment, or Fetches of the
 broker's tail through tierproxy's own client, decoded into one Arrow batch per step.
 
-Runs in Spark's Python workers: the storage manager and the Kafka client are created here,
-per task, from the settings the task carries (nothing with a connection is pickled).
+Runs in Spark's Python workers, on the worker's own loop (:mod:`storage.spark_source.worker`):
+the storage manager is the worker's, kept across tasks; the Kafka client is created per task.
+Both come from the settings the task carries (nothing with a connection is pickled).
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 from protocol.errors import KafkaError
-from storage.rsm.factory import create_remote_storage
 from storage.spark_source.arrow import to_record_batch
 from storage.spark_source.decode import AbortedRange, Columns, TransactionFilter, decode_batches
 from storage.spark_source.settings import SourceSettings
 from storage.spark_source.slices import LocalSlice, RemoteSlice, Slice
+from storage.spark_source.worker import remote_storage, run
 
 if TYPE_CHECKING:
     from storage.kafka_client import KafkaClient
@@ -46,7 +46,7 @@ def read_slice(piece: Slice, settings: SourceSettings, *, include_headers: bool)
 
 def _remote_rows(piece: RemoteSlice, settings: SourceSettings, *, include_headers: bool) -> Any:
     columns = remote_columns(
-        piece, asyncio.run(_fetch_remote(piece, settings)), include_headers=include_headers
+        piece, run(_fetch_remote(piece, settings)), include_headers=include_headers
     )
     return to_record_batch(
         columns, topic=piece.topic, partition=piece.partition, include_headers=include_headers
@@ -71,11 +71,8 @@ def remote_columns(piece: RemoteSlice, data: bytes, *, include_headers: bool) ->
 
 
 async def _fetch_remote(piece: RemoteSlice, settings: SourceSettings) -> bytes:
-    rsm = create_remote_storage(settings.storage)
-    try:
-        return await rsm.fetch_log_segment(piece.segment, piece.start_position, piece.end_position)
-    finally:
-        await rsm.close()
+    rsm = remote_storage(settings.storage)
+    return await rsm.fetch_log_segment(piece.segment, piece.start_position, piece.end_position)
 
 
 def _local_rows(
@@ -86,7 +83,6 @@ def _local_rows(
     from storage.kafka_client import KafkaClient  # noqa: PLC0415
 
     transactions = TransactionFilter() if piece.read_committed else None
-    runner = asyncio.Runner()
     client = KafkaClient(
         settings.bootstrap_servers,
         client_id=settings.client_id,
@@ -94,10 +90,10 @@ def _local_rows(
         security=settings.security,
     )
     try:
-        leader = runner.run(_leader(client, piece))
+        leader = run(_leader(client, piece))
         offset = piece.from_offset
         while offset < piece.until_offset:
-            records, end = runner.run(_fetch_local(client, leader, piece, offset, transactions))
+            records, end = run(_fetch_local(client, leader, piece, offset, transactions))
             columns = Columns()
             next_offset = decode_batches(
                 records,
@@ -123,8 +119,7 @@ def _local_rows(
                 )
             offset = next_offset
     finally:
-        runner.run(client.close())
-        runner.close()
+        run(client.close())
 
 
 async def _leader(client: KafkaClient, piece: LocalSlice) -> int:
