@@ -1,13 +1,16 @@
-"""Columns of one partition as one Arrow record batch, built column by column in C."""
+"""Columns of one group of batches as one Arrow record batch, built from numpy buffers
+without a copy (headers, rare, from Python lists)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from storage.spark_source.decode import Columns
-from storage.spark_source.schema import arrow_schema
+import numpy as np
 
-__all__ = ["to_record_batch"]
+from storage.spark_source.schema import arrow_schema
+from storage.spark_source.split import BinaryColumn, Columns
+
+__all__ = ["binary_array", "to_record_batch"]
 
 _MICROS_PER_MILLI = 1000
 
@@ -18,16 +21,29 @@ def to_record_batch(columns: Columns, *, topic: str, partition: int, include_hea
 
     schema = arrow_schema(include_headers=include_headers)
     rows = len(columns)
-    micros = pa.array(columns.timestamps, pa.int64()).to_numpy() * _MICROS_PER_MILLI
     arrays = [
-        pa.array(columns.keys, pa.binary()),
-        pa.array(columns.values, pa.binary()),
+        binary_array(columns.keys),
+        binary_array(columns.values),
         pa.repeat(pa.scalar(topic, pa.string()), rows),
         pa.repeat(pa.scalar(partition, pa.int32()), rows),
         pa.array(columns.offsets, pa.int64()),
-        pa.array(micros, schema.field("timestamp").type),
+        pa.array(columns.timestamps * _MICROS_PER_MILLI, schema.field("timestamp").type),
         pa.array(columns.timestamp_types, pa.int32()),
     ]
     if include_headers:
         arrays.append(pa.array(columns.headers, schema.field("headers").type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def binary_array(column: BinaryColumn) -> Any:
+    """The column as a ``pyarrow.BinaryArray`` over its own buffers."""
+    import pyarrow as pa  # noqa: PLC0415 (executors only)
+
+    nulls = len(column.valid) - int(np.count_nonzero(column.valid))
+    validity = None if nulls == 0 else pa.py_buffer(np.packbits(column.valid, bitorder="little"))
+    return pa.BinaryArray.from_buffers(
+        pa.binary(),
+        len(column.valid),
+        [validity, pa.py_buffer(column.ends), pa.py_buffer(column.data)],
+        null_count=nulls,
+    )

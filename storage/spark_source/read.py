@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from protocol.errors import KafkaError
 from storage.spark_source.arrow import to_record_batch
-from storage.spark_source.decode import AbortedRange, Columns, TransactionFilter, decode_batches
+from storage.spark_source.decode import AbortedRange, TransactionFilter, decode_batches
 from storage.spark_source.settings import SourceSettings
 from storage.spark_source.slices import LocalSlice, RemoteSlice, Slice
+from storage.spark_source.split import Columns
 from storage.spark_source.worker import remote_storage, run
 
 if TYPE_CHECKING:
@@ -39,35 +40,29 @@ class LocalReadError(Exception):
 def read_slice(piece: Slice, settings: SourceSettings, *, include_headers: bool) -> Iterator[Any]:
     """The slice's rows, as ``pyarrow.RecordBatch`` es in Spark's Kafka schema."""
     if isinstance(piece, RemoteSlice):
-        yield _remote_rows(piece, settings, include_headers=include_headers)
+        data = run(_fetch_remote(piece, settings))
+        columns = remote_columns(piece, data, include_headers=include_headers)
     else:
-        yield from _local_rows(piece, settings, include_headers=include_headers)
+        columns = _local_columns(piece, settings, include_headers=include_headers)
+    for group in columns:
+        yield to_record_batch(
+            group, topic=piece.topic, partition=piece.partition, include_headers=include_headers
+        )
 
 
-def _remote_rows(piece: RemoteSlice, settings: SourceSettings, *, include_headers: bool) -> Any:
-    columns = remote_columns(
-        piece, run(_fetch_remote(piece, settings)), include_headers=include_headers
-    )
-    return to_record_batch(
-        columns, topic=piece.topic, partition=piece.partition, include_headers=include_headers
-    )
-
-
-def remote_columns(piece: RemoteSlice, data: bytes, *, include_headers: bool) -> Columns:
-    """The rows of a remote slice from its bytes (``data``: the slice's byte range).
+def remote_columns(piece: RemoteSlice, data: bytes, *, include_headers: bool) -> Iterator[Columns]:
+    """The rows of a remote slice from its bytes (``data``: the slice's byte range), a
+    group of batches at a time.
 
     :raises CorruptRecordBatchError: if a batch cannot be decoded.
     """
-    columns = Columns()
-    decode_batches(
+    return decode_batches(
         data,
-        columns,
         from_offset=piece.from_offset,
         until_offset=piece.until_offset,
         transactions=None if piece.aborted is None else TransactionFilter(piece.aborted),
         include_headers=include_headers,
-    )
-    return columns
+    ).columns()
 
 
 async def _fetch_remote(piece: RemoteSlice, settings: SourceSettings) -> bytes:
@@ -75,9 +70,9 @@ async def _fetch_remote(piece: RemoteSlice, settings: SourceSettings) -> bytes:
     return await rsm.fetch_log_segment(piece.segment, piece.start_position, piece.end_position)
 
 
-def _local_rows(
+def _local_columns(
     piece: LocalSlice, settings: SourceSettings, *, include_headers: bool
-) -> Iterator[Any]:
+) -> Iterator[Columns]:
     """Fetch from the leader until ``until_offset`` (or the end the broker has)."""
     # The Kafka client (and kio) load only in tasks that read the broker's tail.
     from storage.kafka_client import KafkaClient  # noqa: PLC0415
@@ -94,22 +89,15 @@ def _local_rows(
         offset = piece.from_offset
         while offset < piece.until_offset:
             records, end = run(_fetch_local(client, leader, piece, offset, transactions))
-            columns = Columns()
-            next_offset = decode_batches(
+            decoding = decode_batches(
                 records,
-                columns,
                 from_offset=offset,
                 until_offset=piece.until_offset,
                 transactions=transactions,
                 include_headers=include_headers,
             )
-            if len(columns):
-                yield to_record_batch(
-                    columns,
-                    topic=piece.topic,
-                    partition=piece.partition,
-                    include_headers=include_headers,
-                )
+            yield from decoding.columns()
+            next_offset = decoding.next_offset
             if next_offset is None or next_offset <= offset:
                 if end <= offset:
                     return  # the broker has nothing more (the range ended at its log end)
@@ -140,7 +128,7 @@ async def _fetch_local(
 ) -> tuple[bytes, int]:
     """Batches from ``offset`` and the broker's end (its high watermark, or its last
     stable offset for READ_COMMITTED)."""
-    from storage.kafka_client import FetchTarget  # noqa: PLC0415 (see _local_rows)
+    from storage.kafka_client import FetchTarget  # noqa: PLC0415 (see _local_columns)
 
     answers = await client.fetch(
         leader,

@@ -2,19 +2,37 @@
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import cramjam
+import crc32c
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.records import (
+    BATCH_HEADER_SIZE,
     Compression,
     ControlType,
+    CorruptRecordBatchError,
     Record,
     TimestampType,
     build_control_batch,
     build_record_batch,
+    parse_batch_header,
 )
-from storage.spark_source.decode import AbortedRange, Columns, TransactionFilter, decode_batches
+from storage.spark_source.arrow import binary_array
+from storage.spark_source.decode import (
+    GROUP_BYTES,
+    AbortedRange,
+    Decoding,
+    TransactionFilter,
+    decode_batches,
+)
+from storage.spark_source.split import Columns, Header, split_records
 
 records = st.lists(
     st.builds(
@@ -31,8 +49,31 @@ records = st.lists(
 )
 
 
-def decoded(buf: bytes, **kwargs: object) -> Columns:
-    columns = Columns()
+@dataclass(frozen=True, slots=True)
+class Rows:
+    """Decoded columns as Python lists, over every group."""
+
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    offsets: list[int]
+    timestamps: list[int]
+    timestamp_types: list[int]
+    headers: list[list[Header] | None]
+
+
+def rows_of(groups: Iterable[Columns]) -> Rows:
+    rows = Rows([], [], [], [], [], [])
+    for columns in groups:
+        rows.keys.extend(binary_array(columns.keys).to_pylist())
+        rows.values.extend(binary_array(columns.values).to_pylist())
+        rows.offsets.extend(columns.offsets.tolist())
+        rows.timestamps.extend(columns.timestamps.tolist())
+        rows.timestamp_types.extend(columns.timestamp_types.tolist())
+        rows.headers.extend(columns.headers or [])
+    return rows
+
+
+def decoding(buf: bytes, **kwargs: object) -> Decoding:
     options = {
         "from_offset": 0,
         "until_offset": 2**62,
@@ -40,8 +81,11 @@ def decoded(buf: bytes, **kwargs: object) -> Columns:
         "include_headers": True,
         **kwargs,
     }
-    decode_batches(buf, columns, **options)  # type: ignore[arg-type]
-    return columns
+    return decode_batches(buf, **options)  # type: ignore[arg-type]
+
+
+def decoded(buf: bytes, **kwargs: object) -> Rows:
+    return rows_of(decoding(buf, **kwargs).columns())
 
 
 @given(batch=records, base=st.integers(0, 2**40), compressed=st.booleans())
@@ -61,6 +105,78 @@ def test_every_field_of_every_record(batch: list[Record], base: int, compressed:
     assert columns.headers == [list(r.headers) or None for r in batch]
 
 
+_CODECS: dict[Compression, Callable[[bytes], Any]] = {
+    Compression.SNAPPY: cramjam.snappy.compress_raw,
+    Compression.LZ4: cramjam.lz4.compress,
+    Compression.ZSTD: cramjam.zstd.compress,
+}
+
+
+def compressed_batch(base_offset: int, batch: list[Record], compression: Compression) -> bytes:
+    """A batch in any codec: the builder writes NONE and GZIP; the others are the
+    uncompressed batch's records compressed, with the header's length, codec and CRC set."""
+    if compression not in _CODECS:
+        return build_record_batch(base_offset=base_offset, records=batch, compression=compression)
+    plain = build_record_batch(base_offset=base_offset, records=batch)
+    body = bytes(_CODECS[compression](plain[BATCH_HEADER_SIZE:]))
+    out = bytearray(plain[:BATCH_HEADER_SIZE] + body)
+    struct.pack_into(">i", out, 8, len(out) - 12)  # batch length: after offset and length
+    struct.pack_into(">h", out, 21, compression)
+    struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    batches=st.lists(
+        st.tuples(records, st.sampled_from(list(Compression)), st.integers(0, 3)), max_size=6
+    ),
+    window=st.tuples(st.integers(0, 150), st.integers(0, 150)),
+    group_bytes=st.sampled_from([1, 500, GROUP_BYTES]),
+    include_headers=st.booleans(),
+)
+def test_many_batches_every_codec_any_window_any_grouping(
+    batches: list[tuple[list[Record], Compression, int]],
+    window: tuple[int, int],
+    group_bytes: int,
+    include_headers: bool,
+) -> None:
+    """Batches of every codec, with gaps between their offsets (as after compaction), cut
+    by any offset window and grouped any way: exactly the records of the window, in order."""
+    buf = b""
+    expected: list[tuple[int, Record]] = []
+    offset = 0
+    for batch, compression, gap in batches:
+        offset += gap
+        buf += compressed_batch(offset, batch, compression)
+        expected += [(offset + i, r) for i, r in enumerate(batch)]
+        offset += len(batch)
+    start, until = min(window), max(window)
+    wanted = [(o, r) for o, r in expected if start <= o < until]
+    found = decoding(buf, from_offset=start, until_offset=until, include_headers=include_headers)
+    rows = rows_of(found.columns(group_bytes))
+    assert rows.offsets == [o for o, _ in wanted]
+    assert rows.keys == [r.key for _, r in wanted]
+    assert rows.values == [r.value for _, r in wanted]
+    assert rows.timestamps == [r.timestamp for _, r in wanted]
+    assert rows.headers == ([list(r.headers) or None for _, r in wanted] if include_headers else [])
+
+
+@given(value=st.binary(min_size=1, max_size=50), cut=st.integers(1, 40))
+def test_a_record_cut_short_is_a_corrupt_batch(value: bytes, cut: int) -> None:
+    """A batch whose records end early (its header still counts them) is refused, never
+    read past its end."""
+    whole = build_record_batch(
+        base_offset=0, records=[Record(value=value, timestamp=1), Record(value=value, timestamp=1)]
+    )
+    header = parse_batch_header(whole)
+    keep = max(len(whole) - cut, BATCH_HEADER_SIZE + 1)
+    with pytest.raises(CorruptRecordBatchError):
+        split_records(
+            whole[:keep], [(0, header)], from_offset=0, until_offset=9, include_headers=True
+        )
+
+
 def test_log_append_time_gives_every_record_the_batch_timestamp() -> None:
     buf = build_record_batch(
         base_offset=0,
@@ -78,28 +194,18 @@ def test_offset_range_cuts_inside_batches_and_stops_after_it() -> None:
         base_offset=0, records=[Record(value=b"%d" % i, timestamp=i) for i in range(5)]
     )
     two = build_record_batch(base_offset=5, records=[Record(value=b"x", timestamp=9)])
-    columns = Columns()
-    after = decode_batches(
-        one + two, columns, from_offset=2, until_offset=4, transactions=None, include_headers=False
-    )
-    assert columns.offsets == [2, 3]
-    assert columns.headers == []
-    assert after == 6  # stopped at the first batch past the range, after looking at it
+    found = decoding(one + two, from_offset=2, until_offset=4, include_headers=False)
+    rows = rows_of(found.columns())
+    assert rows.offsets == [2, 3]
+    assert rows.headers == []
+    assert found.next_offset == 6  # stopped at the first batch past the range, after looking at it
 
 
 def test_partial_trailing_batch_is_left_for_the_next_read() -> None:
     whole = build_record_batch(base_offset=0, records=[Record(value=b"a", timestamp=1)])
-    columns = Columns()
-    after = decode_batches(
-        whole + whole[:20],
-        columns,
-        from_offset=0,
-        until_offset=10,
-        transactions=None,
-        include_headers=False,
-    )
-    assert columns.offsets == [0]
-    assert after == 1
+    found = decoding(whole + whole[:20], until_offset=10, include_headers=False)
+    assert rows_of(found.columns()).offsets == [0]
+    assert found.next_offset == 1
 
 
 def _txn(base: int, producer: int, values: int) -> bytes:

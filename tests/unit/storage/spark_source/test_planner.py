@@ -51,8 +51,8 @@ async def _plan_and_read(
             data = await log.rsm.fetch_log_segment(
                 piece.segment, piece.start_position, piece.end_position
             )
-            columns = remote_columns(piece, data, include_headers=False)
-            offsets += columns.offsets
+            for columns in remote_columns(piece, data, include_headers=False):
+                offsets += columns.offsets.tolist()
         await log.close()
         return offsets, [s for s in slices if isinstance(s, RemoteSlice)], offset
 

@@ -1,0 +1,299 @@
+"""Split the records of kept batches into columns, with numpy over all records at once.
+
+A record is ``length, attributes, timestampDelta, offsetDelta, keyLength, key, valueLength,
+value, headerCount, headers`` (zig-zag varints). Only the chain of record lengths is
+sequential: a Python loop walks it (one comparison per one-byte or two-byte length, the
+usual cases) and notes where each record's body starts and ends. Every other field is read
+for all records of all the group's batches together: a varint at an array of positions is
+decoded byte by byte with masks (one numpy pass per byte of the longest varint), and keys and
+values are gathered into one contiguous buffer each, so that Arrow takes them without a copy
+per record. Headers, rare and only read when asked for, are parsed per record.
+
+Every field is checked against its record's end: a record that overruns it, a varint that is
+too long or out of range, or a length below -1 is a corrupt batch.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+
+from protocol.compression import DecompressionError, decompress_records
+from protocol.records import BATCH_HEADER_SIZE, BatchHeader, CorruptRecordBatchError, TimestampType
+from protocol.varint import VarintError, decode_varint
+
+__all__ = ["BinaryColumn", "Columns", "Header", "split_records"]
+
+Header = tuple[str, bytes | None]
+Int64s = npt.NDArray[np.int64]
+
+_PADDING: Final = bytes(16)
+"""Zeros after the records, so a varint read at a record's last byte stays in the array."""
+_VARINT_BYTES: Final = 5
+_VARLONG_BYTES: Final = 10
+_INT32_RAW_LIMIT: Final = 2**32
+_MAX_BINARY_BYTES: Final = 2**31 - 1
+"""Arrow's ``binary`` has int32 offsets: one group's keys (or values) must fit."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BinaryColumn:
+    """Nullable byte strings as Arrow lays them out: value ``i`` is
+    ``data[ends[i]:ends[i + 1]]``, null where ``valid[i]`` is false."""
+
+    data: npt.NDArray[np.uint8]
+    ends: npt.NDArray[np.int32]
+    valid: npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Columns:
+    """Rows of one partition as columns, in offset order."""
+
+    keys: BinaryColumn
+    values: BinaryColumn
+    offsets: Int64s
+    timestamps: Int64s
+    """Milliseconds since the epoch, as Kafka stores them."""
+    timestamp_types: npt.NDArray[np.int32]
+    headers: list[list[Header] | None] | None
+    """Only when headers are asked for; ``None`` for a record without headers, as Spark's
+    Kafka source gives."""
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+@dataclass(slots=True)
+class _Framing:
+    """Where the records of the group's batches lie in their concatenated bodies."""
+
+    chunks: list[bytes | memoryview]
+    starts: array[int]
+    ends: array[int]
+    size: int = 0
+
+
+def split_records(
+    buf: bytes,
+    batches: Sequence[tuple[int, BatchHeader]],
+    *,
+    from_offset: int,
+    until_offset: int,
+    include_headers: bool,
+) -> Columns:
+    """The records of ``batches`` (positions in ``buf``) in ``[from_offset, until_offset)``.
+
+    :raises CorruptRecordBatchError: if a batch cannot be decompressed or decoded.
+    """
+    framing = _Framing(chunks=[], starts=array("q"), ends=array("q"))
+    counts = []
+    view = memoryview(buf)
+    for position, header in batches:
+        try:
+            body = decompress_records(
+                header.compression, view[position + BATCH_HEADER_SIZE : position + header.size]
+            )
+            _frame(body, header.record_count, framing)
+        except (VarintError, ValueError, IndexError, struct.error, DecompressionError) as err:
+            raise CorruptRecordBatchError(
+                f"records of the batch at offset {header.base_offset} cannot be decoded: {err}"
+            ) from err
+        counts.append(header.record_count)
+    joined = b"".join([*framing.chunks, _PADDING])
+    try:
+        return _columns(
+            joined,
+            np.frombuffer(framing.starts, dtype=np.int64),
+            np.frombuffer(framing.ends, dtype=np.int64),
+            batches,
+            np.asarray(counts, dtype=np.int64),
+            from_offset=from_offset,
+            until_offset=until_offset,
+            include_headers=include_headers,
+        )
+    except (VarintError, ValueError, IndexError) as err:
+        first = batches[0][1].base_offset if batches else -1
+        raise CorruptRecordBatchError(
+            f"records of the batches from offset {first} cannot be decoded: {err}"
+        ) from err
+
+
+def _frame(body: bytes | memoryview, count: int, framing: _Framing) -> None:
+    """Note each record's body ``[start, end)`` (after its length) in the concatenation."""
+    starts, ends = framing.starts, framing.ends
+    shift = framing.size
+    point = 0
+    for _ in range(count):
+        byte = body[point]
+        if byte < 0x80:
+            length, point = (byte >> 1) ^ -(byte & 1), point + 1
+        elif body[point + 1] < 0x80:
+            raw = (byte & 0x7F) | (body[point + 1] << 7)
+            length, point = (raw >> 1) ^ -(raw & 1), point + 2
+        else:
+            length, point = decode_varint(body, point)
+        if length < 0:
+            raise ValueError(f"record length {length}")
+        starts.append(shift + point)
+        point += length
+        ends.append(shift + point)
+    if point > len(body):
+        raise ValueError(f"the last record ends at {point}, after the batch's {len(body)} bytes")
+    framing.chunks.append(body)
+    framing.size += len(body)
+
+
+def _columns(
+    joined: bytes,
+    starts: Int64s,
+    ends: Int64s,
+    batches: Sequence[tuple[int, BatchHeader]],
+    counts: Int64s,
+    *,
+    from_offset: int,
+    until_offset: int,
+    include_headers: bool,
+) -> Columns:
+    data = np.frombuffer(joined, dtype=np.uint8)
+    point = starts + 1  # record attributes: none defined
+    timestamp_deltas, point = _varints(data, point, _VARLONG_BYTES)
+    offset_deltas, point = _varints(data, point, _VARINT_BYTES)
+    offsets = np.repeat(np.asarray([h.base_offset for _, h in batches], np.int64), counts)
+    offsets += offset_deltas
+    key_lengths, key_starts = _varints(data, point, _VARINT_BYTES)
+    value_lengths, value_starts = _varints(
+        data, key_starts + np.maximum(key_lengths, 0), _VARINT_BYTES
+    )
+    header_counts, point = _varints(
+        data, value_starts + np.maximum(value_lengths, 0), _VARINT_BYTES
+    )
+    if np.any(point > ends) or np.any(key_lengths < -1) or np.any(value_lengths < -1):
+        raise ValueError("a record overruns its length")
+    keep = (offsets >= from_offset) & (offsets < until_offset)
+    everything = bool(keep.all())
+
+    def kept(column: Int64s) -> Int64s:
+        return column if everything else column[keep]
+
+    return Columns(
+        keys=_binary(data, kept(key_starts), kept(key_lengths)),
+        values=_binary(data, kept(value_starts), kept(value_lengths)),
+        offsets=kept(offsets),
+        timestamps=kept(_timestamps(batches, counts, timestamp_deltas)),
+        timestamp_types=kept(
+            np.repeat(np.asarray([int(h.timestamp_type) for _, h in batches], np.int64), counts)
+        ).astype(np.int32),
+        headers=_headers(joined, kept(point), kept(ends), kept(header_counts))
+        if include_headers
+        else None,
+    )
+
+
+def _varints(
+    data: npt.NDArray[np.uint8], positions: Int64s, max_bytes: int
+) -> tuple[Int64s, Int64s]:
+    """The zig-zag varints at ``positions``, and the positions after them.
+
+    :raises VarintError: if one is longer than ``max_bytes`` or (for int32) out of range.
+    """
+    raw = np.zeros(len(positions), dtype=np.uint64)
+    sizes = np.zeros(len(positions), dtype=np.int64)
+    going = np.ones(len(positions), dtype=np.bool_)
+    for index in range(max_bytes):
+        byte = data[positions + index]
+        bits = (byte & 0x7F).astype(np.uint64)
+        if index == _VARLONG_BYTES - 1 and np.any(going & (bits > 1)):
+            raise VarintError("a varlong is outside int64")
+        raw |= np.where(going, bits << np.uint64(7 * index), np.uint64(0))
+        sizes += going
+        going &= byte >= 0x80
+        if not going.any():
+            break
+    else:
+        raise VarintError(f"a varint is longer than {max_bytes} bytes")
+    if max_bytes == _VARINT_BYTES and np.any(raw >= _INT32_RAW_LIMIT):
+        raise VarintError("a varint is outside int32")
+    values = (raw >> np.uint64(1)) ^ (np.uint64(0) - (raw & np.uint64(1)))
+    return values.view(np.int64), positions + sizes
+
+
+def _timestamps(
+    batches: Sequence[tuple[int, BatchHeader]], counts: Int64s, deltas: Int64s
+) -> Int64s:
+    """First timestamp plus delta; a LOG_APPEND_TIME batch's max timestamp for all its records."""
+    appended = np.asarray(
+        [h.timestamp_type is TimestampType.LOG_APPEND_TIME for _, h in batches], np.bool_
+    )
+    bases = np.asarray(
+        [
+            h.max_timestamp if log else h.first_timestamp
+            for (_, h), log in zip(batches, appended, strict=True)
+        ],
+        np.int64,
+    )
+    per_record = np.repeat(bases, counts)
+    return np.where(np.repeat(appended, counts), per_record, per_record + deltas)
+
+
+def _binary(data: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> BinaryColumn:
+    """Gather ``data[starts[i]:starts[i] + lengths[i]]`` (null for length -1) contiguously.
+
+    Few bytes spread over a long span (keys between values) are taken by index; many bytes
+    (values) by a mask of runs, which costs one byte per byte of the span, not eight.
+    """
+    valid = lengths >= 0
+    sizes = np.where(valid, lengths, 0)
+    ends = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=ends[1:])
+    total = int(ends[-1])
+    if total > _MAX_BINARY_BYTES:
+        raise ValueError(f"{total} bytes of keys or values in one group, over Arrow's 2 GiB")
+    if total == 0:
+        gathered = np.zeros(0, dtype=np.uint8)
+    else:
+        span = int(starts[-1] + sizes[-1])
+        if total * 8 < span:
+            index = np.repeat(starts - ends[:-1], sizes) + np.arange(total, dtype=np.int64)
+            gathered = data[index]
+        else:
+            previous_ends = np.concatenate(([0], (starts + sizes)[:-1]))
+            runs = np.empty(2 * len(sizes), dtype=np.int64)
+            runs[0::2] = starts - previous_ends
+            runs[1::2] = sizes
+            pattern = np.tile(np.asarray([False, True]), len(sizes))
+            gathered = data[:span][np.repeat(pattern, runs)]
+    return BinaryColumn(data=gathered, ends=ends.astype(np.int32), valid=valid)
+
+
+def _headers(raw: bytes, starts: Int64s, ends: Int64s, counts: Int64s) -> list[list[Header] | None]:
+    """Each record's headers (``starts``: after its header count), or ``None`` without any."""
+    return [
+        _record_headers(raw, start, end, count) if count > 0 else None
+        for start, end, count in zip(starts.tolist(), ends.tolist(), counts.tolist(), strict=True)
+    ]
+
+
+def _record_headers(raw: bytes, point: int, end: int, count: int) -> list[Header]:
+    found: list[Header] = []
+    for _ in range(count):
+        name, point = _nullable_bytes(raw, point)
+        value, point = _nullable_bytes(raw, point)
+        found.append(((name or b"").decode("utf-8"), value))
+    if point > end:
+        raise ValueError("record headers overrun the record")
+    return found
+
+
+def _nullable_bytes(raw: bytes, point: int) -> tuple[bytes | None, int]:
+    """A varint-length-prefixed byte string (``None`` for length -1) and what follows."""
+    size, point = decode_varint(raw, point)
+    if size < 0:
+        return None, point
+    return raw[point : point + size], point + size
