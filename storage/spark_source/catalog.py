@@ -90,9 +90,10 @@ class Catalog:
         self._reader = reader
 
     async def partitions(self, options: SourceOptions) -> list[PartitionInfo]:
-        """Every partition of the subscribed topics, with its leader and topic id.
+        """Every partition of the subscribed topics (or the assigned ones), with its leader
+        and topic id.
 
-        :raises SourceError: when a named topic does not exist.
+        :raises SourceError: when a named topic or an assigned partition does not exist.
         """
         cluster = await self._client.metadata(None if options.pattern else options.topics)
         found = []
@@ -103,6 +104,8 @@ class Catalog:
             if topic.error != KafkaError.NONE:
                 raise SourceError(f"topic {name!r}: the broker answered {topic.error.name}")
             for p in sorted(topic.partitions, key=lambda p: p.partition):
+                if not options.reads(name, p.partition):
+                    continue
                 known = self._metadata.topic_id_partition(name, p.partition)
                 tp = TopicIdPartition(topic_id=topic.topic_id, topic=name, partition=p.partition)
                 found.append(
@@ -110,6 +113,14 @@ class Catalog:
                         topic=name, partition=p.partition, leader=p.leader_id, tp=known or tp
                     )
                 )
+        if options.assigned is not None:
+            missing = {
+                (topic, partition)
+                for topic, partitions in options.assigned.items()
+                for partition in partitions
+            } - {(part.topic, part.partition) for part in found}
+            if missing:
+                raise SourceError(f"assign names partitions that do not exist: {sorted(missing)}")
         return found
 
     def remote_span(self, part: PartitionInfo) -> tuple[int, int] | None:

@@ -3,7 +3,8 @@
 The names and forms are those of Spark's Kafka source, so a job switches by changing only
 ``format("kafka")`` to ``format("tierproxy")`` (and adding the settings file):
 
-- ``subscribe`` (a comma-separated list; ``topic`` is accepted too) or ``subscribePattern``;
+- exactly one of ``subscribe`` (a comma-separated list; ``topic`` is accepted too),
+  ``subscribePattern`` and ``assign`` (JSON ``{"topic": [0, 1]}``: those partitions only);
 - ``startingOffsets`` / ``endingOffsets``: ``earliest``, ``latest`` or JSON per partition,
   ``{"topic": {"0": 23, "1": -2}}`` (-2 earliest, -1 latest);
 - ``startingTimestamp`` / ``endingTimestamp`` (one timestamp for every partition) and
@@ -12,11 +13,20 @@ The names and forms are those of Spark's Kafka source, so a job switches by chan
   at or after the timestamp starts (or ends) at the latest offset;
 - ``includeHeaders``; ``isolationLevel`` or Spark's ``kafka.isolation.level``;
 - ``includeLocal`` (default true): also read the broker's untiered tail;
+- ``minPartitions``: at least about that many Spark tasks (slices are cut smaller);
+- ``failOnDataLoss`` (default true): fail when offsets asked for are no longer stored (aged
+  out of the remote tier and the broker); ``false`` logs a warning and reads what is left;
+- streaming: ``maxOffsetsPerTrigger`` (records per micro-batch, shared among partitions in
+  proportion to their backlog), ``minOffsetsPerTrigger`` and ``maxTriggerDelay`` (wait for
+  that many new records, at most that long: ``15m`` by default), as Spark's Kafka source;
+- Spark's ``kafka.*`` consumer settings other than the ones named here are accepted and
+  ignored (there is no consumer), except those Spark refuses, refused the same way;
 - ``config``: the ``tierproxy.toml`` whose storage, metadata and ``upstream.*`` settings are
   used; ``kafka.bootstrap.servers`` and any ``tierproxy.<setting>`` override it.
 
 Partitions a JSON bound does not name take the default bound (earliest to start, latest to
-end), where Spark would refuse the query.
+end), where Spark would refuse the query. Spark's batch-only and stream-only options are
+accepted in both kinds of query, where Spark ignores them with a warning.
 """
 
 from __future__ import annotations
@@ -39,6 +49,25 @@ task's memory while it is decoded, and Kafka's default segment is 1 GiB."""
 _SETTING_PREFIX: Final = "tierproxy."
 _EARLIEST: Final = -2
 _LATEST: Final = -1
+_DEFAULT_MAX_TRIGGER_DELAY_MS: Final = 15 * 60 * 1000
+_TIME_UNITS_MS: Final = {
+    "us": 0.001,
+    "ms": 1,
+    "s": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
+"""Spark's ``timeStringAsMs`` units (a bare number is milliseconds)."""
+_REFUSED_KAFKA_SETTINGS: Final = {
+    "kafka.auto.offset.reset": "set startingOffsets to earliest or latest instead",
+    "kafka.key.deserializer": "keys are bytes: deserialize them with DataFrame operations",
+    "kafka.value.deserializer": "values are bytes: deserialize them with DataFrame operations",
+    "kafka.enable.auto.commit": "offsets are tracked by the query, not committed",
+    "kafka.interceptor.classes": "interceptors could change the records",
+}
+"""The consumer settings Spark's Kafka source refuses (``validateGeneralOptions``)."""
 
 
 class BoundKind(Enum):
@@ -75,12 +104,19 @@ class Bounds:
 class SourceOptions:
     topics: tuple[str, ...]
     pattern: str | None
+    assigned: Mapping[str, frozenset[int]] | None
+    """``assign``: the only partitions read, per topic (``topics`` names their topics)."""
     starting: Bounds
     ending: Bounds
     include_local: bool
     read_committed: bool
     include_headers: bool
     max_slice_bytes: int
+    min_partitions: int | None
+    fail_on_data_loss: bool
+    max_offsets_per_trigger: int | None
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_ms: int
     config_path: str | None
     settings: Mapping[str, str]
     """Setting overrides (Kafka's dotted names), as given: typed when loaded
@@ -92,6 +128,10 @@ class SourceOptions:
             return re.fullmatch(self.pattern, topic) is not None
         return topic in self.topics
 
+    def reads(self, topic: str, partition: int) -> bool:
+        """Whether a partition of a subscribed topic is read (``assign`` names some only)."""
+        return self.assigned is None or partition in self.assigned.get(topic, ())
+
 
 def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> SourceOptions:
     """Read Spark's options (their names are case-insensitive, as Spark's are).
@@ -99,14 +139,20 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sou
     :raises ConfigError: naming the option that is missing or malformed.
     """
     opts = {key.lower(): value for key, value in options.items()}
+    _refuse_kafka_settings(opts)
     topics = tuple(
         t.strip()
         for t in (opts.get("subscribe") or opts.get("topic") or "").split(",")
         if t.strip()
     )
     pattern = opts.get("subscribepattern")
-    if bool(topics) == bool(pattern):
-        raise ConfigError("give exactly one of the options 'subscribe' and 'subscribePattern'")
+    assigned = _assigned(opts["assign"]) if "assign" in opts else None
+    if [bool(topics), bool(pattern), assigned is not None].count(True) != 1:
+        raise ConfigError(
+            "give exactly one of the options 'subscribe', 'subscribePattern' and 'assign'"
+        )
+    if assigned is not None:
+        topics = tuple(sorted(assigned))
     if pattern is not None:
         try:
             re.compile(pattern)
@@ -117,15 +163,28 @@ def parse_options(options: Mapping[str, str], *, streaming: bool = False) -> Sou
         raise ConfigError(
             f"isolationLevel must be read_uncommitted or read_committed, not {isolation!r}"
         )
+    min_offsets = _optional_positive(opts, "minoffsetspertrigger")
+    max_offsets = _optional_positive(opts, "maxoffsetspertrigger")
+    if min_offsets is not None and max_offsets is not None and min_offsets > max_offsets:
+        raise ConfigError(
+            f"minOffsetsPerTrigger ({min_offsets}) is higher than maxOffsetsPerTrigger "
+            f"({max_offsets})"
+        )
     return SourceOptions(
         topics=topics,
         pattern=pattern,
+        assigned=assigned,
         starting=_bounds(opts, "starting", LATEST if streaming else EARLIEST),
         ending=_bounds(opts, "ending", LATEST),
         include_local=_flag(opts, "includelocal", default=True),
         read_committed=isolation == "read_committed",
         include_headers=_flag(opts, "includeheaders", default=False),
         max_slice_bytes=_positive(opts, "maxslicebytes", DEFAULT_MAX_SLICE_BYTES),
+        min_partitions=_optional_positive(opts, "minpartitions"),
+        fail_on_data_loss=_flag(opts, "failondataloss", default=True),
+        max_offsets_per_trigger=max_offsets,
+        min_offsets_per_trigger=min_offsets,
+        max_trigger_delay_ms=_duration_ms(opts.get("maxtriggerdelay")),
         config_path=opts.get("config"),
         settings=_settings(opts),
     )
@@ -180,6 +239,37 @@ def _per_partition(text: str, name: str) -> dict[tuple[str, int], int]:
         ) from err
 
 
+def _refuse_kafka_settings(opts: Mapping[str, str]) -> None:
+    for key, why in _REFUSED_KAFKA_SETTINGS.items():
+        if key in opts:
+            name = key.removeprefix("kafka.")
+            raise ConfigError(f"Kafka option '{name}' is not supported: {why}")
+
+
+def _assigned(text: str) -> dict[str, frozenset[int]]:
+    """``{"topic": [0, 1]}`` as ``{"topic": frozenset({0, 1})}``."""
+    try:
+        parsed = json.loads(text)
+        assigned = {
+            str(topic): frozenset(int(p) for p in numbers) for topic, numbers in parsed.items()
+        }
+    except (ValueError, AttributeError, TypeError) as err:
+        raise ConfigError(f'assign must be JSON like {{"topic": [0, 1]}}, not {text!r}') from err
+    if not assigned or not all(assigned.values()):
+        raise ConfigError(f"assign names no partition: {text!r}")
+    return assigned
+
+
+def _duration_ms(text: str | None) -> int:
+    """A duration as Spark writes them (``15m``, ``30s``, ``500``: milliseconds)."""
+    if text is None:
+        return _DEFAULT_MAX_TRIGGER_DELAY_MS
+    found = re.fullmatch(r"\s*(\d+)\s*([a-z]*)\s*", text.lower())
+    if found is None or found.group(2) not in ("", *_TIME_UNITS_MS):
+        raise ConfigError(f"maxTriggerDelay must be a duration like 15m or 30s, not {text!r}")
+    return int(int(found.group(1)) * _TIME_UNITS_MS.get(found.group(2) or "ms", 1))
+
+
 def _flag(opts: Mapping[str, str], key: str, *, default: bool) -> bool:
     value = opts.get(key)
     if value is None:
@@ -194,6 +284,10 @@ def _integer(opts: Mapping[str, str], key: str) -> int:
         return int(opts[key])
     except ValueError as err:
         raise ConfigError(f"option {key} must be an integer, not {opts[key]!r}") from err
+
+
+def _optional_positive(opts: Mapping[str, str], key: str) -> int | None:
+    return _positive(opts, key, 1) if key in opts else None
 
 
 def _positive(opts: Mapping[str, str], key: str, default: int) -> int:

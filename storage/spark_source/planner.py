@@ -17,10 +17,14 @@ the broker's tail, read at READ_COMMITTED, starts there.
 
 from __future__ import annotations
 
+import itertools
+import logging
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
 
-from storage.spark_source.catalog import Catalog, PartitionInfo, RemoteSegment
+from storage.spark_source.catalog import Catalog, PartitionInfo, RemoteSegment, SourceError
+from storage.spark_source.decode import AbortedRange
 from storage.spark_source.options import Bound, BoundKind, Bounds, SourceOptions
 from storage.spark_source.slices import LocalSlice, RemoteSlice, Slice
 
@@ -28,6 +32,8 @@ __all__ = ["OffsetRanges", "plan_slices", "resolve_offsets"]
 
 OffsetRanges = Mapping[tuple[str, int], tuple[int, int]]
 """``[from, until)`` per ``(topic, partition)``."""
+
+log = logging.getLogger(__name__)
 
 _EARLIEST: Final = -2
 _LATEST: Final = -1
@@ -51,6 +57,9 @@ class _Resolver:
                 self._parts, timestamp, read_committed=self._options.read_committed
             )
         return self._broker[timestamp][part.topic, part.partition]
+
+    async def broker_earliest(self, part: PartitionInfo) -> int:
+        return await self._broker_answer(part, _EARLIEST)
 
     async def earliest(self, part: PartitionInfo) -> int:
         span = self._catalog.remote_span(part)
@@ -110,25 +119,69 @@ async def resolve_offsets(
     }
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _PartitionPlan:
+    """What one partition's range comes from: remote segments, then the broker's tail."""
+
+    part: PartitionInfo
+    segments: list[RemoteSegment]
+    aborted: tuple[AbortedRange, ...] | None
+    local: tuple[int, int] | None
+
+
 async def plan_slices(
     catalog: Catalog,
     parts: Sequence[PartitionInfo],
     ranges: OffsetRanges,
     options: SourceOptions,
 ) -> list[Slice]:
-    """The slices that together hold every record of ``ranges`` (empty ranges give none)."""
-    slices: list[Slice] = []
+    """The slices that together hold every record of ``ranges`` (empty ranges give none),
+    cut smaller where ``minPartitions`` asks for more tasks.
+
+    :raises SourceError: when offsets of a range are no longer stored and
+        ``failOnDataLoss`` is true.
+    """
+    resolver = _Resolver(catalog, parts, options)
+    plans = []
     for part in parts:
         start, until = ranges.get((part.topic, part.partition), (0, 0))
         if start < until:
-            slices.extend(await _partition_slices(catalog, part, start, until, options))
+            plans.append(
+                await _partition_plan(
+                    catalog, resolver, part, start=start, until=until, options=options
+                )
+            )
+    max_bytes = options.max_slice_bytes
+    local_parts = 1
+    if options.min_partitions is not None:
+        max_bytes, local_parts = _finer(plans, options.min_partitions, max_bytes)
+    slices: list[Slice] = []
+    for plan in plans:
+        slices.extend(_slices(plan, max_bytes, local_parts, options))
     return slices
 
 
-async def _partition_slices(
-    catalog: Catalog, part: PartitionInfo, start: int, until: int, options: SourceOptions
-) -> list[Slice]:
+async def _partition_plan(
+    catalog: Catalog,
+    resolver: _Resolver,
+    part: PartitionInfo,
+    *,
+    start: int,
+    until: int,
+    options: SourceOptions,
+) -> _PartitionPlan:
     span = catalog.remote_span(part)
+    if span is None or start < span[0]:
+        available = (
+            await resolver.earliest(part) if options.include_local or span is None else span[0]
+        )
+        if start < available:
+            _data_loss(
+                options,
+                f"{part.topic}-{part.partition}: offsets {start} to {available - 1} "
+                "are no longer stored",
+            )
+            start = available
     reached = start
     segments: list[RemoteSegment] = []
     remote_end = None if span is None else span[1]
@@ -142,12 +195,72 @@ async def _partition_slices(
         async for found in catalog.remote_segments(part, reached, min(until, remote_end)):
             segments.append(found)
             reached = found.until_offset
+        if not options.include_local and reached < min(until, remote_end):
+            _data_loss(
+                options,
+                f"{part.topic}-{part.partition}: the remote tier has no segment at "
+                f"offset {reached}",
+            )
     aborted = None
     if options.read_committed:
         aborted = await catalog.aborted_after(part, (s.segment for s in segments))
+    local = None
+    if options.include_local and reached < until:
+        broker_start = await resolver.broker_earliest(part)
+        if reached < broker_start:
+            _data_loss(
+                options,
+                f"{part.topic}-{part.partition}: offsets {reached} to {broker_start - 1} "
+                "are neither in the remote tier nor on the broker",
+            )
+            reached = broker_start
+        local = (reached, until) if reached < until else None
+    return _PartitionPlan(part=part, segments=segments, aborted=aborted, local=local)
+
+
+def _data_loss(options: SourceOptions, message: str) -> None:
+    """Spark's ``reportDataLoss``: fail, or warn and read on."""
+    if options.fail_on_data_loss:
+        raise SourceError(
+            f"{message}; some data may have been lost (aged out, or the topic deleted). "
+            "Set the option failOnDataLoss to false to read what is left instead."
+        )
+    log.warning("%s; reading what is left (failOnDataLoss is false)", message)
+
+
+def _finer(plans: Sequence[_PartitionPlan], min_partitions: int, max_bytes: int) -> tuple[int, int]:
+    """The largest remote byte range and the pieces per broker tail that give about
+    ``min_partitions`` slices, each part of the data in proportion to its share (as Spark's
+    ``KafkaOffsetRangeCalculator``: remote data by bytes, the broker's tails by offsets)."""
+    remote = [
+        (first, end)
+        for plan in plans
+        for found in plan.segments
+        for first, end in _byte_ranges(found, max_bytes)
+    ]
+    tails = [end - first for plan in plans if plan.local is not None for first, end in [plan.local]]
+    if len(remote) + len(tails) >= min_partitions:
+        return max_bytes, 1
+    remote_offsets = sum(
+        found.until_offset - found.from_offset for plan in plans for found in plan.segments
+    )
+    total = remote_offsets + sum(tails)
+    remote_share = max(1, round(min_partitions * remote_offsets / total)) if remote_offsets else 0
+    remote_bytes = sum(end - first for first, end in remote)
+    finer_bytes = (
+        max(1, min(max_bytes, -(-remote_bytes // remote_share))) if remote_share else max_bytes
+    )
+    local_parts = max(1, round((min_partitions - remote_share) / len(tails))) if tails else 1
+    return finer_bytes, local_parts
+
+
+def _slices(
+    plan: _PartitionPlan, max_bytes: int, local_parts: int, options: SourceOptions
+) -> list[Slice]:
+    part = plan.part
     slices: list[Slice] = []
-    for found in segments:
-        for first, end in _byte_ranges(found, options.max_slice_bytes):
+    for found in plan.segments:
+        for first, end in _byte_ranges(found, max_bytes):
             slices.append(
                 RemoteSlice(
                     topic=part.topic,
@@ -157,18 +270,22 @@ async def _partition_slices(
                     end_position=end,
                     from_offset=found.from_offset,
                     until_offset=found.until_offset,
-                    aborted=aborted,
+                    aborted=plan.aborted,
                 )
             )
-    if options.include_local and reached < until:
-        slices.append(
+    if plan.local is not None:
+        first, until = plan.local
+        pieces = min(local_parts, until - first)
+        cuts = [first + (until - first) * n // pieces for n in range(pieces + 1)]
+        slices.extend(
             LocalSlice(
                 topic=part.topic,
                 partition=part.partition,
-                from_offset=reached,
-                until_offset=until,
+                from_offset=low,
+                until_offset=high,
                 read_committed=options.read_committed,
             )
+            for low, high in itertools.pairwise(cuts)
         )
     return slices
 

@@ -15,7 +15,8 @@ on one code path.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import (
@@ -24,8 +25,10 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, ReadMinRows
 
 from storage.spark_source.options import EARLIEST, LATEST, Bounds, SourceOptions, parse_options
+from storage.spark_source.rate import TriggerDelay, rate_limit
 from storage.spark_source.read import read_slice
 from storage.spark_source.schema import kafka_schema
 from storage.spark_source.settings import SourceSettings, load_source_settings
@@ -109,13 +112,45 @@ class TierproxyReader(_SliceReading, DataSourceReader):
 
 
 class TierproxyStreamReader(_SliceReading, DataSourceStreamReader):
-    """Micro-batches between the offsets of successive ``latestOffset`` calls."""
+    """Micro-batches between the offsets of successive ``latestOffset`` calls, limited as
+    Spark's Kafka source limits them (:mod:`storage.spark_source.rate`)."""
+
+    def __init__(self, options: SourceOptions, settings: SourceSettings) -> None:
+        super().__init__(options, settings)
+        minimum = options.min_offsets_per_trigger
+        self._delay = (
+            None if minimum is None else TriggerDelay(minimum, options.max_trigger_delay_ms)
+        )
 
     def initialOffset(self) -> StreamOffset:
-        return self._offsets(latest=False)
+        (initial,) = self._offsets(self.source_options.starting)
+        return initial
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        """``ReadMaxRows`` or ``ReadMinRows`` from the options (PySpark has no composite
+        limit: with both, ``latestOffset`` applies the minimum from the options)."""
+        options = self.source_options
+        if options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(options.max_offsets_per_trigger)
+        if options.min_offsets_per_trigger is not None:
+            return ReadMinRows(options.min_offsets_per_trigger)
+        return ReadAllAvailable()
 
     def latestOffset(self, start: StreamOffset | None = None, limit: Any = None) -> StreamOffset:
-        return self._offsets(latest=True)
+        if start is None or limit is None or isinstance(limit, ReadAllAvailable):
+            # The engine's ReadAllAvailable (e.g. Trigger.AvailableNow) wins over the options.
+            (latest,) = self._offsets(Bounds(default=LATEST))
+            return latest
+        latest, earliest = self._offsets(Bounds(default=LATEST), Bounds(default=EARLIEST))
+        begins = {**_flat(earliest), **_flat(start)}  # a new partition from its earliest
+        ends = _flat(latest)
+        if self._delay is not None:
+            backlog = sum(end - begins.get(key, end) for key, end in ends.items())
+            if self._delay.waits(backlog, int(time.time() * 1000)):
+                return start
+        if isinstance(limit, ReadMaxRows):
+            ends = rate_limit(limit.max_rows, begins, ends)
+        return _nested(ends)
 
     def partitions(self, start: StreamOffset, end: StreamOffset) -> Sequence[InputPartition]:
         from storage.spark_source.planner import resolve_offsets  # noqa: PLC0415 (driver only)
@@ -139,22 +174,35 @@ class TierproxyStreamReader(_SliceReading, DataSourceStreamReader):
     def commit(self, end: StreamOffset) -> None:
         """Nothing to release: every micro-batch opens and closes its own clients."""
 
-    def _offsets(self, *, latest: bool) -> StreamOffset:
+    def _offsets(self, *bounds: Bounds) -> list[StreamOffset]:
+        """The offsets each of ``bounds`` stands for, in one planning step."""
         options = self.source_options
-        bounds = Bounds(default=LATEST) if latest else options.starting
         from storage.spark_source.catalog import open_catalog  # noqa: PLC0415 (driver only)
         from storage.spark_source.planner import resolve_offsets  # noqa: PLC0415
 
-        async def resolve() -> StreamOffset:
+        async def resolve() -> list[StreamOffset]:
             async with open_catalog(self.settings) as catalog:
                 parts = await catalog.partitions(options)
-                resolved = await resolve_offsets(catalog, parts, bounds, options)
-            offsets: StreamOffset = {}
-            for (topic, partition), offset in sorted(resolved.items()):
-                offsets.setdefault(topic, {})[str(partition)] = offset
-            return offsets
+                return [
+                    _nested(await resolve_offsets(catalog, parts, each, options)) for each in bounds
+                ]
 
         return asyncio.run(resolve())
+
+
+def _flat(offsets: StreamOffset) -> dict[tuple[str, int], int]:
+    return {
+        (topic, int(partition)): int(offset)
+        for topic, partitions in offsets.items()
+        for partition, offset in partitions.items()
+    }
+
+
+def _nested(offsets: Mapping[tuple[str, int], int]) -> StreamOffset:
+    nested: StreamOffset = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        nested.setdefault(topic, {})[str(partition)] = offset
+    return nested
 
 
 def _offset_of(offsets: StreamOffset, part: PartitionInfo, *, default: int) -> int:

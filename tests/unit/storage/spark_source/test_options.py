@@ -86,3 +86,72 @@ def test_settings_are_typed_by_their_declared_type() -> None:
 def test_bad_options_are_named(options: dict[str, str], named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         parse_options(options)
+
+
+def test_assign_reads_the_named_partitions_only() -> None:
+    options = parse_options({"assign": '{"a": [0, 2], "b": [1]}'})
+    assert options.topics == ("a", "b")
+    assert options.reads("a", 2) and not options.reads("a", 1) and options.reads("b", 1)
+    assert parse_options({"subscribe": "a"}).reads("a", 7)
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        {"assign": '{"a": [0]}', "subscribe": "a"},
+        {"assign": '{"a": [0]}', "subscribePattern": "a.*"},
+        {"assign": "[0, 1]"},
+        {"assign": '{"a": []}'},
+        {"assign": '{"a": ["x"]}'},
+    ],
+)
+def test_assign_is_one_of_three_and_json(given: dict[str, str]) -> None:
+    with pytest.raises(ConfigError, match="assign"):
+        parse_options(given)
+
+
+def test_spark_kafka_options_with_their_defaults() -> None:
+    options = parse_options({"subscribe": "t"})
+    assert options.min_partitions is None
+    assert options.fail_on_data_loss
+    assert options.max_offsets_per_trigger is None and options.min_offsets_per_trigger is None
+    assert options.max_trigger_delay_ms == 15 * 60 * 1000
+    given = parse_options(
+        {
+            "subscribe": "t",
+            "minPartitions": "8",
+            "failOnDataLoss": "false",
+            "maxOffsetsPerTrigger": "1000",
+            "minOffsetsPerTrigger": "10",
+            "maxTriggerDelay": "30s",
+            "kafka.fetch.max.bytes": "1",  # a consumer setting: accepted, nothing to apply it to
+        }
+    )
+    assert given.min_partitions == 8 and not given.fail_on_data_loss
+    assert (given.max_offsets_per_trigger, given.min_offsets_per_trigger) == (1000, 10)
+    assert given.max_trigger_delay_ms == 30_000
+
+
+@pytest.mark.parametrize(
+    ("delay", "ms"), [("500", 500), ("2m", 120_000), ("1h", 3_600_000), (" 3 s ", 3000)]
+)
+def test_max_trigger_delay_takes_sparks_time_units(delay: str, ms: int) -> None:
+    assert parse_options({"subscribe": "t", "maxTriggerDelay": delay}).max_trigger_delay_ms == ms
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"minPartitions": "0"}, "minpartitions must be positive"),
+        ({"maxOffsetsPerTrigger": "-1"}, "maxoffsetspertrigger must be positive"),
+        ({"minOffsetsPerTrigger": "9", "maxOffsetsPerTrigger": "5"}, "higher than"),
+        ({"maxTriggerDelay": "soon"}, "maxTriggerDelay"),
+        ({"failOnDataLoss": "maybe"}, "failondataloss"),
+        ({"kafka.auto.offset.reset": "earliest"}, "auto.offset.reset"),
+        ({"kafka.value.deserializer": "x"}, "value.deserializer"),
+        ({"kafka.enable.auto.commit": "true"}, "enable.auto.commit"),
+    ],
+)
+def test_what_sparks_kafka_source_refuses_is_refused(given: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_options({"subscribe": "t", **given})

@@ -8,11 +8,12 @@ import itertools
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage.kafka_client import KafkaClient
-from storage.spark_source.catalog import Catalog, PartitionInfo
+from storage.spark_source.catalog import Catalog, PartitionInfo, SourceError
 from storage.spark_source.options import parse_options
 from storage.spark_source.planner import plan_slices
 from storage.spark_source.read import remote_columns
@@ -23,11 +24,17 @@ PART = PartitionInfo(topic=TP.topic, partition=TP.partition, leader=0, tp=TP)
 
 
 async def _plan_and_read(
-    segments: list[list[int]], start: int, until: int, max_slice_bytes: int
+    segments: list[list[int]],
+    start: int,
+    until: int,
+    max_slice_bytes: int,
+    *,
+    first_offset: int = 0,
+    **more: str,
 ) -> tuple[list[int], list[RemoteSlice], int]:
     with tempfile.TemporaryDirectory() as root:
         log = TieredLog.create(Path(root))
-        offset = 0
+        offset = first_offset
         for counts in segments:
             batches = []
             for count in counts:
@@ -42,7 +49,12 @@ async def _plan_and_read(
             reader=log.reader,
         )
         options = parse_options(
-            {"subscribe": TP.topic, "includeLocal": "false", "maxSliceBytes": str(max_slice_bytes)}
+            {
+                "subscribe": TP.topic,
+                "includeLocal": "false",
+                "maxSliceBytes": str(max_slice_bytes),
+                **more,
+            }
         )
         slices = await plan_slices(catalog, [PART], {(TP.topic, 0): (start, until)}, options)
         offsets: list[int] = []
@@ -78,3 +90,33 @@ def test_a_large_segment_is_read_as_several_byte_ranges() -> None:
     assert offsets == list(range(end))
     assert len(slices) > 3
     assert all(a.end_position == b.start_position for a, b in itertools.pairwise(slices))
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    segments=st.lists(st.lists(st.integers(1, 12), min_size=4, max_size=8), min_size=1, max_size=3),
+    min_partitions=st.integers(1, 40),
+)
+def test_min_partitions_cuts_finer_and_still_reads_every_record_once(
+    segments: list[list[int]], min_partitions: int
+) -> None:
+    wide, few, end = asyncio.run(_plan_and_read(segments, 0, 10**6, 1 << 20))
+    offsets, many, _ = asyncio.run(
+        _plan_and_read(segments, 0, 10**6, 1 << 20, minPartitions=str(min_partitions))
+    )
+    assert offsets == wide == list(range(end))
+    batches = sum(len(counts) for counts in segments)  # the finest cut: one batch a slice
+    assert len(many) >= min(min_partitions, batches) // 2
+    assert len(many) >= len(few)
+
+
+def test_offsets_aged_out_of_the_remote_tier_fail_the_query_as_data_loss() -> None:
+    with pytest.raises(SourceError, match="failOnDataLoss"):
+        asyncio.run(_plan_and_read([[5, 5]], 0, 100, 1 << 20, first_offset=20))
+
+
+def test_without_fail_on_data_loss_what_is_left_is_read() -> None:
+    offsets, _, end = asyncio.run(
+        _plan_and_read([[5, 5]], 0, 100, 1 << 20, first_offset=20, failOnDataLoss="false")
+    )
+    assert offsets == list(range(20, end))
