@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storage.config import describe
+from storage.config import describe, from_settings, read_settings
 from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
@@ -60,16 +60,20 @@ def load_source_settings(options: SourceOptions) -> SourceSettings:
 
     :raises ConfigError: for an unreadable file or an invalid setting.
     """
-    # The pipeline's module (rich, its Spark stages) loads on the driver only.
-    from storage.tiering.job import load_tiering_settings  # noqa: PLC0415
+    # Not through the pipeline's job module: it imports the Kafka client, rich and the
+    # Spark stages (1.5 s of CPU), in the Python worker that plans every query.
+    from storage.tiering.config import TieringConfig  # noqa: PLC0415
+    from storage.tiering.policy import compile_rules  # noqa: PLC0415
 
     path = Path(options.config_path) if options.config_path else None
-    loaded = load_tiering_settings(path, typed_settings(options.settings))
+    flat = read_settings(path, typed_settings(options.settings), None)
+    compile_rules(flat)  # the file is the pipeline's too: its rules must be valid
+    tiering = from_settings(TieringConfig, flat)
     return SourceSettings(
-        storage=loaded.storage,
-        metadata=loaded.metadata,
-        security=loaded.security.with_secrets_resolved(),
-        bootstrap_servers=loaded.tiering.bootstrap_servers,
-        client_id=f"{loaded.tiering.client_id}-spark-source",
-        request_timeout_ms=loaded.tiering.request_timeout_ms,
+        storage=from_settings(RemoteStorageConfig, flat),
+        metadata=from_settings(RemoteLogMetadataConfig, flat),
+        security=from_settings(KafkaSecurityConfig, flat).with_secrets_resolved(),
+        bootstrap_servers=tiering.bootstrap_servers,
+        client_id=f"{tiering.client_id}-spark-source",
+        request_timeout_ms=tiering.request_timeout_ms,
     )

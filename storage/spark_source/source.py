@@ -29,7 +29,6 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from storage.spark_source.options import EARLIEST, LATEST, Bounds, SourceOptions, parse_options
 from storage.spark_source.rate import TriggerDelay, rate_limit
-from storage.spark_source.read import read_slice
 from storage.spark_source.schema import kafka_schema
 from storage.spark_source.settings import SourceSettings, load_source_settings
 
@@ -88,6 +87,10 @@ class _SliceReading:
         return asyncio.run(plan())
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        # The storage client (aiobotocore: most of a second to import) loads only where
+        # slices are read, not in every worker that merely unpickles the source to plan.
+        from storage.spark_source.read import read_slice  # noqa: PLC0415
+
         return read_slice(
             partition.value,
             self.settings,
