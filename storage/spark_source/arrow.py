@@ -1,16 +1,14 @@
-"""Columns of one group of batches as one Arrow record batch, built from numpy buffers
-without a copy (headers, rare, from Python lists)."""
+"""Columns of one group of batches as one Arrow record batch, from numpy arrays without a
+copy (headers, rare, from Python lists)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from storage.spark_source.schema import arrow_schema
-from storage.spark_source.split import BinaryColumn, Columns
+from storage.spark_source.split import Columns
 
-__all__ = ["binary_array", "to_record_batch"]
+__all__ = ["to_record_batch"]
 
 _MICROS_PER_MILLI = 1000
 
@@ -22,8 +20,8 @@ def to_record_batch(columns: Columns, *, topic: str, partition: int, include_hea
     schema = arrow_schema(include_headers=include_headers)
     rows = len(columns)
     arrays = [
-        binary_array(columns.keys),
-        binary_array(columns.values),
+        columns.keys,
+        columns.values,
         pa.repeat(pa.scalar(topic, pa.string()), rows),
         pa.repeat(pa.scalar(partition, pa.int32()), rows),
         pa.array(columns.offsets, pa.int64()),
@@ -33,17 +31,3 @@ def to_record_batch(columns: Columns, *, topic: str, partition: int, include_hea
     if include_headers:
         arrays.append(pa.array(columns.headers, schema.field("headers").type))
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
-
-
-def binary_array(column: BinaryColumn) -> Any:
-    """The column as a ``pyarrow.BinaryArray`` over its own buffers."""
-    import pyarrow as pa  # noqa: PLC0415 (executors only)
-
-    nulls = len(column.valid) - int(np.count_nonzero(column.valid))
-    validity = None if nulls == 0 else pa.py_buffer(np.packbits(column.valid, bitorder="little"))
-    return pa.BinaryArray.from_buffers(
-        pa.binary(),
-        len(column.valid),
-        [validity, pa.py_buffer(column.ends), pa.py_buffer(column.data)],
-        null_count=nulls,
-    )

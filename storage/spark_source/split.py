@@ -6,8 +6,8 @@ sequential: a Python loop walks it (one comparison per one-byte or two-byte leng
 usual cases) and notes where each record's body starts and ends. Every other field is read
 for all records of all the group's batches together: a varint at an array of positions is
 decoded byte by byte with masks (one numpy pass per byte of the longest varint), and keys and
-values are gathered into one contiguous buffer each, so that Arrow takes them without a copy
-per record. Headers, rare and only read when asked for, are parsed per record.
+values are copied out by Arrow (one ``memcpy`` each) into arrays of their own. Headers, rare
+and only read when asked for, are parsed per record.
 
 Every field is checked against its record's end: a record that overruns it, a varint that is
 too long or out of range, or a length below -1 is a corrupt batch.
@@ -19,16 +19,17 @@ import struct
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
 
 from protocol.compression import DecompressionError, decompress_records
 from protocol.records import BATCH_HEADER_SIZE, BatchHeader, CorruptRecordBatchError, TimestampType
 from protocol.varint import VarintError, decode_varint
 
-__all__ = ["BinaryColumn", "Columns", "Header", "split_records"]
+__all__ = ["Columns", "Header", "split_records"]
 
 Header = tuple[str, bytes | None]
 Int64s = npt.NDArray[np.int64]
@@ -43,21 +44,12 @@ _MAX_BINARY_BYTES: Final = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BinaryColumn:
-    """Nullable byte strings as Arrow lays them out: value ``i`` is
-    ``data[ends[i]:ends[i + 1]]``, null where ``valid[i]`` is false."""
-
-    data: npt.NDArray[np.uint8]
-    ends: npt.NDArray[np.int32]
-    valid: npt.NDArray[np.bool_]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class Columns:
     """Rows of one partition as columns, in offset order."""
 
-    keys: BinaryColumn
-    values: BinaryColumn
+    keys: Any
+    """A ``pyarrow.BinaryArray``, as are the values."""
+    values: Any
     offsets: Int64s
     timestamps: Int64s
     """Milliseconds since the epoch, as Kafka stores them."""
@@ -242,34 +234,36 @@ def _timestamps(
     return np.where(np.repeat(appended, counts), per_record, per_record + deltas)
 
 
-def _binary(data: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> BinaryColumn:
-    """Gather ``data[starts[i]:starts[i] + lengths[i]]`` (null for length -1) contiguously.
+def _binary(data: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> Any:
+    """``data[starts[i]:starts[i] + lengths[i]]`` (null for length -1) as a
+    ``pyarrow.BinaryArray`` of its own.
 
-    Few bytes spread over a long span (keys between values) are taken by index; many bytes
-    (values) by a mask of runs, which costs one byte per byte of the span, not eight.
+    The keys (or values) and the bytes between them tile ``data`` from its start: as one
+    binary array of alternating gaps and values over ``data``'s buffer, Arrow's ``take`` of
+    every second element copies the values out in C, one ``memcpy`` each (several times
+    faster than a numpy mask over the span).
     """
     valid = lengths >= 0
     sizes = np.where(valid, lengths, 0)
-    ends = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=ends[1:])
-    total = int(ends[-1])
-    if total > _MAX_BINARY_BYTES:
-        raise ValueError(f"{total} bytes of keys or values in one group, over Arrow's 2 GiB")
-    if total == 0:
-        gathered = np.zeros(0, dtype=np.uint8)
-    else:
-        span = int(starts[-1] + sizes[-1])
-        if total * 8 < span:
-            index = np.repeat(starts - ends[:-1], sizes) + np.arange(total, dtype=np.int64)
-            gathered = data[index]
-        else:
-            previous_ends = np.concatenate(([0], (starts + sizes)[:-1]))
-            runs = np.empty(2 * len(sizes), dtype=np.int64)
-            runs[0::2] = starts - previous_ends
-            runs[1::2] = sizes
-            pattern = np.tile(np.asarray([False, True]), len(sizes))
-            gathered = data[:span][np.repeat(pattern, runs)]
-    return BinaryColumn(data=gathered, ends=ends.astype(np.int32), valid=valid)
+    count = len(sizes)
+    if count == 0:
+        return pa.array([], pa.binary())
+    bounds = np.zeros(2 * count + 1, dtype=np.int64)
+    bounds[1::2] = starts
+    bounds[2::2] = starts + sizes
+    if int(bounds[-1]) > _MAX_BINARY_BYTES:
+        raise ValueError(f"{int(bounds[-1])} bytes in one group, over Arrow's 2 GiB")
+    tiles = pa.BinaryArray.from_buffers(
+        pa.binary(), 2 * count, [None, pa.py_buffer(bounds.astype(np.int32)), pa.py_buffer(data)]
+    )
+    taken = tiles.take(pa.array(np.arange(1, 2 * count, 2, dtype=np.int64)))
+    nulls = count - int(np.count_nonzero(valid))
+    if nulls == 0:
+        return taken
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.BinaryArray.from_buffers(
+        pa.binary(), count, [validity, *taken.buffers()[1:]], null_count=nulls
+    )
 
 
 def _headers(raw: bytes, starts: Int64s, ends: Int64s, counts: Int64s) -> list[list[Header] | None]:

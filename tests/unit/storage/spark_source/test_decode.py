@@ -24,7 +24,6 @@ from protocol.records import (
     build_record_batch,
     parse_batch_header,
 )
-from storage.spark_source.arrow import binary_array
 from storage.spark_source.decode import (
     GROUP_BYTES,
     AbortedRange,
@@ -64,8 +63,8 @@ class Rows:
 def rows_of(groups: Iterable[Columns]) -> Rows:
     rows = Rows([], [], [], [], [], [])
     for columns in groups:
-        rows.keys.extend(binary_array(columns.keys).to_pylist())
-        rows.values.extend(binary_array(columns.values).to_pylist())
+        rows.keys.extend(columns.keys.to_pylist())
+        rows.values.extend(columns.values.to_pylist())
         rows.offsets.extend(columns.offsets.tolist())
         rows.timestamps.extend(columns.timestamps.tolist())
         rows.timestamp_types.extend(columns.timestamp_types.tolist())
