@@ -19,11 +19,16 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 def load(spark: Any, source: SourceTopic, **options: str) -> Any:
     """The data source's rows; up to the ends read before the deletion unless ``options``
     say otherwise (the streaming test produces more)."""
+    return comparable(load_raw(spark, source, **options))
+
+
+def load_raw(spark: Any, source: SourceTopic, **options: str) -> Any:
+    """:func:`load`'s frame as the source gives it (its partitions are the source's tasks)."""
     ends = {source.topic: {str(p): end for p, end in source.high_watermarks.items()}}
     reader = spark.read.format("tierproxy").option("subscribe", source.topic)
     for key, value in {**source.settings, "endingOffsets": json.dumps(ends), **options}.items():
         reader = reader.option(key, value)
-    return comparable(reader.load())
+    return reader.load()
 
 
 def without_headers(rows: list[Row]) -> list[Row]:
