@@ -31,6 +31,20 @@ def load_raw(spark: Any, source: SourceTopic, **options: str) -> Any:
     return reader.load()
 
 
+def start_stream(spark: Any, source: SourceTopic, name: str, tmp_path: Any, **options: str) -> Any:
+    """A streaming query from the earliest offset into the memory table ``name``."""
+    reader = spark.readStream.format("tierproxy").option("subscribe", source.topic)
+    for key, value in {**source.settings, "startingOffsets": "earliest", **options}.items():
+        reader = reader.option(key, value)
+    return (
+        reader.load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+
+
 def without_headers(rows: list[Row]) -> list[Row]:
     return [row[:7] for row in rows]
 
@@ -122,17 +136,8 @@ def test_stream_starts_at_the_earliest_remote_offset_and_continues_into_live_dat
     spark: Any, source_topic: SourceTopic, tmp_path: Any
 ) -> None:
     """One streaming query: the tiered history first, then records produced while it runs."""
-    reader = spark.readStream.format("tierproxy").option("subscribe", source_topic.topic)
-    for key, value in {**source_topic.settings, "startingOffsets": "earliest"}.items():
-        reader = reader.option(key, value)
     name = f"stream_{source_topic.topic.replace('-', '_')}"
-    query = (
-        reader.load()
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .start()
-    )
+    query = start_stream(spark, source_topic, name, tmp_path)
     try:
         query.processAllAvailable()
         history = comparable(spark.table(name)).where(

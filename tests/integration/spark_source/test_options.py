@@ -13,6 +13,7 @@ from tests.integration.spark_source.test_equality import (
     assert_rows,
     load,
     load_raw,
+    start_stream,
     without_headers,
 )
 from tests.integration.tiered.support import READ_UNCOMMITTED
@@ -41,18 +42,8 @@ def test_max_offsets_per_trigger_bounds_every_micro_batch(
     """The history in micro-batches of at most the limit (plus one per partition, from
     rounding shares up), and all of it."""
     limit = 150
-    reader = spark.readStream.format("tierproxy").option("subscribe", source_topic.topic)
-    options = {**source_topic.settings, "startingOffsets": "earliest"}
-    for key, value in {**options, "maxOffsetsPerTrigger": str(limit)}.items():
-        reader = reader.option(key, value)
     name = f"limited_{source_topic.topic.replace('-', '_')}"
-    query = (
-        reader.load()
-        .writeStream.format("memory")
-        .queryName(name)
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .start()
-    )
+    query = start_stream(spark, source_topic, name, tmp_path, maxOffsetsPerTrigger=str(limit))
     try:
         query.processAllAvailable()
         sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
