@@ -39,6 +39,10 @@ undelayed proxy and the delayed one. Reported: the ratio delayed / undelayed (bo
 range from object storage: the chunk cache is smaller than it) and object-storage GETs per
 GiB, estimated from the proxy's cache metrics (chunk misses + read-aheads + index misses).
 
+``--profile DIR`` samples the proxy with py-spy during each catch-up cell (both paths'
+rounds; the proxy is idle while the broker is read directly) and prints where its CPU went.
+``--tail-seconds 0`` skips the tail-latency rounds.
+
 Data is warm on both paths: the broker's log and SeaweedFS's volume files in the page cache.
 Everything shares the machine's two cores. Results: ``bench/results/catchup.json`` and
 ``.png``. Goals (issue 13): remote >= 0.8 x local, tail p99 within +-10 % under catch-up
@@ -86,6 +90,8 @@ from bench.passthrough import (
     raw_fetch_all,
     topic_id_and_end,
 )
+from bench.profile import record
+from bench.profile import summarise as summarise_profile
 from bench.tiering import produce_and_tier, servers_from_env
 from protocol.headers import parse_response_header
 from protocol.messages import ApiKey, decode_response
@@ -418,36 +424,47 @@ async def run(
             catchup: dict[str, Any] = {}
             for fetch_mib in args.fetch_mib:
                 for consumers in args.consumers:
-                    pairs = await alternate_async(
-                        args.pairs,
-                        catchup_round(direct, setup, pids, consumers, fetch_mib),
-                        catchup_round(proxy, setup, pids, consumers, fetch_mib),
-                    )
-                    summary = summarise(pairs)
                     name = f"{consumers} consumer(s), {fetch_mib} MiB fetches"
+                    gets_before = gets(process)
+                    with record(pids.proxy, profile_path(args.profile, consumers, fetch_mib)):
+                        pairs = await alternate_async(
+                            args.pairs,
+                            catchup_round(direct, setup, pids, consumers, fetch_mib),
+                            catchup_round(proxy, setup, pids, consumers, fetch_mib),
+                        )
+                    summary = summarise(pairs)
+                    summary["proxy_gets_per_gib"] = (gets(process) - gets_before) / (
+                        sum(p.b.mib for p in pairs) / 1024
+                    )
                     catchup[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
                     print(
                         f"{name:30s} direct {summary['direct_mib_per_s']:7.1f} MiB/s  proxy "
                         f"{summary['proxy_mib_per_s']:7.1f} MiB/s  ratio "
                         f"{summary['ratio_proxy_to_direct']:.3f}  proxy CPU "
-                        f"{summary['proxy_cpu_s_per_gib']:.2f} s/GiB"
+                        f"{summary['proxy_cpu_s_per_gib']:.2f} s/GiB  GETs/GiB "
+                        f"{summary['proxy_gets_per_gib']:.0f}"
                     )
+                    print_profile(args.profile, consumers, fetch_mib)
             result["catchup"] = catchup
-            tail = await tail_rounds(proxy, direct, setup, args.pairs, args.tail_seconds)
-            result["tail"] = tail
+            if args.tail_seconds > 0:
+                result["tail"] = await tail_rounds(
+                    proxy, direct, setup, args.pairs, args.tail_seconds
+                )
             if args.s3_first_byte_ms:
                 result["object storage latency"] = await latency_rounds(
                     args, broker=broker, s3=s3, bucket=bucket, setup=setup, warm=process, pids=pids
                 )
-            print(
-                "tail p99: alone {:.2f} ms, with {} catch-up readers via the broker {:.2f} ms, "
-                "via the proxy {:.2f} ms".format(
-                    tail["alone"]["p99_ms"],
-                    TAIL_LOAD_CONSUMERS,
-                    tail["catch-up via broker"]["p99_ms"],
-                    tail["catch-up via proxy"]["p99_ms"],
+            if "tail" in result:
+                tail = result["tail"]
+                print(
+                    "tail p99: alone {:.2f} ms, with {} catch-up readers via the broker "
+                    "{:.2f} ms, via the proxy {:.2f} ms".format(
+                        tail["alone"]["p99_ms"],
+                        TAIL_LOAD_CONSUMERS,
+                        tail["catch-up via broker"]["p99_ms"],
+                        tail["catch-up via proxy"]["p99_ms"],
+                    )
                 )
-            )
         return result
     finally:
         delete_bucket(s3, bucket)
@@ -524,6 +541,19 @@ async def latency_rounds(
     return results
 
 
+def profile_path(directory: Path | None, consumers: int, fetch_mib: int) -> Path | None:
+    """Where the proxy's profile of one catch-up cell goes, if profiling."""
+    if directory is None:
+        return None
+    return directory / f"catchup-{consumers}c-{fetch_mib}mib.txt"
+
+
+def print_profile(directory: Path | None, consumers: int, fetch_mib: int) -> None:
+    path = profile_path(directory, consumers, fetch_mib)
+    if path is not None:
+        print("\n".join(summarise_profile(path, top=25).lines()))
+
+
 def plot(result: dict[str, Any]) -> Path:
     throughput = {
         name.replace(" consumer(s), ", "c, ").replace(" fetches", ""): {
@@ -532,17 +562,17 @@ def plot(result: dict[str, Any]) -> Path:
         }
         for name, entry in result["catchup"].items()
     }
-    tail = result["tail"]
-    latency = {
-        quantile: {name: tail[name][f"{quantile}_ms"] for name in TAIL_VARIANTS}
-        for quantile in ("p50", "p99")
-    }
+    charts = [("catch-up aggregate throughput (consumers, fetch size)", "MiB/s", throughput)]
+    if "tail" in result:
+        tail = result["tail"]
+        latency = {
+            quantile: {name: tail[name][f"{quantile}_ms"] for name in TAIL_VARIANTS}
+            for quantile in ("p50", "p99")
+        }
+        charts.append(("tail consumer Fetch latency through the proxy", "ms", latency))
     return bar_chart(
         "catchup",
-        [
-            ("catch-up aggregate throughput (consumers, fetch size)", "MiB/s", throughput),
-            ("tail consumer Fetch latency through the proxy", "ms", latency),
-        ],
+        charts,
         title=f"catch-up from the remote tier vs the broker ({result['broker']}, "
         f"{result['s3']}; medians of {result['pairs']} pairs)",
     )
@@ -556,7 +586,12 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3, help="A/B pairs per cell (>= 3)")
     parser.add_argument("--consumers", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--fetch-mib", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--tail-seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--tail-seconds", type=float, default=5.0, help="0: skip the tail-latency rounds"
+    )
+    parser.add_argument(
+        "--profile", type=Path, help="sample the proxy with py-spy during each catch-up cell"
+    )
     parser.add_argument(
         "--s3-first-byte-ms",
         type=float,
