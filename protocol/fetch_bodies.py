@@ -105,7 +105,8 @@ class FetchedPartition:
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
-    records: bytes
+    records: bytes | memoryview
+    """The broker's bytes, or a view of the remote tier's (encoded without a copy)."""
     aborted: tuple[AbortedTransaction, ...] | None
 
 
@@ -297,7 +298,7 @@ class FetchResponseEditor:
             topic.parts[index] = dataclasses.replace(part, log_start_offset=log_start_offset)
             self._changed = True
 
-    def set_records(self, key: PartitionKey, records: bytes) -> None:
+    def set_records(self, key: PartitionKey, records: bytes | memoryview) -> None:
         """Replace the records of a partition the broker answered (fewer whole batches)."""
         topic, index = self._where[key]
         topic.parts[index] = dataclasses.replace(topic.parts[index], records=records)

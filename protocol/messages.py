@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from enum import IntEnum
 from functools import cache
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -47,6 +47,7 @@ from kio.serial._introspect import (
 from kio.serial.errors import SerialError
 from kio.static.constants import EntityType
 
+from protocol.buffers import Buffers, BufferSink
 from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
 from protocol.varint import VarintError, decode_unsigned_varint
 
@@ -60,6 +61,7 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_buffers",
     "has_field",
     "nested_class",
     "produce_acks",
@@ -341,6 +343,17 @@ def encode_response(payload: Any) -> bytes:
     return _encode(payload, EntityType.response)
 
 
+def encode_response_buffers(payload: Any, *, head: bytes) -> Buffers:
+    """``head + encode_response(payload)``, as buffers: large values (a Fetch's records,
+    views of remote data included) are not copied (:mod:`protocol.buffers`).
+
+    :raises LocalProtocolError: if ``payload`` is not a response or holds unencodable values.
+    """
+    sink = BufferSink(head)
+    _encode_into(sink, payload, EntityType.response)
+    return sink.buffers()
+
+
 _ACKS: Final = struct.Struct(">h")
 _PRODUCE_FIRST_TRANSACTIONAL: Final = 3
 _PRODUCE_FIRST_FLEXIBLE: Final = 9
@@ -380,15 +393,19 @@ def _decode(schema: type[Any], body: bytes | memoryview) -> Any:
 
 
 def _encode(payload: Any, entity_type: EntityType) -> bytes:
+    buffer = io.BytesIO()
+    _encode_into(buffer, payload, entity_type)
+    return buffer.getvalue()
+
+
+def _encode_into(sink: io.BytesIO | BufferSink, payload: Any, entity_type: EntityType) -> None:
     schema = type(payload)
     if getattr(schema, "__type__", None) is not entity_type:
         raise LocalProtocolError(f"{schema.__name__} is not a kio {entity_type.name} body")
-    buffer = io.BytesIO()
     try:
-        _writer(schema)(buffer, payload)
+        _writer(schema)(sink, payload)
     except (SerialError, struct.error, TypeError, ValueError, AttributeError) as err:
         raise LocalProtocolError(f"cannot encode {_describe(schema)}: {err}") from err
-    return buffer.getvalue()
 
 
 def _describe(schema: type[Any]) -> str:
@@ -397,7 +414,9 @@ def _describe(schema: type[Any]) -> str:
 
 # Per-class caches are plain dicts: mypy does not accept classes as functools.cache keys.
 _READERS: dict[type[Any], Callable[[bytes | memoryview, int], tuple[Any, int]]] = {}
-_WRITERS: dict[type[Any], Callable[[io.BytesIO, Any], None]] = {}
+_Writer = Callable[[io.BytesIO | BufferSink, Any], None]
+"""kio's writer of one class; any object with ``write`` will do as its sink."""
+_WRITERS: dict[type[Any], _Writer] = {}
 
 
 def _reader(schema: type[Any]) -> Callable[[bytes | memoryview, int], tuple[Any, int]]:
@@ -407,10 +426,10 @@ def _reader(schema: type[Any]) -> Callable[[bytes | memoryview, int], tuple[Any,
     return reader
 
 
-def _writer(schema: type[Any]) -> Callable[[io.BytesIO, Any], None]:
+def _writer(schema: type[Any]) -> _Writer:
     writer = _WRITERS.get(schema)
     if writer is None:
-        writer = _WRITERS[schema] = entity_writer(schema)
+        writer = _WRITERS[schema] = cast(_Writer, entity_writer(schema))
     return writer
 
 

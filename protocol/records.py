@@ -40,6 +40,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TypeVar
 
 import crc32c
 
@@ -347,7 +348,12 @@ def iter_batches(buf: Buffer, start: int = 0) -> Iterator[tuple[int, BatchHeader
         position += header.size
 
 
-def batches_below(records: bytes, max_offset: int) -> bytes:
+_Records = TypeVar("_Records", bytes, memoryview, bytes | memoryview)
+"""Records as a Fetch carries them: the functions that cut them return a slice of the same
+kind, so a view of a cached chunk stays a view (no copy)."""
+
+
+def batches_below(records: _Records, max_offset: int) -> _Records:
     """The whole batches of ``records`` that start below ``max_offset`` (no copy if all do).
 
     A batch is never split: one that starts below ``max_offset`` and ends above it is kept,
@@ -361,7 +367,7 @@ def batches_below(records: bytes, max_offset: int) -> bytes:
     return records if end == len(records) else records[:end]
 
 
-def next_offset_after(records: bytes) -> int:
+def next_offset_after(records: Buffer) -> int:
     """The offset after the last whole batch of ``records``; -1 when there is none."""
     last = -1
     for _position, header in iter_batches(records):
@@ -369,7 +375,7 @@ def next_offset_after(records: bytes) -> int:
     return last
 
 
-def fit_batches(records: bytes, room: int, *, at_least_one: bool) -> bytes:
+def fit_batches(records: _Records, room: int, *, at_least_one: bool) -> _Records:
     """The leading whole batches of ``records`` that fit in ``room`` bytes; with
     ``at_least_one``, the first batch even if it alone is larger (KIP-74: a response that
     would otherwise be empty carries one batch, so a large record can always be read)."""

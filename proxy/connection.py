@@ -39,8 +39,9 @@ import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Final, cast
+from typing import Any, Final, TypeVar, cast
 
+from protocol.buffers import Buffers
 from protocol.errors import RemoteProtocolError
 from protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrameSize, foreign_protocol
 from proxy import bad_connections as reasons
@@ -56,6 +57,8 @@ from proxy.router import InterceptedExchange, Router
 __all__ = ["ConnectionPair", "PairSettings"]
 
 _log = logging.getLogger("tierproxy.connection")
+
+_Response = TypeVar("_Response", bytes | bytearray, bytes | bytearray | Buffers)
 
 _SIZE: Final = struct.Struct(">i")
 _SIZE_BYTES: Final = _SIZE.size
@@ -112,7 +115,7 @@ class _InFlight:
         self.buffer: bytearray | None = None
         # The whole response frame (size prefix included, possibly in parts) once it may be
         # written, and its size.
-        self.response: tuple[bytes | bytearray, ...] | None = None
+        self.response: tuple[bytes | bytearray | memoryview, ...] | None = None
 
 
 class ConnectionPair(asyncio.Protocol):
@@ -552,11 +555,10 @@ class ConnectionPair(asyncio.Protocol):
         assert entry.exchange is not None
         response = await self._intercepted(entry, entry.exchange.respond(payload))
         if response is not None and not self._closed:
-            self._ready(entry, (_SIZE.pack(len(response)), response))
+            parts = response.parts if isinstance(response, Buffers) else (response,)
+            self._ready(entry, (_SIZE.pack(len(response)), *parts))
 
-    async def _intercepted(
-        self, entry: _InFlight, work: Awaitable[bytes | bytearray]
-    ) -> bytes | bytearray | None:
+    async def _intercepted(self, entry: _InFlight, work: Awaitable[_Response]) -> _Response | None:
         """What the interceptors made of a response, or ``None`` once their failure closed
         the pair."""
         try:
@@ -571,7 +573,7 @@ class ConnectionPair(asyncio.Protocol):
             self._close("interceptor error", level=logging.ERROR, error=repr(err))
         return None
 
-    def _ready(self, entry: _InFlight, parts: tuple[bytes | bytearray, ...]) -> None:
+    def _ready(self, entry: _InFlight, parts: tuple[bytes | bytearray | memoryview, ...]) -> None:
         entry.response = parts
         entry.size = sum(len(part) for part in parts)
         self._held_bytes += entry.size

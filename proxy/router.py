@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol, cast
 
+from protocol.buffers import Buffers
 from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
 from protocol.headers import (
     RequestHeader,
@@ -39,6 +40,7 @@ from protocol.messages import (
     decode_response,
     encode_request,
     encode_response,
+    encode_response_buffers,
     nested_class,
     produce_acks,
     request_class,
@@ -102,8 +104,9 @@ class InterceptedExchange(Protocol):
         change it; whether it did (then :meth:`respond` need not run)."""
         ...
 
-    async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray:
-        """Turn the broker's response payload (``None`` if answered locally) into the client's.
+    async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray | Buffers:
+        """Turn the broker's response payload (``None`` if answered locally) into the client's:
+        the broker's bytes, or a re-encoded response as buffers (its records not copied).
 
         :raises RemoteProtocolError: when the broker's response breaks the protocol.
         """
@@ -398,7 +401,7 @@ class _ChainExchange:
             interceptor.on_raw_response(self._call, body)
         return True
 
-    async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray:
+    async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray | Buffers:
         header = self._call.header
         header_version = response_header_version(header.api_key, header.api_version)
         broker_header_version = response_header_version(header.api_key, self._forwarded_version)
@@ -449,8 +452,8 @@ class _ChainExchange:
             response = await interceptor.on_response(self._call, response)
         if payload is not None and response is original:
             return payload
-        return encode_response_header(header.correlation_id, header_version) + encode_response(
-            response
+        return encode_response_buffers(
+            response, head=encode_response_header(header.correlation_id, header_version)
         )
 
 
@@ -472,7 +475,7 @@ class _ReadyAnswer:
     def try_pass_through(self, payload: bytes | bytearray) -> bool:
         return False
 
-    async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray:
+    async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray | Buffers:
         return self._payload
 
 

@@ -136,11 +136,13 @@ class ChunkCache:
     def __len__(self) -> int:
         return len(self._memory)
 
-    async def read(self, metadata: RemoteLogSegmentMetadata, start: int, end: int) -> bytes:
+    async def read(self, metadata: RemoteLogSegmentMetadata, start: int, end: int) -> memoryview:
         """Bytes ``[start, end)`` of the segment's ``.log``, through the cache.
 
         ``end`` is capped at the segment's size; fewer bytes come back if the object is
-        shorter than its metadata says. The chunks of one read load in parallel.
+        shorter than its metadata says. The chunks of one read load in parallel. A read
+        within one chunk is a view of the cached chunk, not a copy (the records go to the
+        client's socket from there); only a read across chunks joins them.
 
         :raises ValueError: for a negative ``start`` or ``end < start`` (caller's bug).
         :raises RemoteResourceNotFoundError: when the segment is gone from remote storage.
@@ -150,7 +152,7 @@ class ChunkCache:
             raise ValueError(f"invalid range [{start}, {end})")
         end = min(end, metadata.segment_size_in_bytes)
         if start >= end:
-            return b""
+            return memoryview(b"")
         size = self.chunk_bytes
         first, last = start // size, (end - 1) // size
         segment = metadata.segment_id.id
@@ -164,10 +166,10 @@ class ChunkCache:
         parts = []
         for index, chunk in zip(range(first, last + 1), chunks, strict=True):
             base = index * size
-            parts.append(chunk[max(start - base, 0) : end - base])
+            parts.append(memoryview(chunk)[max(start - base, 0) : end - base])
             if len(chunk) < size:
                 break  # the object ends here
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return parts[0] if len(parts) == 1 else memoryview(b"".join(parts))
 
     def prefetch(self, metadata: RemoteLogSegmentMetadata, position: int) -> None:
         """Load the chunks from the one holding ``position`` in the background.

@@ -110,9 +110,11 @@ class UnresolvedTransactionError(Exception):
 class RemoteRecords:
     """Whole batches from one remote segment."""
 
-    records: bytes
+    records: memoryview
     """Batches from the one holding the fetch offset, up to where the copy leaves the
-    lineage; the caller trims them to the range it may serve."""
+    lineage; the caller trims them to the range it may serve. A view of the chunk cache's
+    bytes (no copy): it keeps its chunk alive until the response is written, even if the
+    cache evicts it meanwhile."""
     segment: RemoteLogSegmentMetadata
     aborted: tuple[AbortedTxn, ...]
     """Aborted transactions overlapping the returned range (READ_COMMITTED reads only)."""
@@ -220,7 +222,7 @@ class RemoteLogReader:
 
     async def _read_segment(
         self, segment: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int
-    ) -> bytes:
+    ) -> memoryview:
         index = OffsetIndex(
             await self._indexes.get(segment, IndexType.OFFSET), base_offset=segment.start_offset
         )
@@ -252,9 +254,9 @@ class RemoteLogReader:
         tp: TopicIdPartition,
         segment: RemoteLogSegmentMetadata,
         fetch_offset: int,
-        records: bytes,
+        records: memoryview,
         lineage: Sequence[EpochEntry],
-    ) -> tuple[bytes, tuple[AbortedTxn, ...]]:
+    ) -> tuple[memoryview, tuple[AbortedTxn, ...]]:
         upper = next_offset_after(records)
         found: list[AbortedTxn] = []
         current: RemoteLogSegmentMetadata | None = segment
@@ -339,7 +341,7 @@ class RemoteLogReader:
 
 
 def _first_record_at(
-    buf: bytes, position: int, header: BatchHeader, timestamp: int, min_offset: int
+    buf: bytes | memoryview, position: int, header: BatchHeader, timestamp: int, min_offset: int
 ) -> tuple[int, int] | None:
     """``(offset, timestamp)`` of the batch's first record at or after ``min_offset`` with a
     timestamp ``>=`` the target.

@@ -42,7 +42,7 @@ class LocalRecords:
     """A partition the broker answered with records of its own."""
 
     key: PartitionKey
-    records: bytes
+    records: bytes | memoryview
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +117,7 @@ class ResponseAssembler:
         replies: list[tuple[RemoteRead, FetchedPartition]] = []
         for entry in turns.order(entries):
             room = max(0, plan.request.max_bytes - filled)
+            records: bytes | memoryview
             if isinstance(entry, LocalRecords):
                 records = fit_batches(entry.records, room, at_least_one=filled == 0)
                 if len(records) < len(entry.records):
@@ -148,7 +149,8 @@ class ResponseAssembler:
         high_watermark = _known(state.high_watermark)
         last_stable_offset = _known(state.last_stable_offset)
         read_committed = plan.request.read_committed
-        error, records, aborted = _NONE, b"", None
+        error, aborted = _NONE, None
+        records: bytes | memoryview = b""
         if isinstance(read.started, int):
             error = read.started
         elif isinstance(read.started, asyncio.Future) and room is not None:

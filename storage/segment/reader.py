@@ -117,18 +117,20 @@ def locate_batches(  # noqa: C901 (one scan with four exits; split, it would nee
 
 async def read_batches(
     *,
-    fetch: Callable[[int, int], Awaitable[bytes]],
+    fetch: Callable[[int, int], Awaitable[bytes | memoryview]],
     offset_index: OffsetIndex,
     target_offset: int,
     max_bytes: int,
     segment_size: int,
     read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
-) -> bytes:
+) -> memoryview:
     """Whole batches from the one holding ``target_offset``, within ``max_bytes``.
 
     :param fetch: reads segment bytes ``[start, end)``; may return fewer at the object's end.
     :param segment_size: the ``.log`` size from the segment's metadata; no read goes beyond.
-    :returns: the batches, or ``b""`` if the segment ends before ``target_offset``.
+    :returns: the batches, or an empty view if the segment ends before ``target_offset``;
+        a view of what ``fetch`` returned whenever one read held them all (the usual
+        case), so the records are not copied here.
     :raises ValueError: for a negative ``max_bytes``.
     :raises CorruptRecordBatchError: if the segment holds an invalid batch header.
     :raises LegacyMessageFormatError: at a magic 0/1 message set.
@@ -137,11 +139,11 @@ async def read_batches(
         raise ValueError(f"max_bytes must not be negative, not {max_bytes}")
     window_start = offset_index.lookup(target_offset).position
     if window_start >= segment_size:
-        return b""
+        return memoryview(b"")
     window_end = min(
         segment_size, window_start + max(read_ahead_bytes + max_bytes, BATCH_HEADER_SIZE)
     )
-    window = bytearray(await fetch(window_start, window_end))
+    window = memoryview(await fetch(window_start, window_end))
     if len(window) < window_end - window_start:
         segment_size = window_start + len(window)
     while True:
@@ -154,13 +156,14 @@ async def read_batches(
             read_ahead_bytes=read_ahead_bytes,
         )
         if found is None:
-            return b""
+            return memoryview(b"")
         if isinstance(found, BatchRange):
-            return bytes(window[found.start - window_start : found.end - window_start])
+            return window[found.start - window_start : found.end - window_start]
         chunk = await fetch(found.start, found.end)
         if len(chunk) < found.end - found.start:
             segment_size = found.start + len(chunk)
         if found.start == window_start + len(window):
-            window += chunk
+            # Rare (a batch straddles the first read): the one copy of this read.
+            window = memoryview(b"".join((window, chunk)))
         else:
-            window_start, window = found.start, bytearray(chunk)
+            window_start, window = found.start, memoryview(chunk)

@@ -134,7 +134,7 @@ async def test_an_answer_skips_the_broker_and_later_interceptors() -> None:
     route = router.route(request_frame(ApiKey.LIST_OFFSETS, 1, list_offsets_request()), CONNECTION)
     assert route.exchange is not None and route.exchange.forward is None
     out = await route.exchange.respond(None)
-    assert struct.unpack_from(">i", out)[0] == 7
+    assert struct.unpack_from(">i", bytes(out))[0] == 7
     answer = decode_response(ApiKey.LIST_OFFSETS, 1, bytes(out)[4:])
     assert answer.topics[0].partitions[0].offset == 42
     assert log == ["request:a", "request:b", "response:b", "response:a"]
@@ -280,7 +280,7 @@ async def test_a_too_new_api_versions_gets_kafkas_unsupported_version_answer() -
     route = Router([]).route(frame, CONNECTION)
     assert route.exchange is not None and route.exchange.forward is None
     out = await route.exchange.respond(None)
-    assert struct.unpack_from(">i", out)[0] == 99
+    assert struct.unpack_from(">i", bytes(out))[0] == 99
     body = decode_response(ApiKey.API_VERSIONS, 0, bytes(out)[4:])
     assert body.error_code == KafkaError.UNSUPPORTED_VERSION
     assert [(e.api_key, e.min_version, e.max_version) for e in body.api_keys] == [
