@@ -122,6 +122,9 @@ class ChunkCache:
         """Chunks loaded by read-ahead (counted when the load starts)."""
         self.disk_hits = 0
         """Chunks a miss found in the disk tier instead of remote storage."""
+        self.gets = 0
+        """Ranged GETs of remote storage (a miss that joins a load in flight, or finds the
+        chunk on disk, costs none)."""
         if disk_dir is not None and disk_max_bytes > 0:
             self._dir = Path(disk_dir, f"chunks-{chunk_bytes}")
             self._dir.mkdir(parents=True, exist_ok=True)
@@ -225,6 +228,7 @@ class ChunkCache:
         if data is None:
             start = key[1] * self.chunk_bytes
             end = min(start + self.chunk_bytes, metadata.segment_size_in_bytes)
+            self.gets += 1
             data = await self._rsm.fetch_log_segment(metadata, start, end)
             self._write_disk(key, data)
         else:

@@ -21,7 +21,7 @@ Series (Kafka's MBean in parentheses):
 - ``tierproxy_remote_fetch_expires_total`` (DelayedRemoteFetchMetrics ExpiresPerSec)
 - ``tierproxy_remote_index_cache_{hits,misses,evictions,expirations}_total`` (Kafka's
   RemoteIndexCache exports none)
-- ``tierproxy_remote_chunk_cache_{hits,misses,evictions,prefetches,disk_hits}_total``,
+- ``tierproxy_remote_chunk_cache_{hits,misses,evictions,prefetches,disk_hits,gets}_total``,
   ``tierproxy_remote_chunk_cache_bytes`` (tierproxy's chunk cache; Kafka has none)
 - ``tierproxy_remote_log_metadata_records_{applied,skipped}_total`` (records of the
   metadata topic the proxy's consumer applied, or could not decode or apply; Kafka's
@@ -240,6 +240,12 @@ class _TierCollector:
             "tierproxy_remote_chunk_cache_prefetches",
             "Chunks loaded by read-ahead.",
             tier.chunks.prefetches,
+        )
+        yield _counter(
+            "tierproxy_remote_chunk_cache_gets",
+            "Ranged GETs of segment data from remote storage (a miss that joins a load in "
+            "flight costs none, so misses and read-aheads together overcount them).",
+            tier.chunks.gets,
         )
 
     def describe(self) -> Iterable[Metric]:

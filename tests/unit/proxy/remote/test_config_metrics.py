@@ -76,6 +76,7 @@ async def test_the_series_carry_kafkas_names(tmp_path: Path) -> None:
             "tierproxy_remote_fetch_expires_total 0.0",
             "tierproxy_remote_index_cache_misses_total 1.0",
             "tierproxy_remote_chunk_cache_misses_total 1.0",
+            "tierproxy_remote_chunk_cache_gets_total 1.0",
             "tierproxy_remote_chunk_cache_disk_hits_total 0.0",
             "tierproxy_remote_index_cache_expirations_total 0.0",
         ):
