@@ -52,16 +52,18 @@ few thousand covers every concurrent catch-up consumer a proxy serves."""
 _SUFFIX: Final = ".chunk"
 
 _Key = tuple[uuid.UUID, int]
+_Chunk = bytes | bytearray
+"""A chunk as remote storage returned it (S3 reads in place, into a bytearray); never changed."""
 
 
-class _SizedLRU(LRUCache[_Key, bytes]):
+class _SizedLRU(LRUCache[_Key, _Chunk]):
     """An LRU of chunk bytes that reports the keys it evicts."""
 
     def __init__(self, max_bytes: int, on_evict: Callable[[_Key], None]) -> None:
         super().__init__(max_bytes, len)
         self._on_evict = on_evict
 
-    def popitem(self) -> tuple[_Key, bytes]:
+    def popitem(self) -> tuple[_Key, _Chunk]:
         key, value = super().popitem()
         self._on_evict(key)
         return key, value
@@ -109,7 +111,7 @@ class ChunkCache:
         self._prefetch_chunks = prefetch_chunks
         self._prefetch_slots = max(1, max_prefetch_inflight)
         self._memory = _SizedLRU(max_bytes, self._evicted)
-        self._loads: SingleFlight[_Key, bytes] = SingleFlight("chunk")
+        self._loads: SingleFlight[_Key, _Chunk] = SingleFlight("chunk")
         self._prefetching: set[_Key] = set()
         self._recent: LRUCache[_Key, None] = LRUCache(_RECENT_READS)
         self._background: set[asyncio.Task[None]] = set()
@@ -191,7 +193,7 @@ class ChunkCache:
 
     # -- internals ----------------------------------------------------------------------
 
-    async def _chunk(self, metadata: RemoteLogSegmentMetadata, index: int) -> bytes:
+    async def _chunk(self, metadata: RemoteLogSegmentMetadata, index: int) -> _Chunk:
         key = (metadata.segment_id.id, index)
         data = self._memory.get(key)
         if data is not None:
@@ -223,8 +225,8 @@ class ChunkCache:
         task = self._loads.start(key, lambda: self._load(metadata, key))
         task.add_done_callback(lambda _done: self._prefetching.discard(key))
 
-    async def _load(self, metadata: RemoteLogSegmentMetadata, key: _Key) -> bytes:
-        data = await self._read_disk(key)
+    async def _load(self, metadata: RemoteLogSegmentMetadata, key: _Key) -> _Chunk:
+        data: _Chunk | None = await self._read_disk(key)
         if data is None:
             start = key[1] * self.chunk_bytes
             end = min(start + self.chunk_bytes, metadata.segment_size_in_bytes)
@@ -256,7 +258,7 @@ class ChunkCache:
             self._disk.pop(key, None)
             return None
 
-    def _write_disk(self, key: _Key, data: bytes) -> None:
+    def _write_disk(self, key: _Key, data: _Chunk) -> None:
         if self._disk is None or len(data) > self._disk.maxsize or key in self._disk:
             return
         path = self._path(key)
@@ -264,7 +266,7 @@ class ChunkCache:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _store(self, key: _Key, path: Path, data: bytes) -> None:
+    async def _store(self, key: _Key, path: Path, data: _Chunk) -> None:
         assert self._disk is not None
         try:
             await asyncio.to_thread(write_atomically, path, data)

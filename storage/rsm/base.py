@@ -88,8 +88,11 @@ class RemoteStorageManager(Protocol):
 
     async def fetch_log_segment(
         self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
-    ) -> bytes:
+    ) -> bytes | bytearray:
         """Bytes ``[start, end)`` of the segment's ``.log``; ``end`` is capped at its size.
+
+        A ``bytearray`` when the manager read the bytes in place (S3's ranged GET,
+        :mod:`storage.rsm.s3_ranged_get`): it is the caller's, and nobody changes it.
 
         ``end=None`` reads to the end; ``start`` equal to the size gives ``b""``, and so does
         an empty range (``end == start``), without touching storage.

@@ -11,8 +11,11 @@ Errors are sorted into retriable (connection failures, timeouts, 5xx, throttling
   cannot be completed, so no invisible parts are left to bill. The server-side encryption
   settings go on ``PutObject`` and ``CreateMultipartUpload`` only: S3 rejects them on
   ``UploadPart``, whose parts inherit the upload's encryption.
-- Ranged read: one ``GET`` with ``Range: bytes=a-b``. S3 answers 416 for a start at or past the
-  end; only then a ``HEAD`` learns the size, to tell "empty tail" from "beyond the end".
+- Ranged read: one ``GET`` with ``Range: bytes=a-b``, read straight into its buffer by
+  :mod:`storage.rsm.s3_ranged_get` (a presigned URL from botocore, the body never through
+  aiohttp); any answer but the plain 206 goes again through botocore, where S3's 416 for a
+  start at or past the end makes a ``HEAD`` learn the size, to tell "empty tail" from
+  "beyond the end".
 - Delete: a ``LIST`` of the segment's key prefix (which also finds the leftovers of a failed
   copy), then one ``DeleteObjects``; S3 deletes are silent about missing keys, so the listing is
   what tells a missing segment apart.
@@ -49,6 +52,7 @@ from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.layout import RemoteLayout
 from storage.rsm.s3_credentials import credentials_source, new_session
 from storage.rsm.s3_errors import http_status, is_retriable, most_severe, translate_s3_error
+from storage.rsm.s3_ranged_get import URL_EXPIRY_SECONDS, RangedGets
 
 __all__ = ["S3Client", "S3RemoteStorage"]
 
@@ -106,6 +110,8 @@ class S3RemoteStorage:
         self._session = new_session(config)
         self._exit_stack = AsyncExitStack()
         self._client = client
+        self._ranged: RangedGets | None = None
+        """Lean ranged GETs, with a client created here (an injected one may not presign)."""
         self._client_lock = asyncio.Lock()
         self._closed = False
 
@@ -150,14 +156,18 @@ class S3RemoteStorage:
 
     async def fetch_log_segment(
         self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
-    ) -> bytes:
+    ) -> bytes | bytearray:
         check_range(start, end)
         if end == start:
             return b""
         key = self._layout.log_key(metadata)
         byte_range = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
 
-        async def get_range(client: S3Client) -> bytes:
+        async def get_range(client: S3Client) -> bytes | bytearray:
+            if self._ranged is not None and end is not None:
+                data = await self._ranged.get(self._bucket, key, start, end)
+                if data is not None:
+                    return data
             try:
                 response = await client.get_object(Bucket=self._bucket, Key=key, Range=byte_range)
             except ClientError as err:
@@ -214,6 +224,8 @@ class S3RemoteStorage:
 
     async def close(self) -> None:
         self._closed = True
+        if self._ranged is not None:
+            self._ranged.close()
         await self._exit_stack.aclose()
 
     async def _put(self, key: str, content: bytes) -> None:
@@ -336,7 +348,25 @@ class S3RemoteStorage:
                 except BotoCoreError as err:  # e.g. AWS_PROFILE names no profile (for the region)
                     raise translate_s3_error(err, "connect to", self.location) from err
                 self._client = client
+                self._ranged = self._ranged_gets(client)
             return self._client
+
+    def _ranged_gets(self, client: Any) -> RangedGets:
+        async def presign(bucket: str, key: str) -> str:
+            url: str = await client.generate_presigned_url(
+                "get_object",
+                Params={"Bucket": bucket, "Key": key},
+                ExpiresIn=URL_EXPIRY_SECONDS,
+            )
+            return url
+
+        config = self._config
+        return RangedGets(
+            presign,
+            max_connections=config.s3_max_connections,
+            connect_timeout=config.s3_connect_timeout_ms / 1000,
+            read_timeout=config.s3_read_timeout_ms / 1000,
+        )
 
     def _client_arguments(self) -> dict[str, Any]:
         config = self._config

@@ -67,7 +67,10 @@ def remote_columns(piece: RemoteSlice, data: bytes, *, include_headers: bool) ->
 
 async def _fetch_remote(piece: RemoteSlice, settings: SourceSettings) -> bytes:
     rsm = remote_storage(settings.storage)
-    return await rsm.fetch_log_segment(piece.segment, piece.start_position, piece.end_position)
+    # bytes() costs nothing for bytes (the local backend); S3 reads into a bytearray.
+    return bytes(
+        await rsm.fetch_log_segment(piece.segment, piece.start_position, piece.end_position)
+    )
 
 
 def _local_columns(

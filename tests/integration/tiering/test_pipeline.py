@@ -185,7 +185,7 @@ async def remote_files(
         rsm.fetch_index(segment, IndexType.LEADER_EPOCH),
     )
     return LogSegmentData(
-        log=log,
+        log=bytes(log),
         offset_index=offset,
         time_index=time_index,
         transaction_index=txn,
@@ -346,7 +346,7 @@ class FailingStorage:
 
     async def fetch_log_segment(
         self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
-    ) -> bytes:
+    ) -> bytes | bytearray:
         return await self._inner.fetch_log_segment(metadata, start, end)
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:

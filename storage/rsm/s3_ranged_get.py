@@ -1,0 +1,297 @@
+"""Ranged GETs of S3 objects read straight into their buffer: the remote read path's lean GET.
+
+Receiving a GET's body through botocore and aiohttp costs the proxy about 0.7 CPU-s per
+GiB on loopback (``bench.s3_ranged_read``), most of it per byte: aiohttp's parser hands the
+body over in pieces, its ``StreamReader`` queues them, and ``read()`` joins them into one
+``bytes``. That was half of the proxy's CPU per GiB served from the remote tier. Here the
+socket's bytes go straight into the buffer the chunk cache keeps (an
+:class:`asyncio.BufferedProtocol`: the kernel copies into it, nothing else does).
+
+Signing stays botocore's: :class:`RangedGets` asks the S3 client for a presigned URL
+(``generate_presigned_url``: endpoint, addressing style, region, credentials and their
+refresh, all as for any other request), kept per object for :data:`URL_REUSE_SECONDS`. The
+``Range`` header is not part of the signature, as S3 allows.
+
+Only the plain answer is handled here: ``206 Partial Content`` with a ``Content-Length``
+and the ``Content-Range`` asked for. Any other answer (an error, a missing object, 416, a
+server that ignores ``Range``, a chunked body) gives ``None``, and the caller asks again
+through botocore, which sorts errors as it always has (:mod:`storage.rsm.s3_errors`). So
+does a transport failure (connection refused or closed mid-answer, no byte within the read
+timeout), and it also pauses these GETs for :data:`PAUSE_SECONDS` with one warning: what
+botocore reaches and this does not (an HTTP proxy from the environment, a CA bundle other
+than ``AWS_CA_BUNDLE`` or the system's) keeps working, through botocore.
+Connections are kept alive in a pool of at most ``max_connections``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import ssl
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Final, cast
+from urllib.parse import urlsplit
+
+__all__ = [
+    "MAX_HEAD_BYTES",
+    "PAUSE_SECONDS",
+    "URL_EXPIRY_SECONDS",
+    "URL_REUSE_SECONDS",
+    "RangedGets",
+    "ResponseReader",
+]
+
+_log = logging.getLogger(__name__)
+
+URL_REUSE_SECONDS: Final = 300.0
+"""How long one presigned URL serves an object. URLs are signed for three times as long,
+so a URL in use never expires, while credentials that botocore refreshes reach new URLs
+within minutes."""
+URL_EXPIRY_SECONDS: Final = int(3 * URL_REUSE_SECONDS)
+MAX_HEAD_BYTES: Final = 64 * 1024
+"""Status line and headers of one answer: S3's are under 2 KiB; more is not S3."""
+PAUSE_SECONDS: Final = 60.0
+"""How long a transport failure sends GETs through botocore instead."""
+_CONTENT_RANGE: Final = re.compile(rb"bytes (\d+)-(\d+)/(\d+|\*)")
+
+Presign = Callable[[str, str], Awaitable[str]]
+"""``(bucket, key)`` to a presigned GET URL of the object."""
+
+
+class _UnexpectedAnswerError(Exception):
+    """The server answered something other than the plain 206 asked for."""
+
+
+class ResponseReader(asyncio.BufferedProtocol):
+    """One keep-alive HTTP/1.1 connection: reads an answer's head, then its body in place.
+
+    The head is read into a scratch buffer; once it is whole, a ``bytearray`` of the body's
+    ``Content-Length`` is allocated and the socket reads into it.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.reusable = True
+        self.received = 0
+        """Bytes received so far: the read timeout is a time without progress."""
+        self._scratch = bytearray(MAX_HEAD_BYTES)
+        self._head = bytearray()
+        self._body: bytearray | None = None
+        self._view: memoryview | None = None
+        self._filled = 0
+        self._expected: tuple[int, int] = (0, 0)
+        self._answer: asyncio.Future[bytearray | None] | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def begin(self, start: int, end: int) -> asyncio.Future[bytearray | None]:
+        """Expect the answer to a GET of bytes ``[start, end)``."""
+        self._head.clear()
+        self._body, self._view, self._filled = None, None, 0
+        self._expected = (start, end)
+        self._answer = asyncio.get_running_loop().create_future()
+        return self._answer
+
+    def get_buffer(self, sizehint: int) -> memoryview | bytearray:
+        if self._view is not None and self._filled < len(self._view):
+            return self._view[self._filled :]
+        return self._scratch
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.received += nbytes
+        if self._answer is None or self._answer.done():
+            self._fail(ConnectionResetError("bytes from the server while no GET was asked"))
+        elif self._body is None:
+            self._head += memoryview(self._scratch)[:nbytes]
+            self._read_head()
+        else:
+            self._filled += nbytes
+            self._finish_if_complete()
+
+    def eof_received(self) -> bool:
+        self._fail(ConnectionResetError("the server closed the connection mid-answer"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.reusable = False
+        self._fail(exc or ConnectionResetError("the connection closed mid-answer"))
+
+    def _fail(self, err: Exception) -> None:
+        self.reusable = False
+        if self._answer is not None and not self._answer.done():
+            self._answer.set_exception(err)
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _read_head(self) -> None:
+        end = self._head.find(b"\r\n\r\n")
+        if end < 0:
+            if len(self._head) > MAX_HEAD_BYTES:
+                self._fail(ConnectionResetError("an answer head over 64 KiB: not S3"))
+            return
+        try:
+            length = self._check_head(bytes(self._head[:end]))
+        except _UnexpectedAnswerError:
+            self.reusable = False
+            assert self._answer is not None
+            self._answer.set_result(None)
+            return
+        rest = memoryview(self._head)[end + 4 :]
+        if len(rest) > length:
+            self._fail(ConnectionResetError("more bytes than the answer's Content-Length"))
+            return
+        self._body = bytearray(length)
+        self._view = memoryview(self._body)
+        self._view[: len(rest)] = rest
+        self._filled = len(rest)
+        self._finish_if_complete()
+
+    def _check_head(self, head: bytes) -> int:
+        """The body's length, if the head is that of the plain 206 asked for."""
+        status_line, *lines = head.split(b"\r\n")
+        parts = status_line.split(b" ", 2)
+        if len(parts) < 2 or parts[1] != b"206":
+            raise _UnexpectedAnswerError
+        headers = {}
+        for line in lines:
+            name, _, value = line.partition(b":")
+            headers[name.strip().lower()] = value.strip()
+        if headers.get(b"connection", b"").lower() == b"close":
+            self.reusable = False
+        found = _CONTENT_RANGE.fullmatch(headers.get(b"content-range", b""))
+        length = headers.get(b"content-length", b"")
+        if found is None or not length.isdigit() or int(found[1]) != self._expected[0]:
+            raise _UnexpectedAnswerError
+        size = int(length)
+        if (
+            size != int(found[2]) - int(found[1]) + 1
+            or size > self._expected[1] - self._expected[0]
+        ):
+            raise _UnexpectedAnswerError
+        return size
+
+    def _finish_if_complete(self) -> None:
+        assert self._view is not None and self._body is not None and self._answer is not None
+        if self._filled == len(self._view):
+            self._view.release()
+            self._view = None
+            if not self._answer.done():
+                self._answer.set_result(self._body)
+
+
+class RangedGets:
+    """Ranged GETs over a pool of keep-alive connections (see the module docstring)."""
+
+    def __init__(
+        self,
+        presign: Presign,
+        *,
+        max_connections: int,
+        connect_timeout: float,
+        read_timeout: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._presign = presign
+        self._slots = asyncio.Semaphore(max_connections)
+        self._idle: deque[tuple[str, ResponseReader]] = deque()
+        self._urls: dict[tuple[str, str], tuple[float, str]] = {}
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._clock = clock
+        self._paused_until = float("-inf")
+
+    async def get(self, bucket: str, key: str, start: int, end: int) -> bytearray | None:
+        """Bytes ``[start, end)`` of the object (fewer at its end), or ``None``: ask botocore
+        (any answer but a plain 206, a transport failure, or paused after one)."""
+        if self._clock() < self._paused_until:
+            return None
+        try:
+            return await self._get(bucket, key, start, end)
+        except (OSError, TimeoutError) as err:
+            self._paused_until = self._clock() + PAUSE_SECONDS
+            _log.warning(
+                "ranged GET of s3://%s/%s failed (%r); GETs go through botocore for %.0f s",
+                bucket,
+                key,
+                err,
+                PAUSE_SECONDS,
+            )
+            return None
+
+    async def _get(self, bucket: str, key: str, start: int, end: int) -> bytearray | None:
+        url = urlsplit(await self._url(bucket, key))
+        target = f"{url.path}?{url.query}" if url.query else url.path
+        request = (
+            f"GET {target} HTTP/1.1\r\nHost: {url.netloc}\r\n"
+            f"Range: bytes={start}-{end - 1}\r\nUser-Agent: tierproxy\r\n\r\n"
+        ).encode()
+        origin = f"{url.scheme}://{url.netloc}"
+        async with self._slots:
+            reader = await self._connection(origin, url.scheme, url.hostname or "", url.port)
+            answer = reader.begin(start, end)
+            assert reader.transport is not None
+            reader.transport.write(request)
+            try:
+                return await self._answer(reader, answer)
+            finally:
+                if reader.reusable and answer.done() and not answer.cancelled():
+                    self._idle.append((origin, reader))
+                elif reader.transport is not None:
+                    reader.transport.abort()
+
+    async def _answer(
+        self, reader: ResponseReader, answer: asyncio.Future[bytearray | None]
+    ) -> bytearray | None:
+        """The answer, unless no byte arrives for the read timeout (as botocore's)."""
+        while True:
+            received = reader.received
+            done, _pending = await asyncio.wait({answer}, timeout=self._read_timeout)
+            if done:
+                return answer.result()
+            if reader.received == received:
+                raise TimeoutError(f"no byte of the answer for {self._read_timeout} s")
+
+    def close(self) -> None:
+        """Close the idle connections."""
+        while self._idle:
+            _origin, reader = self._idle.popleft()
+            if reader.transport is not None:
+                reader.transport.abort()
+
+    async def _url(self, bucket: str, key: str) -> str:
+        now = self._clock()
+        cached = self._urls.get((bucket, key))
+        if cached is not None and now - cached[0] < URL_REUSE_SECONDS:
+            return cached[1]
+        url = await self._presign(bucket, key)
+        if len(self._urls) > 10_000:
+            self._urls.clear()  # old objects' URLs; the next GET of each signs again
+        self._urls[(bucket, key)] = (now, url)
+        return url
+
+    async def _connection(
+        self, origin: str, scheme: str, host: str, port: int | None
+    ) -> ResponseReader:
+        while self._idle:
+            idle_origin, reader = self._idle.popleft()
+            if idle_origin == origin and reader.reusable:
+                return reader
+            if reader.transport is not None:
+                reader.transport.abort()
+        context = None
+        if scheme == "https":
+            context = ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE"))
+        loop = asyncio.get_running_loop()
+        async with asyncio.timeout(self._connect_timeout):
+            _transport, reader = await loop.create_connection(
+                ResponseReader,
+                host,
+                port or (443 if context is not None else 80),
+                ssl=context,
+            )
+        return reader

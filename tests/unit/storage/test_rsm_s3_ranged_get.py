@@ -1,0 +1,165 @@
+"""storage.rsm.s3_ranged_get against a scripted HTTP server on 127.0.0.1: answers read in
+place whatever their chunking, keep-alive, and every other answer or failure handed back
+to botocore."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from storage.rsm.s3_ranged_get import RangedGets
+
+OBJECT = bytes(range(256)) * 64  # 16 KiB
+
+Answer = Callable[[bytes], list[bytes]]
+"""From a request's head, the pieces to write back (each written and drained on its own)."""
+
+
+def partial(start: int, end: int, *, extra_headers: str = "") -> list[bytes]:
+    body = OBJECT[start:end]
+    head = (
+        f"HTTP/1.1 206 Partial Content\r\nContent-Length: {len(body)}\r\n"
+        f"Content-Range: bytes {start}-{start + len(body) - 1}/{len(OBJECT)}\r\n"
+        f"{extra_headers}\r\n"
+    ).encode()
+    whole = head + body
+    cuts = [0, 7, len(head) - 1, len(head) + 3, len(head) + 1000, len(whole)]
+    return [whole[a:b] for a, b in itertools.pairwise(cuts) if a < b]
+
+
+def requested_range(head: bytes) -> tuple[int, int]:
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"range: bytes="):
+            first, last = line.split(b"=", 1)[1].split(b"-")
+            return int(first), int(last) + 1
+    raise AssertionError("no Range header")
+
+
+class Server:
+    def __init__(self, answers: list[Answer]) -> None:
+        self.answers = answers
+        self.connections = 0
+        self.heads: list[bytes] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while self.answers:
+                head = await reader.readuntil(b"\r\n\r\n")
+                self.heads.append(head)
+                for piece in self.answers.pop(0)(head):
+                    writer.write(piece)
+                    await writer.drain()
+                    await asyncio.sleep(0)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+async def read(gets: RangedGets, start: int, end: int) -> bytes:
+    data = await gets.get("b", "k.log", start, end)
+    assert data is not None
+    return bytes(data)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[Server, RangedGets, list[str]]]:
+    script = Server([])
+    listener = await asyncio.start_server(script.handle, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    signed: list[str] = []
+
+    async def presign(bucket: str, key: str) -> str:
+        signed.append(key)
+        return f"http://127.0.0.1:{port}/{bucket}/{key}?X-Amz-Signature=abc"
+
+    gets = RangedGets(presign, max_connections=2, connect_timeout=5, read_timeout=5)
+    yield script, gets, signed
+    gets.close()
+    listener.close()
+    await listener.wait_closed()
+
+
+async def test_answers_are_read_in_place_over_one_kept_alive_connection(
+    server: tuple[Server, RangedGets, list[str]],
+) -> None:
+    script, gets, signed = server
+    script.answers = [lambda head: partial(*requested_range(head))] * 3
+    assert await read(gets, 0, 5000) == OBJECT[:5000]
+    assert await read(gets, 100, 101) == OBJECT[100:101]
+    assert await read(gets, 16000, 20000) == OBJECT[16000:]  # the object's end
+    assert script.connections == 1
+    assert signed == ["k.log"]  # one presigned URL serves the object
+    assert script.heads[0].startswith(b"GET /b/k.log?X-Amz-Signature=abc HTTP/1.1\r\n")
+    assert b"\r\nRange: bytes=0-4999\r\n" in script.heads[0]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 404 Not Found\r\nContent-Length: 5\r\n\r\nnope!",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 16384\r\n\r\n" + OBJECT,
+        b"HTTP/1.1 206 Partial Content\r\nContent-Length: 10\r\n"
+        b"Content-Range: bytes 7-16/16384\r\n\r\n" + OBJECT[7:17],
+        b"HTTP/1.1 206 Partial Content\r\nTransfer-Encoding: chunked\r\n"
+        b"Content-Range: bytes 0-9/16384\r\n\r\na\r\n" + OBJECT[:10] + b"\r\n0\r\n\r\n",
+    ],
+    ids=["error", "range ignored", "another range", "chunked"],
+)
+async def test_any_other_answer_is_none_and_its_connection_dropped(
+    server: tuple[Server, RangedGets, list[str]], answer: bytes
+) -> None:
+    script, gets, _signed = server
+    script.answers = [lambda _head: [answer], lambda head: partial(*requested_range(head))]
+    assert await gets.get("b", "k.log", 0, 10) is None
+    assert await read(gets, 0, 10) == OBJECT[:10]
+    assert script.connections == 2
+
+
+async def test_a_connection_closed_mid_answer_pauses_these_gets(
+    server: tuple[Server, RangedGets, list[str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    script, gets, _signed = server
+    script.answers = [lambda head: partial(*requested_range(head))[:-1]]
+    assert await gets.get("b", "k.log", 0, 5000) is None
+    assert "go through botocore for 60 s" in caplog.text
+    script.answers = [lambda head: partial(*requested_range(head))]
+    assert await gets.get("b", "k.log", 0, 5000) is None  # paused: botocore answers
+    assert script.connections == 1
+
+
+async def test_connection_close_is_not_reused(
+    server: tuple[Server, RangedGets, list[str]],
+) -> None:
+    script, gets, _signed = server
+    script.answers = [
+        lambda head: partial(*requested_range(head), extra_headers="Connection: close\r\n"),
+        lambda head: partial(*requested_range(head)),
+    ]
+    assert await read(gets, 0, 10) == OBJECT[:10]
+    assert await read(gets, 10, 20) == OBJECT[10:20]
+    assert script.connections == 2
+
+
+async def test_a_server_that_does_not_answer_in_the_read_timeout_gives_none() -> None:
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()
+        writer.close()
+
+    listener = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+
+    async def presign(bucket: str, key: str) -> str:
+        return f"http://127.0.0.1:{port}/{bucket}/{key}"
+
+    gets = RangedGets(presign, max_connections=1, connect_timeout=5, read_timeout=0.05)
+    try:
+        assert await gets.get("b", "k.log", 0, 10) is None
+    finally:
+        gets.close()
+        listener.close()
+        await listener.wait_closed()
