@@ -172,8 +172,11 @@ class RemoteLogReader:
             # The segment ends in a gap before the offset: the next one on the lineage holds it.
             segment = self._metadata.segment_for(tp, segment.end_offset + 1, lineage)
         # A copy that a later unclean election truncated may hold the offset while its
-        # following records are the truncated leader's: stop where it leaves the lineage.
-        records = batches_below(records, agreeing_end(segment, fetch_offset, lineage) + 1)
+        # following records are the truncated leader's: stop where it leaves the lineage
+        # (a scan of every batch, only needed when it leaves it inside this segment).
+        agrees_until = agreeing_end(segment, fetch_offset, lineage)
+        if agrees_until < segment.end_offset:
+            records = batches_below(records, agrees_until + 1)
         aborted: tuple[AbortedTxn, ...] = ()
         if read_committed and records:
             records, aborted = await self._committed(tp, segment, fetch_offset, records, lineage)

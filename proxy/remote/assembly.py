@@ -159,7 +159,9 @@ class ResponseAssembler:
             if outcome.records is not None:
                 result = outcome.records
                 bound = last_stable_offset if read_committed else high_watermark
-                records = result.records if bound < 0 else batches_below(result.records, bound)
+                records = result.records
+                if 0 <= bound <= result.segment.end_offset:  # else all are below: no scan
+                    records = batches_below(records, bound)
                 records = fit_batches(records, room, at_least_one=first)
                 if read_committed:
                     end = next_offset_after(records)

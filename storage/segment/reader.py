@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from protocol.indexes.offset_index import OffsetIndex
-from protocol.records import BATCH_HEADER_SIZE, parse_batch_header
+from protocol.records import BATCH_HEADER_SIZE, batch_span
 
 __all__ = [
     "DEFAULT_READ_AHEAD_BYTES",
@@ -92,12 +92,12 @@ def locate_batches(  # noqa: C901 (one scan with four exits; split, it would nee
             if position + BATCH_HEADER_SIZE - first > max_bytes:
                 break
             return NeedBytes(start=window_end, end=min(segment_size, first + max_bytes))
-        header = parse_batch_header(window, position - window_start)
-        batch_end = position + header.size
+        _base, last_offset, size = batch_span(window, position - window_start)
+        batch_end = position + size
         if batch_end > segment_size:
             break
         if first is None:
-            if header.last_offset < target_offset:
+            if last_offset < target_offset:
                 position = batch_end
                 continue
             first = position

@@ -28,8 +28,10 @@ from protocol.records import (
     Record,
     TimestampType,
     batch_crc_ok,
+    batch_span,
     build_control_batch,
     build_record_batch,
+    iter_batch_spans,
     iter_batches,
     parse_batch_header,
     read_control_record,
@@ -281,6 +283,39 @@ def test_iter_batches_yields_exactly_the_complete_batches(
     for (position, header), (_, batch) in zip(found, complete, strict=True):
         assert header == parse_batch_header(batch)
         assert batch_crc_ok(stream, position, header)
+
+
+def _outcome(scan: object) -> object:
+    try:
+        return list(scan)  # type: ignore[call-overload]
+    except RemoteProtocolError as err:
+        return (type(err), str(err))
+
+
+@given(
+    st.lists(batch_inputs(), min_size=1, max_size=4),
+    st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=3),
+    st.integers(0, 10_000),
+)
+def test_batch_spans_are_what_the_headers_say(
+    all_inputs: list[dict[str, object]], flips: list[tuple[int, int]], cut: int
+) -> None:
+    """The header-free scan agrees with iter_batches on batches, damaged ones included:
+    the same spans, or the same error (but for a negative record count, which it ignores)."""
+    stream = bytearray(b"".join(build_record_batch(**i) for i in all_inputs))  # type: ignore[arg-type]
+    for at, value in flips:
+        if stream:
+            stream[at % len(stream)] = value
+    view = memoryview(bytes(stream))[: cut % (len(stream) + 1)]
+    expected = _outcome(
+        (p, h.base_offset, h.last_offset, p + h.size) for p, h in iter_batches(view)
+    )
+    got = _outcome(iter_batch_spans(view))
+    if isinstance(expected, tuple) and "negative record count" in expected[1]:
+        return
+    assert got == expected
+    for position, base, last, end in got if isinstance(got, list) else ():
+        assert batch_span(view, position) == (base, last, end - position)
 
 
 def test_iter_batches_from_a_start_position() -> None:
