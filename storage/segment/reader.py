@@ -159,11 +159,11 @@ async def read_batches(
             return memoryview(b"")
         if isinstance(found, BatchRange):
             return window[found.start - window_start : found.end - window_start]
-        chunk = await fetch(found.start, found.end)
-        if len(chunk) < found.end - found.start:
-            segment_size = found.start + len(chunk)
-        if found.start == window_start + len(window):
-            # Rare (a batch straddles the first read): the one copy of this read.
-            window = memoryview(b"".join((window, chunk)))
-        else:
-            window_start, window = found.start, memoryview(chunk)
+        if found.start != window_start + len(window):
+            window_start = found.start
+        # Extending the window reads it again whole rather than joining the new bytes to
+        # it: through the chunk cache that is a view of one chunk, where a join would copy
+        # (a batch larger than the first read does this on every read).
+        window = memoryview(await fetch(window_start, found.end))
+        if len(window) < found.end - window_start:
+            segment_size = window_start + len(window)
