@@ -54,6 +54,9 @@ within minutes."""
 URL_EXPIRY_SECONDS: Final = int(3 * URL_REUSE_SECONDS)
 MAX_HEAD_BYTES: Final = 64 * 1024
 """Status line and headers of one answer: S3's are under 2 KiB; more is not S3."""
+_HEAD_READ_BYTES: Final = 4096
+"""Bytes read at a time until the head is whole: a head and little of the body, which is
+copied once more (from here into its buffer), unlike the rest of it."""
 PAUSE_SECONDS: Final = 60.0
 """How long a transport failure sends GETs through botocore instead."""
 _CONTENT_RANGE: Final = re.compile(rb"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -78,7 +81,7 @@ class ResponseReader(asyncio.BufferedProtocol):
         self.reusable = True
         self.received = 0
         """Bytes received so far: the read timeout is a time without progress."""
-        self._scratch = bytearray(MAX_HEAD_BYTES)
+        self._scratch = bytearray(_HEAD_READ_BYTES)
         self._head = bytearray()
         self._body: bytearray | None = None
         self._view: memoryview | None = None
