@@ -13,9 +13,15 @@ fetches into one GET, and lets every consumer of the same range share it:
   GET; a GET whose callers all gave up (a purgatory timeout) still completes and warms the
   cache;
 - sequential read-ahead: a read of chunk ``i`` that follows chunk ``i - 1`` (or starts
-  the segment) also loads the next ``prefetch_chunks`` chunks in the background, so a
-  catch-up consumer finds its next fetch in memory; at most ``max_prefetch_inflight``
-  prefetches run at once, so read-ahead never crowds out reads someone waits for;
+  the segment) also loads the following chunks in the background, each with its own
+  ranged GET, in parallel, so a catch-up consumer finds its next fetch in memory. How many
+  is sized from the reader's measured rate: at least ``prefetch_chunks``, and enough to
+  cover twice the time a GET takes (a moving average of the GETs so far) at the time the
+  reader took for its last chunk, up to :data:`MAX_READ_AHEAD_BYTES` and half the memory
+  bound (so read-ahead does not evict itself). With slow object storage (tens of
+  milliseconds to the first byte) a fast reader keeps more GETs in flight; a slow one no
+  more than ``prefetch_chunks``. At most ``max_prefetch_inflight`` prefetches run at once,
+  so read-ahead never crowds out reads someone waits for;
 - an optional disk tier: every chunk loaded from remote storage is also written to a
   directory (atomically and fsynced, :mod:`storage.durable` says why), bounded by
   ``disk_max_bytes``, so a restarted proxy and chunks
@@ -28,7 +34,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -41,11 +49,16 @@ from storage.model import RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteStorageManager
 from storage.single_flight import SingleFlight
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "ChunkCache"]
+__all__ = ["DEFAULT_CHUNK_BYTES", "MAX_READ_AHEAD_BYTES", "ChunkCache"]
 
 DEFAULT_CHUNK_BYTES: Final = 4 * 1024 * 1024
 """Four default fetches (``max.partition.fetch.bytes`` = 1 MiB) per GET; small enough that
 a miss for a random read does not cost much more than the read itself."""
+MAX_READ_AHEAD_BYTES: Final = 16 * 1024 * 1024
+"""Most bytes read ahead of one sequential reader: four 4 MiB GETs in flight keep a reader
+at several hundred MiB/s fed through 50 ms of first-byte latency."""
+_GET_SECONDS_WEIGHT: Final = 0.2
+"""Weight of the newest GET in the moving average of GET durations."""
 _RECENT_READS: Final = 4096
 """Chunks remembered as recently read, to tell sequential readers from random ones; a
 few thousand covers every concurrent catch-up consumer a proxy serves."""
@@ -95,11 +108,13 @@ class ChunkCache:
         max_prefetch_inflight: int = 4,
         disk_dir: str | os.PathLike[str] | None = None,
         disk_max_bytes: int = 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Create an empty cache (the disk tier, if any, keeps what an earlier run left).
 
         :param max_bytes: memory bound; chunks larger than it are served but not kept.
-        :param prefetch_chunks: chunks read ahead of a sequential reader (0 turns it off).
+        :param prefetch_chunks: chunks read ahead of a sequential reader at least (0 turns
+            read-ahead off).
         :param disk_dir: directory of the disk tier; files of another chunk size are
             ignored (they live in a sibling directory named for their chunk size).
         :raises ValueError: for a chunk size below one byte or negative bounds.
@@ -113,7 +128,14 @@ class ChunkCache:
         self._memory = _SizedLRU(max_bytes, self._evicted)
         self._loads: SingleFlight[_Key, _Chunk] = SingleFlight("chunk")
         self._prefetching: set[_Key] = set()
-        self._recent: LRUCache[_Key, None] = LRUCache(_RECENT_READS)
+        self._recent: LRUCache[_Key, float] = LRUCache(_RECENT_READS)
+        """When each recently read chunk was first read (``clock``)."""
+        self._clock = clock
+        self._get_seconds: float | None = None
+        """Moving average of how long a GET of one chunk takes."""
+        self._max_ahead = max(
+            prefetch_chunks, min(MAX_READ_AHEAD_BYTES, max_bytes // 2) // chunk_bytes
+        )
         self._background: set[asyncio.Task[None]] = set()
         self._dir: Path | None = None
         self._disk: _DiskIndex | None = None
@@ -176,15 +198,30 @@ class ChunkCache:
                 break  # the object ends here
         return parts[0] if len(parts) == 1 else memoryview(b"".join(parts))
 
-    def prefetch(self, metadata: RemoteLogSegmentMetadata, position: int) -> None:
-        """Load the chunks from the one holding ``position`` in the background.
+    def prefetch(
+        self, metadata: RemoteLogSegmentMetadata, position: int, size_bytes: int = 0
+    ) -> None:
+        """Load the chunks covering ``size_bytes`` from ``position`` in the background: at
+        least one, at most the read-ahead's bound (a chunk more would only be evicted unread
+        by a small cache).
 
-        The remote reader calls this for the next segment when a read reaches the end of
-        one, so a catch-up consumer crosses segment boundaries without a cold GET.
+        The remote reader calls this for the next segment when a reader's read-ahead
+        (:meth:`read_ahead_bytes`) reaches past the end of one, so a catch-up consumer
+        crosses segment boundaries without a cold GET, however small the segments.
         """
         first = position // self.chunk_bytes
-        for index in range(first, first + max(self._prefetch_chunks, 1)):
+        count = max(1, -(-size_bytes // self.chunk_bytes))
+        for index in range(first, first + min(count, max(1, self._max_ahead))):
             self._start_prefetch(metadata, index)
+
+    def read_ahead_bytes(self, metadata: RemoteLogSegmentMetadata, position: int) -> int:
+        """Bytes read ahead of a sequential reader at ``position`` of the segment, at the
+        rate it read its last chunk (see the module docstring); 0 with read-ahead off."""
+        segment, index = metadata.segment_id.id, position // self.chunk_bytes
+        started = self._recent.get((segment, index))
+        previous = self._recent.get((segment, index - 1))
+        seconds = None if started is None or previous is None else started - previous
+        return self._read_ahead(seconds) * self.chunk_bytes
 
     async def close(self) -> None:
         """Cancel loads still in flight, and let disk-tier writes already started finish."""
@@ -205,18 +242,37 @@ class ChunkCache:
     def _after_read(
         self, metadata: RemoteLogSegmentMetadata, segment: uuid.UUID, first: int, last: int
     ) -> None:
-        sequential = first == 0 or (segment, first - 1) in self._recent
+        now = self._clock()
+        previous = self._recent.get((segment, first - 1))
+        sequential = first == 0 or previous is not None
         for index in range(first, last + 1):
-            self._recent[(segment, index)] = None
+            if self._recent.get((segment, index)) is None:
+                self._recent[(segment, index)] = now
         if sequential and self._prefetch_chunks:
-            for index in range(last + 1, last + 1 + self._prefetch_chunks):
+            started = self._recent.get((segment, first), now)
+            ahead = self._read_ahead(None if previous is None else started - previous)
+            for index in range(last + 1, last + 1 + ahead):
                 self._start_prefetch(metadata, index)
+
+    def _read_ahead(self, seconds_per_chunk: float | None) -> int:
+        """Chunks to read ahead of a sequential reader that took ``seconds_per_chunk`` for
+        its last chunk (``None``: not known yet)."""
+        get_seconds = self._get_seconds
+        if seconds_per_chunk is None or get_seconds is None or not self._prefetch_chunks:
+            return self._prefetch_chunks
+        needed = math.ceil(2 * get_seconds / max(seconds_per_chunk, 1e-6))
+        return max(self._prefetch_chunks, min(needed, self._max_ahead))
 
     def _start_prefetch(self, metadata: RemoteLogSegmentMetadata, index: int) -> None:
         if index * self.chunk_bytes >= metadata.segment_size_in_bytes:
             return
         key = (metadata.segment_id.id, index)
-        if key in self._memory or key in self._loads:
+        if key in self._memory:
+            # The reader wants it soon: make it more recent than the chunks it has read, or
+            # a deep read-ahead would be evicted (least recently used) before them.
+            self._memory.get(key)
+            return
+        if key in self._loads:
             return
         if len(self._prefetching) >= self._prefetch_slots:
             return
@@ -231,13 +287,21 @@ class ChunkCache:
             start = key[1] * self.chunk_bytes
             end = min(start + self.chunk_bytes, metadata.segment_size_in_bytes)
             self.gets += 1
+            began = self._clock()
             data = await self._rsm.fetch_log_segment(metadata, start, end)
+            self._timed_get(self._clock() - began)
             self._write_disk(key, data)
         else:
             self.disk_hits += 1
         if len(data) <= self._memory.maxsize:
             self._memory[key] = data
         return data
+
+    def _timed_get(self, seconds: float) -> None:
+        average = self._get_seconds
+        self._get_seconds = (
+            seconds if average is None else average + _GET_SECONDS_WEIGHT * (seconds - average)
+        )
 
     def _evicted(self, _key: _Key) -> None:
         self.evictions += 1

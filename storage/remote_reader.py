@@ -15,8 +15,9 @@ Which bytes
     The offset index (from the index cache) gives a position at or before the batch that
     holds the offset; :func:`storage.segment.reader.read_batches` returns whole batches
     from there, within ``max_bytes`` but at least one, reading the ``.log`` through the
-    chunk cache. A read that reaches the last chunk of a segment prefetches the next
-    segment's first chunk, so catch-up consumers cross segment boundaries warm.
+    chunk cache. A read whose read-ahead (sized by the chunk cache from the reader's rate)
+    reaches past the segment's end prefetches the start of the next segment, so catch-up
+    consumers cross segment boundaries warm.
 
 Aborted transactions (READ_COMMITTED)
     Collected from the transaction indexes of this segment and the following ones on the
@@ -76,6 +77,8 @@ __all__ = [
     "UnresolvedTransactionError",
 ]
 
+_PREFETCH_SEGMENTS: Final = 4
+"""Most segments a read-ahead reaches into beyond the one read (small segments only)."""
 _SCAN_BYTES: Final = 256 * 1024
 """Bytes scanned per step when looking for a timestamp (reads go through the chunk cache,
 so a step costs at most one GET)."""
@@ -237,18 +240,26 @@ class RemoteLogReader:
             max_bytes=max_bytes,
             segment_size=segment.segment_size_in_bytes,
         )
-        position = index.lookup(target).position
-        if position + len(records) + self._chunks.chunk_bytes >= segment.segment_size_in_bytes:
-            self._prefetch_next(segment)
+        end = index.lookup(target).position + len(records)
+        ahead = max(self._chunks.read_ahead_bytes(segment, end), self._chunks.chunk_bytes)
+        if end + ahead >= segment.segment_size_in_bytes:
+            self._prefetch_next(segment, end + ahead - segment.segment_size_in_bytes)
         return records
 
-    def _prefetch_next(self, segment: RemoteLogSegmentMetadata) -> None:
+    def _prefetch_next(self, segment: RemoteLogSegmentMetadata, size_bytes: int) -> None:
+        """Prefetch ``size_bytes`` from the start of the segments after ``segment`` (more
+        than one when they are smaller than the read-ahead)."""
         tp = segment.topic_id_partition
-        following = self._metadata.segment_for(
-            tp, segment.end_offset + 1, self._metadata.lineage(tp)
-        )
-        if following is not None:
-            self._chunks.prefetch(following, 0)
+        lineage = self._metadata.lineage(tp)
+        following = self._metadata.segment_for(tp, segment.end_offset + 1, lineage)
+        for _ in range(_PREFETCH_SEGMENTS):
+            if following is None:
+                return
+            self._chunks.prefetch(following, 0, size_bytes)
+            size_bytes -= following.segment_size_in_bytes
+            if size_bytes <= 0:
+                return
+            following = self._metadata.segment_for(tp, following.end_offset + 1, lineage)
 
     # -- transactions ------------------------------------------------------------------
 

@@ -88,7 +88,9 @@ class RemoteFetchConfig:
     chunk_prefetch_chunks: int = setting(
         "remote.fetch.chunk.prefetch.chunks",
         2,
-        "Chunks read ahead of a sequential (catch-up) reader; 0 turns read-ahead off.",
+        "Chunks read ahead of a sequential (catch-up) reader at least, in parallel GETs; more "
+        "(up to 16 MiB, and half the cache) when GETs take longer than the reader "
+        "needs for that many. 0 turns read-ahead off.",
     )
     chunk_cache_dir: str = setting(
         "remote.fetch.chunk.cache.dir",

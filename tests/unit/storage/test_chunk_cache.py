@@ -286,3 +286,111 @@ async def test_disk_tier_serves_evicted_chunks_and_survives_restarts(tmp_path: P
     await settle()
     await restarted.close()
     assert len(list((tmp_path / "chunks-32").iterdir())) == 2
+
+
+class TimedStorage(FakeStorage):
+    """A FakeStorage whose every GET takes ``get_seconds`` on a fake clock."""
+
+    def __init__(self, get_seconds: float) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.get_seconds = get_seconds
+
+    async def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
+    ) -> bytes:
+        self.now += self.get_seconds
+        return await super().fetch_log_segment(metadata, start, end)
+
+
+async def test_read_ahead_covers_twice_a_gets_time_at_the_readers_rate() -> None:
+    storage = TimedStorage(get_seconds=1.0)
+    meta = segment(32 * 40)
+    cache = ChunkCache(
+        storage,
+        max_bytes=100_000,
+        chunk_bytes=32,
+        prefetch_chunks=1,
+        max_prefetch_inflight=16,
+        clock=lambda: storage.now,
+    )
+    await cache.read(meta, 0, 10)  # rate unknown: prefetch_chunks
+    await settle()
+    assert sorted(s for _, s, _ in storage.gets) == [0, 32]
+    storage.now = 10.0
+    await cache.read(meta, 32, 40)  # 9 s per chunk: a GET's time is covered by one chunk
+    await settle()
+    assert sorted(s for _, s, _ in storage.gets) == [0, 32, 64]
+    storage.now = 10.25
+    await cache.read(meta, 64, 70)  # 0.25 s per chunk, 1 s per GET: 8 chunks ahead
+    await settle()
+    assert sorted(s for _, s, _ in storage.gets) == [32 * i for i in range(11)]
+
+
+async def test_read_ahead_stays_within_half_the_memory_bound() -> None:
+    storage = TimedStorage(get_seconds=1.0)
+    meta = segment(32 * 40)
+    cache = ChunkCache(
+        storage,
+        max_bytes=32 * 6,
+        chunk_bytes=32,
+        prefetch_chunks=1,
+        max_prefetch_inflight=16,
+        clock=lambda: storage.now,
+    )
+    await cache.read(meta, 0, 10)
+    await settle()
+    storage.now = 100.0
+    await cache.read(meta, 32, 40)
+    await settle()
+    storage.now = 100.01  # a very fast reader
+    await cache.read(meta, 64, 70)
+    await settle()
+    assert max(s for _, s, _ in storage.gets) == 32 * (2 + 3)  # 6 chunks / 2 = 3 ahead
+
+
+async def test_read_ahead_reaches_into_the_next_segment_as_far_as_the_reader_needs() -> None:
+    storage = TimedStorage(get_seconds=1.0)
+    first, following = segment(64), segment(32 * 10)
+    cache = ChunkCache(
+        storage,
+        max_bytes=100_000,
+        chunk_bytes=32,
+        prefetch_chunks=1,
+        max_prefetch_inflight=16,
+        clock=lambda: storage.now,
+    )
+    await cache.read(first, 0, 10)
+    await settle()
+    storage.now = 10.0
+    await cache.read(first, 32, 40)  # 9 s per chunk: prefetch_chunks
+    assert cache.read_ahead_bytes(first, 40) == 32
+    assert cache.read_ahead_bytes(segment(64), 40) == 32  # a reader not seen: the minimum
+    cache.prefetch(following, 0, 32 * 3 + 1)
+    await settle()
+    starts = sorted(s for seg, s, _ in storage.gets if seg == following.segment_id.id)
+    assert starts == [0, 32, 64, 96]
+
+
+@pytest.mark.parametrize("read_bytes", [1024, 8192])
+async def test_a_deep_read_ahead_is_not_evicted_before_it_is_read(read_bytes: int) -> None:
+    """A reader through small segments (1.9 chunks), with read-ahead into the following
+    segments as the remote reader does it, in a cache of 8 chunks: every chunk is read
+    from storage once. Chunks read ahead stay more recent than the chunks already read."""
+    storage = FakeStorage()
+    size = 7782
+    segments = [segment(size) for _ in range(17)]
+    cache = ChunkCache(storage, max_bytes=8 * 4096, chunk_bytes=4096, prefetch_chunks=2)
+    for _round in range(3):
+        for number, meta in enumerate(segments):
+            position = 0
+            while position < size:
+                position += len(await cache.read(meta, position, position + read_bytes))
+                ahead = position + max(cache.read_ahead_bytes(meta, position), 4096) - size
+                for following in segments[number + 1 : number + 5]:
+                    if ahead <= 0:
+                        break
+                    cache.prefetch(following, 0, ahead)
+                    ahead -= following.segment_size_in_bytes
+                await settle()
+    assert len(storage.gets) == 3 * 17 * 2
