@@ -41,7 +41,9 @@ GiB, from the proxy's cache metrics (chunk GETs + index misses).
 
 ``--profile DIR`` samples the proxy with py-spy during each catch-up cell (both paths'
 rounds; the proxy is idle while the broker is read directly) and prints where its CPU went.
-``--tail-seconds 0`` skips the tail-latency rounds.
+``--tail-seconds 0`` skips the tail-latency rounds. ``--baseline-tree DIR`` also runs a proxy
+from another checkout (say, the commit before a change) and alternates one catch-up
+consumer between it and this tree's proxy: before/after figures from one run.
 
 Data is warm on both paths: the broker's log and SeaweedFS's volume files in the page cache.
 Everything shares the machine's two cores. Results: ``bench/results/catchup.json`` and
@@ -208,8 +210,16 @@ def produce_head(bootstrap: str, topic: str, count: int) -> None:
 
 @contextlib.contextmanager
 def running_proxy(
-    args: argparse.Namespace, broker: BrokerInfo, s3: S3Info, bucket: str, topic: str
+    args: argparse.Namespace,
+    broker: BrokerInfo,
+    s3: S3Info,
+    bucket: str,
+    topic: str,
+    *,
+    tree: Path | None = None,
 ) -> Iterator[TierproxyServer]:
+    """A proxy serving the tiered range; from the checkout ``tree`` (its ``PYTHONPATH``)
+    instead of this one if given."""
     proxy = proxy_process(
         broker,
         Path(tempfile.mkdtemp(prefix="bench-catchup-")),
@@ -219,6 +229,7 @@ def running_proxy(
             "remote.fetch.chunk.cache.size.bytes": args.chunk_cache_mib * MIB,
             "log.level": "WARNING",
         },
+        env=None if tree is None else {**os.environ, "PYTHONPATH": str(tree.resolve())},
     )
     proxy.start()
     try:
@@ -446,6 +457,10 @@ async def run(
                     )
                     print_profile(args.profile, consumers, fetch_mib)
             result["catchup"] = catchup
+            if args.baseline_tree is not None:
+                result["baseline"] = await baseline_rounds(
+                    args, broker=broker, s3=s3, bucket=bucket, setup=setup, pids=pids, proxy=proxy
+                )
             if args.tail_seconds > 0:
                 result["tail"] = await tail_rounds(
                     proxy, direct, setup, args.pairs, args.tail_seconds
@@ -468,6 +483,48 @@ async def run(
         return result
     finally:
         delete_bucket(s3, bucket)
+
+
+async def baseline_rounds(
+    args: argparse.Namespace,
+    *,
+    broker: BrokerInfo,
+    s3: S3Info,
+    bucket: str,
+    setup: Setup,
+    pids: Pids,
+    proxy: Endpoint,
+) -> dict[str, Any]:
+    """The same catch-up through a proxy run from ``--baseline-tree`` (another checkout, the
+    code before a change) against this one, alternating (A B / B A): before/after figures
+    from one run, on the same data and the same machine load."""
+    results: dict[str, Any] = {}
+    with running_proxy(args, broker, s3, bucket, setup.topic, tree=args.baseline_tree) as old:
+        assert old.process.pid is not None
+        old_pids = dataclasses.replace(pids, proxy=old.process.pid)
+        before = Endpoint(name="baseline", host="127.0.0.1", port=old.port)
+        for fetch_mib in args.fetch_mib:
+            pairs = await alternate_async(
+                args.pairs,
+                catchup_round(before, setup, old_pids, 1, fetch_mib),
+                catchup_round(proxy, setup, pids, 1, fetch_mib),
+            )
+            summary = {
+                "baseline_mib_per_s": median([p.a.mib_per_s for p in pairs]),
+                "proxy_mib_per_s": median([p.b.mib_per_s for p in pairs]),
+                "ratio_proxy_to_baseline": median([p.b.mib_per_s / p.a.mib_per_s for p in pairs]),
+                "baseline_cpu_s_per_gib": median([p.a.proxy_cpu_s_per_gib for p in pairs]),
+                "proxy_cpu_s_per_gib": median([p.b.proxy_cpu_s_per_gib for p in pairs]),
+            }
+            name = f"1 consumer, {fetch_mib} MiB fetches"
+            results[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
+            print(
+                f"{name:28s} baseline {summary['baseline_mib_per_s']:7.1f} MiB/s "
+                f"{summary['baseline_cpu_s_per_gib']:.2f} CPU-s/GiB  this tree "
+                f"{summary['proxy_mib_per_s']:7.1f} MiB/s {summary['proxy_cpu_s_per_gib']:.2f} "
+                f"CPU-s/GiB  ratio {summary['ratio_proxy_to_baseline']:.3f}"
+            )
+    return results
 
 
 GET_METRICS = (
@@ -591,6 +648,11 @@ def main() -> None:
     )
     parser.add_argument(
         "--profile", type=Path, help="sample the proxy with py-spy during each catch-up cell"
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also alternate with a proxy run from this checkout (before/after in one run)",
     )
     parser.add_argument(
         "--s3-first-byte-ms",

@@ -37,6 +37,8 @@ class TierproxyServer:
     :param extra_args: more ``serve`` flags, after ours (so later ones win).
     :param listener: the listener's security protocol; for SSL and SASL_SSL the config must
         name the proxy's certificate, and ``client_tls`` is how the readiness probe trusts it.
+    :param env: the process's environment (benchmarks run another checkout's proxy with its
+        ``PYTHONPATH``); this process's when None.
     """
 
     def __init__(
@@ -50,6 +52,7 @@ class TierproxyServer:
         start_timeout_s: float = _DEFAULT_START_TIMEOUT_S,
         listener: str = "PLAINTEXT",
         client_tls: ssl.SSLContext | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.host = LOOPBACK
         self.port = port if port is not None else free_port()
@@ -75,6 +78,7 @@ class TierproxyServer:
                 *extra_args,
             ],
             log_path=log_path,
+            env=env,
         )
 
     @property
@@ -154,9 +158,10 @@ def proxy_process(
     port: int | None = None,
     listener: str = "PLAINTEXT",
     client_tls: ssl.SSLContext | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> TierproxyServer:
     """A (not yet started) ``tierproxy serve`` with the remote tier and ``settings``
-    (``listener`` and ``client_tls`` as in :class:`TierproxyServer`)."""
+    (``listener``, ``client_tls`` and ``env`` as in :class:`TierproxyServer`)."""
     port = port or free_port()
     config = write_config(
         log_dir / f"tierproxy-{port}.toml",
@@ -169,4 +174,5 @@ def proxy_process(
         port=port,
         listener=listener,
         client_tls=client_tls,
+        env=env,
     )
