@@ -5,8 +5,10 @@ to botocore."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import pytest
 
@@ -43,9 +45,13 @@ class Server:
         self.answers = answers
         self.connections = 0
         self.heads: list[bytes] = []
+        self.handlers: set[asyncio.Task[Any]] = set()
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
         try:
             while self.answers:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -57,7 +63,13 @@ class Server:
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
-            writer.close()
+            await close(writer)
+
+
+async def close(writer: asyncio.StreamWriter) -> None:
+    writer.close()
+    with contextlib.suppress(ConnectionError):
+        await writer.wait_closed()
 
 
 async def read(gets: RangedGets, start: int, end: int) -> bytes:
@@ -82,6 +94,7 @@ async def server() -> AsyncIterator[tuple[Server, RangedGets, list[str]]]:
     gets.close()
     listener.close()
     await listener.wait_closed()
+    await asyncio.wait_for(asyncio.gather(*script.handlers, return_exceptions=True), 5)
 
 
 async def test_answers_are_read_in_place_over_one_kept_alive_connection(
@@ -146,9 +159,14 @@ async def test_connection_close_is_not_reused(
 
 
 async def test_a_server_that_does_not_answer_in_the_read_timeout_gives_none() -> None:
+    handlers: list[asyncio.Task[Any]] = []
+
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.append(task)
         await reader.read()
-        writer.close()
+        await close(writer)
 
     listener = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
@@ -163,3 +181,4 @@ async def test_a_server_that_does_not_answer_in_the_read_timeout_gives_none() ->
         gets.close()
         listener.close()
         await listener.wait_closed()
+        await asyncio.wait_for(asyncio.gather(*handlers, return_exceptions=True), 5)
