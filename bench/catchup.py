@@ -229,7 +229,10 @@ def running_proxy(
             "remote.fetch.chunk.cache.size.bytes": args.chunk_cache_mib * MIB,
             "log.level": "WARNING",
         },
-        env=None if tree is None else {**os.environ, "PYTHONPATH": str(tree.resolve())},
+        # PYTHONSAFEPATH: python -m would put the working directory (this checkout) first.
+        env=None
+        if tree is None
+        else {**os.environ, "PYTHONPATH": str(tree.resolve()), "PYTHONSAFEPATH": "1"},
     )
     proxy.start()
     try:
