@@ -303,17 +303,22 @@ class TimedStorage(FakeStorage):
         return await super().fetch_log_segment(metadata, start, end)
 
 
-async def test_read_ahead_covers_twice_a_gets_time_at_the_readers_rate() -> None:
-    storage = TimedStorage(get_seconds=1.0)
-    meta = segment(32 * 40)
-    cache = ChunkCache(
+def timed_cache(storage: TimedStorage, *, max_bytes: int) -> ChunkCache:
+    """32-byte chunks, read-ahead of 1 chunk at least, on the storage's fake clock."""
+    return ChunkCache(
         storage,
-        max_bytes=100_000,
+        max_bytes=max_bytes,
         chunk_bytes=32,
         prefetch_chunks=1,
         max_prefetch_inflight=16,
         clock=lambda: storage.now,
     )
+
+
+async def test_read_ahead_covers_twice_a_gets_time_at_the_readers_rate() -> None:
+    storage = TimedStorage(get_seconds=1.0)
+    meta = segment(32 * 40)
+    cache = timed_cache(storage, max_bytes=100_000)
     await cache.read(meta, 0, 10)  # rate unknown: prefetch_chunks
     await settle()
     assert sorted(s for _, s, _ in storage.gets) == [0, 32]
@@ -330,14 +335,7 @@ async def test_read_ahead_covers_twice_a_gets_time_at_the_readers_rate() -> None
 async def test_read_ahead_stays_within_half_the_memory_bound() -> None:
     storage = TimedStorage(get_seconds=1.0)
     meta = segment(32 * 40)
-    cache = ChunkCache(
-        storage,
-        max_bytes=32 * 6,
-        chunk_bytes=32,
-        prefetch_chunks=1,
-        max_prefetch_inflight=16,
-        clock=lambda: storage.now,
-    )
+    cache = timed_cache(storage, max_bytes=32 * 6)
     await cache.read(meta, 0, 10)
     await settle()
     storage.now = 100.0
@@ -352,14 +350,7 @@ async def test_read_ahead_stays_within_half_the_memory_bound() -> None:
 async def test_read_ahead_reaches_into_the_next_segment_as_far_as_the_reader_needs() -> None:
     storage = TimedStorage(get_seconds=1.0)
     first, following = segment(64), segment(32 * 10)
-    cache = ChunkCache(
-        storage,
-        max_bytes=100_000,
-        chunk_bytes=32,
-        prefetch_chunks=1,
-        max_prefetch_inflight=16,
-        clock=lambda: storage.now,
-    )
+    cache = timed_cache(storage, max_bytes=100_000)
     await cache.read(first, 0, 10)
     await settle()
     storage.now = 10.0
