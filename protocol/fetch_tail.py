@@ -21,7 +21,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from protocol.errors import RemoteProtocolError
+from protocol.errors import LocalProtocolError, RemoteProtocolError
 from protocol.varint import Buffer, VarintError, decode_unsigned_varint, encode_unsigned_varint
 
 __all__ = [
@@ -154,6 +154,28 @@ class FetchTailFinder:
                 break
         self._position += offset
         return offset
+
+    @property
+    def skippable(self) -> int:
+        """How many of the payload's next bytes the walk skips unread (a partition's record
+        set, mostly): they may pass without being fed, told by :meth:`skip`."""
+        return -self._want if self._want < 0 else 0
+
+    def skip(self, count: int) -> None:
+        """Account for ``count`` of the :attr:`skippable` bytes, passed without being fed.
+
+        :raises LocalProtocolError: ``count`` is more than :attr:`skippable`.
+        """
+        if not 0 <= count <= self.skippable:
+            raise LocalProtocolError(f"cannot skip {count} bytes, {self.skippable} are skippable")
+        if not count:
+            return
+        self._position += count
+        self._want += count
+        if self._want == 0:
+            self._want = self._walk.send(b"")
+            if self._want == 0:
+                self.tail_start = self._position
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

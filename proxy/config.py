@@ -161,6 +161,16 @@ class ProxyConfig:
         DEFAULT_LOW_WATER_BYTES,
         "Resume reading once the other side's write buffer is back below this.",
     )
+    splice_enable: bool = setting(
+        "connection.splice.enable",
+        True,
+        "Forward response bytes the proxy need not read (raw responses, the records of a "
+        "streamed Fetch) from the broker's socket to the client's with Linux splice(2), "
+        "without copying them through Python. Only where both sides are plain TCP (a TLS "
+        "side is always copied) and the platform has os.splice; at most "
+        "connection.buffer.high.water.bytes (capped by the kernel's fs.pipe-max-size) "
+        "wait in the pipe of each connection.",
+    )
     shutdown_timeout_ms: int = setting(
         "shutdown.timeout.ms",
         10_000,

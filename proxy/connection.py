@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import ssl
 import struct
@@ -53,6 +54,7 @@ from proxy.logs import event
 from proxy.metrics import ProxyMetrics, api_name
 from proxy.response_stream import ResponseStream
 from proxy.router import InterceptedExchange, Router
+from proxy.splice import SPLICE_AVAILABLE, SpliceFailure, Splicer
 
 __all__ = ["ConnectionPair", "PairSettings"]
 
@@ -69,6 +71,11 @@ _PEER_BUFFER_FULL: Final = "peer-write-buffer-full"
 _HELD_RESPONSES: Final = "held-responses"
 _DRAINING: Final = "draining"
 _CLIENT_CLOSED: Final = "client closed"
+_SPLICING: Final = "splicing"
+
+_SPLICE_MIN_BYTES: Final = 64 * 1024
+"""The fewest bytes worth a splice: it costs a few more system calls than copying one
+chunk through Python (pause, pipe in, pipe out, resume), which only larger runs repay."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +92,8 @@ class PairSettings:
     request_receive_timeout: float | None
     """Longest a request frame may take to arrive once begun, in seconds; None: no limit."""
     bad_log: BadConnectionLog
+    splice: bool
+    """Whether response bytes the proxy need not see may be spliced (plain TCP, Linux)."""
 
 
 class _InFlight:
@@ -152,6 +161,10 @@ class ConnectionPair(asyncio.Protocol):
         self._receiving: _InFlight | None = None
         self._remaining = 0
         self._held_bytes = 0
+        # Zero-copy forwarding (proxy.splice): whether this pair may splice, once both
+        # sides are up, and its splicer, made at its first splice.
+        self._can_splice = False
+        self._splicer: Splicer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         # Why the pair stops reading requests and closes once answered ("" while serving).
         self._draining = ""
@@ -235,6 +248,8 @@ class ConnectionPair(asyncio.Protocol):
             event(_log, level, "connection.closed", **line)
         else:
             self._settings.bad_log.closed(level, bad, **line)
+        if self._splicer is not None:
+            self._splicer.close()
         for transport in (self._client, self._upstream):
             if transport is not None:
                 if abort:
@@ -391,6 +406,13 @@ class ConnectionPair(asyncio.Protocol):
         self._upstream = transport
         transport.set_write_buffer_limits(self._settings.high_water, self._settings.low_water)
         self._upstream_gate = ReadGate(transport)
+        self._can_splice = (
+            self._settings.splice
+            and SPLICE_AVAILABLE
+            and self._settings.upstream_ssl is None
+            and self._client is not None
+            and self._client.get_extra_info("sslcontext") is None
+        )
         if self._client_gate is not None:
             self._client_gate.release(_CONNECTING)
         self._process_requests()
@@ -465,6 +487,62 @@ class ConnectionPair(asyncio.Protocol):
             position += take
             if self._remaining == 0:
                 self._response_received(target)
+        if self._can_splice and not self._closed:
+            self._maybe_splice()
+
+    def _maybe_splice(self) -> None:
+        """Splice the next bytes of the response being streamed, if the proxy need not see
+        them (all the rest of a raw one, the records a ResponseStream skips) and nothing
+        waits in the client's write buffer ahead of them."""
+        target = self._receiving
+        if target is None or not target.streaming:
+            return
+        stream = target.stream
+        count = self._remaining if stream is None else min(self._remaining, stream.skippable)
+        assert self._client is not None and self._upstream_gate is not None
+        if count < _SPLICE_MIN_BYTES or self._client.get_write_buffer_size():
+            return
+        splicer = self._splicer or self._make_splicer()
+        if splicer is None:
+            return
+        # The transport must not read the bytes the splice takes, nor the next response.
+        self._upstream_gate.hold(_SPLICING)
+        splicer.start(count, functools.partial(self._spliced, target, count))
+
+    def _make_splicer(self) -> Splicer | None:
+        assert self._client is not None and self._upstream is not None
+        try:
+            self._splicer = Splicer(
+                self._upstream.get_extra_info("socket").fileno(),
+                self._client.get_extra_info("socket").fileno(),
+                pipe_bytes=self._settings.high_water,
+            )
+        except OSError as err:
+            self._can_splice = False
+            event(
+                _log,
+                logging.WARNING,
+                "connection.splice.unavailable",
+                conn=self.connection_id,
+                error=str(err),
+                meaning="this connection copies its responses through Python",
+            )
+        return self._splicer
+
+    def _spliced(self, target: _InFlight, count: int, failure: SpliceFailure | None) -> None:
+        if failure is not None:
+            if failure.side == "broker":
+                self._upstream_lost(ConnectionError(failure.error))
+            else:
+                self.connection_lost(ConnectionError(failure.error))
+            return
+        if target.stream is not None:
+            target.stream.skip(count)
+        self._remaining -= count
+        if self._remaining == 0:
+            self._response_received(target)
+        assert self._upstream_gate is not None
+        self._upstream_gate.release(_SPLICING)
 
     def _start_response(self, data: bytes, position: int) -> int:
         """Consume (part of) a size prefix; once whole, decide where the response goes."""

@@ -8,6 +8,7 @@ releases. This module only holds the tail back and has the filters judge and rew
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 from protocol.errors import LocalProtocolError
 from protocol.fetch_tail import FetchTailFinder
@@ -19,6 +20,9 @@ __all__ = ["ResponseStream"]
 
 # The router's logger: the warning is about the response the router let stream.
 _log = logging.getLogger("tierproxy.router")
+
+_EVERYTHING: Final = 1 << 62
+"""What a stream whose walk failed may skip: the rest of the response, whatever its size."""
 
 
 class ResponseStream:
@@ -53,6 +57,17 @@ class ResponseStream:
         if released < len(chunk):
             self._tail += chunk[released:]
         return released
+
+    @property
+    def skippable(self) -> int:
+        """How many of the payload's next bytes need not be fed (see :meth:`skip`): record
+        bytes the tail finder skips unread, or all of them once the walk has failed."""
+        return self._finder.skippable if not self._malformed else _EVERYTHING
+
+    def skip(self, count: int) -> None:
+        """Account for ``count`` of the :attr:`skippable` bytes, written without being fed."""
+        if not self._malformed:
+            self._finder.skip(count)
 
     def end(self) -> bytes | None:
         """Once the whole response was fed: the held tail to write as it is, or ``None``

@@ -93,6 +93,7 @@ class ProxyServer:
             idle_timeout=_seconds_or_none(config.connections_max_idle_ms),
             request_receive_timeout=_seconds_or_none(config.request_receive_timeout_ms),
             bad_log=BadConnectionLog(logging.getLogger("tierproxy.connection"), self.metrics),
+            splice=config.splice_enable,
         )
         self._listeners: dict[int, asyncio.Server] = {}
         self._pairs: set[ConnectionPair] = set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -114,6 +115,16 @@ def _overrides(args: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]
     return overrides
 
 
+def _freeze_imports() -> None:
+    """Move everything alive before serving (the modules, kio's thousands of classes) to
+    the collector's permanent generation. Serving allocates short-lived containers per
+    request and response, and every full collection walked all of that again: a profile of
+    pass-through Fetch (py-spy and perf) showed the collector (``gc_collect_main`` and its
+    visits) as a tenth of the proxy's CPU. Objects made later are collected as before."""
+    gc.collect()
+    gc.freeze()
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of ``tierproxy serve``: load settings, then serve until a signal.
 
@@ -130,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"tierproxy serve: {err}", file=sys.stderr)
         return 2
     configure(config.log_level, config.log_format)
+    _freeze_imports()
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         try:

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from kio.static.primitive import Records
 
-from protocol.errors import RemoteProtocolError
+from protocol.errors import LocalProtocolError, RemoteProtocolError
 from protocol.fetch_tail import (
     PADDING_TAGS,
     FetchTailFinder,
@@ -71,6 +71,36 @@ def test_the_tail_is_exactly_the_top_level_tagged_fields_in_pieces_of_any_size(
     assert released + held == payload
     assert finder.tail_start == len(released)
     assert read_tail(held).node_endpoints == endpoints_of(response)
+
+
+@pytest.mark.parametrize("version", FLEXIBLE_FETCH)
+@settings(
+    max_examples=15,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data(), cuts=st.lists(st.integers(min_value=0, max_value=1 << 16), max_size=40))
+def test_skipping_what_the_walk_skips_finds_the_same_tail(
+    version: int, data: st.DataObject, cuts: list[int]
+) -> None:
+    response = data.draw(st.from_type(response_class(ApiKey.FETCH, version)))
+    payload = encode_response_header(7, 1) + encode_response(response)
+    finder = FetchTailFinder(version)
+    position = 0
+    edges = sorted({len(payload), *(c % (len(payload) + 1) for c in cuts)})
+    for edge in edges:
+        if edge > position:
+            position += finder.feed(memoryview(payload[position:edge]))
+        # Pass a skippable run unfed (at most what is left), as a splice does.
+        count = min(finder.skippable, len(payload) - position)
+        finder.skip(count)
+        position += count
+    _, held, plain = walk(version, payload, [])
+    assert finder.tail_start == plain.tail_start
+    assert payload[position:] == held
+    with pytest.raises(LocalProtocolError):
+        finder.skip(1)
 
 
 @pytest.mark.parametrize("version", FLEXIBLE_FETCH)

@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, ClassVar
 
 import pytest
 
 from protocol.frames import FrameDecoder
+from proxy import connection
 from proxy.config import ProxyConfig
 from proxy.interceptors.base import Interceptor
 from proxy.server import ProxyServer
+from proxy.splice import SpliceDone, Splicer
 from storage.kafka_security import KafkaSecurityConfig
 from tests.unit.proxy.fake_broker import FakeBroker
 
@@ -25,6 +27,26 @@ async def fake_broker() -> AsyncIterator[FakeBroker]:
     broker = await FakeBroker().start()
     yield broker
     await broker.close()
+
+
+class CountingSplicer(Splicer):
+    """A Splicer that records the size of every splice it starts."""
+
+    __slots__ = ()
+    started: ClassVar[list[int]] = []
+
+    def start(self, count: int, done: SpliceDone) -> None:
+        self.started.append(count)
+        super().start(count, done)
+
+
+@pytest.fixture
+def spliced(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
+    """The sizes of the splices the proxy starts during the test."""
+    started: list[int] = []
+    monkeypatch.setattr(CountingSplicer, "started", started)
+    monkeypatch.setattr(connection, "Splicer", CountingSplicer)
+    yield started
 
 
 @pytest.fixture

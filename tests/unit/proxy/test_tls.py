@@ -124,3 +124,36 @@ async def test_serve_stops_at_once_when_the_broker_certificate_is_refused(pki: P
             await serve(ProxyConfig(bootstrap_servers=bootstrap, listeners="127.0.0.1:0"), settings)
     finally:
         await broker.close()
+
+
+@pytest.mark.parametrize("tls_side", ["client", "broker"])
+async def test_large_responses_over_tls_are_copied_not_spliced(
+    certificates: dict[str, tuple[Path, Path]], spliced: list[int], tls_side: str
+) -> None:
+    """splice(2) cannot encrypt: with TLS on either side every byte goes through Python."""
+    cert, key = certificates["proxy"]
+    broker = await (tls_broker(cert, key) if tls_side == "broker" else FakeBroker().start())
+    client_tls = tls_side == "client"
+    config = ProxyConfig(
+        bootstrap_servers=f"127.0.0.1:{broker.port}",
+        listeners="SSL://127.0.0.1:0" if client_tls else "127.0.0.1:0",
+        ssl_certificate_location=str(cert) if client_tls else "",
+        ssl_key_location=str(key) if client_tls else "",
+    )
+    upstream = (
+        KafkaSecurityConfig(security_protocol="SSL", ssl_ca_location=str(cert))
+        if tls_side == "broker"
+        else None
+    )
+    proxy = ProxyServer(config, security=upstream)
+    big = bytes(range(251)) * (4 * 1024 * 1024 // 251)
+    try:
+        await proxy.start()
+        client = await (tls_client(proxy, cert) if client_tls else Client.connect(proxy))
+        await client.send(raw_request(1, big))
+        assert raw_response_body(await client.receive(seconds=30)) == (1, b"echo:" + big)
+        await client.close()
+    finally:
+        await proxy.close(1)
+        await broker.close()
+    assert spliced == []

@@ -1,0 +1,171 @@
+"""Zero-copy forwarding of response bytes the proxy need not look at (Linux ``splice``).
+
+Most of what a pass-through proxy moves are record bytes it never reads: the body of a raw
+response, and the record sets of a streamed Fetch v16+. Through a transport they are copied
+from the broker's socket into a Python ``bytes`` and back into the client's socket; a
+profile of a raw Fetch v12 loop showed those copies (``_copy_to_iter``, ``_copy_from_iter``
+and uvloop's ``memmove`` into ``bytes``) as a quarter of the proxy's CPU. ``os.splice``
+moves them broker socket → pipe → client socket inside the kernel instead, by page
+reference.
+
+Rules of this file:
+
+- It moves exactly the number of bytes it is given, no more: the caller has paused its
+  transport's reading of the broker, so nothing else reads that socket meanwhile, and the
+  next response stays in the socket for the transport.
+- It writes to the client's socket behind its transport's back, so the caller starts a
+  splice only while that transport's write buffer is empty and writes nothing to it until
+  the splice ends; the bytes stay in order.
+- Memory per connection is the pipe's capacity: the splice reads the broker only while the
+  pipe is empty, so a slow client stops it, and the broker's socket buffers (then TCP)
+  push back, as the read gates do for transports.
+- Plain TCP only: TLS encrypts in user space, so a TLS side is never spliced.
+
+It polls its own duplicates of the two sockets: the event loop refuses a reader on a file
+descriptor that a transport owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import fcntl
+import os
+from collections.abc import Callable
+from typing import Final, Literal
+
+__all__ = ["SPLICE_AVAILABLE", "SpliceFailure", "Splicer"]
+
+SPLICE_AVAILABLE: Final = hasattr(os, "splice") and hasattr(fcntl, "F_SETPIPE_SZ")
+"""Whether this platform can splice (Linux, Python 3.10+)."""
+
+_FLAGS: Final = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SpliceFailure:
+    """Why a splice stopped before its last byte: the side that failed, and how."""
+
+    side: Literal["broker", "client"]
+    error: str
+
+
+SpliceDone = Callable[[SpliceFailure | None], None]
+"""Called once per :meth:`Splicer.start`: ``None`` once every byte reached the client."""
+
+
+class Splicer:
+    """Moves counted byte ranges from one socket to another through a pipe of its own."""
+
+    __slots__ = (
+        "_capacity",
+        "_done",
+        "_in_pipe",
+        "_left",
+        "_loop",
+        "_pipe_r",
+        "_pipe_w",
+        "_sink",
+        "_source",
+        "_waiting",
+    )
+
+    def __init__(self, source: int, sink: int, *, pipe_bytes: int) -> None:
+        """Own duplicates of ``source`` (the broker's socket) and ``sink`` (the client's),
+        and a pipe of up to ``pipe_bytes`` (the kernel's ``pipe-max-size`` caps it).
+
+        :raises OSError: out of file descriptors.
+        """
+        self._loop = asyncio.get_running_loop()
+        self._source = os.dup(source)
+        try:
+            self._sink = os.dup(sink)
+            try:
+                self._pipe_r, self._pipe_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError:
+                os.close(self._sink)
+                raise
+        except OSError:
+            os.close(self._source)
+            raise
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(self._pipe_w, fcntl.F_SETPIPE_SZ, pipe_bytes)
+        self._capacity: int = fcntl.fcntl(self._pipe_w, fcntl.F_GETPIPE_SZ)
+        self._left = 0
+        self._in_pipe = 0
+        self._done: SpliceDone | None = None
+        # The file descriptor the splice waits on, if any (reader for source, writer for sink).
+        self._waiting: int | None = None
+
+    @property
+    def busy(self) -> bool:
+        """Whether a splice is under way."""
+        return self._done is not None
+
+    def start(self, count: int, done: SpliceDone) -> None:
+        """Move the next ``count`` bytes of the source to the sink; ``done`` is called once
+        they are all written, or on the first failure (possibly before this returns)."""
+        assert self._done is None, "one splice at a time"
+        self._left = count
+        self._done = done
+        self._pump()
+
+    def close(self) -> None:
+        """Stop any splice (its ``done`` is not called) and release the descriptors."""
+        self._stop_waiting()
+        self._done = None
+        for fd in (self._source, self._sink, self._pipe_r, self._pipe_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def _pump(self) -> None:
+        """Alternate socket → pipe, pipe → socket until done or a socket would block."""
+        side: Literal["broker", "client"] = "client"
+        try:
+            while True:
+                if self._in_pipe:
+                    side = "client"
+                    self._in_pipe -= os.splice(
+                        self._pipe_r, self._sink, self._in_pipe, flags=_FLAGS
+                    )
+                    continue
+                if not self._left:
+                    self._finish(None)
+                    return
+                side = "broker"
+                moved = os.splice(
+                    self._source, self._pipe_w, min(self._left, self._capacity), flags=_FLAGS
+                )
+                if not moved:
+                    self._finish(SpliceFailure(side=side, error="closed mid-response"))
+                    return
+                self._left -= moved
+                self._in_pipe = moved
+        except BlockingIOError:
+            self._wait(self._sink if side == "client" else self._source)
+        except OSError as err:
+            self._finish(SpliceFailure(side=side, error=str(err) or type(err).__name__))
+
+    def _wait(self, fd: int) -> None:
+        if self._waiting == fd:
+            return
+        self._stop_waiting()
+        self._waiting = fd
+        if fd == self._source:
+            self._loop.add_reader(fd, self._pump)
+        else:
+            self._loop.add_writer(fd, self._pump)
+
+    def _stop_waiting(self) -> None:
+        fd, self._waiting = self._waiting, None
+        if fd == self._source:
+            self._loop.remove_reader(fd)
+        elif fd == self._sink:
+            self._loop.remove_writer(fd)
+
+    def _finish(self, failure: SpliceFailure | None) -> None:
+        self._stop_waiting()
+        done, self._done = self._done, None
+        if done is not None:
+            done(failure)
