@@ -15,6 +15,10 @@ Rules of this file (the only module that writes to transports):
   all but its tail goes out as it arrives, and the tail, possibly rewritten to the same
   length, completes it. Any other response is kept until everything before it has been
   written; an intercepted one is assembled and handed to its exchange.
+- Bytes of a streamed response that the proxy need not read (the rest of a raw one, the
+  record sets a ResponseStream skips) are spliced broker socket → client socket by
+  :mod:`proxy.splice` when both sides are plain TCP, at least 64 KiB remain and the
+  client's write buffer is empty; the upstream transport does not read meanwhile.
 - Back-pressure, uvicorn style: reading from a side pauses while the other side's write
   buffer is above the high-water mark, and resumes below the low-water mark. Responses held
   behind a slow one count too, so nothing buffers without bound.
@@ -26,7 +30,8 @@ Rules of this file (the only module that writes to transports):
 
 The file stays whole past 400 lines because a pair is one state machine (its two queues, the
 response being received, the holds and the close), and everything that changes it lives
-here. Only the read gate, which knows nothing of Kafka, is apart (:mod:`proxy.flow_control`).
+here. Only the read gate and the splicer, which know nothing of Kafka, are apart
+(:mod:`proxy.flow_control`, :mod:`proxy.splice`).
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ import contextlib
 import dataclasses
 import fcntl
 import os
+import socket
 from collections.abc import Callable
 from typing import Final, Literal
 
@@ -64,10 +65,12 @@ class Splicer:
         "_in_pipe",
         "_left",
         "_loop",
+        "_lowat",
         "_pipe_r",
         "_pipe_w",
         "_sink",
         "_source",
+        "_source_socket",
         "_waiting",
     )
 
@@ -78,7 +81,8 @@ class Splicer:
         :raises OSError: out of file descriptors.
         """
         self._loop = asyncio.get_running_loop()
-        self._source = os.dup(source)
+        self._source_socket = socket.socket(fileno=os.dup(source))
+        self._source = self._source_socket.fileno()
         try:
             self._sink = os.dup(sink)
             try:
@@ -87,8 +91,9 @@ class Splicer:
                 os.close(self._sink)
                 raise
         except OSError:
-            os.close(self._source)
+            self._source_socket.close()
             raise
+        self._lowat = 1
         with contextlib.suppress(OSError):
             fcntl.fcntl(self._pipe_w, fcntl.F_SETPIPE_SZ, pipe_bytes)
         self._capacity: int = fcntl.fcntl(self._pipe_w, fcntl.F_GETPIPE_SZ)
@@ -115,7 +120,8 @@ class Splicer:
         """Stop any splice (its ``done`` is not called) and release the descriptors."""
         self._stop_waiting()
         self._done = None
-        for fd in (self._source, self._sink, self._pipe_r, self._pipe_w):
+        self._source_socket.close()
+        for fd in (self._sink, self._pipe_r, self._pipe_w):
             with contextlib.suppress(OSError):
                 os.close(fd)
 
@@ -143,6 +149,8 @@ class Splicer:
                 self._left -= moved
                 self._in_pipe = moved
         except BlockingIOError:
+            if side == "broker":
+                self._wake_at(min(self._left, self._capacity // 2))
             self._wait(self._sink if side == "client" else self._source)
         except OSError as err:
             self._finish(SpliceFailure(side=side, error=str(err) or type(err).__name__))
@@ -164,7 +172,16 @@ class Splicer:
         elif fd == self._sink:
             self._loop.remove_writer(fd)
 
+    def _wake_at(self, count: int) -> None:
+        """Have the loop wake the splice only once ``count`` bytes wait in the broker's
+        socket (SO_RCVLOWAT), not at every segment: fewer, larger splices."""
+        if count != self._lowat:
+            with contextlib.suppress(OSError):
+                self._source_socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, count)
+            self._lowat = count
+
     def _finish(self, failure: SpliceFailure | None) -> None:
+        self._wake_at(1)
         self._stop_waiting()
         done, self._done = self._done, None
         if done is not None:
