@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -47,6 +48,19 @@ def walk(version: int, payload: bytes, cuts: list[int]) -> tuple[bytes, bytes, F
     return bytes(released), bytes(held), finder
 
 
+def responses_in_pieces(test: Callable[..., None]) -> Callable[..., None]:
+    """Run ``test`` on random Fetch responses (drawn from ``data``) cut at random ``cuts``."""
+    pieces = given(
+        data=st.data(), cuts=st.lists(st.integers(min_value=0, max_value=1 << 16), max_size=40)
+    )
+    return settings(
+        max_examples=15,
+        deadline=None,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )(pieces(test))
+
+
 def endpoints_of(response: Any) -> tuple[NodeEndpoint, ...]:
     return tuple(
         NodeEndpoint(node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
@@ -55,13 +69,7 @@ def endpoints_of(response: Any) -> tuple[NodeEndpoint, ...]:
 
 
 @pytest.mark.parametrize("version", FLEXIBLE_FETCH)
-@settings(
-    max_examples=15,
-    deadline=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(data=st.data(), cuts=st.lists(st.integers(min_value=0, max_value=1 << 16), max_size=40))
+@responses_in_pieces
 def test_the_tail_is_exactly_the_top_level_tagged_fields_in_pieces_of_any_size(
     version: int, data: st.DataObject, cuts: list[int]
 ) -> None:
@@ -74,13 +82,7 @@ def test_the_tail_is_exactly_the_top_level_tagged_fields_in_pieces_of_any_size(
 
 
 @pytest.mark.parametrize("version", FLEXIBLE_FETCH)
-@settings(
-    max_examples=15,
-    deadline=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(data=st.data(), cuts=st.lists(st.integers(min_value=0, max_value=1 << 16), max_size=40))
+@responses_in_pieces
 def test_skipping_what_the_walk_skips_finds_the_same_tail(
     version: int, data: st.DataObject, cuts: list[int]
 ) -> None:

@@ -1,7 +1,8 @@
 """Zero-copy forwarding (proxy.splice) through a real ProxyServer in front of the FakeBroker:
 responses the proxy need not read go broker socket → pipe → client socket, byte for byte,
 bounded by the pipe while the client is slow, and either side closing mid-splice closes the
-pair. The TLS fallback is in test_tls.py.
+pair. A slow client stopping the splice and the broker, and the records of a streamed Fetch
+v16 spliced, are in test_connection.py; the TLS fallback is in test_tls.py.
 """
 
 from __future__ import annotations
@@ -11,16 +12,12 @@ import struct
 
 import pytest
 
-from protocol.headers import RequestHeader, encode_request_header
-from protocol.messages import ApiKey, encode_request
+from protocol.headers import RequestHeader
 from proxy.splice import SPLICE_AVAILABLE
 from tests.conditions import wait_for
-from tests.unit.proxy.conftest import Client, ProxyFactory, frame
+from tests.unit.proxy.conftest import Client, ProxyFactory
 from tests.unit.proxy.fake_broker import (
     FakeBroker,
-    echo,
-    empty_fetch_request,
-    fetch_response_payload,
     raw_request,
     raw_response_body,
 )
@@ -50,63 +47,6 @@ async def test_large_raw_responses_pass_byte_for_byte(
         assert min(spliced) >= 64 * 1024
     else:
         assert spliced == []
-
-
-async def test_the_records_of_a_fetch_v16_are_spliced_and_its_tail_still_rewritten(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory, spliced: list[int]
-) -> None:
-    records = bytes(range(251)) * (6 * MIB // 251)
-    peers = [(1, "127.0.0.1", fake_broker.port), (2, "kafka-2.internal", fake_broker.port)]
-    payload = fetch_response_payload(16, 9, records=records, endpoints=peers)
-
-    async def fetch(header: RequestHeader, body: bytes) -> bytes | None:
-        return payload if header.api_key == ApiKey.FETCH else await echo(header, body)
-
-    fake_broker.script = fetch
-    fake_broker.peers = peers[1:]
-    proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
-    request = encode_request_header(ApiKey.FETCH, 16, 9, "c") + encode_request(
-        empty_fetch_request(16)
-    )
-    await client.send(frame(request) + raw_request(10, b"after"))
-    answer = await client.receive(seconds=30)
-    assert raw_response_body(await client.receive()) == (10, b"echo:after")
-    await client.close()
-    head = len(fetch_response_payload(16, 9, records=records)) - 1
-    assert len(answer) == len(payload)
-    assert answer[:head] == payload[:head]
-    assert b"kafka-2.internal" not in answer  # the tail was rewritten after the splice
-    assert 0 < sum(spliced) <= len(records)
-
-
-async def test_a_slow_client_stops_the_splice_and_the_broker(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory, spliced: list[int]
-) -> None:
-    answered: list[int] = []
-    chunk = b"z" * (8 * MIB)
-
-    async def big_answers(header: RequestHeader, body: bytes) -> bytes:
-        answered.append(header.correlation_id)
-        return struct.pack(">i", header.correlation_id) + chunk
-
-    fake_broker.script = big_answers
-    proxy = await make_proxy(
-        fake_broker, buffer_high_water_bytes=256 * 1024, buffer_low_water_bytes=64 * 1024
-    )
-    client = await Client.connect(proxy)
-    count = 20  # 160 MiB of answers in all
-    await client.send(b"".join(raw_request(i, b"") for i in range(count)))
-    await wait_for(
-        lambda: any(t.get_write_buffer_size() >= len(chunk) // 2 for t in fake_broker.connections),
-        what="the broker blocked writing",
-    )
-    # The pipe, the socket buffers and one answer in the broker: far from all of them.
-    assert len(answered) < count // 2
-    assert spliced
-    for i in range(count):
-        assert raw_response_body(await client.receive(seconds=30)) == (i, chunk)
-    await client.close()
 
 
 async def test_a_client_gone_mid_splice_closes_the_pair(
