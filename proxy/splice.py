@@ -132,9 +132,11 @@ class Splicer:
             while True:
                 if self._in_pipe:
                     side = "client"
-                    self._in_pipe -= os.splice(
-                        self._pipe_r, self._sink, self._in_pipe, flags=_FLAGS
-                    )
+                    written = os.splice(self._pipe_r, self._sink, self._in_pipe, flags=_FLAGS)
+                    if not written:  # never for a socket; a loop if it were
+                        self._finish(SpliceFailure(side=side, error="the socket took nothing"))
+                        return
+                    self._in_pipe -= written
                     continue
                 if not self._left:
                     self._finish(None)
