@@ -28,7 +28,9 @@ TMP_SUFFIX = ".tmp"
 """Suffix of the hidden temporary files; a leftover after a crash can be removed on start-up."""
 
 
-def write_atomically(path: Path, data: bytes | bytearray, *, sync_directory: bool = False) -> None:
+def write_atomically(
+    path: Path, data: bytes | bytearray | memoryview, *, sync_directory: bool = False
+) -> None:
     """Write ``data`` to ``path`` so that readers see either nothing or all of it.
 
     The temporary file is hidden (``.name.<random>.tmp``), so directory listings and globs

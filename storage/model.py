@@ -84,9 +84,14 @@ class IndexType(Enum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogSegmentData:
-    """The bytes of one segment and its indexes, ready to upload."""
+    """The bytes of one segment and its indexes, ready to upload.
 
-    log: bytes
+    ``log`` may be a view of a mapped spill file (the tiering pipeline hands segments over
+    without copying them): a storage manager that keeps it past ``copy_log_segment`` must
+    copy it (``bytes(data.log)``).
+    """
+
+    log: bytes | memoryview
     offset_index: bytes
     time_index: bytes
     transaction_index: bytes

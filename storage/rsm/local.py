@@ -132,7 +132,7 @@ class LocalRemoteStorage:
             file.seek(start)
             return file.read(stop - start)
 
-    def _write_files(self, files: Sequence[tuple[str, bytes]]) -> None:
+    def _write_files(self, files: Sequence[tuple[str, bytes | memoryview]]) -> None:
         directories: set[Path] = set()
         for key, content in files:
             path = self._root / key

@@ -228,17 +228,19 @@ class S3RemoteStorage:
             self._ranged.close()
         await self._exit_stack.aclose()
 
-    async def _put(self, key: str, content: bytes) -> None:
+    async def _put(self, key: str, content: bytes | memoryview) -> None:
         if len(content) > self._config.s3_multipart_threshold_bytes:
             await self._put_multipart(key, content)
             return
 
         async def put(client: S3Client) -> None:
-            await client.put_object(Bucket=self._bucket, Key=key, Body=content, **self._encryption)
+            await client.put_object(
+                Bucket=self._bucket, Key=key, Body=_body(content), **self._encryption
+            )
 
         await self._request("write", key, put)
 
-    async def _put_multipart(self, key: str, content: bytes) -> None:
+    async def _put_multipart(self, key: str, content: bytes | memoryview) -> None:
         async def create(client: S3Client) -> str:
             response = await client.create_multipart_upload(
                 Bucket=self._bucket, Key=key, **self._encryption
@@ -262,13 +264,16 @@ class S3RemoteStorage:
             await self._abort_upload(key, upload_id)
             raise
 
-    async def _upload_parts(self, key: str, upload_id: str, content: bytes) -> list[dict[str, Any]]:
+    async def _upload_parts(
+        self, key: str, upload_id: str, content: bytes | memoryview
+    ) -> list[dict[str, Any]]:
         part_size = self._config.s3_part_size_bytes
+        whole = memoryview(content)
         slots = asyncio.Semaphore(_PART_UPLOAD_CONCURRENCY)
 
         async def upload(number: int, offset: int) -> dict[str, Any]:
             async with slots:
-                body = content[offset : offset + part_size]
+                body = _body(whole[offset : offset + part_size])
 
                 async def send(client: S3Client) -> str:
                     response = await client.upload_part(
@@ -399,6 +404,16 @@ def _encryption_arguments(config: RemoteStorageConfig) -> dict[str, str]:
     if config.s3_sse_kms_key_id:
         arguments["SSEKMSKeyId"] = config.s3_sse_kms_key_id
     return arguments
+
+
+def _body(content: bytes | memoryview) -> bytearray:
+    """The body of a put, in the one form that is sent without further copies.
+
+    botocore refuses a memoryview, and wraps ``bytes`` in a BytesIO, which aiohttp copies
+    whole (``getbuffer``) and then again chunk by chunk; a bytearray goes to the socket as
+    it is. So one copy here saves two (about 0.6 CPU-s/GiB each).
+    """
+    return bytearray(content)
 
 
 async def _read_body(response: dict[str, Any]) -> bytes:

@@ -142,7 +142,7 @@ async def test_segment_from_real_batches(broker: BrokerInfo, new_topic: NewTopic
                 max_wait_ms=FETCH_WAIT_MS,
             )
 
-    batches = batches_of(built.data.log)
+    batches = batches_of(bytes(built.data.log))
     assert built.data.log == whole.records[: len(built.data.log)]
     assert dense.data.log == built.data.log
     kinds = {b.header.compression for b in batches}
@@ -180,7 +180,7 @@ async def test_segment_from_real_batches(broker: BrokerInfo, new_topic: NewTopic
     index = OffsetIndex(built.data.offset_index, base_offset=0)
 
     async def fetch_log(start: int, end: int) -> bytes:
-        return built.data.log[start:end]
+        return bytes(built.data.log[start:end])
 
     for target in range(0, built.end_offset + 1, 37):
         got = await read_batches(
