@@ -21,15 +21,22 @@ SeaweedFS itself costs about 10 CPU-s/GiB, so the S3 ratio mostly measures Seawe
 local-directory cycle shows what the pipeline costs without it.
 
 Throughput: ``--gib`` of 1 KiB records (random, uncompressed, stamped a day ago so that every
-segment is closed) go to ``--partitions`` partitions. Then rounds alternate (raw, S3, local,
-raw, S3, local, ...): a raw fetch of the whole topic (one Fetch per round for every unfinished
-partition, 8 MiB per partition, batches counted but not decoded), then one pipeline cycle per
-backend copying the whole topic under a fresh prefix with a fresh metadata topic (so every
-cycle has the full backlog). Per round the ratio of each cycle's MB/s to that round's raw MB/s;
-medians over ``--pairs`` rounds. Pipeline time is the whole cycle (metadata, planning, both
-Spark stages, metadata publishes), without starting the metadata manager. CPU seconds per GiB
-are given for this process tree (driver, Spark JVM and its Python workers), the broker and the
-S3 server. Data is warm: just written, in the broker's memory (Tansu) or page cache.
+segment is closed) go to ``--partitions`` partitions of a topic whose broker-side
+``segment.bytes`` is ``--broker-segment-mib`` (64 MiB by default, the pipeline's own segment
+size; the embedded broker's default of 1 MiB, there for the tests, would cap every Fetch at
+about 1 MiB, since a broker answers a partition from one log segment per Fetch). Then rounds
+alternate (raw, S3, local, raw, S3, local, ...): a raw fetch of the whole topic (one Fetch per
+round for every unfinished partition, 8 MiB per partition, batches counted but not decoded),
+then one pipeline cycle per backend copying the whole topic under a fresh prefix with a fresh
+metadata topic (so every cycle has the full backlog). Per round the ratio of each cycle's MB/s
+to that round's raw MB/s; medians over ``--pairs`` rounds. Pipeline time is the whole cycle
+(metadata, planning, both Spark stages, metadata publishes), without starting the metadata
+manager. CPU seconds per GiB are given for this process tree (driver, Spark JVM and its Python
+workers; each process's own time and that of its children that ended, from ``/proc``), the
+broker and the S3 server; the tree's share is also split into the driver, the Spark JVM and the
+Python workers (keys ``..._driver_cpu_s_per_gib``, ``..._jvm_cpu_s_per_gib``,
+``..._workers_cpu_s_per_gib``). Data is warm: just written, in the broker's memory (Tansu) or
+page cache.
 
 JSON keys: the S3 cycle keeps the original names (``pipeline_mb_s``, ``ratio``,
 ``pipeline_cpu_s_per_gib``, ``broker_cpu_s_per_gib``, ``s3_cpu_s_per_gib``, ...,
@@ -41,7 +48,8 @@ Idle cycle: ``--idle-partitions`` partitions (topics of 100) each hold one recen
 nothing can close; after one warm-up cycle, ``--idle-cycles`` cycles are timed, with the first
 of ``--backends``.
 
-Results: ``bench/results/<--out>.json`` and ``.png`` (``pipeline`` by default).
+Results: ``bench/results/<--out>.json`` (with the commit and whether the tree was clean) and
+``.png`` (``pipeline`` by default).
 """
 
 from __future__ import annotations
@@ -63,6 +71,7 @@ from typing import Any, Literal
 
 from confluent_kafka import Producer
 
+from bench.common import git_state
 from proxy.embedded import SeaweedFS, broker_from_env, create_bucket, create_topic
 from proxy.embedded.info import BrokerInfo, S3Info
 from proxy.embedded.s3 import s3_info_from_env
@@ -101,6 +110,9 @@ class Cycle:
     segments: int
     bytes_copied: int
     cpu_s_per_gib: float
+    driver_cpu_s_per_gib: float
+    jvm_cpu_s_per_gib: float
+    workers_cpu_s_per_gib: float
     broker_cpu_s_per_gib: float
     s3_cpu_s_per_gib: float
 
@@ -135,11 +147,26 @@ class Round:
 
 
 def _cpu_of(pid: int) -> float:
+    """User and system time of ``pid`` and of its children that ended (Spark's Python
+    workers come and go between samples: a live tree alone would lose their time)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _kind_of(pid: int) -> str:
+    """Which part of the pipeline a process of this tree is: driver, jvm or workers."""
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return "driver"
+    if b"pyspark.daemon" in command or b"pyspark.worker" in command:
+        return "workers"
+    if command.split(b"\0", 1)[0].endswith(b"java"):
+        return "jvm"
+    return "driver"
 
 
 def _parents() -> dict[int, int]:
@@ -182,6 +209,13 @@ class CpuMeter:
         broker = sum(_cpu_of(p) for p in _tree(self._broker, set())) if self._broker else 0.0
         s3 = sum(_cpu_of(p) for p in _tree(self._s3, set())) if self._s3 else 0.0
         return ours, broker, s3
+
+    def parts(self) -> dict[str, float]:
+        """This tree's CPU seconds by part: driver, jvm (Spark) and workers (Python)."""
+        found = dict.fromkeys(("driver", "jvm", "workers"), 0.0)
+        for pid in _tree(os.getpid(), self._servers):
+            found[_kind_of(pid)] += _cpu_of(pid)
+        return found
 
 
 @contextmanager
@@ -336,9 +370,9 @@ def measure_cycle(
     """One cycle copying the whole topic under a fresh prefix; checks that it copied it all."""
     run = f"{target.backend}-{uuid.uuid4().hex[:8]}"
     config = settings(broker, target, topic, run=run, spill=spill)
-    before = meter.sample()
+    before, parts_before = meter.sample(), meter.parts()
     (report,) = asyncio.run(pipeline_cycles(spark, config, 1))
-    after = meter.sample()
+    after, parts_after = meter.sample(), meter.parts()
     if target.local_dir is not None:
         shutil.rmtree(target.local_dir, ignore_errors=True)
     copied = report.bytes_copied
@@ -353,6 +387,9 @@ def measure_cycle(
         segments=report.segments_copied,
         bytes_copied=copied,
         cpu_s_per_gib=(after[0] - before[0]) / gib,
+        driver_cpu_s_per_gib=(parts_after["driver"] - parts_before["driver"]) / gib,
+        jvm_cpu_s_per_gib=(parts_after["jvm"] - parts_before["jvm"]) / gib,
+        workers_cpu_s_per_gib=(parts_after["workers"] - parts_before["workers"]) / gib,
         broker_cpu_s_per_gib=(after[1] - before[1]) / gib,
         s3_cpu_s_per_gib=(after[2] - before[2]) / gib,
     )
@@ -370,7 +407,14 @@ def measure_rounds(
 ) -> tuple[list[Round], int]:
     topic = f"bench-pipeline-{uuid.uuid4().hex[:8]}"
     total = int(args.gib * GIB)
-    asyncio.run(create_topic(broker.bootstrap, topic, partitions=args.partitions))
+    asyncio.run(
+        create_topic(
+            broker.bootstrap,
+            topic,
+            partitions=args.partitions,
+            configs={"segment.bytes": str(args.broker_segment_mib * MIB)},
+        )
+    )
     started = time.monotonic()
     produce(broker.bootstrap, topic, args.partitions, total)
     print(f"produced {total / MIB:.0f} MiB in {time.monotonic() - started:.1f} s")
@@ -523,6 +567,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gib", type=float, default=0.25, help="data to tier (GiB)")
     parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument(
+        "--broker-segment-mib",
+        type=int,
+        default=64,
+        help="segment.bytes of the benchmark topic at the broker (MiB)",
+    )
     parser.add_argument("--pairs", type=int, default=5, help="rounds (raw, then each backend)")
     parser.add_argument(
         "--backends",
@@ -558,6 +608,7 @@ def main(argv: list[str] | None = None) -> None:
         shutil.rmtree(scratch, ignore_errors=True)
     rows = [r.flat() for r in rounds]
     result = {
+        **git_state(),
         "broker": broker.kind,
         "s3": s3.kind if s3 else None,
         "backends": list(args.backends),
@@ -567,6 +618,7 @@ def main(argv: list[str] | None = None) -> None:
         "value_bytes": VALUE_BYTES,
         "fetch_mib": FETCH_BYTES / MIB,
         "segment_mib": 64,
+        "broker_segment_mib": args.broker_segment_mib,
         "pairs": rows,
         **medians(rows),
         "goal_ratio": 0.7,
