@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any, Protocol, TypeVar
@@ -385,7 +386,10 @@ class S3RemoteStorage:
                 connect_timeout=config.s3_connect_timeout_ms / 1000,
                 read_timeout=config.s3_read_timeout_ms / 1000,
                 retries={"total_max_attempts": 1},
-                s3={"addressing_style": "path" if config.s3_path_style_access else "auto"},
+                s3={
+                    "addressing_style": "path" if config.s3_path_style_access else "auto",
+                    "payload_signing_enabled": not _over_tls(config),
+                },
                 # Checksums only where S3 demands them: batches carry their own CRC32C, and
                 # botocore's default CRC32 trailers cost CPU on both sides and trip up some
                 # S3-compatible servers.
@@ -393,6 +397,22 @@ class S3RemoteStorage:
                 response_checksum_validation="when_required",
             ),
         }
+
+
+def _over_tls(config: RemoteStorageConfig) -> bool:
+    """Whether requests go over HTTPS (AWS itself when no endpoint is set anywhere).
+
+    Over TLS the payload needs no SigV4 hash of its own (``UNSIGNED-PAYLOAD``, as the AWS
+    SDKs send it): TLS already protects it, and hashing costs about 0.6 CPU-s/GiB uploaded.
+    Over plain HTTP the hash is all that authenticates the body, so it stays.
+    """
+    endpoint = (
+        config.s3_endpoint
+        or os.environ.get("AWS_ENDPOINT_URL_S3")
+        or os.environ.get("AWS_ENDPOINT_URL")
+        or "https://"
+    )
+    return endpoint.lower().startswith("https://")
 
 
 def _encryption_arguments(config: RemoteStorageConfig) -> dict[str, str]:
