@@ -320,3 +320,40 @@ async def test_encryption_goes_on_every_put_and_nowhere_else(
     assert client.names().count("put_object") == 5
     assert client.names().count("create_multipart_upload") == 1
     assert client.names().count("upload_part") == 2
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "signed"),
+    [("https://127.0.0.1:1", False), ("http://127.0.0.1:1", True)],
+)
+async def test_the_payload_is_hashed_into_the_signature_only_without_tls(
+    endpoint: str, signed: bool
+) -> None:
+    """SigV4's SHA-256 of the body costs CPU for every byte uploaded; TLS already protects
+    the body, so over HTTPS it is sent UNSIGNED-PAYLOAD. The request is stopped before it is
+    sent (no server)."""
+    storage = S3RemoteStorage(
+        RemoteStorageConfig(
+            backend="s3",
+            s3_bucket="segments",
+            s3_endpoint=endpoint,
+            s3_region="us-east-1",
+            s3_access_key_id="key",
+            s3_secret_access_key="secret",
+            s3_path_style_access=True,
+        )
+    )
+    client: Any = await storage._connected_client()
+    seen: dict[str, Any] = {}
+
+    def stop_before_send(request: Any, **_: Any) -> None:
+        seen["hash"] = request.headers["X-Amz-Content-SHA256"]
+        raise RuntimeError("stopped before sending")
+
+    client.meta.events.register("before-send.s3.UploadPart", stop_before_send)
+    with pytest.raises(RuntimeError, match="stopped before sending"):
+        await client.upload_part(
+            Bucket="segments", Key="k", UploadId="u", PartNumber=1, Body=bytearray(b"batch")
+        )
+    await storage.close()
+    assert (seen["hash"] != b"UNSIGNED-PAYLOAD") == signed
