@@ -109,6 +109,14 @@ def load_tiering_settings(
     return settings_from_flat(read_settings(path, overrides or {}, accepted))
 
 
+_JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
+"""The JVM compiles with C1 only. The pipeline's JVM schedules tasks and passes small
+descriptors and results to the Python workers; the bytes never cross it. Per-thread CPU of
+the Spark JVM over two 512 MiB cycles (bench/pipeline.py) was 2.2 s in the C2 compiler
+threads and 0.3 s in everything else: C2's optimisations cost more than they can save here,
+on every new JVM and for minutes after it starts."""
+
+
 def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> Any:
     """A SparkSession for the pipeline (``master=None``: whatever spark-submit set).
 
@@ -122,12 +130,12 @@ def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> A
     log.info(
         "starting Spark on %s (its JVM takes a few seconds)", master or "spark-submit's master"
     )
-    log4j = f"-Dlog4j2.configurationFile={_LOG4J_CONFIG}"
+    java_options = f"-Dlog4j2.configurationFile={_LOG4J_CONFIG} {_JIT_OPTIONS}"
     builder = (
         SparkSession.builder.appName(app_name)
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", log4j)
-        .config("spark.executor.extraJavaOptions", log4j)
+        .config("spark.driver.extraJavaOptions", java_options)
+        .config("spark.executor.extraJavaOptions", java_options)
     )
     if master is not None:
         builder = builder.master(master)
