@@ -7,11 +7,12 @@ process instead of once per task.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
+
+import uvloop
 
 from storage.rsm.base import RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
@@ -44,7 +45,7 @@ class WorkerRuntime:
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
+        self.loop = uvloop.new_event_loop()
         self._storage: dict[tuple[object, RemoteStorageConfig], RemoteStorageManager] = {}
         _freeze_long_lived()
 
