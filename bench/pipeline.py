@@ -329,7 +329,15 @@ def target_for(backend: Backend, s3: S3Info | None, scratch: Path, name: str) ->
     return Target(backend="s3", s3=s3, bucket=bucket)
 
 
-def settings(broker: BrokerInfo, target: Target, pattern: str, *, run: str, spill: Path) -> Any:
+def settings(
+    broker: BrokerInfo,
+    target: Target,
+    pattern: str,
+    *,
+    run: str,
+    spill: Path,
+    segment_bytes: int = 64 * MIB,
+) -> Any:
     return settings_from_flat(
         {
             "bootstrap.servers": broker.bootstrap,
@@ -343,7 +351,7 @@ def settings(broker: BrokerInfo, target: Target, pattern: str, *, run: str, spil
                 {
                     "pattern": pattern,
                     "remote.storage.enable": True,
-                    "segment.bytes": 64 * MIB,
+                    "segment.bytes": segment_bytes,
                     "segment.ms": 3_600_000,
                 }
             ],
@@ -366,10 +374,11 @@ def measure_cycle(
     spill: Path,
     read: int,
     raw_bytes_per_s: float,
+    segment_bytes: int = 64 * MIB,
 ) -> Cycle:
     """One cycle copying the whole topic under a fresh prefix; checks that it copied it all."""
     run = f"{target.backend}-{uuid.uuid4().hex[:8]}"
-    config = settings(broker, target, topic, run=run, spill=spill)
+    config = settings(broker, target, topic, run=run, spill=spill, segment_bytes=segment_bytes)
     before, parts_before = meter.sample(), meter.parts()
     (report,) = asyncio.run(pipeline_cycles(spark, config, 1))
     after, parts_after = meter.sample(), meter.parts()

@@ -123,6 +123,13 @@ BENCHMARKS = (
         "of every process reported.",
     ),
     Benchmark(
+        name="native_copier",
+        question="Copying to the remote tier: the tiering pipeline vs Kafka's native copier "
+        "(RemoteLogManager with LocalTieredStorage), per partition, on one broker.",
+        goals="pipeline MB/s per partition ≥ 1.0 x the native copier's; CPU-s per GiB of the "
+        "pipeline's processes and of the broker reported.",
+    ),
+    Benchmark(
         name="hostile",
         question="Hostile input: tens of thousands of malformed frames at the proxy while "
         "consumers read tiered data through it.",
