@@ -510,3 +510,16 @@ def test_random_chunking_gives_identical_files() -> None:
     whole = SegmentBuilder(base_offset=0)
     whole.append(log)
     assert results == {whole.finish().data}
+
+
+def test_a_segment_of_one_chunk_is_that_chunk_without_a_copy() -> None:
+    """Every copy of segment bytes costs CPU per GiB: the copy task hands the builder its
+    mapped spill file, and a segment from one chunk must be uploaded from it as is."""
+    log = synthetic_partition(7, 20)
+    chunk = bytearray(log) + b"\x00\x00\x00"  # a partial batch header after the whole ones
+    builder = SegmentBuilder(base_offset=batches_of(log)[0].header.base_offset)
+    builder.append(chunk)
+    built = builder.finish()
+    assert isinstance(built.data.log, memoryview)
+    assert built.data.log.obj is chunk
+    assert built.data.log == log
