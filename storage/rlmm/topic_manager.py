@@ -47,7 +47,7 @@ from protocol.metadata_records import (
 from protocol.murmur2 import metadata_partition_for
 from storage.kafka_acls import denied, principal_of
 from storage.kafka_client import KafkaClient
-from storage.kafka_client.consumer import AssignedConsumer
+from storage.kafka_client.consumer import FETCH_MAX_WAIT_MS, AssignedConsumer
 from storage.kafka_client.leaders import TopicAuthorizationError
 from storage.kafka_client.producer import TopicProducer
 from storage.kafka_security import KafkaSecurityConfig
@@ -85,10 +85,16 @@ class TopicBasedRemoteLogMetadataManager:
         bootstrap_servers: str,
         security: KafkaSecurityConfig | None = None,
         command: str | None = None,
+        fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS,
     ) -> None:
         """``command`` (``serve``, ``tier``) names the process, for its own snapshot
         directory when ``remote.log.metadata.snapshot.dir`` is ``auto``; without one, only an
-        explicit directory keeps snapshots."""
+        explicit directory keeps snapshots.
+
+        ``fetch_max_wait_ms`` is the consumer's long poll. Catching up after the snapshots
+        waits for one Fetch answer per partition (its high watermark), which a broker holds
+        that long when the snapshots already hold everything: a manager that only catches
+        up once (a Spark query's planning) asks for less."""
         self.config = config
         self.cache = RemoteLogMetadataCache()
         self.applied_records = 0
@@ -115,6 +121,7 @@ class TopicBasedRemoteLogMetadataManager:
             if self.snapshot_dir is not None
             else None
         )
+        self._fetch_max_wait_ms = fetch_max_wait_ms
         self._producer: TopicProducer | None = None
         self._consumer: AssignedConsumer | None = None
         self._consume_task: asyncio.Task[None] | None = None
@@ -197,7 +204,12 @@ class TopicBasedRemoteLogMetadataManager:
             )
         topic = self.config.topic_name
         self._producer = TopicProducer(self._client, topic)
-        self._consumer = AssignedConsumer(self._consumer_client, topic, self._partition_count)
+        self._consumer = AssignedConsumer(
+            self._consumer_client,
+            topic,
+            self._partition_count,
+            max_wait_ms=self._fetch_max_wait_ms,
+        )
         for partition, offset in resume_after.items():
             self._applied[partition] = offset
             self._consumer.seek(partition, offset + 1)

@@ -43,7 +43,9 @@ _READ_COMMITTED: Final = 1
 _READ_UNCOMMITTED: Final = 0
 _FETCH_WAIT_MS: Final = 100
 """Tansu answers a Fetch with no partitions at all when it may not wait; Kafka, asked for
-``min_bytes`` 0, answers at once anyway."""
+``min_bytes`` 0, answers at once anyway. Also the metadata consumer's long poll: catching
+up from snapshots that already hold everything waits that long for each high watermark
+(Kafka's default 500 ms was a third of a second of every query's planning)."""
 _INDEX_CACHE_BYTES: Final = 64 * 1024 * 1024
 _INDEX_TTL_SECONDS: Final = 600.0
 _CHUNK_CACHE_BYTES: Final = 16 * 1024 * 1024
@@ -297,6 +299,7 @@ async def open_catalog(settings: SourceSettings) -> AsyncIterator[Catalog]:
         bootstrap_servers=settings.bootstrap_servers,
         security=settings.security,
         command="spark",
+        fetch_max_wait_ms=_FETCH_WAIT_MS,
     )
     rsm = create_remote_storage(settings.storage)
     indexes = RemoteIndexCache(rsm, max_bytes=_INDEX_CACHE_BYTES, ttl_seconds=_INDEX_TTL_SECONDS)
