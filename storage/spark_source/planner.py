@@ -22,14 +22,16 @@ import itertools
 import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from storage.spark_source.catalog import Catalog, PartitionInfo, RemoteSegment, SourceError
 from storage.spark_source.decode import AbortedRange
 from storage.spark_source.options import Bound, BoundKind, Bounds, SourceOptions
 from storage.spark_source.slices import LocalSlice, RemoteSlice, Slice
 
-__all__ = ["OffsetRanges", "plan_slices", "resolve_offsets"]
+__all__ = ["OffsetRanges", "concurrently", "plan_slices", "resolve_offsets"]
+
+T = TypeVar("T")
 
 OffsetRanges = Mapping[tuple[str, int], tuple[int, int]]
 """``[from, until)`` per ``(topic, partition)``."""
@@ -148,7 +150,7 @@ async def plan_slices(
     """
     resolver = _Resolver(catalog, parts, options)
     wanted = [(part, ranges.get((part.topic, part.partition), (0, 0))) for part in parts]
-    plans = await _all(
+    plans = await concurrently(
         [
             _partition_plan(catalog, resolver, part, start=start, until=until, options=options)
             for part, (start, until) in wanted
@@ -165,7 +167,7 @@ async def plan_slices(
     return slices
 
 
-async def _all(steps: Sequence[Awaitable[_PartitionPlan]]) -> list[_PartitionPlan]:
+async def concurrently(steps: Sequence[Awaitable[T]]) -> list[T]:
     """``steps`` at the same time, in order: each partition's indexes are separate GETs
     (sequential, 12 segments were a quarter of a second of every query's planning). The
     first failure cancels the others and is raised as it is."""

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from storage.kafka_client import KafkaClient
 from storage.spark_source.catalog import Catalog, PartitionInfo, SourceError
 from storage.spark_source.options import parse_options
-from storage.spark_source.planner import plan_slices
+from storage.spark_source.planner import concurrently, plan_slices
 from storage.spark_source.read import remote_columns
 from storage.spark_source.slices import RemoteSlice
 from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch
@@ -120,3 +120,30 @@ def test_without_fail_on_data_loss_what_is_left_is_read() -> None:
         _plan_and_read([[5, 5]], 0, 100, 1 << 20, first_offset=20, failOnDataLoss="false")
     )
     assert offsets == list(range(20, end))
+
+
+async def test_partitions_planned_at_the_same_time_keep_their_order() -> None:
+    async def after(delay: float, value: int) -> int:
+        await asyncio.sleep(delay)
+        return value
+
+    assert await concurrently([after(0.02, 1), after(0.0, 2), after(0.01, 3)]) == [1, 2, 3]
+
+
+async def test_the_first_failure_is_raised_as_it_is_and_cancels_the_other_partitions() -> None:
+    cancelled = asyncio.Event()
+
+    async def fails() -> int:
+        raise SourceError("offsets 0 to 9 are no longer stored")
+
+    async def waits() -> int:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return 0
+
+    with pytest.raises(SourceError, match="no longer stored"):
+        await concurrently([waits(), fails()])
+    assert cancelled.is_set()
