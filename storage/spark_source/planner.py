@@ -168,9 +168,12 @@ async def plan_slices(
 
 
 async def concurrently(steps: Sequence[Awaitable[T]]) -> list[T]:
-    """``steps`` at the same time, in order: each partition's indexes are separate GETs
-    (sequential, 12 segments were a quarter of a second of every query's planning). The
-    first failure cancels the others and is raised as it is."""
+    """The results of ``steps``, run at the same time, in their order.
+
+    Each partition's plan waits on GETs of its own indexes: one after the other, 12
+    segments were a quarter of a second of every query's planning. The first failure
+    cancels the other steps and is raised as it is (a :class:`SourceError` stays one).
+    """
     tasks = [asyncio.ensure_future(step) for step in steps]
     try:
         return await asyncio.gather(*tasks)
