@@ -26,7 +26,13 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from protocol.compression import DecompressionError, decompress_records
-from protocol.records import BATCH_HEADER_SIZE, BatchHeader, CorruptRecordBatchError, TimestampType
+from protocol.records import (
+    BATCH_HEADER_SIZE,
+    BatchHeader,
+    Compression,
+    CorruptRecordBatchError,
+    TimestampType,
+)
 from protocol.varint import VarintError, decode_varint
 
 __all__ = ["Columns", "Header", "split_records"]
@@ -87,18 +93,21 @@ def split_records(
     framing = _Framing(chunks=[], starts=array("q"), ends=array("q"))
     counts = []
     view = memoryview(buf)
+    in_place = _in_place(buf, batches)
     for position, header in batches:
         try:
             body = decompress_records(
                 header.compression, view[position + BATCH_HEADER_SIZE : position + header.size]
             )
+            if in_place:
+                framing.size = position + BATCH_HEADER_SIZE
             _frame(body, header.record_count, framing)
         except (VarintError, ValueError, IndexError, struct.error, DecompressionError) as err:
             raise CorruptRecordBatchError(
                 f"records of the batch at offset {header.base_offset} cannot be decoded: {err}"
             ) from err
         counts.append(header.record_count)
-    joined = b"".join([*framing.chunks, _PADDING])
+    joined = buf if in_place else b"".join([*framing.chunks, _PADDING])
     try:
         return _columns(
             joined,
@@ -117,8 +126,25 @@ def split_records(
         ) from err
 
 
+def _in_place(buf: bytes, batches: Sequence[tuple[int, BatchHeader]]) -> bool:
+    """Whether the records can be read where they lie in ``buf``, without joining the
+    batches' bodies into a copy: every batch is uncompressed, and ``buf`` holds at least
+    ``_PADDING``'s length of bytes after the last one, so a varint read at a record's last
+    byte stays in the array (another batch's bytes there end it as zeros would, or make a
+    corrupt record's varint too long: corrupt either way).
+
+    Joining was a tenth of the Python workers' time in a scan of uncompressed topics."""
+    if not batches:
+        return False
+    last_position, last = batches[-1]
+    return len(buf) - (last_position + last.size) >= len(_PADDING) and all(
+        header.compression is Compression.NONE for _, header in batches
+    )
+
+
 def _frame(body: bytes | memoryview, count: int, framing: _Framing) -> None:
-    """Note each record's body ``[start, end)`` (after its length) in the concatenation."""
+    """Note each record's body ``[start, end)`` (after its length) in the concatenation
+    (or, read in place, in ``buf``: ``framing.size`` is then the body's position there)."""
     starts, ends = framing.starts, framing.ends
     shift = framing.size
     point = 0

@@ -133,15 +133,20 @@ def compressed_batch(base_offset: int, batch: list[Record], compression: Compres
     window=st.tuples(st.integers(0, 150), st.integers(0, 150)),
     group_bytes=st.sampled_from([1, 500, GROUP_BYTES]),
     include_headers=st.booleans(),
+    cut=st.integers(0, BATCH_HEADER_SIZE - 1),
 )
 def test_many_batches_every_codec_any_window_any_grouping(
     batches: list[tuple[list[Record], Compression, int]],
     window: tuple[int, int],
     group_bytes: int,
     include_headers: bool,
+    cut: int,
 ) -> None:
     """Batches of every codec, with gaps between their offsets (as after compaction), cut
-    by any offset window and grouped any way: exactly the records of the window, in order."""
+    by any offset window and grouped any way: exactly the records of the window, in order.
+    A batch cut short after them (``cut`` bytes of it, left for a later read) lets even the
+    last group be read in place when uncompressed, with bytes that are not zeros after its
+    last record."""
     buf = b""
     expected: list[tuple[int, Record]] = []
     offset = 0
@@ -150,6 +155,7 @@ def test_many_batches_every_codec_any_window_any_grouping(
         buf += compressed_batch(offset, batch, compression)
         expected += [(offset + i, r) for i, r in enumerate(batch)]
         offset += len(batch)
+    buf += compressed_batch(offset, [Record(value=b"next", timestamp=0)], Compression.NONE)[:cut]
     start, until = min(window), max(window)
     wanted = [(o, r) for o, r in expected if start <= o < until]
     found = decoding(buf, from_offset=start, until_offset=until, include_headers=include_headers)
@@ -257,3 +263,21 @@ def test_repeated_aborted_transactions_count_once() -> None:
     transactions = TransactionFilter([AbortedRange(producer_id=7, first_offset=0)])
     transactions.add([AbortedRange(producer_id=7, first_offset=0)])
     assert decoded(LOG, transactions=transactions).offsets == [2, 3, 6, 7]
+
+
+def test_uncompressed_groups_read_in_place_give_every_field() -> None:
+    """Uncompressed batches followed by other bytes are read where they lie (no copy of
+    their bodies); the last group too, when a batch cut short follows it."""
+    batch = [
+        Record(value=b"v" * n, key=b"k" * (n % 3), timestamp=n, headers=(("h", b"x" * n),))
+        for n in range(1, 6)
+    ]
+    buf = b"".join(compressed_batch(5 * n, batch, Compression.NONE) for n in range(3))
+    buf += compressed_batch(15, batch, Compression.NONE)[: BATCH_HEADER_SIZE - 1]
+    found = decoding(buf, from_offset=2, until_offset=14, include_headers=True)
+    rows = rows_of(found.columns(1))
+    wanted = [(5 * n + i, r) for n in range(3) for i, r in enumerate(batch)][2:14]
+    assert rows.offsets == [o for o, _ in wanted]
+    assert rows.keys == [r.key for _, r in wanted]
+    assert rows.values == [r.value for _, r in wanted]
+    assert rows.headers == [list(r.headers) for _, r in wanted]
