@@ -1,7 +1,8 @@
 """Catch-up reads from the remote tier through the proxy versus reads of the broker's log.
 
 Question: when N consumers catch up on the same old range of a partition, how fast do they
-read it from the remote tier through ``tierproxy serve`` (SeaweedFS as object storage, the
+read it from the remote tier through ``tierproxy serve`` (SeaweedFS as object storage by
+default, the question being object storage; ``--tier local`` for a local-directory tier; the
 offload policy on, so the proxy serves the tiered range although the broker still has it)
 compared with reading it directly from the broker; and how much do those catch-up readers
 slow down a consumer at the head of the log that goes through the same proxy?
@@ -10,6 +11,7 @@ Run::
 
     .venv/bin/python -m bench.catchup                      # embedded Tansu + SeaweedFS
     .venv/bin/python -m bench.catchup --data-mib 128 --pairs 5 --consumers 1 4 8
+    .venv/bin/python -m bench.catchup --tier local      # no SeaweedFS: a directory tier
     KAFKA_HOME=/opt/kafka .venv/bin/python -m bench.catchup
 
 Set-up: one partition of ``--data-mib`` MiB of 1 KiB records (uncompressed) is produced and
@@ -37,7 +39,8 @@ SeaweedFS through :mod:`bench.forwarder`, which holds each answer's first byte t
 GET's time to first byte on real object storage); one catch-up loop alternates between the
 undelayed proxy and the delayed one. Reported: the ratio delayed / undelayed (both read the
 range from object storage: the chunk cache is smaller than it) and object-storage GETs per
-GiB, from the proxy's cache metrics (chunk GETs + index misses).
+GiB, from the proxy's cache metrics (chunk GETs + index misses). Skipped with ``--tier
+local``, which has no object storage to delay.
 
 ``--profile DIR`` samples the proxy with py-spy during each catch-up cell (both paths'
 rounds; the proxy is idle while the broker is read directly) and prints where its CPU went.
@@ -45,10 +48,12 @@ rounds; the proxy is idle while the broker is read directly) and prints where it
 from another checkout (say, the commit before a change) and alternates one catch-up
 consumer between it and this tree's proxy: before/after figures from one run.
 
-Data is warm on both paths: the broker's log and SeaweedFS's volume files in the page cache.
-Everything shares the machine's two cores. Results: ``bench/results/catchup.json`` and
-``.png``. Goals (issue 13): remote >= 0.8 x local, tail p99 within +-10 % under catch-up
-load, delayed / undelayed >= 0.7, GETs <= 300 per GiB.
+Data is warm on both paths: the broker's log and SeaweedFS's volume files (or the local
+tier's files) in the page cache. With ``--tier local`` no S3 CPU is measured: the rounds'
+figure is ``None`` and the summaries leave it out. Everything shares the machine's two
+cores. Results: ``bench/results/catchup.json`` and ``.png``. Goals (issue 13): remote >= 0.8
+x local, tail p99 within +-10 % under catch-up load, delayed / undelayed >= 0.7, GETs <= 300
+per GiB.
 """
 
 from __future__ import annotations
@@ -92,18 +97,14 @@ from bench.passthrough import (
     raw_fetch_all,
     topic_id_and_end,
 )
+from bench.pipeline import BACKENDS, Target
 from bench.profile import record
 from bench.profile import summarise as summarise_profile
-from bench.tiering import produce_and_tier, servers_from_env
+from bench.tiering import produce_and_tier, remote_tier, servers_from_env, tier_settings
 from protocol.headers import parse_response_header
 from protocol.messages import ApiKey, decode_response
-from proxy.embedded import (
-    BrokerInfo,
-    S3Info,
-    create_bucket,
-    delete_bucket,
-)
-from proxy.embedded.tierproxy import TierproxyServer, proxy_process, storage_settings
+from proxy.embedded import BrokerInfo, S3Info
+from proxy.embedded.tierproxy import TierproxyServer, proxy_process
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 
@@ -124,7 +125,8 @@ class CatchupRound:
     mib_per_s: float
     proxy_cpu_s_per_gib: float
     broker_cpu_s_per_gib: float
-    s3_cpu_s_per_gib: float
+    s3_cpu_s_per_gib: float | None
+    """None when no S3 process is measured (a local-directory tier, external S3)."""
     fetches_per_gib: float
 
 
@@ -151,26 +153,26 @@ class Pids:
     broker: int | None
     s3: int | None
 
-    def cpu(self) -> tuple[float, float, float]:
-        def of(pid: int | None) -> float:
-            return cpu_seconds(pid) if pid is not None else 0.0
-
-        return of(self.proxy), of(self.broker), of(self.s3)
+    def cpu(self) -> tuple[float, float, float | None]:
+        """CPU seconds so far of the proxy, the broker (0 if external) and S3 (None if no
+        S3 process is measured: a local-directory tier has none, an external one is apart)."""
+        broker = cpu_seconds(self.broker) if self.broker is not None else 0.0
+        s3 = cpu_seconds(self.s3) if self.s3 is not None else None
+        return cpu_seconds(self.proxy), broker, s3
 
 
 # -- set-up --------------------------------------------------------------------------------
 
 
 async def prepare(
-    args: argparse.Namespace, broker: BrokerInfo, s3: S3Info, bucket: str, spill: Path
+    args: argparse.Namespace, broker: BrokerInfo, target: Target, spill: Path
 ) -> Setup:
     topic = f"bench-catchup-{uuid.uuid4().hex[:8]}"
     metadata_topic = f"__rlm-{topic}"
     await produce_and_tier(
         broker,
-        s3,
+        target,
         topic=topic,
-        bucket=bucket,
         spill=spill,
         data_mib=args.data_mib,
         segment_bytes=SEGMENT_BYTES,
@@ -212,8 +214,7 @@ def produce_head(bootstrap: str, topic: str, count: int) -> None:
 def running_proxy(
     args: argparse.Namespace,
     broker: BrokerInfo,
-    s3: S3Info,
-    bucket: str,
+    target: Target,
     topic: str,
     *,
     tree: Path | None = None,
@@ -224,7 +225,7 @@ def running_proxy(
         broker,
         Path(tempfile.mkdtemp(prefix="bench-catchup-")),
         {
-            **storage_settings(s3, bucket, f"__rlm-{topic}"),
+            **tier_settings(target, f"__rlm-{topic}"),
             "remote.fetch.offload.enable": True,
             "remote.fetch.chunk.cache.size.bytes": args.chunk_cache_mib * MIB,
             "log.level": "WARNING",
@@ -268,7 +269,8 @@ def catchup_round(
         seconds = time.perf_counter() - started
         after = pids.cpu()
         gib = sum(totals) / GIB
-        proxy_cpu, broker_cpu, s3_cpu = (b - a for a, b in zip(before, after, strict=True))
+        proxy_cpu, broker_cpu = after[0] - before[0], after[1] - before[1]
+        s3_cpu = None if after[2] is None or before[2] is None else after[2] - before[2]
         return CatchupRound(
             path=endpoint.name,
             consumers=consumers,
@@ -278,7 +280,7 @@ def catchup_round(
             mib_per_s=sum(totals) / MIB / seconds,
             proxy_cpu_s_per_gib=proxy_cpu / gib,
             broker_cpu_s_per_gib=broker_cpu / gib,
-            s3_cpu_s_per_gib=s3_cpu / gib,
+            s3_cpu_s_per_gib=None if s3_cpu is None else s3_cpu / gib,
             fetches_per_gib=tally.requests / gib,
         )
 
@@ -286,9 +288,12 @@ def catchup_round(
 
 
 def summarise(pairs: list[Pair[CatchupRound]]) -> dict[str, float]:
+    """Medians of the pairs; ``s3_cpu_s_per_gib_proxy`` only when an S3 process was measured
+    (absent, not 0, for a local-directory tier)."""
+    s3_cpu = [p.b.s3_cpu_s_per_gib for p in pairs if p.b.s3_cpu_s_per_gib is not None]
     return {
         **throughput_summary(pairs),
-        "s3_cpu_s_per_gib_proxy": median([p.b.s3_cpu_s_per_gib for p in pairs]),
+        **({"s3_cpu_s_per_gib_proxy": median(s3_cpu)} if len(s3_cpu) == len(pairs) else {}),
         "direct_fetches_per_gib": median([p.a.fetches_per_gib for p in pairs]),
         "proxy_fetches_per_gib": median([p.b.fetches_per_gib for p in pairs]),
     }
@@ -409,29 +414,29 @@ async def tail_rounds(
 async def run(
     args: argparse.Namespace,
     broker: BrokerInfo,
-    s3: S3Info,
+    s3: S3Info | None,
     broker_pid: int | None,
     s3_pid: int | None,
 ) -> dict[str, Any]:
-    bucket = f"bench-catchup-{uuid.uuid4().hex[:8]}"
-    create_bucket(s3, bucket)
-    try:
-        setup = await prepare(args, broker, s3, bucket, Path(tempfile.mkdtemp(prefix="spill-")))
+    with remote_tier(args.tier, s3, "bench-catchup") as target:
+        setup = await prepare(args, broker, target, Path(tempfile.mkdtemp(prefix="spill-")))
         print(f"tiered range [0, {setup.tiered_end}), untiered head up to {setup.high_watermark}")
         result: dict[str, Any] = {
             "broker": broker.version,
-            "s3": s3.kind,
+            "tier": args.tier,
+            "s3": None if s3 is None else s3.kind,
             "data_mib": args.data_mib,
             "tail_mib": args.tail_mib,
             "chunk_cache_mib": args.chunk_cache_mib,
             "pairs": args.pairs,
             "record_bytes": RECORD_BYTES,
-            "data": "warm: broker log in memory (Tansu) or page cache; SeaweedFS files in page "
-            "cache; the proxy's chunk cache is smaller than the range, so rounds re-read it",
+            "data": "warm: broker log in memory (Tansu) or page cache; SeaweedFS or local tier "
+            "files in page cache; the proxy's chunk cache is smaller than the range, so rounds "
+            "re-read it",
             "cpu_count": os.cpu_count(),
         }
         direct = Endpoint(name="direct", host=broker.host, port=broker.port)
-        with running_proxy(args, broker, s3, bucket, setup.topic) as process:
+        with running_proxy(args, broker, target, setup.topic) as process:
             proxy = Endpoint(name="proxy", host="127.0.0.1", port=process.port)
             assert process.process.pid is not None
             pids = Pids(proxy=process.process.pid, broker=broker_pid, s3=s3_pid)
@@ -462,15 +467,15 @@ async def run(
             result["catchup"] = catchup
             if args.baseline_tree is not None:
                 result["baseline"] = await baseline_rounds(
-                    args, broker=broker, s3=s3, bucket=bucket, setup=setup, pids=pids, proxy=proxy
+                    args, broker=broker, target=target, setup=setup, pids=pids, proxy=proxy
                 )
             if args.tail_seconds > 0:
                 result["tail"] = await tail_rounds(
                     proxy, direct, setup, args.pairs, args.tail_seconds
                 )
-            if args.s3_first_byte_ms:
+            if args.s3_first_byte_ms and target.s3 is not None:
                 result["object storage latency"] = await latency_rounds(
-                    args, broker=broker, s3=s3, bucket=bucket, setup=setup, warm=process, pids=pids
+                    args, broker=broker, target=target, setup=setup, warm=process, pids=pids
                 )
             if "tail" in result:
                 tail = result["tail"]
@@ -484,16 +489,13 @@ async def run(
                     )
                 )
         return result
-    finally:
-        delete_bucket(s3, bucket)
 
 
 async def baseline_rounds(
     args: argparse.Namespace,
     *,
     broker: BrokerInfo,
-    s3: S3Info,
-    bucket: str,
+    target: Target,
     setup: Setup,
     pids: Pids,
     proxy: Endpoint,
@@ -502,7 +504,7 @@ async def baseline_rounds(
     code before a change) against this one, alternating (A B / B A): before/after figures
     from one run, on the same data and the same machine load."""
     results: dict[str, Any] = {}
-    with running_proxy(args, broker, s3, bucket, setup.topic, tree=args.baseline_tree) as old:
+    with running_proxy(args, broker, target, setup.topic, tree=args.baseline_tree) as old:
         assert old.process.pid is not None
         old_pids = dataclasses.replace(pids, proxy=old.process.pid)
         before = Endpoint(name="baseline", host="127.0.0.1", port=old.port)
@@ -547,8 +549,7 @@ async def latency_rounds(
     args: argparse.Namespace,
     *,
     broker: BrokerInfo,
-    s3: S3Info,
-    bucket: str,
+    target: Target,
     setup: Setup,
     warm: TierproxyServer,
     pids: Pids,
@@ -559,17 +560,12 @@ async def latency_rounds(
     results: dict[str, Any] = {}
     warm_endpoint = Endpoint(name="proxy", host="127.0.0.1", port=warm.port)
     log_dir = Path(tempfile.mkdtemp(prefix="bench-latency-"))
-    target = s3.endpoint_url.removeprefix("http://").rstrip("/")
+    assert target.s3 is not None
+    upstream = target.s3.endpoint_url.removeprefix("http://").rstrip("/")
     for delay in args.s3_first_byte_ms:
         with (
-            forwarder.running(target, log_dir, delay_ms=delay) as (port, _),
-            running_proxy(
-                args,
-                broker,
-                dataclasses.replace(s3, endpoint_url=f"http://127.0.0.1:{port}"),
-                bucket,
-                setup.topic,
-            ) as slow,
+            forwarder.running(upstream, log_dir, delay_ms=delay) as (port, _),
+            running_proxy(args, broker, through(target, port), setup.topic) as slow,
         ):
             assert slow.process.pid is not None
             slow_pids = dataclasses.replace(pids, proxy=slow.process.pid)
@@ -599,6 +595,13 @@ async def latency_rounds(
             f"{summary['undelayed_gets_per_gib']:.0f} / {summary['delayed_gets_per_gib']:.0f}"
         )
     return results
+
+
+def through(target: Target, port: int) -> Target:
+    """``target``'s bucket reached through the forwarder on ``port``."""
+    assert target.s3 is not None
+    s3 = dataclasses.replace(target.s3, endpoint_url=f"http://127.0.0.1:{port}")
+    return dataclasses.replace(target, s3=s3)
 
 
 def profile_path(directory: Path | None, consumers: int, fetch_mib: int) -> Path | None:
@@ -634,7 +637,7 @@ def plot(result: dict[str, Any]) -> Path:
         "catchup",
         charts,
         title=f"catch-up from the remote tier vs the broker ({result['broker']}, "
-        f"{result['s3']}; medians of {result['pairs']} pairs)",
+        f"{result['s3'] or result['tier']}; medians of {result['pairs']} pairs)",
     )
 
 
@@ -643,6 +646,13 @@ def main() -> None:
     parser.add_argument("--data-mib", type=int, default=96, help="tiered data (1 partition)")
     parser.add_argument("--tail-mib", type=int, default=4, help="untiered data after it")
     parser.add_argument("--chunk-cache-mib", type=int, default=32)
+    parser.add_argument(
+        "--tier",
+        choices=BACKENDS,
+        default="s3",
+        help="the remote tier: S3 (SeaweedFS unless S3_ENDPOINT; the default, catch-up being "
+        "about object storage) or a local directory (no S3 server started)",
+    )
     parser.add_argument("--pairs", type=int, default=3, help="A/B pairs per cell (>= 3)")
     parser.add_argument("--consumers", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--fetch-mib", type=int, nargs="+", default=[1, 8])
@@ -665,7 +675,7 @@ def main() -> None:
         help="object-storage first-byte delays to compare with none (none: skip)",
     )
     args = parser.parse_args()
-    with servers_from_env() as servers:
+    with servers_from_env(with_s3=args.tier == "s3") as servers:
         result = asyncio.run(
             run(args, servers.broker, servers.s3, servers.broker_pid, servers.s3_pid)
         )

@@ -63,6 +63,7 @@ from bench.common import (
 )
 from bench.hostile_attacks import CATEGORIES, Tally, Target, attack
 from bench.passthrough import Endpoint, fetch_request, topic_id_and_end
+from bench.pipeline import Target as TierTarget
 from bench.tiering import produce_and_tier, servers_from_env
 from protocol.frames import DEFAULT_MAX_FRAME_BYTES, encode_frame
 from protocol.headers import encode_request_header
@@ -122,9 +123,8 @@ async def prepare(
     topic = f"bench-hostile-{uuid.uuid4().hex[:8]}"
     report = await produce_and_tier(
         broker,
-        s3,
+        TierTarget(backend="s3", s3=s3, bucket=bucket),
         topic=topic,
-        bucket=bucket,
         spill=spill,
         data_mib=args.data_mib,
         segment_bytes=SEGMENT_BYTES,
@@ -526,6 +526,7 @@ def main() -> None:
     parser.add_argument("--slowloris", type=int, default=16, help="slowloris connections held")
     args = parser.parse_args()
     with servers_from_env() as servers:
+        assert servers.s3 is not None
         result = asyncio.run(run(args, servers.broker, servers.s3))
     print(
         f"proxy alive: {result['proxy_alive']}; every record exactly once: "

@@ -8,26 +8,32 @@ how many Fetch requests per GiB does each take, and how much CPU does each proce
 Run::
 
     .venv/bin/python -m bench.native --data-mib 96 --pairs 5
+    .venv/bin/python -m bench.native --tier s3 --pairs 3   # tierproxy on SeaweedFS instead
     TIERPROXY_BENCH_RESULTS=/tmp/r .venv/bin/python -m bench.native --pairs 3
 
 Set-up: one embedded Apache Kafka 4.x with native tiered storage switched on
-(``KafkaBroker(native_tiered=True)``: Kafka's LocalTieredStorage in the work directory), and
-SeaweedFS for tierproxy. Three topics of ``--data-mib`` MiB of 1 KiB records, 8 MiB
+(``KafkaBroker(native_tiered=True)``: Kafka's LocalTieredStorage in the work directory).
+tierproxy's remote tier (``--tier``) is a local directory by default, like LocalTieredStorage,
+so that both remote tiers read local files and the comparison is of the two read paths alone;
+``--tier s3`` puts it on SeaweedFS, whose own CPU (about 1.3 CPU-s/GiB on two cores) then
+shares the machine with the proxy while the native side pays nothing of the kind. SeaweedFS
+is started only for ``--tier s3``. Three topics of ``--data-mib`` MiB of 1 KiB records, 8 MiB
 segments:
 
 * *local*: the tierproxy topic of :func:`bench.catchup.prepare`, read directly from the
   broker, which still holds it;
 * *tierproxy remote*: the same topic tiered by tierproxy's pipeline and read through the
-  proxy with the offload policy on (it serves the tiered range from SeaweedFS although the
-  broker has it: the broker's copy plays no part, as if gone);
+  proxy with the offload policy on (it serves the tiered range from its remote tier although
+  the broker has it: the broker's copy plays no part, as if gone);
 * *native remote*: a topic with ``NATIVE_TIERED_TOPIC_CONFIGS`` (every closed segment
   copied, then deleted locally at once), read directly below its local log start.
 
 Each read is one raw Fetch v12 loop (``partition_max_bytes`` 1 MiB and 8 MiB). Two A/B
 comparisons alternate (A B / B A, ``--pairs`` pairs): native remote / local, and tierproxy
 remote / native remote. Reported: median MiB/s, the per-pair ratio, Fetch requests per GiB,
-CPU seconds per GiB of the proxy, broker and SeaweedFS. Goal: tierproxy remote / native
-remote >= 1.5. Data is warm (page cache) on every path. Results: ``native.json``.
+CPU seconds per GiB of the proxy, broker and SeaweedFS (absent with ``--tier local``). Goal:
+tierproxy remote / native remote >= 1.5. Data is warm (page cache) on every path. Results:
+``native.json``, with the tier kind in ``tier``.
 """
 
 from __future__ import annotations
@@ -55,8 +61,10 @@ from bench.catchup import (
 )
 from bench.common import MIB, alternate_async, save_json
 from bench.passthrough import RECORD_BYTES, Endpoint, preload, topic_id_and_end
+from bench.pipeline import BACKENDS
 from bench.profile import record
 from bench.profile import summarise as summarise_profile
+from bench.tiering import remote_tier
 from proxy.embedded import (
     KAFKA_4,
     NATIVE_TIERED_TOPIC_CONFIGS,
@@ -64,9 +72,7 @@ from proxy.embedded import (
     KafkaBroker,
     S3Info,
     SeaweedFS,
-    create_bucket,
     create_topic,
-    delete_bucket,
     ensure_jars,
 )
 from storage.kafka_client import KafkaClient
@@ -135,29 +141,38 @@ async def compare(
             f"  {b[0]:17s} {summary['proxy_mib_per_s']:7.1f} MiB/s, "
             f"{summary['proxy_fetches_per_gib']:6.0f} fetches/GiB, CPU-s/GiB broker "
             f"{summary['broker_cpu_s_per_gib_proxy']:.2f} proxy "
-            f"{summary['proxy_cpu_s_per_gib']:.2f} s3 {summary['s3_cpu_s_per_gib_proxy']:.2f}"
+            f"{summary['proxy_cpu_s_per_gib']:.2f}{s3_column(summary.get('s3_cpu_s_per_gib_proxy'))}"
         )
     return results
 
 
+def s3_column(cpu_s_per_gib: float | None) -> str:
+    """The printout's S3 CPU figure; nothing when there is no S3 process (``--tier local``)."""
+    return "" if cpu_s_per_gib is None else f" s3 {cpu_s_per_gib:.2f}"
+
+
 async def run(
-    args: argparse.Namespace, broker: BrokerInfo, s3: S3Info, broker_pid: int | None, s3_pid: int
+    args: argparse.Namespace,
+    broker: BrokerInfo,
+    s3: S3Info | None,
+    broker_pid: int | None,
+    s3_pid: int | None,
 ) -> dict[str, Any]:
-    bucket = f"bench-native-{uuid.uuid4().hex[:8]}"
-    create_bucket(s3, bucket)
-    try:
-        ours = await prepare(args, broker, s3, bucket, Path(tempfile.mkdtemp(prefix="spill-")))
+    with remote_tier(args.tier, s3, "bench-native") as target:
+        ours = await prepare(args, broker, target, Path(tempfile.mkdtemp(prefix="spill-")))
         native = await prepare_native(args, broker)
         direct = Endpoint(name="direct", host=broker.host, port=broker.port)
         result: dict[str, Any] = {
             "broker": broker.version,
+            "tier": args.tier,
             "data_mib": args.data_mib,
             "pairs": args.pairs,
             "record_bytes": RECORD_BYTES,
-            "data": "warm: broker log, LocalTieredStorage and SeaweedFS files in page cache",
+            "data": f"warm: broker log, LocalTieredStorage and tierproxy's {args.tier} tier "
+            "files in page cache",
             "load_average_at_start": os.getloadavg(),
         }
-        with running_proxy(args, broker, s3, bucket, ours.topic) as process:
+        with running_proxy(args, broker, target, ours.topic) as process:
             proxy = Endpoint(name="proxy", host="127.0.0.1", port=process.port)
             assert process.process.pid is not None
             pids = Pids(proxy=process.process.pid, broker=broker_pid, s3=s3_pid)
@@ -176,8 +191,6 @@ async def run(
                 print("\n".join(summarise_profile(profile, top=25).lines()))
         result["load_average_at_end"] = os.getloadavg()
         return result
-    finally:
-        delete_bucket(s3, bucket)
 
 
 def main() -> None:
@@ -185,6 +198,13 @@ def main() -> None:
     parser.add_argument("--data-mib", type=int, default=96, help="data per topic (1 partition)")
     parser.add_argument("--tail-mib", type=int, default=4, help="untiered data after it")
     parser.add_argument("--chunk-cache-mib", type=int, default=32)
+    parser.add_argument(
+        "--tier",
+        choices=BACKENDS,
+        default="local",
+        help="tierproxy's remote tier: a local directory (the default, like Kafka's "
+        "LocalTieredStorage) or S3 on an embedded SeaweedFS",
+    )
     parser.add_argument("--pairs", type=int, default=5, help="A/B pairs per cell (>= 3)")
     parser.add_argument("--fetch-mib", type=int, nargs="+", default=[1, 8])
     parser.add_argument(
@@ -195,10 +215,10 @@ def main() -> None:
         server = KafkaBroker(ensure_jars(KAFKA_4), native_tiered=True)
         stack.callback(server.close)
         broker = server.start()
-        seaweed = stack.enter_context(SeaweedFS())
-        s3 = seaweed.start()
-        assert seaweed.pid is not None
-        result = asyncio.run(run(args, broker, s3, server.pid, seaweed.pid))
+        seaweed = stack.enter_context(SeaweedFS()) if args.tier == "s3" else None
+        s3 = None if seaweed is None else seaweed.start()
+        s3_pid = None if seaweed is None else seaweed.pid
+        result = asyncio.run(run(args, broker, s3, server.pid, s3_pid))
     print(f"saved {save_json('native', result)}")
 
 

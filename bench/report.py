@@ -27,7 +27,8 @@ The benchmarks (their docstrings give the exact question and method):
 
 Servers come from the environment as in the tests (``KAFKA_BOOTSTRAP`` > ``KAFKA_HOME`` >
 embedded Apache Kafka 4.x; ``S3_ENDPOINT`` > embedded SeaweedFS); ``bench/native.py`` always
-starts its own Kafka with native tiered storage.
+starts its own Kafka with native tiered storage, and tiers tierproxy's copy to a local
+directory (like Kafka's LocalTieredStorage) unless given ``--tier s3``.
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
 """The servers and the tiered topic of the benchmarks that read the remote tier (``catchup``,
-``hostile``): a broker and S3 from the environment, and a preloaded topic tiered by one cycle
-of the real pipeline."""
+``hostile``, ``native``): a broker and S3 from the environment, and a preloaded topic tiered
+by one cycle of the real pipeline to an S3 bucket or a local directory
+(:class:`bench.pipeline.Target`)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,56 +18,91 @@ from typing import Any
 
 from bench.common import MIB
 from bench.passthrough import RECORD_BYTES, preload
+from bench.pipeline import Backend, Target, target_for
 from proxy.embedded import (
     BrokerInfo,
     S3Info,
     SeaweedFS,
     broker_from_env,
     create_topic,
+    delete_bucket,
     s3_info_from_env,
 )
 from proxy.embedded.tierproxy import storage_settings
 from storage.tiering.job import build_spark, open_pipeline, settings_from_flat
 from storage.tiering.report import CycleReport
 
-__all__ = ["Servers", "produce_and_tier", "servers_from_env"]
+__all__ = [
+    "Servers",
+    "produce_and_tier",
+    "remote_tier",
+    "servers_from_env",
+    "tier_settings",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Servers:
     broker: BrokerInfo
-    s3: S3Info
+    s3: S3Info | None
+    """None when no S3 was asked for (a local-directory remote tier)."""
     broker_pid: int | None
     """None for an external broker (``KAFKA_BOOTSTRAP``)."""
     s3_pid: int | None
-    """None for an external endpoint (``S3_ENDPOINT``)."""
+    """None for an external endpoint (``S3_ENDPOINT``) or no S3."""
 
 
 @contextlib.contextmanager
-def servers_from_env() -> Iterator[Servers]:
+def servers_from_env(*, with_s3: bool = True) -> Iterator[Servers]:
     """The broker and S3 endpoint the environment names, embedded Apache Kafka and SeaweedFS
-    by default (as in the tests), stopped by PID on exit."""
+    by default (as in the tests), stopped by PID on exit. Without ``with_s3`` no S3 is
+    started: its CPU would otherwise share the machine with what is measured."""
     with contextlib.ExitStack() as stack:
         server = broker_from_env(os.environ)
         stack.callback(server.close)
         broker = server.start()
-        external = s3_info_from_env(os.environ)
+        external = s3_info_from_env(os.environ) if with_s3 else None
+        s3: S3Info | None = external
         s3_pid = None
-        if external is None:
+        if with_s3 and external is None:
             seaweed = stack.enter_context(SeaweedFS())
             s3 = seaweed.start()
             s3_pid = seaweed.pid
-        else:
-            s3 = external
         yield Servers(broker=broker, s3=s3, broker_pid=getattr(server, "pid", None), s3_pid=s3_pid)
+
+
+@contextlib.contextmanager
+def remote_tier(kind: Backend, s3: S3Info | None, name: str) -> Iterator[Target]:
+    """A fresh S3 bucket or local directory named after ``name`` for one benchmark's remote
+    tier, deleted on exit."""
+    scratch = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+    target = target_for(kind, s3, scratch, name)
+    try:
+        yield target
+    finally:
+        if target.s3 is not None:
+            delete_bucket(target.s3, target.bucket)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def tier_settings(target: Target, metadata_topic: str) -> dict[str, Any]:
+    """The remote storage and metadata settings the pipeline and the proxy share: for S3 the
+    tests' (two attempts, short timeouts), for a directory the pipeline benchmark's."""
+    if target.backend == "s3":
+        assert target.s3 is not None
+        return storage_settings(target.s3, target.bucket, metadata_topic)
+    return {
+        **target.storage_settings(),
+        "remote.log.metadata.topic.name": metadata_topic,
+        "remote.log.metadata.topic.partitions": 3,
+    }
 
 
 async def produce_and_tier(
     broker: BrokerInfo,
-    s3: S3Info,
+    target: Target,
     *,
     topic: str,
-    bucket: str,
     spill: Path,
     data_mib: int,
     segment_bytes: int,
@@ -84,7 +122,7 @@ async def produce_and_tier(
     settings = settings_from_flat(
         {
             "bootstrap.servers": broker.bootstrap,
-            **storage_settings(s3, bucket, f"__rlm-{topic}"),
+            **tier_settings(target, f"__rlm-{topic}"),
             "tiering.spill.dir": str(spill),
             "topics": [
                 {
