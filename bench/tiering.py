@@ -113,9 +113,16 @@ async def produce_and_tier(
     names: ``local.retention.ms`` 1 makes the broker delete what was tiered), its metadata
     in ``__rlm-<topic>``.
 
+    The broker's own segments are ``segment_bytes`` too, not the embedded broker's 1 MiB:
+    Kafka reads one segment per partition per Fetch, so 1 MiB segments would cap a direct
+    read's 8 MiB fetches at 1 MiB and handicap the local-log baseline against the tiered
+    copy (and against the natively tiered topic, which has ``segment_bytes`` segments).
+
     :raises RuntimeError: the cycle reported errors.
     """
-    await create_topic(broker.bootstrap, topic, partitions=1)
+    await create_topic(
+        broker.bootstrap, topic, partitions=1, configs={"segment.bytes": str(segment_bytes)}
+    )
     started = time.perf_counter()
     await asyncio.to_thread(preload, broker.bootstrap, topic, data_mib * MIB // RECORD_BYTES)
     print(f"produced {data_mib} MiB in {time.perf_counter() - started:.1f} s")
