@@ -195,7 +195,12 @@ async def run(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-mib", type=int, default=96, help="data per topic (1 partition)")
+    parser.add_argument(
+        "--data-mib",
+        type=int,
+        default=384,
+        help="data per topic (1 partition); 384 MiB makes rounds of about a second",
+    )
     parser.add_argument("--tail-mib", type=int, default=4, help="untiered data after it")
     parser.add_argument("--chunk-cache-mib", type=int, default=32)
     parser.add_argument(
