@@ -128,6 +128,11 @@ class TopicBasedRemoteLogMetadataManager:
         self._snapshot_task: asyncio.Task[None] | None = None
         self._applied: dict[int, int] = {}
         """Last applied offset per metadata partition."""
+        self._read_through: dict[int, tuple[int, int]] = {}
+        """Per metadata partition, (the consumer's position, the high watermark) of the last
+        Fetch answer whose records are all applied. The consumer's own position moves when
+        an answer arrives, a loop turn or more before :meth:`_consume` applies its records,
+        so catching up is judged by this, never by the consumer."""
         self._skip_through: dict[PartitionKey, int] = {}
         self._changed: set[TopicIdPartition] = set()
         self._waiters: dict[int, list[tuple[int, asyncio.Future[None]]]] = {}
@@ -260,10 +265,10 @@ class TopicBasedRemoteLogMetadataManager:
                     denied(err.request, self.config.topic_name, self._principal)
                 ) from err
             for partition in range(self._partition_count):
-                while (high_watermark := consumer.high_watermark(partition)) is None:
+                while (read := self._read_through.get(partition)) is None:
                     await self._next_progress()
-                end = max(ends[partition], high_watermark)
-                while (consumer.position(partition) or 0) < end:
+                end = max(ends[partition], read[1])
+                while self._read_through[partition][0] < end:
                     await self._next_progress()
 
     async def snapshot(self) -> None:
@@ -322,6 +327,12 @@ class TopicBasedRemoteLogMetadataManager:
             for partition, records in polled.items():
                 for record in records:
                     self._apply(partition, record.offset, record.value)
+                position, high_watermark = (
+                    consumer.position(partition),
+                    consumer.high_watermark(partition),
+                )
+                if position is not None and high_watermark is not None:
+                    self._read_through[partition] = (position, high_watermark)
                 self._wake(partition)
             self._progress.set()
             self._progress = asyncio.Event()

@@ -9,6 +9,7 @@ giving the same cache as a full replay of the topic.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import uuid
@@ -31,6 +32,8 @@ from protocol.metadata_records import (
     encode_metadata_record,
 )
 from protocol.murmur2 import metadata_partition_for
+from protocol.record_reader import ConsumedRecord
+from storage.kafka_client.consumer import AssignedConsumer
 from storage.model import RemoteLogSegmentState, RemotePartitionDeleteState, TopicIdPartition
 from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.config import RemoteLogMetadataConfig
@@ -359,3 +362,32 @@ async def test_a_damaged_snapshot_is_rebuilt_from_the_topic(
             # records of other partitions in it were skipped as already in their snapshots.
             assert 0 < restarted.applied_records <= len(in_rebuilt)
     assert f"rebuilding {damaged} from the metadata topic" in caplog.text
+
+
+async def test_a_start_waits_until_the_answers_records_are_applied(
+    broker: Any, topic_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The consumer's position moves when a Fetch answer arrives, a loop turn or more before
+    the manager applies its records (longer when several leaders answer): a start that went
+    by the consumer's position could return with an empty cache (seen once in CI). Here the
+    answer's records reach the manager only after the end offsets are known."""
+    settings = config(topic_name=topic_name)
+    records = list(history(1))
+    async with manager(broker.bootstrap, settings) as writer:
+        for record in records:
+            await writer.publish(record)
+        poll, end_offsets = AssignedConsumer.poll, AssignedConsumer.end_offsets
+
+        async def late_poll(self: AssignedConsumer) -> dict[int, list[ConsumedRecord]]:
+            found = await poll(self)
+            await asyncio.sleep(0.3)
+            return found
+
+        async def early_end_offsets(self: AssignedConsumer, via: Any = None) -> dict[int, int]:
+            await asyncio.sleep(0.1)
+            return await end_offsets(self, via)
+
+        monkeypatch.setattr(AssignedConsumer, "poll", late_poll)
+        monkeypatch.setattr(AssignedConsumer, "end_offsets", early_end_offsets)
+        async with manager(broker.bootstrap, settings) as reader:
+            assert describe(reader.cache) == describe(writer.cache)
