@@ -36,6 +36,7 @@ __all__ = [
     "FetchResponseEditor",
     "FetchedPartition",
     "PartitionKey",
+    "empty_fetch_response",
     "read_fetch_request",
     "rewrite_fetch_request",
     "session_not_found_response",
@@ -80,6 +81,11 @@ class FetchRequestView:
     partitions: tuple[tuple[PartitionKey, FetchPosition], ...]
     """Every partition listed, in request order."""
     forgotten: tuple[PartitionKey, ...]
+
+    @property
+    def sessionless(self) -> bool:
+        """Outside any fetch session (KIP-227): session 0, epoch -1 (always below v7)."""
+        return self.session_id == NO_SESSION and self.session_epoch == FINAL_EPOCH
 
 
 class AbortedTransaction(Protocol):
@@ -201,10 +207,20 @@ def rewrite_fetch_request(
 
 def session_not_found_response(version: int) -> Any:
     """A whole-response FETCH_SESSION_ID_NOT_FOUND: the client starts a new session."""
+    return _whole_response(version, KafkaError.FETCH_SESSION_ID_NOT_FOUND)
+
+
+def empty_fetch_response(version: int) -> Any:
+    """A sessionless answer without error and without partitions, for the proxy to fill
+    (with :class:`FetchResponseEditor`) when it answers a Fetch without the broker."""
+    return _whole_response(version, KafkaError.NONE)
+
+
+def _whole_response(version: int, error: KafkaError) -> Any:
     return build(
         response_class(ApiKey.FETCH, version),
         throttle_time=timedelta(0),
-        error_code=ErrorCode(int(KafkaError.FETCH_SESSION_ID_NOT_FOUND)),
+        error_code=ErrorCode(int(error)),
         session_id=NO_SESSION,
         responses=(),
         node_endpoints=(),

@@ -29,12 +29,18 @@ storage does.
 Remote data goes only to partitions the broker itself has just answered on this
 connection without an error other than OFFSET_OUT_OF_RANGE (or, in an incremental fetch
 session, left out as unchanged — it still checked them), so the broker's authorisation
-governs remote reads too. Follower fetches pass through untouched.
+governs remote reads too. "Just" is one exception: a sessionless Fetch whose every
+partition is served remotely, each answered by the broker on this connection without error
+within ``remote.fetch.broker.check.reuse.ms``, is answered without the broker
+(:mod:`proxy.remote.broker_checks` says why that is within Kafka's own semantics); such a
+Fetch's response goes through :meth:`FetchInterceptor.on_response` like any other, with
+nothing to learn. Follower fetches pass through untouched.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import struct
 from collections.abc import Mapping, Sequence
@@ -46,9 +52,10 @@ from protocol.errors import KafkaError
 from protocol.fetch_bodies import (
     FIRST_SESSION_VERSION,
     FetchedPartition,
-    FetchPosition,
+    FetchRequestView,
     FetchResponseEditor,
     PartitionKey,
+    empty_fetch_response,
     read_fetch_request,
     rewrite_fetch_request,
     session_not_found_response,
@@ -58,6 +65,7 @@ from proxy.identities import ClientIdentities
 from proxy.interceptors.base import Answer, Call, Interceptor
 from proxy.logs import event
 from proxy.remote.assembly import LocalRecords, RemoteRead, ResponseAssembler
+from proxy.remote.broker_checks import BrokerChecks
 from proxy.remote.broker_view import BrokerView, PartitionState
 from proxy.remote.client_quotas import ClientQuotas, QuotaEntity
 from proxy.remote.fetch_plan import FetchPlanner, TieredPartition, Verdict, verdict
@@ -71,7 +79,8 @@ __all__ = ["FetchInterceptor"]
 
 _log = logging.getLogger("tierproxy.fetch")
 
-_READABLE: Final = frozenset({int(KafkaError.NONE), int(KafkaError.OFFSET_OUT_OF_RANGE)})
+_NONE: Final = int(KafkaError.NONE)
+_READABLE: Final = frozenset({_NONE, int(KafkaError.OFFSET_OUT_OF_RANGE)})
 """Broker answers that let a connection read a partition (its rights and leadership hold)."""
 _CONNECTIONS_KEPT: Final = 100_000
 """Connections whose readable partitions are remembered."""
@@ -93,6 +102,7 @@ class FetchInterceptor(Interceptor):
         broker_view: BrokerView,
         quotas: ClientQuotas,
         identities: ClientIdentities,
+        checks: BrokerChecks,
     ) -> None:
         self._planner = planner
         self._reads = reads
@@ -101,6 +111,7 @@ class FetchInterceptor(Interceptor):
         self._broker = broker_view
         self._quotas = quotas
         self._identities = identities
+        self._checks = checks
         self._assembler = ResponseAssembler(reads=reads, quotas=quotas)
         self._plans = FetchesInFlight()
         self._allowed: LRUCache[int, set[PartitionKey]] = LRUCache(_CONNECTIONS_KEPT)
@@ -131,6 +142,7 @@ class FetchInterceptor(Interceptor):
             broker_view=tier.broker_view,
             quotas=tier.client_quotas,
             identities=tier.identities,
+            checks=tier.broker_checks,
         )
 
     @property
@@ -168,34 +180,38 @@ class FetchInterceptor(Interceptor):
                 epoch=request.session_epoch,
             )
             return Answer(response=session_not_found_response(version))
-        tiered: dict[PartitionKey, TieredPartition] = {}
-        desired: dict[PartitionKey, FetchPosition] = {}
-        for key, position in view.client.items():
-            planned = self._planner.plan(key, position, read_committed=request.read_committed)
-            desired[key] = position
-            if planned is not None:
-                tiered[key] = planned
-                desired[key] = self._planner.forwarded_position(
-                    planned, read_committed=request.read_committed
+        tiered = {
+            key: planned
+            for key, position in view.client.items()
+            if (planned := self._planner.plan(key, position, read_committed=request.read_committed))
+            is not None
+        }
+        now = asyncio.get_running_loop().time()
+        plan = FetchInFlight(view=view, request=request, tiered=tiered, started=now)
+        if self._answers_alone(connection_id, request, tiered, now):
+            # The broker answered every partition on this connection a moment ago.
+            plan.alone = True
+            self._start_early(connection_id, plan, tiered)
+            self._plans.add(connection_id, call.header.correlation_id, plan)
+            self._checks.note_answered_alone()
+            return Answer(response=empty_fetch_response(version))
+        desired = {
+            key: (
+                position
+                if key not in tiered
+                else self._planner.forwarded_position(
+                    tiered[key], read_committed=request.read_committed
                 )
+            )
+            for key, position in view.client.items()
+        }
         sent = self._sessions.forwarded(view, desired)
-        plan = FetchInFlight(
-            view=view,
-            request=request,
-            tiered=tiered,
-            started=asyncio.get_running_loop().time(),
-        )
         allowed = self._allowed.get(connection_id, ())
-        for key, planned in tiered.items():
-            if planned.served and planned.reach_known and key in allowed:
-                # The read runs while the broker answers the probe, so a Fetch costs the
-                # longer of the two round trips, not their sum. Only for partitions the
-                # broker already let this connection read: a client without rights must
-                # not make the proxy read remote storage at all.
-                budget = min(planned.position.partition_max_bytes, request.max_bytes)
-                plan.early[key] = self._reads.start(
-                    connection_id, planned, budget, read_committed=request.read_committed
-                )
+        # The read runs while the broker answers the probe, so a Fetch costs the longer of
+        # the two round trips, not their sum. Only for partitions the broker already let
+        # this connection read: a client without rights must not make the proxy read
+        # remote storage at all.
+        self._start_early(connection_id, plan, {k: t for k, t in tiered.items() if k in allowed})
         self._plans.add(connection_id, call.header.correlation_id, plan)
         unchanged = len(sent) == len(view.listed) and all(
             position == view.client[key] for key, position in sent
@@ -205,12 +221,50 @@ class FetchInterceptor(Interceptor):
         served = any(t.served for t in tiered.values())
         return rewrite_fetch_request(call.request, version, sent, min_bytes=0 if served else None)
 
+    def _answers_alone(
+        self,
+        connection_id: int,
+        request: FetchRequestView,
+        tiered: Mapping[PartitionKey, TieredPartition],
+        now: float,
+    ) -> bool:
+        """Whether the Fetch may be answered without the broker: sessionless, every
+        partition served remotely with the broker's offsets known, and the broker's recent
+        word on each (:class:`~proxy.remote.broker_checks.BrokerChecks`). A pure predicate."""
+        if not request.sessionless or not tiered or len(tiered) != len(request.partitions):
+            return False
+        for planned in tiered.values():
+            if not (planned.served and planned.reach_known):
+                return False
+            state = self._broker.state(planned.tp)
+            bound = state.last_stable_offset if request.read_committed else state.high_watermark
+            if bound is None:
+                return False
+        return self._checks.vouch(connection_id, request.partitions, now=now)
+
+    def _start_early(
+        self,
+        connection_id: int,
+        plan: FetchInFlight,
+        tiered: Mapping[PartitionKey, TieredPartition],
+    ) -> None:
+        """Start the reads of the remote-served partitions of ``tiered`` with the request."""
+        request = plan.request
+        for key, planned in tiered.items():
+            if planned.served and planned.reach_known:
+                budget = min(planned.position.partition_max_bytes, request.max_bytes)
+                plan.early[key] = self._reads.start(
+                    connection_id, planned, budget, read_committed=request.read_committed
+                )
+
     def on_connection_closed(self, connection_id: int) -> None:
-        """Drop the connection's plans (their queued reads cancelled), sessions and turns."""
+        """Drop the connection's plans (their queued reads cancelled), sessions, turns and
+        the broker's checks."""
         self._plans.release(connection_id)
         self._sessions.release(connection_id)
         self._assembler.forget(connection_id)
         self._allowed.pop(connection_id, None)
+        self._checks.release(connection_id)
 
     # -- response ----------------------------------------------------------------------
 
@@ -234,23 +288,47 @@ class FetchInterceptor(Interceptor):
         if plan is None or call.header.api_version < FIRST_SESSION_VERSION:
             return
         error, session_id = _SESSION_FIELDS.unpack_from(body, _THROTTLE_BYTES)
-        self._learn(call, plan, error=error, session_id=session_id, answers=())
+        self._learn(call, plan, error=error, session_id=session_id, throttled=False, answers=())
 
     async def on_response(self, call: Call, response: Any) -> Any:
         plan = self._plans.pop(call.connection.connection_id, call.header.correlation_id)
         if plan is None:
             return response
         editor = FetchResponseEditor(response, call.header.api_version)
+        if plan.alone:
+            reads = [
+                RemoteRead(tiered=tiered, state=self._broker.state(tiered.tp))
+                for tiered in plan.tiered.values()
+            ]
+            return await self._serve(call, plan, editor, reads, [])
+        learned = functools.partial(
+            self._learn,
+            call,
+            plan,
+            error=editor.error,
+            session_id=editor.session_id,
+            throttled=editor.throttle_time_ms > 0,
+        )
         if editor.error != KafkaError.NONE or not plan.tiered:
-            self._learn(call, plan, error=editor.error, session_id=editor.session_id, answers=())
+            learned(answers=())
             return response
         answers = list(editor.partitions())
-        states = self._learn(
-            call, plan, error=editor.error, session_id=editor.session_id, answers=answers
-        )
+        states = learned(answers=answers)
         reads, local = self._collect(plan, editor, answers, states)
         if not reads:
             return editor.body()
+        return await self._serve(call, plan, editor, reads, local)
+
+    async def _serve(
+        self,
+        call: Call,
+        plan: FetchInFlight,
+        editor: FetchResponseEditor,
+        reads: list[RemoteRead],
+        local: list[LocalRecords],
+    ) -> Any:
+        """The response with the remote reads waited for (within the purgatory) and fitted
+        in beside the broker's ``local`` partitions, or none if the client is throttled."""
         entity = QuotaEntity(
             principal=self._identities.principal(call.connection.connection_id),
             client_id=call.header.client_id,
@@ -286,6 +364,7 @@ class FetchInterceptor(Interceptor):
         *,
         error: int,
         session_id: int,
+        throttled: bool,
         answers: Sequence[FetchedPartition],
     ) -> dict[PartitionKey, PartitionState]:
         """Everything a Fetch response teaches, in one place; what the broker holds of each
@@ -295,14 +374,20 @@ class FetchInterceptor(Interceptor):
         - :class:`~proxy.remote.broker_view.BrokerView`: each tiered partition's high
           watermark, last stable offset and log start;
         - this connection's readable partitions: those the broker did not refuse, whose next
-          reads may start with the request.
+          reads may start with the request;
+        - :class:`~proxy.remote.broker_checks.BrokerChecks`: the partitions of a sessionless
+          Fetch the broker just let this connection read, unthrottled.
         """
+        connection_id = call.connection.connection_id
+        failed = error != KafkaError.NONE
         if call.header.api_version >= FIRST_SESSION_VERSION:
-            failed = error != KafkaError.NONE
             self._sessions.answered(plan.view, session_id=0 if failed else session_id, error=failed)
+        if failed or throttled:
+            self._checks.release(connection_id)
         if not answers:
             return {}
-        connection_id = call.connection.connection_id
+        vouching = plan.request.sessionless and not throttled
+        now = asyncio.get_running_loop().time()
         allowed = self._allowed.get(connection_id)
         if allowed is None:
             allowed = self._allowed[connection_id] = set()
@@ -321,6 +406,11 @@ class FetchInterceptor(Interceptor):
                 allowed.add(part.key)
             else:
                 allowed.discard(part.key)
+            if part.error == _NONE and vouching:
+                epoch = tiered.position.current_leader_epoch
+                self._checks.checked(connection_id, part.key, leader_epoch=epoch, at=now)
+            else:
+                self._checks.refused(connection_id, part.key)
         return states
 
     def _collect(

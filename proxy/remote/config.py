@@ -120,6 +120,17 @@ class RemoteFetchConfig:
         "Offload only consumers at least this many bytes behind the high watermark "
         "(estimated from the remote segments' bytes per record).",
     )
+    broker_check_reuse_ms: int = setting(
+        "remote.fetch.broker.check.reuse.ms",
+        100,
+        "How long the broker's answer for a remote-served partition stands on one client "
+        "connection: a sessionless Fetch whose every partition is served from the remote "
+        "tier, each answered by the broker on that connection without error this recently "
+        "and at the same leader epoch, is answered without asking the broker. An ACL "
+        "revocation, leader move or topic deletion then reaches that connection's remote "
+        "reads up to this much later (Kafka's own Fetches read up to fetch.max.wait.ms, "
+        "500 ms, after their one authorisation). 0: every Fetch asks the broker.",
+    )
     session_cache_slots: int = setting(
         "remote.fetch.session.cache.slots",
         10_000,
@@ -178,6 +189,7 @@ class RemoteFetchConfig:
                 raise ConfigError(f"{key} must be at least 1, not {value}")
         not_negative = {
             "remote.fetch.max.wait.ms": self.max_wait_ms,
+            "remote.fetch.broker.check.reuse.ms": self.broker_check_reuse_ms,
             "remote.log.reader.max.pending.tasks": self.reader_max_pending_tasks,
             "remote.fetch.chunk.cache.size.bytes": self.chunk_cache_size_bytes,
             "remote.fetch.chunk.prefetch.chunks": self.chunk_prefetch_chunks,

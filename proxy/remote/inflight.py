@@ -42,6 +42,8 @@ class FetchInFlight:
     """Event-loop time when the request went to the broker."""
     early: dict[PartitionKey, Started] = field(default_factory=dict)
     """Reads of remote-served partitions started with the request."""
+    alone: bool = False
+    """Answered without the broker (see :mod:`proxy.remote.broker_checks`)."""
 
 
 def estimated_size(plan: FetchInFlight) -> int:

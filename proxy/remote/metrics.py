@@ -31,6 +31,8 @@ Series (Kafka's MBean in parentheses):
 - ``tierproxy_remote_fetch_reach_probes_total`` (tierproxy's: probes sent before the
   broker's offsets of the partition were known, each answered with one batch the proxy
   drops; see :mod:`proxy.remote.broker_offsets`)
+- ``tierproxy_remote_fetch_answered_without_broker_total`` (tierproxy's: Fetches answered
+  without a probe to the broker; see :mod:`proxy.remote.broker_checks`)
 """
 
 from __future__ import annotations
@@ -190,6 +192,13 @@ class _TierCollector:
             "asked, or asking failed): the broker ships one batch that the proxy drops. "
             "The reason of each is logged at debug level.",
             tier.broker_offsets.reach_probes,
+        )
+        yield _counter(
+            "tierproxy_remote_fetch_answered_without_broker",
+            "Sessionless Fetches of remote-served partitions answered without asking the "
+            "broker, because it had answered them on the same connection within "
+            "remote.fetch.broker.check.reuse.ms.",
+            tier.broker_checks.answered_alone,
         )
         gaps = GaugeMetricFamily(
             "tierproxy_remote_log_gap_records",

@@ -23,6 +23,7 @@ from protocol.errors import KafkaError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.metadata_records import MetadataRecord
 from proxy.identities import ClientIdentities
+from proxy.remote.broker_checks import BrokerChecks
 from proxy.remote.broker_offsets import BrokerOffsets, OffsetLister
 from proxy.remote.broker_view import BrokerView
 from proxy.remote.client_quotas import ClientQuotas
@@ -126,6 +127,7 @@ class RemoteTier:
             min_lag_bytes=config.offload_min_lag_bytes,
         )
         self.sessions = FetchSessions(slots=config.session_cache_slots)
+        self.broker_checks = BrokerChecks(reuse_ms=config.broker_check_reuse_ms)
         self.broker_view = BrokerView()
         self.broker_offsets = BrokerOffsets(
             broker_view=self.broker_view, ranges=self, lister=offset_lister, clock=clock

@@ -27,6 +27,7 @@ import pytest
 from proxy.embedded import BrokerChoice, BrokerInfo, S3Info, create_bucket, delete_bucket
 from proxy.embedded.tierproxy import TierproxyServer, proxy_process, storage_settings
 from tests.conftest import BrokerPool
+from tests.integration.tiered.secured import SecuredKafka, secured_kafka
 from tests.integration.tiered.support import (
     READ_COMMITTED,
     READ_UNCOMMITTED,
@@ -189,3 +190,11 @@ def shared_proxy(
         proxy.start()
         shared_proxies[broker_kind] = proxy
     return shared_proxies[broker_kind]
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
+    """A broker with SCRAM users and ``StandardAuthorizer`` (see
+    :mod:`tests.integration.tiered.secured`)."""
+    with secured_kafka(tmp_path_factory.mktemp("secured-kafka")) as kafka:
+        yield kafka

@@ -16,8 +16,6 @@ every tierproxy part and every client logs in as its own user:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,88 +24,24 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
 
 from protocol.errors import KafkaError
-from proxy.embedded import KAFKA_4, BrokerInfo, KafkaBroker, S3Info, ensure_jars
+from proxy.embedded import S3Info
 from proxy.embedded.tierproxy import proxy_process, storage_settings
-from storage.tiering.report import CycleReport
 from tests.integration.tiered.scram import (
-    MECHANISM,
     RECORDS,
-    Topics,
     acl,
     apply_acls,
     consume,
-    create_users,
     fetch_from_zero,
     group_acls,
     new_topics,
-    password,
     pipeline_acls,
     proxy_acls,
-    scram_broker_properties,
     storage_reads,
 )
-from tests.integration.tiered.support import (
-    SEGMENT_BYTES,
-    CycleTarget,
-    earliest_offsets,
-    run_cycle,
-    running,
-)
+from tests.integration.tiered.secured import CLIENT_SECURITY, SecuredKafka, cycle, login
+from tests.integration.tiered.support import earliest_offsets, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-USERS = ("tiering", "proxy", "alice", "mallory")
-CLIENT_SECURITY = {"security.protocol": "SASL_PLAINTEXT"}
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class SecuredKafka:
-    plaintext: str
-    """The super user's listener (the test's admin)."""
-    sasl: BrokerInfo
-    """The SCRAM listener, where tierproxy and the clients log in."""
-
-
-@pytest.fixture(scope="module")
-def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
-    work = tmp_path_factory.mktemp("secured-kafka")
-    with KafkaBroker(
-        ensure_jars(KAFKA_4),
-        work_dir=work / "kafka",
-        properties=scram_broker_properties("SASL_PLAINTEXT"),
-        extra_listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"},
-    ) as server:
-        info = server.start()
-        create_users(info.bootstrap, USERS)
-        sasl_bootstrap = server.listener_bootstrap("SASL_PLAINTEXT")
-        _host, port = sasl_bootstrap.rsplit(":", 1)
-        yield SecuredKafka(
-            plaintext=info.bootstrap,
-            sasl=dataclasses.replace(info, bootstrap=sasl_bootstrap, port=int(port)),
-        )
-
-
-def login(user: str) -> dict[str, Any]:
-    """The ``upstream.*`` settings of a tierproxy part that logs in as ``user``."""
-    return {
-        "upstream.security.protocol": "SASL_PLAINTEXT",
-        "upstream.sasl.mechanism": MECHANISM,
-        "upstream.sasl.username": user,
-        "upstream.sasl.password": password(user),
-    }
-
-
-def cycle(
-    secured: SecuredKafka, s3: S3Info, spark: Any, bucket: str, topics: Topics, spill: Path
-) -> CycleReport:
-    """One pipeline cycle over ``topics.topic``, logged in as ``tiering``."""
-    target = CycleTarget(
-        topic=topics.topic, bucket=bucket, metadata_topic=topics.metadata, spill=spill
-    )
-    policy = {"local.retention.bytes": SEGMENT_BYTES}
-    return asyncio.run(
-        run_cycle(secured.sasl, s3, spark, target, policy, settings=login("tiering"))
-    )
 
 
 def test_least_privilege_tiering_and_reads_through_the_proxy(

@@ -197,7 +197,10 @@ async def start_env(
     ``untiered`` adds partitions 1, 2, ... of the topic that only the broker holds. With
     ``proxy_asks_offsets`` the broker's Metadata names the topic and the proxy asks the
     broker ListOffsets itself (:class:`ModelLister`) when a Metadata answer passes.
+    Every Fetch goes to the broker unless ``broker_check_reuse_ms`` says otherwise: these
+    tests look at what the broker is asked.
     """
+    settings.setdefault("broker_check_reuse_ms", 0)
     if segments is None:
         batches = [data_batch(o, 2, value_size=50) for o in range(0, TIERED_END + 1, 2)]
         segments = [batches[0:5], batches[5:10], batches[10:15]]

@@ -396,6 +396,7 @@ def fetch_request(
     session_epoch: int = -1,
     forgotten: Sequence[tuple[str | uuid.UUID, int]] = (),
     replica_id: int = -1,
+    leader_epoch: int = -1,
 ) -> Any:
     """A consumer Fetch of ``(topic or topic id, partition, offset, max bytes)``."""
     body_class = request_class(ApiKey.FETCH, version)
@@ -407,7 +408,7 @@ def fetch_request(
             build(
                 partition_class,
                 partition=index,
-                current_leader_epoch=-1,
+                current_leader_epoch=leader_epoch,
                 fetch_offset=offset,
                 last_fetched_epoch=-1,
                 log_start_offset=-1,

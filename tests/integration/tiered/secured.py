@@ -1,0 +1,76 @@
+"""A secured Apache Kafka with tierproxy's users (see :mod:`tests.integration.tiered.scram`):
+the broker, the ``upstream.*`` login of each tierproxy part, and a pipeline cycle as
+``tiering``. Shared by the tests of least privilege and of the broker checks' reuse."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from proxy.embedded import KAFKA_4, BrokerInfo, KafkaBroker, S3Info, ensure_jars
+from storage.tiering.report import CycleReport
+from tests.integration.tiered.scram import (
+    MECHANISM,
+    Topics,
+    create_users,
+    password,
+    scram_broker_properties,
+)
+from tests.integration.tiered.support import SEGMENT_BYTES, CycleTarget, run_cycle
+
+USERS = ("tiering", "proxy", "alice", "mallory")
+CLIENT_SECURITY = {"security.protocol": "SASL_PLAINTEXT"}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SecuredKafka:
+    plaintext: str
+    """The super user's listener (the test's admin)."""
+    sasl: BrokerInfo
+    """The SCRAM listener, where tierproxy and the clients log in."""
+
+
+@contextlib.contextmanager
+def secured_kafka(work: Path) -> Iterator[SecuredKafka]:
+    """A broker with a SASL_PLAINTEXT SCRAM listener and every user of :data:`USERS`."""
+    with KafkaBroker(
+        ensure_jars(KAFKA_4),
+        work_dir=work / "kafka",
+        properties=scram_broker_properties("SASL_PLAINTEXT"),
+        extra_listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"},
+    ) as server:
+        info = server.start()
+        create_users(info.bootstrap, USERS)
+        sasl_bootstrap = server.listener_bootstrap("SASL_PLAINTEXT")
+        _host, port = sasl_bootstrap.rsplit(":", 1)
+        yield SecuredKafka(
+            plaintext=info.bootstrap,
+            sasl=dataclasses.replace(info, bootstrap=sasl_bootstrap, port=int(port)),
+        )
+
+
+def login(user: str) -> dict[str, Any]:
+    """The ``upstream.*`` settings of a tierproxy part that logs in as ``user``."""
+    return {
+        "upstream.security.protocol": "SASL_PLAINTEXT",
+        "upstream.sasl.mechanism": MECHANISM,
+        "upstream.sasl.username": user,
+        "upstream.sasl.password": password(user),
+    }
+
+
+def cycle(
+    secured: SecuredKafka, s3: S3Info, spark: Any, bucket: str, topics: Topics, spill: Path
+) -> CycleReport:
+    """One pipeline cycle over ``topics.topic``, logged in as ``tiering``."""
+    target = CycleTarget(
+        topic=topics.topic, bucket=bucket, metadata_topic=topics.metadata, spill=spill
+    )
+    policy = {"local.retention.bytes": SEGMENT_BYTES}
+    return asyncio.run(
+        run_cycle(secured.sasl, s3, spark, target, policy, settings=login("tiering"))
+    )

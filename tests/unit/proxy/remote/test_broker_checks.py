@@ -1,0 +1,168 @@
+"""Sessionless Fetches answered without the broker while its word is recent
+(``remote.fetch.broker.check.reuse.ms``, :mod:`proxy.remote.broker_checks`).
+
+The predicate is checked against a brute-force model; the interceptor in a real proxy in
+front of the in-process scripted broker model (see :mod:`tests.unit.proxy.remote.env`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol.errors import KafkaError
+from protocol.fetch_bodies import FetchPosition, PartitionKey
+from protocol.records import parse_batch_header
+from proxy.remote.broker_checks import BrokerChecks
+from tests.unit.proxy.remote.env import LAST, TIERED_END, TOPIC, EnvFactory, consume, fetch, only
+from tests.unit.proxy.remote.scripted_broker import batches_of
+
+_REUSE_FOREVER = 3_600_000
+"""A reuse interval no test outlives: whether the broker is asked depends on the rules only."""
+
+_events = st.lists(
+    st.tuples(
+        st.sampled_from(["checked", "refused", "release"]),
+        st.integers(0, 1),  # connection
+        st.integers(0, 2),  # partition
+        st.integers(-1, 1),  # leader epoch
+        st.floats(0, 10),  # time
+    ),
+    max_size=30,
+)
+
+
+@given(
+    events=_events,
+    asked=st.lists(st.tuples(st.integers(0, 2), st.integers(-1, 1)), max_size=3),
+    now=st.floats(0, 12),
+    reuse_ms=st.integers(0, 3000),
+)
+def test_vouch_matches_a_brute_force_model(
+    events: list[tuple[str, int, int, int, float]],
+    asked: list[tuple[int, int]],
+    now: float,
+    reuse_ms: int,
+) -> None:
+    checks = BrokerChecks(reuse_ms=reuse_ms)
+    model: dict[tuple[int, PartitionKey], tuple[float, int]] = {}
+    for kind, connection, partition, epoch, at in events:
+        key: PartitionKey = (TOPIC, partition)
+        if kind == "checked":
+            checks.checked(connection, key, leader_epoch=epoch, at=at)
+            if reuse_ms:
+                model[(connection, key)] = (at, epoch)
+        elif kind == "refused":
+            checks.refused(connection, key)
+            model.pop((connection, key), None)
+        else:
+            checks.release(connection)
+            model = {k: v for k, v in model.items() if k[0] != connection}
+    positions = [
+        ((TOPIC, partition), FetchPosition(fetch_offset=0, partition_max_bytes=1, **epoch_of(e)))
+        for partition, e in asked
+    ]
+    for connection in (0, 1):
+        expected = (
+            reuse_ms > 0
+            and any(c == connection for c, _key in model)
+            and all(
+                (check := model.get((connection, key))) is not None
+                and check[0] >= now - reuse_ms / 1000
+                and check[1] == position.current_leader_epoch
+                for key, position in positions
+            )
+        )
+        assert checks.vouch(connection, positions, now=now) == expected
+
+
+def epoch_of(epoch: int) -> dict[str, int]:
+    return {"current_leader_epoch": epoch}
+
+
+async def test_a_catch_up_consumer_asks_the_broker_only_until_it_has_answered(
+    make_env: EnvFactory,
+) -> None:
+    env = await make_env(broker_check_reuse_ms=_REUSE_FOREVER)
+    got = await consume(env, 12, partition_max_bytes=600)
+    assert got == env.all_batches
+    fetches = env.broker.fetches()
+    # A reach probe (the broker's log start unknown), one probe that the broker answers
+    # without error, then none until the consumer reaches the broker's own log.
+    remote_fetches = [
+        f for f in fetches if f.topics[0].partitions[0].fetch_offset <= TIERED_END + 1
+    ]
+    assert len(remote_fetches) == 2, [f.topics[0].partitions[0] for f in fetches]
+    assert env.tier.broker_checks.answered_alone > 0
+
+
+async def test_the_brokers_refusal_holds_once_the_reuse_interval_is_over(
+    make_env: EnvFactory,
+) -> None:
+    env = await make_env(broker_check_reuse_ms=20)
+    await fetch(env, 12, 0)
+    assert only(await fetch(env, 12, 0)).error_code == KafkaError.NONE  # checked now
+    env.model.error = KafkaError.TOPIC_AUTHORIZATION_FAILED  # the ACL is revoked
+    await asyncio.sleep(0.05)
+    part = only(await fetch(env, 12, 0))
+    assert part.error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert not part.records
+    # Refused: nothing is answered without the broker any more.
+    part = only(await fetch(env, 12, 0))
+    assert part.error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+async def test_within_the_interval_remote_records_are_exactly_the_brokers_would_be(
+    make_env: EnvFactory,
+) -> None:
+    env = await make_env(broker_check_reuse_ms=_REUSE_FOREVER)
+    await fetch(env, 12, 0)
+    await fetch(env, 12, 0)
+    asked = len(env.broker.fetches())
+    env.model.error = KafkaError.NOT_LEADER_OR_FOLLOWER  # not seen: the broker is not asked
+    part = only(await fetch(env, 12, 4))
+    assert part.error_code == KafkaError.NONE
+    assert batches_of(part.records) == env.all_batches[2:5]
+    assert part.high_watermark == LAST + 1
+    assert part.log_start_offset == 0
+    assert len(env.broker.fetches()) == asked
+
+
+async def test_a_new_leader_epoch_goes_to_the_broker(make_env: EnvFactory) -> None:
+    env = await make_env(broker_check_reuse_ms=_REUSE_FOREVER)
+    await fetch(env, 12, 0, leader_epoch=0)
+    await fetch(env, 12, 0, leader_epoch=0)
+    asked = len(env.broker.fetches())
+    await fetch(env, 12, 0, leader_epoch=0)
+    assert len(env.broker.fetches()) == asked
+    env.model.error = KafkaError.FENCED_LEADER_EPOCH
+    part = only(await fetch(env, 12, 0, leader_epoch=1))
+    assert len(env.broker.fetches()) == asked + 1
+    assert part.error_code == KafkaError.FENCED_LEADER_EPOCH
+
+
+async def test_fetch_sessions_and_throttled_clients_always_ask_the_broker(
+    make_env: EnvFactory,
+) -> None:
+    env = await make_env(broker_check_reuse_ms=_REUSE_FOREVER)
+    for _ in range(3):
+        response = await fetch(env, 12, 0, session_id=0, session_epoch=0)
+        assert batches_of(only(response).records)
+    assert len(env.broker.fetches()) == 3
+    env.broker.throttle_ms = 10
+    for _ in range(3):
+        await fetch(env, 12, 0)
+    assert len(env.broker.fetches()) == 6
+    assert env.tier.broker_checks.answered_alone == 0
+
+
+async def test_a_partition_beyond_the_remote_tier_goes_to_the_broker(make_env: EnvFactory) -> None:
+    env = await make_env(broker_check_reuse_ms=_REUSE_FOREVER)
+    await fetch(env, 12, 0)
+    await fetch(env, 12, 0)
+    asked = len(env.broker.fetches())
+    part = only(await fetch(env, 12, TIERED_END + 1))
+    assert parse_batch_header(batches_of(part.records)[0]).base_offset == TIERED_END + 1
+    assert len(env.broker.fetches()) == asked + 1
