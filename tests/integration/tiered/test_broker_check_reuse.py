@@ -134,7 +134,8 @@ def answered_alone(proxy: TierproxyServer) -> float:
 @pytest.fixture
 def tiered(secured: SecuredKafka, s3: S3Info, s3_bucket: str, spark: Any, tmp_path: Path) -> Topics:
     """A tiered topic alice may read, its local copy of the tiered range deleted."""
-    topics = new_topics(secured.plaintext, "reuse")
+    # About one record per batch: a Fetch of FETCH_BYTES gets a few dozen records.
+    topics = new_topics(secured.plaintext, "reuse", **{"batch.size": 1024, "linger.ms": 0})
     apply_acls(secured.plaintext, proxy_acls(topics.topic, topics.metadata).values())
     apply_acls(secured.plaintext, pipeline_acls(topics.topic, topics.metadata).values())
     apply_acls(secured.plaintext, [acl("alice", topics.topic, AclOperation.READ)])
