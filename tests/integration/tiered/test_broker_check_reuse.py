@@ -121,7 +121,9 @@ def revoke_read(admin_bootstrap: str, user: str, topic: str) -> None:
         assert future.result(), "no ACL was deleted"
 
 
-def delete_topic(admin_bootstrap: str, topic: str) -> None:
+def start_deleting(admin_bootstrap: str, topic: str) -> None:
+    """Delete ``topic`` without waiting for the deletion to spread: the reader keeps
+    fetching meanwhile, with checks the broker gave before it."""
     admin = AdminClient({"bootstrap.servers": admin_bootstrap})
     for future in admin.delete_topics([topic]).values():
         future.result()
@@ -179,7 +181,7 @@ def test_a_revoked_acl_and_a_deleted_topic_end_up_answered_by_the_broker(
                 assert reader.position >= RECORDS, "alice could not read on after the grant"
                 assert reader.offsets == list(range(reader.position))
 
-                delete_topic(secured.plaintext, topic)
+                start_deleting(secured.plaintext, topic)
                 reader.offsets.clear()  # from the start of the (tiered) log again
                 error = await reader.until_refused()
                 assert error in {
