@@ -137,16 +137,16 @@ class Topics:
     metadata: str
 
 
-def new_topics(admin_bootstrap: str, prefix: str, **producer: Any) -> Topics:
+def new_topics(admin_bootstrap: str, prefix: str, **producer_settings: Any) -> Topics:
     """A topic with ``RECORDS`` records and an empty metadata topic, made by the super user;
-    ``producer`` adds librdkafka producer settings (``batch.size``, say)."""
+    ``producer_settings`` are librdkafka's, added to the producer's (``batch.size``, say)."""
     topics = Topics(
         topic=f"{prefix}-{uuid.uuid4().hex[:8]}",
         metadata=f"__tierproxy_meta_{uuid.uuid4().hex[:8]}",
     )
     create_topic(admin_bootstrap, topics.topic, 1)
     create_topic(admin_bootstrap, topics.metadata, 3)
-    producer = Producer({"bootstrap.servers": admin_bootstrap, "linger.ms": 5, **producer})
+    producer = Producer({"bootstrap.servers": admin_bootstrap, "linger.ms": 5, **producer_settings})
     for i in range(RECORDS):
         producer.produce(topics.topic, key=str(i).encode(), value=os.urandom(512), partition=0)
     producer.flush(30)
