@@ -39,6 +39,23 @@ _LATENCY_BUCKETS: Final = (
 )
 
 
+# Event-loop lag: from a timer's jitter (well under a millisecond) to a loop held for seconds.
+_LOOP_LAG_BUCKETS: Final = (
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
+
+
 def api_name(api_key: int) -> str:
     """Label value for an API key: Kafka's name in snake case, or the number if unknown."""
     try:
@@ -108,6 +125,13 @@ class ProxyMetrics:
             ["reason"],
             registry=self.registry,
         )
+        self._loop_lag = Histogram(
+            "tierproxy_event_loop_lag_seconds",
+            "How late the event loop woke a 10 ms timer: the delay every request on the loop "
+            "shares (see proxy.loop_lag).",
+            buckets=_LOOP_LAG_BUCKETS,
+            registry=self.registry,
+        )
         self._series: dict[int, _ApiSeries] = {}
 
     def _for(self, api_key: int) -> _ApiSeries:
@@ -143,6 +167,10 @@ class ProxyMetrics:
         series = self._for(api_key)
         series.response_bytes.inc(size)
         series.latency.observe(seconds)
+
+    def loop_lag(self, seconds: float) -> None:
+        """The event loop ran a timer ``seconds`` late."""
+        self._loop_lag.observe(seconds)
 
     def upstream_error(self, kind: str) -> None:
         """Talking to the broker failed (``kind``: connect, closed, protocol)."""

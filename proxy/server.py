@@ -28,6 +28,7 @@ from proxy.interceptors.addresses import AddressRewriter
 from proxy.interceptors.api_versions import ApiVersionsInterceptor
 from proxy.interceptors.base import Interceptor
 from proxy.logs import event
+from proxy.loop_lag import watch_loop_lag
 from proxy.metrics import MetricsServer, ProxyMetrics
 from proxy.router import Router, served_above_broker
 from proxy.tls import server_context
@@ -101,6 +102,7 @@ class ProxyServer:
         self._listen_lock = asyncio.Lock()
         self._metrics_server: MetricsServer | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._lag_probe: asyncio.Task[None] | None = None
 
     @property
     def routes(self) -> tuple[BrokerRoute, ...]:
@@ -130,6 +132,9 @@ class ProxyServer:
         )
         await self.advertise(brokers)
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+        self._lag_probe = asyncio.get_running_loop().create_task(
+            watch_loop_lag(self.metrics.loop_lag)
+        )
         if self._config.metrics_port:
             self._metrics_server = MetricsServer(
                 self.metrics, self._config.metrics_host, self._config.metrics_port
@@ -235,6 +240,9 @@ class ProxyServer:
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
+        if self._lag_probe is not None:
+            self._lag_probe.cancel()
+            self._lag_probe = None
         pairs = list(self._pairs)
         event(_log, logging.INFO, "proxy.stopping", connections=len(pairs), grace_s=grace_seconds)
         for pair in pairs:
