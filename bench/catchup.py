@@ -83,7 +83,6 @@ from bench.common import (
     bar_chart,
     cpu_seconds,
     median,
-    percentile,
     produce_retrying,
     save_json,
     throughput_summary,
@@ -92,26 +91,26 @@ from bench.passthrough import (
     RECORD_BYTES,
     Endpoint,
     FetchTally,
-    RawConnection,
-    fetch_request,
     raw_fetch_all,
     topic_id_and_end,
 )
 from bench.pipeline import BACKENDS, Target
 from bench.profile import record
 from bench.profile import summarise as summarise_profile
+from bench.tail import (
+    TAIL_LOAD_CONSUMERS,
+    LagSource,
+    TailCase,
+    metrics_lag,
+    tail_rounds,
+)
 from bench.tiering import produce_and_tier, remote_tier, servers_from_env, tier_settings
-from protocol.headers import parse_response_header
-from protocol.messages import ApiKey, decode_response
 from proxy.embedded import BrokerInfo, S3Info
 from proxy.embedded.tierproxy import TierproxyServer, proxy_process
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 
 SEGMENT_BYTES = 8 * MIB
-TAIL_FETCH_BYTES = 64 * KIB
-TAIL_LOAD_CONSUMERS = 4
-TAIL_RECORDS = 32
 TAIL_VARIANTS = ("alone", "catch-up via broker", "catch-up via proxy")
 
 
@@ -128,14 +127,6 @@ class CatchupRound:
     s3_cpu_s_per_gib: float | None
     """None when no S3 process is measured (a local-directory tier, external S3)."""
     fetches_per_gib: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TailRound:
-    load: str
-    fetches: int
-    p50_ms: float
-    p99_ms: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -302,100 +293,29 @@ def summarise(pairs: list[Pair[CatchupRound]]) -> dict[str, float]:
 # -- tail latency --------------------------------------------------------------------------
 
 
-async def tail_latencies(proxy: Endpoint, setup: Setup, seconds: float) -> list[float]:
-    """Fetch round trips (seconds) of a consumer reading the last records of the log."""
-    connection = await RawConnection.open(proxy)
-    latencies: list[float] = []
-    offset = max(setup.tiered_end, setup.high_watermark - TAIL_RECORDS)
-    request = fetch_request(12, setup.topic, setup.topic_id, offset, TAIL_FETCH_BYTES)
-    try:
-        deadline = time.perf_counter() + seconds
-        while time.perf_counter() < deadline:
-            started = time.perf_counter()
-            connection.send(ApiKey.FETCH, 12, request)
-            frame = await connection.receive()
-            latencies.append(time.perf_counter() - started)
-            _, size = parse_response_header(frame, 1)
-            response = decode_response(ApiKey.FETCH, 12, memoryview(frame)[size:])
-            assert response.responses[0].partitions[0].records, "the tail read returned nothing"
-    finally:
-        await connection.close()
-    return latencies
-
-
-def tail_round(
-    proxy: Endpoint, setup: Setup, seconds: float, *, load_via: Endpoint | None
-) -> Callable[[], Awaitable[TailRound]]:
-    """The tail consumer through ``proxy``, alone or while catch-up readers go ``load_via``
-    (the proxy: the case in question; the broker: the same load on the machine without the
-    proxy's share, so the two tell the proxy's effect from the machine's)."""
-
-    async def measure() -> TailRound:
-        stop = asyncio.Event()
-
-        async def catch_up_forever(endpoint: Endpoint) -> None:
-            while not stop.is_set():
-                await raw_fetch_all(
-                    endpoint,
-                    version=12,
-                    topic=setup.topic,
-                    topic_id=setup.topic_id,
-                    end_offset=setup.tiered_end,
-                    partition_max_bytes=MIB,
-                )
-
-        load = []
-        if load_via is not None:
-            load = [
-                asyncio.create_task(catch_up_forever(load_via)) for _ in range(TAIL_LOAD_CONSUMERS)
-            ]
-        try:
-            if load:
-                await asyncio.sleep(1.0)  # let the catch-up readers get going
-            latencies = await tail_latencies(proxy, setup, seconds)
-        finally:
-            stop.set()
-            for task in load:
-                task.cancel()
-            await asyncio.gather(*load, return_exceptions=True)
-        return TailRound(
-            load="alone"
-            if load_via is None
-            else f"{TAIL_LOAD_CONSUMERS} catch-up via {load_via.name}",
-            fetches=len(latencies),
-            p50_ms=median(latencies) * 1000,
-            p99_ms=percentile(latencies, 0.99) * 1000,
-        )
-
-    return measure
-
-
-async def tail_rounds(
-    proxy: Endpoint, direct: Endpoint, setup: Setup, pairs: int, seconds: float
+async def tail_comparison(
+    proxy: Endpoint,
+    direct: Endpoint,
+    setup: Setup,
+    *,
+    pairs: int,
+    seconds: float,
+    lag: LagSource | None = None,
 ) -> dict[str, Any]:
-    """Alone, loaded via the broker, loaded via the proxy, in rotating order."""
-    variants = {
-        "alone": tail_round(proxy, setup, seconds, load_via=None),
-        "catch-up via broker": tail_round(proxy, setup, seconds, load_via=direct),
-        "catch-up via proxy": tail_round(proxy, setup, seconds, load_via=proxy),
-    }
-    names = list(variants)
-    rounds: dict[str, list[TailRound]] = {name: [] for name in names}
-    for index in range(max(pairs, 1)):
-        for name in names[index % 3 :] + names[: index % 3]:
-            rounds[name].append(await variants[name]())
-    summary: dict[str, Any] = {
-        name: {
-            "p50_ms": median([r.p50_ms for r in got]),
-            "p99_ms": median([r.p99_ms for r in got]),
-        }
-        for name, got in rounds.items()
-    }
-    alone = [r.p99_ms for r in rounds["alone"]]
-    for name in names[1:]:
-        summary[name]["p99_ratio_to_alone"] = median(
-            [r.p99_ms / a for r, a in zip(rounds[name], alone, strict=True)]
-        )
+    """The tail consumer through the proxy alone, while catch-up readers read the tiered
+    range through the proxy, and while they read it directly from the broker (the same load
+    on the machine without the proxy's part in it), in rotating order."""
+    summary, rounds = await tail_rounds(
+        {
+            "alone": TailCase(tail=proxy, topic=setup),
+            "catch-up via broker": TailCase(tail=proxy, topic=setup, load=direct),
+            "catch-up via proxy": TailCase(tail=proxy, topic=setup, load=proxy),
+        },
+        {"catch-up via broker": "alone", "catch-up via proxy": "alone"},
+        rounds=pairs,
+        seconds=seconds,
+        lag=lag,
+    )
     summary["p99_ratio_proxy_load_to_broker_load"] = median(
         [
             p.p99_ms / b.p99_ms
@@ -404,7 +324,6 @@ async def tail_rounds(
             )
         ]
     )
-    summary["rounds"] = {name: [asdict(r) for r in got] for name, got in rounds.items()}
     return summary
 
 
@@ -470,8 +389,13 @@ async def run(
                     args, broker=broker, target=target, setup=setup, pids=pids, proxy=proxy
                 )
             if args.tail_seconds > 0:
-                result["tail"] = await tail_rounds(
-                    proxy, direct, setup, args.pairs, args.tail_seconds
+                result["tail"] = await tail_comparison(
+                    proxy,
+                    direct,
+                    setup,
+                    pairs=args.pairs,
+                    seconds=args.tail_seconds,
+                    lag=metrics_lag(process.host, process.metrics_port),
                 )
             if args.s3_first_byte_ms and target.s3 is not None:
                 result["object storage latency"] = await latency_rounds(

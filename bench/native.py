@@ -59,11 +59,12 @@ from bench.catchup import (
     running_proxy,
     summarise,
 )
-from bench.common import MIB, alternate_async, save_json
+from bench.common import MIB, alternate_async, median, save_json
 from bench.passthrough import RECORD_BYTES, Endpoint, preload, topic_id_and_end
 from bench.pipeline import BACKENDS
 from bench.profile import record
 from bench.profile import summarise as summarise_profile
+from bench.tail import TAIL_LOAD_CONSUMERS, LagSource, TailCase, metrics_lag, tail_rounds
 from bench.tiering import remote_tier
 from proxy.embedded import (
     KAFKA_4,
@@ -146,6 +147,72 @@ async def compare(
     return results
 
 
+TAIL_PROXY_ALONE = "tierproxy: alone"
+TAIL_PROXY_LOADED = f"tierproxy: {TAIL_LOAD_CONSUMERS} catch-up from its remote tier"
+TAIL_NATIVE_ALONE = "native: alone"
+TAIL_NATIVE_LOADED = f"native: {TAIL_LOAD_CONSUMERS} catch-up from native remote"
+GOAL_TAIL_RATIO = 1.0
+
+
+async def tail_comparison(
+    args: argparse.Namespace,
+    *,
+    proxy: Endpoint,
+    direct: Endpoint,
+    ours: Setup,
+    native: Setup,
+    lag: LagSource,
+) -> dict[str, Any]:
+    """A tail consumer's p99 under catch-up load over its p99 alone, in each deployment: with
+    tierproxy (tail and catch-up readers through the proxy, the catch-up served from its
+    remote tier) and with Kafka's native tiered storage (both directly to the broker, the
+    catch-up served by the broker's RemoteLogManager). Each reads the head of its own topic,
+    written alike. Goal (issue 13): tierproxy's ratio <= native's."""
+    summary, rounds = await tail_rounds(
+        {
+            TAIL_PROXY_ALONE: TailCase(tail=proxy, topic=ours),
+            TAIL_PROXY_LOADED: TailCase(tail=proxy, topic=ours, load=proxy),
+            TAIL_NATIVE_ALONE: TailCase(tail=direct, topic=native),
+            TAIL_NATIVE_LOADED: TailCase(tail=direct, topic=native, load=direct),
+        },
+        {TAIL_PROXY_LOADED: TAIL_PROXY_ALONE, TAIL_NATIVE_LOADED: TAIL_NATIVE_ALONE},
+        rounds=args.pairs,
+        seconds=args.tail_seconds,
+        lag=lag,
+    )
+    ratio = median(
+        [
+            (loaded.p99_ms / alone.p99_ms) / (native_loaded.p99_ms / native_alone.p99_ms)
+            for loaded, alone, native_loaded, native_alone in zip(
+                rounds[TAIL_PROXY_LOADED],
+                rounds[TAIL_PROXY_ALONE],
+                rounds[TAIL_NATIVE_LOADED],
+                rounds[TAIL_NATIVE_ALONE],
+                strict=True,
+            )
+        ]
+    )
+    summary["p99_ratio_tierproxy_load_to_native_load"] = ratio
+    summary["goal_p99_ratio_tierproxy_load_to_native_load"] = GOAL_TAIL_RATIO
+    summary["within_native_ratio"] = ratio <= GOAL_TAIL_RATIO
+    print(
+        "tail p99 (ms) / p99 ratio to alone: "
+        + "; ".join(
+            f"{name} {summary[name]['p99_ms']:.2f}"
+            + (
+                f" / {summary[name]['p99_ratio_to_alone']:.2f}"
+                if "p99_ratio_to_alone" in summary[name]
+                else ""
+            )
+            for name in (TAIL_PROXY_ALONE, TAIL_PROXY_LOADED, TAIL_NATIVE_ALONE, TAIL_NATIVE_LOADED)
+        )
+        + f"\ntierproxy's ratio / native's {ratio:.2f} (goal <= {GOAL_TAIL_RATIO:g}: "
+        + ("met" if ratio <= GOAL_TAIL_RATIO else "missed")
+        + ")"
+    )
+    return summary
+
+
 def s3_column(cpu_s_per_gib: float | None) -> str:
     """The printout's S3 CPU figure; nothing when there is no S3 process (``--tier local``)."""
     return "" if cpu_s_per_gib is None else f" s3 {cpu_s_per_gib:.2f}"
@@ -189,6 +256,15 @@ async def run(
                 )
             if profile is not None:
                 print("\n".join(summarise_profile(profile, top=25).lines()))
+            if args.tail_seconds > 0:
+                result["tail"] = await tail_comparison(
+                    args,
+                    proxy=proxy,
+                    direct=direct,
+                    ours=ours,
+                    native=native,
+                    lag=metrics_lag(process.host, process.metrics_port),
+                )
         result["load_average_at_end"] = os.getloadavg()
         return result
 
@@ -211,7 +287,19 @@ def main() -> None:
         "LocalTieredStorage) or S3 on an embedded SeaweedFS",
     )
     parser.add_argument("--pairs", type=int, default=5, help="A/B pairs per cell (>= 3)")
-    parser.add_argument("--fetch-mib", type=int, nargs="+", default=[1, 8])
+    parser.add_argument(
+        "--fetch-mib",
+        type=int,
+        nargs="*",
+        default=[1, 8],
+        help="catch-up fetch sizes (none: skip the throughput cells)",
+    )
+    parser.add_argument(
+        "--tail-seconds",
+        type=float,
+        default=5.0,
+        help="each tail-latency round (0: skip them)",
+    )
     parser.add_argument(
         "--profile", type=Path, help="sample the proxy with py-spy during its remote reads"
     )

@@ -225,12 +225,14 @@ def fetch_request(
 
 class FetchTally:
     """How many Fetch requests the raw loops sent (issue 13 reports requests per GiB: a
-    remote tier that answers in small pieces costs round trips)."""
+    remote tier that answers in small pieces costs round trips), and the record bytes they
+    received so far (a loop stopped midway has read them too)."""
 
-    __slots__ = ("requests",)
+    __slots__ = ("bytes", "requests")
 
     def __init__(self) -> None:
         self.requests = 0
+        self.bytes = 0
 
 
 async def raw_fetch_all(
@@ -257,13 +259,14 @@ async def raw_fetch_all(
                 fetch_request(version, topic, topic_id, offset, partition_max_bytes),
             )
             frame = await connection.receive()
-            if tally is not None:
-                tally.requests += 1
             _, header_size = parse_response_header(frame, header_version)
             response = decode_response(ApiKey.FETCH, version, memoryview(frame)[header_size:])
             partition = response.responses[0].partitions[0]
             records = partition.records or b""
             total += len(records)
+            if tally is not None:
+                tally.requests += 1
+                tally.bytes += len(records)
             for _, batch in iter_batches(records):
                 offset = batch.next_offset
     finally:

@@ -1,0 +1,279 @@
+"""A tail consumer's Fetch latency, alone and while catch-up readers load the machine.
+
+Shared by :mod:`bench.catchup` (catch-up through the proxy vs from the broker's local log)
+and :mod:`bench.native` (catch-up from tierproxy's remote tier vs from Kafka's native tiered
+storage). The tail consumer is one raw Fetch v12 loop reading the last ``TAIL_RECORDS``
+records of a topic (64 KiB fetches, the untiered head), one request in flight, for a few
+seconds; its round trips give p50 and p99. The load is ``TAIL_LOAD_CONSUMERS`` catch-up
+readers of the same topic's tiered range (1 MiB fetches), run by :mod:`bench.catchup_load`
+in a process of their own so that their work does not run on the tail consumer's event loop.
+
+Cases run once per round in rotating order (A B C, B C A, C A B, ...), so that none always
+follows the same one; each loaded case's p99 is divided by its baseline's p99 of the same
+round, and the median of those ratios is reported. When the proxy's metrics are given, each
+round also reports the proxy's event-loop lag (``tierproxy_event_loop_lag_seconds``): how
+late its loop woke a timer while the round ran, the delay every request on the loop shares.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+from bench.catchup_load import READY, LoadSpec, argv
+from bench.common import KIB, median, percentile
+from bench.passthrough import Endpoint, RawConnection, fetch_request
+from protocol.headers import parse_response_header
+from protocol.messages import ApiKey, decode_response
+
+__all__ = [
+    "LOOP_LAG_METRIC",
+    "LagSnapshot",
+    "TailCase",
+    "TailRound",
+    "TieredTopic",
+    "lag_between",
+    "parse_lag",
+    "rotation",
+    "summarise_tail",
+    "tail_rounds",
+]
+
+TAIL_FETCH_BYTES = 64 * KIB
+TAIL_LOAD_CONSUMERS = 4
+TAIL_RECORDS = 32
+LOAD_FETCH_MIB = 1
+LOAD_WARM_UP_S = 1.0
+LOOP_LAG_METRIC = "tierproxy_event_loop_lag_seconds"
+
+
+class TieredTopic(Protocol):
+    """A one-partition topic whose range [0, tiered_end) is tiered and whose head is local."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def topic_id(self) -> uuid.UUID: ...
+    @property
+    def tiered_end(self) -> int: ...
+    @property
+    def high_watermark(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TailCase:
+    """The tail consumer reads the head of ``topic`` through ``tail``; unless ``load`` is
+    None, catch-up readers read the tiered range of the same topic through ``load``."""
+
+    tail: Endpoint
+    topic: TieredTopic
+    load: Endpoint | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TailRound:
+    fetches: int
+    p50_ms: float
+    p99_ms: float
+    load_mib_per_s: float | None
+    """What the catch-up readers read meanwhile; None alone."""
+    loop_lag_mean_ms: float | None
+    """The proxy's mean event-loop lag during the round; None without its metrics."""
+    loop_lag_p99_ms: float | None
+    """The upper bound of the lag histogram's bucket holding the 99th percentile."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LagSnapshot:
+    """The proxy's loop-lag histogram at one moment (cumulative, as Prometheus exposes it)."""
+
+    buckets: tuple[tuple[float, float], ...]
+    """(upper bound in seconds, probes at most that late), ascending; the last is +Inf."""
+    total_s: float
+    count: float
+
+
+def parse_lag(text: str, name: str = LOOP_LAG_METRIC) -> LagSnapshot:
+    """The histogram ``name`` from a Prometheus text exposition.
+
+    :raises ValueError: the exposition has no such histogram.
+    """
+    buckets: list[tuple[float, float]] = []
+    total = count = None
+    for line in text.splitlines():
+        if line.startswith(f'{name}_bucket{{le="'):
+            bound = line.split('le="', 1)[1].split('"', 1)[0]
+            buckets.append((float(bound), float(line.rsplit(" ", 1)[1])))
+        elif line.startswith(f"{name}_sum "):
+            total = float(line.rsplit(" ", 1)[1])
+        elif line.startswith(f"{name}_count "):
+            count = float(line.rsplit(" ", 1)[1])
+    if not buckets or total is None or count is None:
+        raise ValueError(f"no histogram {name} in the exposition")
+    return LagSnapshot(buckets=tuple(sorted(buckets)), total_s=total, count=count)
+
+
+def lag_between(before: LagSnapshot, after: LagSnapshot) -> tuple[float, float] | None:
+    """Mean and p99 (bucket upper bound) of the lag probes between two snapshots, in ms;
+    None if no probe ran."""
+    count = after.count - before.count
+    if count <= 0:
+        return None
+    mean_ms = (after.total_s - before.total_s) / count * 1000
+    for (bound, seen), (_, seen_before) in zip(after.buckets, before.buckets, strict=True):
+        if seen - seen_before >= 0.99 * count:
+            return mean_ms, bound * 1000
+    return mean_ms, float("inf")
+
+
+def rotation(names: Sequence[str], index: int) -> list[str]:
+    """Round ``index``'s order: the names rotated left by ``index``."""
+    shift = index % len(names)
+    return [*names[shift:], *names[:shift]]
+
+
+async def tail_latencies(endpoint: Endpoint, topic: TieredTopic, seconds: float) -> list[float]:
+    """Fetch round trips (seconds) of a consumer reading the last records of the log."""
+    connection = await RawConnection.open(endpoint)
+    latencies: list[float] = []
+    offset = max(topic.tiered_end, topic.high_watermark - TAIL_RECORDS)
+    request = fetch_request(12, topic.topic, topic.topic_id, offset, TAIL_FETCH_BYTES)
+    try:
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            started = time.perf_counter()
+            connection.send(ApiKey.FETCH, 12, request)
+            frame = await connection.receive()
+            latencies.append(time.perf_counter() - started)
+            _, size = parse_response_header(frame, 1)
+            response = decode_response(ApiKey.FETCH, 12, memoryview(frame)[size:])
+            assert response.responses[0].partitions[0].records, "the tail read returned nothing"
+    finally:
+        await connection.close()
+    return latencies
+
+
+class CatchupLoad:
+    """:mod:`bench.catchup_load` running in a child process."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+
+    @classmethod
+    async def start(cls, endpoint: Endpoint, topic: TieredTopic) -> CatchupLoad:
+        spec = LoadSpec(
+            endpoint=endpoint,
+            topic=topic.topic,
+            topic_id=topic.topic_id,
+            end_offset=topic.tiered_end,
+            consumers=TAIL_LOAD_CONSUMERS,
+            fetch_mib=LOAD_FETCH_MIB,
+        )
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.catchup_load", *argv(spec), stdout=asyncio.subprocess.PIPE
+        )
+        load = cls(process)
+        assert process.stdout is not None
+        if (await process.stdout.readline()).decode().strip() != READY:
+            await load.stop()
+            raise RuntimeError("the catch-up load did not start")
+        return load
+
+    async def stop(self) -> float:
+        """Stop the readers; the MiB/s they read."""
+        if self._process.returncode is None:
+            self._process.terminate()
+        assert self._process.stdout is not None
+        output = await self._process.stdout.read()
+        if await self._process.wait() != 0:
+            raise RuntimeError(f"the catch-up load exited with {self._process.returncode}")
+        tally = json.loads(output.decode().strip().splitlines()[-1])
+        return float(tally["bytes"]) / (1 << 20) / float(tally["seconds"])
+
+
+LagSource = Callable[[], Awaitable[LagSnapshot]]
+
+
+def metrics_lag(host: str, port: int) -> LagSource:
+    """The loop-lag histogram of the proxy whose metrics endpoint is ``host:port``."""
+
+    def scrape() -> LagSnapshot:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as answer:
+            return parse_lag(answer.read().decode())
+
+    async def snapshot() -> LagSnapshot:
+        return await asyncio.to_thread(scrape)
+
+    return snapshot
+
+
+async def tail_round(case: TailCase, seconds: float, lag: LagSource | None) -> TailRound:
+    load = None if case.load is None else await CatchupLoad.start(case.load, case.topic)
+    load_mib_per_s = None
+    try:
+        if load is not None:
+            await asyncio.sleep(LOAD_WARM_UP_S)  # let the catch-up readers get going
+        before = None if lag is None else await lag()
+        latencies = await tail_latencies(case.tail, case.topic, seconds)
+        lagged = None if lag is None or before is None else lag_between(before, await lag())
+    finally:
+        if load is not None:
+            load_mib_per_s = await load.stop()
+    return TailRound(
+        fetches=len(latencies),
+        p50_ms=median(latencies) * 1000,
+        p99_ms=percentile(latencies, 0.99) * 1000,
+        load_mib_per_s=load_mib_per_s,
+        loop_lag_mean_ms=None if lagged is None else lagged[0],
+        loop_lag_p99_ms=None if lagged is None else lagged[1],
+    )
+
+
+def summarise_tail(
+    rounds: Mapping[str, Sequence[TailRound]], baselines: Mapping[str, str]
+) -> dict[str, Any]:
+    """Per case the medians of p50 and p99 (and of the load's MiB/s and the proxy's loop
+    lag where measured); per loaded case in ``baselines`` (loaded -> alone) the median of
+    the rounds' p99 ratios to the baseline's p99 in the same round."""
+    summary: dict[str, Any] = {}
+    for name, got in rounds.items():
+        figures = {
+            "p50_ms": median([r.p50_ms for r in got]),
+            "p99_ms": median([r.p99_ms for r in got]),
+        }
+        for field in ("load_mib_per_s", "loop_lag_mean_ms", "loop_lag_p99_ms"):
+            values = [v for r in got if (v := getattr(r, field)) is not None]
+            if values:
+                figures[field] = median(values)
+        summary[name] = figures
+    for loaded, alone in baselines.items():
+        summary[loaded]["p99_ratio_to_alone"] = median(
+            [r.p99_ms / a.p99_ms for r, a in zip(rounds[loaded], rounds[alone], strict=True)]
+        )
+    return summary
+
+
+async def tail_rounds(
+    cases: Mapping[str, TailCase],
+    baselines: Mapping[str, str],
+    *,
+    rounds: int,
+    seconds: float,
+    lag: LagSource | None = None,
+) -> tuple[dict[str, Any], dict[str, list[TailRound]]]:
+    """Every case once per round, in rotating order: the summary and the rounds."""
+    names = list(cases)
+    measured: dict[str, list[TailRound]] = {name: [] for name in names}
+    for index in range(max(rounds, 1)):
+        for name in rotation(names, index):
+            measured[name].append(await tail_round(cases[name], seconds, lag))
+    summary = summarise_tail(measured, baselines)
+    summary["rounds"] = {name: [asdict(r) for r in got] for name, got in measured.items()}
+    return summary, measured

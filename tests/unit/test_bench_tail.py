@@ -1,0 +1,96 @@
+"""bench.tail and bench.catchup_load: the pure parts (order, summaries, lag histograms)."""
+
+from __future__ import annotations
+
+import uuid
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bench.catchup_load import LoadSpec, argv, parse
+from bench.passthrough import Endpoint
+from bench.tail import LagSnapshot, TailRound, lag_between, parse_lag, rotation, summarise_tail
+
+EXPOSITION = """\
+# HELP tierproxy_event_loop_lag_seconds How late the event loop woke a 10 ms timer.
+# TYPE tierproxy_event_loop_lag_seconds histogram
+tierproxy_event_loop_lag_seconds_bucket{le="0.001"} 90.0
+tierproxy_event_loop_lag_seconds_bucket{le="0.01"} 99.0
+tierproxy_event_loop_lag_seconds_bucket{le="+Inf"} 100.0
+tierproxy_event_loop_lag_seconds_count 100.0
+tierproxy_event_loop_lag_seconds_sum 0.25
+tierproxy_requests_total{api="fetch"} 7.0
+"""
+
+
+def tail_round(p99_ms: float, lag_ms: float | None = None) -> TailRound:
+    return TailRound(
+        fetches=100,
+        p50_ms=p99_ms / 2,
+        p99_ms=p99_ms,
+        load_mib_per_s=None,
+        loop_lag_mean_ms=lag_ms,
+        loop_lag_p99_ms=lag_ms,
+    )
+
+
+@given(st.lists(st.text(min_size=1), min_size=1, max_size=6, unique=True))
+def test_each_name_takes_each_place_once_in_as_many_rounds(names: list[str]) -> None:
+    orders = [rotation(names, index) for index in range(len(names))]
+    assert all(sorted(order) == sorted(names) for order in orders)
+    for place in range(len(names)):
+        assert sorted(order[place] for order in orders) == sorted(names)
+
+
+def test_the_lag_histogram_is_read_from_the_exposition() -> None:
+    snapshot = parse_lag(EXPOSITION)
+    assert snapshot.buckets == ((0.001, 90.0), (0.01, 99.0), (float("inf"), 100.0))
+    assert (snapshot.total_s, snapshot.count) == (0.25, 100.0)
+
+
+def test_a_missing_histogram_is_an_error_not_zero() -> None:
+    try:
+        parse_lag('tierproxy_requests_total{api="fetch"} 7.0\n')
+    except ValueError as error:
+        assert "tierproxy_event_loop_lag_seconds" in str(error)
+    else:
+        raise AssertionError("no error")
+
+
+def test_lag_between_two_snapshots_is_of_the_probes_in_between() -> None:
+    before = LagSnapshot(
+        buckets=((0.001, 50.0), (0.01, 50.0), (float("inf"), 50.0)), total_s=0.05, count=50.0
+    )
+    after = parse_lag(EXPOSITION)
+    # 50 probes in between: 40 under 1 ms, 9 under 10 ms, 1 over: the 99th percentile of 50
+    # (nearest rank: the 50th) is over 10 ms.
+    assert lag_between(before, after) == (0.2 / 50 * 1000, float("inf"))
+    empty = LagSnapshot(buckets=tuple((b, 0.0) for b, _ in after.buckets), total_s=0, count=0)
+    # 100 probes: 99 at most 10 ms late, so the p99 is in the 10 ms bucket.
+    assert lag_between(empty, after) == (0.25 / 100 * 1000, 10.0)
+    assert lag_between(after, after) is None
+
+
+def test_ratios_pair_each_loaded_round_with_the_alone_round_of_the_same_round() -> None:
+    rounds = {
+        "alone": [tail_round(1.0), tail_round(2.0), tail_round(1.0)],
+        "loaded": [tail_round(3.0, 0.5), tail_round(4.0, 1.5), tail_round(9.0, 1.0)],
+    }
+    summary = summarise_tail(rounds, {"loaded": "alone"})
+    assert summary["loaded"]["p99_ratio_to_alone"] == 3.0  # median of 3, 2, 9
+    assert summary["loaded"]["p99_ms"] == 4.0
+    assert summary["loaded"]["loop_lag_mean_ms"] == 1.0
+    assert "loop_lag_mean_ms" not in summary["alone"]
+    assert "p99_ratio_to_alone" not in summary["alone"]
+
+
+def test_the_load_spec_survives_its_command_line() -> None:
+    spec = LoadSpec(
+        endpoint=Endpoint(name="load", host="127.0.0.1", port=9092),
+        topic="bench-native-1",
+        topic_id=uuid.uuid4(),
+        end_offset=98_304,
+        consumers=4,
+        fetch_mib=1,
+    )
+    assert parse(argv(spec)) == spec
