@@ -28,11 +28,12 @@ at once; rounds alternate direct and proxy (A B / B A, ``--pairs`` pairs). Repor
 median aggregate MiB/s of each path, the median per-pair ratio proxy/direct, and CPU
 seconds per GiB of the proxy, broker and SeaweedFS processes.
 
-Tail latency: one raw Fetch loop through the proxy reading the last 32 records of the log
-(64 KiB fetches, the untiered head) for ``--tail-seconds``: alone, while 4 catch-up loops
-read the tiered range through the proxy, and while they read it directly from the broker
-(the same load on the machine without the proxy's part in it), in rotating order; p50/p99
-of the Fetch round trip.
+Tail latency (:mod:`bench.tail`): one raw Fetch loop through the proxy reading the last 32
+records of the log (64 KiB fetches, the untiered head) for ``--tail-seconds``: alone, while 4
+catch-up loops (in a process of their own) read the tiered range through the proxy, and while
+they read it directly from the broker (the same load on the machine without the proxy's part
+in it), in rotating order; p50/p99 of the Fetch round trip, the load's MiB/s and the proxy's
+event-loop lag. ``bench.native`` holds the same tail against Kafka's native tiered storage.
 
 Object-storage latency (``--s3-first-byte-ms``, default 20 and 50): a second proxy reads
 SeaweedFS through :mod:`bench.forwarder`, which holds each answer's first byte that long (a

@@ -11,8 +11,8 @@ Run by :func:`bench.tail.catchup_load`, not by hand::
 
 It prints ``reading`` once the readers are started, reads offsets [0, END_OFFSET) of
 partition 0 over and over (raw Fetch v12, ``--fetch-mib`` per partition, one request in flight
-per reader) until SIGTERM or SIGINT, then prints the record bytes read and the seconds as one JSON
-line.
+per reader; together at most ``--mib-per-s`` if given) until SIGTERM or SIGINT, then prints
+the record bytes read and the seconds as one JSON line.
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ import json
 import signal
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.common import MIB
 from bench.passthrough import Endpoint, FetchTally, raw_fetch_all
 
-__all__ = ["LoadSpec", "argv"]
+__all__ = ["LoadSpec", "Pacer", "argv"]
 
 READY = "reading"
 
@@ -44,6 +45,32 @@ class LoadSpec:
     end_offset: int
     consumers: int
     fetch_mib: int
+    mib_per_s: float | None = None
+    """The readers' aggregate rate cap; None: as fast as they are served."""
+
+
+class Pacer:
+    """Holds readers back so that together they read at most ``bytes_per_s`` on average
+    since the first call: the same load on two servers that serve at different rates."""
+
+    def __init__(self, bytes_per_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._rate = bytes_per_s
+        self._clock = clock
+        self._started: float | None = None
+        self._bytes = 0
+
+    def delay(self, nbytes: int) -> float:
+        """Count ``nbytes`` read; seconds to wait before the next request."""
+        now = self._clock()
+        if self._started is None:
+            self._started = now
+        self._bytes += nbytes
+        return max(0.0, self._started + self._bytes / self._rate - now)
+
+    async def __call__(self, nbytes: int) -> None:
+        delay = self.delay(nbytes)
+        if delay > 0:
+            await asyncio.sleep(delay)
 
 
 def argv(spec: LoadSpec) -> list[str]:
@@ -58,6 +85,7 @@ def argv(spec: LoadSpec) -> list[str]:
         str(spec.consumers),
         "--fetch-mib",
         str(spec.fetch_mib),
+        *([] if spec.mib_per_s is None else ["--mib-per-s", str(spec.mib_per_s)]),
     ]
 
 
@@ -70,6 +98,7 @@ def parse(args: list[str] | None = None) -> LoadSpec:
     parser.add_argument("end_offset", type=int)
     parser.add_argument("--consumers", type=int, default=4)
     parser.add_argument("--fetch-mib", type=int, default=1)
+    parser.add_argument("--mib-per-s", type=float, help="aggregate rate cap (default: none)")
     parsed = parser.parse_args(args)
     return LoadSpec(
         endpoint=Endpoint(name="load", host=parsed.host, port=parsed.port),
@@ -78,6 +107,7 @@ def parse(args: list[str] | None = None) -> LoadSpec:
         end_offset=parsed.end_offset,
         consumers=parsed.consumers,
         fetch_mib=parsed.fetch_mib,
+        mib_per_s=parsed.mib_per_s,
     )
 
 
@@ -87,6 +117,7 @@ async def read_until_stopped(spec: LoadSpec) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     tally = FetchTally()
+    pace = None if spec.mib_per_s is None else Pacer(spec.mib_per_s * MIB)
 
     async def reader() -> None:
         while True:
@@ -98,6 +129,7 @@ async def read_until_stopped(spec: LoadSpec) -> None:
                 end_offset=spec.end_offset,
                 partition_max_bytes=spec.fetch_mib * MIB,
                 tally=tally,
+                pace=pace,
             )
 
     started = time.perf_counter()

@@ -32,8 +32,19 @@ Each read is one raw Fetch v12 loop (``partition_max_bytes`` 1 MiB and 8 MiB). T
 comparisons alternate (A B / B A, ``--pairs`` pairs): native remote / local, and tierproxy
 remote / native remote. Reported: median MiB/s, the per-pair ratio, Fetch requests per GiB,
 CPU seconds per GiB of the proxy, broker and SeaweedFS (absent with ``--tier local``). Goal:
-tierproxy remote / native remote >= 1.5. Data is warm (page cache) on every path. Results:
-``native.json``, with the tier kind in ``tier``.
+tierproxy remote / native remote >= 1.5. Data is warm (page cache) on every path.
+
+Tail latency (:mod:`bench.tail`, ``--tail-seconds`` per round, 0 to skip): a consumer at the
+head of the log (raw Fetch v12, 64 KiB fetches) alone and while 4 catch-up readers (1 MiB
+fetches, in a process of their own) read the tiered range, in each deployment as a user
+would run it: with tierproxy everything goes through the proxy and the catch-up is served
+from its remote tier; with native tiered storage everything goes to the broker and the
+catch-up is served by its RemoteLogManager. Each deployment reads its own topic, written
+alike. The four cases rotate, ``--pairs`` rounds. Reported: p50/p99, each loaded p99 over
+its own alone p99 (per round, then the median), the ratio of those two ratios (goal <= 1),
+the load's MiB/s (the two remote tiers do not serve the readers at the same rate;
+``--tail-load-mib-per-s`` adds loaded cases capped at one rate in both) and the proxy's
+event-loop lag. Results: ``native.json``, with the tier kind in ``tier``.
 """
 
 from __future__ import annotations
@@ -59,12 +70,19 @@ from bench.catchup import (
     running_proxy,
     summarise,
 )
-from bench.common import MIB, alternate_async, median, save_json
+from bench.common import MIB, alternate_async, save_json
 from bench.passthrough import RECORD_BYTES, Endpoint, preload, topic_id_and_end
 from bench.pipeline import BACKENDS
 from bench.profile import record
 from bench.profile import summarise as summarise_profile
-from bench.tail import TAIL_LOAD_CONSUMERS, LagSource, TailCase, metrics_lag, tail_rounds
+from bench.tail import (
+    TAIL_LOAD_CONSUMERS,
+    LagSource,
+    TailCase,
+    metrics_lag,
+    ratio_of_ratios,
+    tail_rounds,
+)
 from bench.tiering import remote_tier
 from proxy.embedded import (
     KAFKA_4,
@@ -148,10 +166,17 @@ async def compare(
 
 
 TAIL_PROXY_ALONE = "tierproxy: alone"
-TAIL_PROXY_LOADED = f"tierproxy: {TAIL_LOAD_CONSUMERS} catch-up from its remote tier"
 TAIL_NATIVE_ALONE = "native: alone"
-TAIL_NATIVE_LOADED = f"native: {TAIL_LOAD_CONSUMERS} catch-up from native remote"
 GOAL_TAIL_RATIO = 1.0
+
+
+def loaded_names(cap_mib_per_s: float | None) -> tuple[str, str]:
+    """The loaded cases' names (tierproxy, native), uncapped or at ``cap_mib_per_s``."""
+    rate = "" if cap_mib_per_s is None else f" at {cap_mib_per_s:g} MiB/s"
+    return (
+        f"tierproxy: {TAIL_LOAD_CONSUMERS} catch-up from its remote tier{rate}",
+        f"native: {TAIL_LOAD_CONSUMERS} catch-up from native remote{rate}",
+    )
 
 
 async def tail_comparison(
@@ -167,50 +192,50 @@ async def tail_comparison(
     tierproxy (tail and catch-up readers through the proxy, the catch-up served from its
     remote tier) and with Kafka's native tiered storage (both directly to the broker, the
     catch-up served by the broker's RemoteLogManager). Each reads the head of its own topic,
-    written alike. Goal (issue 13): tierproxy's ratio <= native's."""
+    written alike. With ``--tail-load-mib-per-s`` the loaded cases run a second time with the
+    load capped at that rate in both. Goal (issue 13): tierproxy's ratio <= native's."""
+    caps = [None] if args.tail_load_mib_per_s is None else [None, args.tail_load_mib_per_s]
+    cases = {
+        TAIL_PROXY_ALONE: TailCase(tail=proxy, topic=ours),
+        TAIL_NATIVE_ALONE: TailCase(tail=direct, topic=native),
+    }
+    baselines: dict[str, str] = {}
+    for cap in caps:
+        ours_loaded, native_loaded = loaded_names(cap)
+        cases[ours_loaded] = TailCase(tail=proxy, topic=ours, load=proxy, load_mib_per_s=cap)
+        cases[native_loaded] = TailCase(tail=direct, topic=native, load=direct, load_mib_per_s=cap)
+        baselines |= {ours_loaded: TAIL_PROXY_ALONE, native_loaded: TAIL_NATIVE_ALONE}
     summary, rounds = await tail_rounds(
-        {
-            TAIL_PROXY_ALONE: TailCase(tail=proxy, topic=ours),
-            TAIL_PROXY_LOADED: TailCase(tail=proxy, topic=ours, load=proxy),
-            TAIL_NATIVE_ALONE: TailCase(tail=direct, topic=native),
-            TAIL_NATIVE_LOADED: TailCase(tail=direct, topic=native, load=direct),
-        },
-        {TAIL_PROXY_LOADED: TAIL_PROXY_ALONE, TAIL_NATIVE_LOADED: TAIL_NATIVE_ALONE},
-        rounds=args.pairs,
-        seconds=args.tail_seconds,
-        lag=lag,
+        cases, baselines, rounds=args.pairs, seconds=args.tail_seconds, lag=lag
     )
-    ratio = median(
-        [
-            (loaded.p99_ms / alone.p99_ms) / (native_loaded.p99_ms / native_alone.p99_ms)
-            for loaded, alone, native_loaded, native_alone in zip(
-                rounds[TAIL_PROXY_LOADED],
-                rounds[TAIL_PROXY_ALONE],
-                rounds[TAIL_NATIVE_LOADED],
-                rounds[TAIL_NATIVE_ALONE],
-                strict=True,
-            )
-        ]
-    )
-    summary["p99_ratio_tierproxy_load_to_native_load"] = ratio
-    summary["goal_p99_ratio_tierproxy_load_to_native_load"] = GOAL_TAIL_RATIO
-    summary["within_native_ratio"] = ratio <= GOAL_TAIL_RATIO
-    print(
-        "tail p99 (ms) / p99 ratio to alone: "
-        + "; ".join(
-            f"{name} {summary[name]['p99_ms']:.2f}"
-            + (
-                f" / {summary[name]['p99_ratio_to_alone']:.2f}"
-                if "p99_ratio_to_alone" in summary[name]
-                else ""
-            )
-            for name in (TAIL_PROXY_ALONE, TAIL_PROXY_LOADED, TAIL_NATIVE_ALONE, TAIL_NATIVE_LOADED)
+    for cap in caps:
+        ours_loaded, native_loaded = loaded_names(cap)
+        ratio = ratio_of_ratios(
+            rounds, (ours_loaded, TAIL_PROXY_ALONE), (native_loaded, TAIL_NATIVE_ALONE)
         )
-        + f"\ntierproxy's ratio / native's {ratio:.2f} (goal <= {GOAL_TAIL_RATIO:g}: "
-        + ("met" if ratio <= GOAL_TAIL_RATIO else "missed")
-        + ")"
-    )
+        key = "" if cap is None else "_capped"
+        summary[f"p99_ratio_tierproxy_load_to_native_load{key}"] = ratio
+        summary[f"within_native_ratio{key}"] = ratio <= GOAL_TAIL_RATIO
+    summary["goal_p99_ratio_tierproxy_load_to_native_load"] = GOAL_TAIL_RATIO
+    summary["load_cap_mib_per_s"] = args.tail_load_mib_per_s
+    print_tail(summary, baselines)
     return summary
+
+
+def print_tail(summary: dict[str, Any], baselines: dict[str, str]) -> None:
+    print("tail p99 ms (ratio to alone) [load MiB/s] {proxy loop lag mean ms}:")
+    for name in (TAIL_PROXY_ALONE, TAIL_NATIVE_ALONE, *baselines):
+        figures = summary[name]
+        print(
+            f"  {name:60s} {figures['p99_ms']:6.2f}"
+            f" ({figures.get('p99_ratio_to_alone', 1.0):.2f})"
+            f" [{figures.get('load_mib_per_s', 0.0):.0f}]"
+            f" {{{figures.get('loop_lag_mean_ms', float('nan')):.2f}}}"
+        )
+    for key, value in summary.items():
+        if key.startswith("p99_ratio_tierproxy"):
+            verdict = "met" if value <= GOAL_TAIL_RATIO else "missed"
+            print(f"{key}: {value:.2f} (goal <= {GOAL_TAIL_RATIO:g}: {verdict})")
 
 
 def s3_column(cpu_s_per_gib: float | None) -> str:
@@ -257,14 +282,18 @@ async def run(
             if profile is not None:
                 print("\n".join(summarise_profile(profile, top=25).lines()))
             if args.tail_seconds > 0:
-                result["tail"] = await tail_comparison(
-                    args,
-                    proxy=proxy,
-                    direct=direct,
-                    ours=ours,
-                    native=native,
-                    lag=metrics_lag(process.host, process.metrics_port),
-                )
+                profile = None if args.profile is None else args.profile / "tail.txt"
+                with record(pids.proxy, profile):
+                    result["tail"] = await tail_comparison(
+                        args,
+                        proxy=proxy,
+                        direct=direct,
+                        ours=ours,
+                        native=native,
+                        lag=metrics_lag(process.host, process.metrics_port),
+                    )
+                if profile is not None:
+                    print("\n".join(summarise_profile(profile, top=30).lines()))
         result["load_average_at_end"] = os.getloadavg()
         return result
 
@@ -301,7 +330,15 @@ def main() -> None:
         help="each tail-latency round (0: skip them)",
     )
     parser.add_argument(
-        "--profile", type=Path, help="sample the proxy with py-spy during its remote reads"
+        "--tail-load-mib-per-s",
+        type=float,
+        help="also run the loaded tail cases with the catch-up capped at this aggregate rate "
+        "in both deployments (the same load whichever serves faster)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="sample the proxy with py-spy during its remote reads and the tail rounds",
     )
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:

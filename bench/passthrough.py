@@ -244,8 +244,10 @@ async def raw_fetch_all(
     end_offset: int,
     partition_max_bytes: int,
     tally: FetchTally | None = None,
+    pace: Callable[[int], Awaitable[None]] | None = None,
 ) -> int:
-    """Fetch offsets [0, end_offset) of partition 0 one request at a time; bytes received."""
+    """Fetch offsets [0, end_offset) of partition 0 one request at a time; bytes received.
+    ``pace``, given each response's record bytes, may hold the next request back."""
     connection = await RawConnection.open(endpoint)
     header_version = response_header_version(ApiKey.FETCH, version)
     assert header_version is not None
@@ -267,6 +269,8 @@ async def raw_fetch_all(
             if tally is not None:
                 tally.requests += 1
                 tally.bytes += len(records)
+            if pace is not None:
+                await pace(len(records))
             for _, batch in iter_batches(records):
                 offset = batch.next_offset
     finally:

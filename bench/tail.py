@@ -41,6 +41,7 @@ __all__ = [
     "TieredTopic",
     "lag_between",
     "parse_lag",
+    "ratio_of_ratios",
     "rotation",
     "summarise_tail",
     "tail_rounds",
@@ -75,6 +76,8 @@ class TailCase:
     tail: Endpoint
     topic: TieredTopic
     load: Endpoint | None = None
+    load_mib_per_s: float | None = None
+    """The catch-up readers' aggregate rate cap; None: as fast as they are served."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,7 +170,9 @@ class CatchupLoad:
         self._process = process
 
     @classmethod
-    async def start(cls, endpoint: Endpoint, topic: TieredTopic) -> CatchupLoad:
+    async def start(
+        cls, endpoint: Endpoint, topic: TieredTopic, mib_per_s: float | None
+    ) -> CatchupLoad:
         spec = LoadSpec(
             endpoint=endpoint,
             topic=topic.topic,
@@ -175,6 +180,7 @@ class CatchupLoad:
             end_offset=topic.tiered_end,
             consumers=TAIL_LOAD_CONSUMERS,
             fetch_mib=LOAD_FETCH_MIB,
+            mib_per_s=mib_per_s,
         )
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "bench.catchup_load", *argv(spec), stdout=asyncio.subprocess.PIPE
@@ -215,7 +221,11 @@ def metrics_lag(host: str, port: int) -> LagSource:
 
 
 async def tail_round(case: TailCase, seconds: float, lag: LagSource | None) -> TailRound:
-    load = None if case.load is None else await CatchupLoad.start(case.load, case.topic)
+    load = (
+        None
+        if case.load is None
+        else await CatchupLoad.start(case.load, case.topic, case.load_mib_per_s)
+    )
     load_mib_per_s = None
     try:
         if load is not None:
@@ -258,6 +268,22 @@ def summarise_tail(
             [r.p99_ms / a.p99_ms for r, a in zip(rounds[loaded], rounds[alone], strict=True)]
         )
     return summary
+
+
+def ratio_of_ratios(
+    rounds: Mapping[str, Sequence[TailRound]], case: tuple[str, str], base: tuple[str, str]
+) -> float:
+    """The median over rounds of (``case`` loaded p99 / its alone p99) over (``base`` loaded
+    p99 / its alone p99): how much more one set-up's tail suffers from its load than
+    another's, each against its own idle tail."""
+    return median(
+        [
+            (loaded.p99_ms / alone.p99_ms) / (base_loaded.p99_ms / base_alone.p99_ms)
+            for loaded, alone, base_loaded, base_alone in zip(
+                rounds[case[0]], rounds[case[1]], rounds[base[0]], rounds[base[1]], strict=True
+            )
+        ]
+    )
 
 
 async def tail_rounds(

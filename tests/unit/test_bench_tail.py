@@ -7,9 +7,17 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bench.catchup_load import LoadSpec, argv, parse
+from bench.catchup_load import LoadSpec, Pacer, argv, parse
 from bench.passthrough import Endpoint
-from bench.tail import LagSnapshot, TailRound, lag_between, parse_lag, rotation, summarise_tail
+from bench.tail import (
+    LagSnapshot,
+    TailRound,
+    lag_between,
+    parse_lag,
+    ratio_of_ratios,
+    rotation,
+    summarise_tail,
+)
 
 EXPOSITION = """\
 # HELP tierproxy_event_loop_lag_seconds How late the event loop woke a 10 ms timer.
@@ -94,3 +102,35 @@ def test_the_load_spec_survives_its_command_line() -> None:
         fetch_mib=1,
     )
     assert parse(argv(spec)) == spec
+    capped = LoadSpec(**{**{f: getattr(spec, f) for f in spec.__slots__}, "mib_per_s": 100.0})
+    assert parse(argv(capped)) == capped
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_pacer_holds_readers_to_the_aggregate_rate() -> None:
+    clock = Clock()
+    pacer = Pacer(1000.0, clock)
+    assert pacer.delay(500) == 0.5  # 500 bytes at 1000 B/s end at 0.5 s
+    clock.now += 0.5
+    assert pacer.delay(250) == 0.25  # a second reader's bytes count against the same rate
+    clock.now += 2.0
+    assert pacer.delay(250) == 0.0  # behind schedule: no wait
+
+
+def test_each_setup_is_held_against_its_own_idle_tail_round_by_round() -> None:
+    rounds = {
+        "ours alone": [tail_round(1.0), tail_round(2.0)],
+        "ours loaded": [tail_round(4.0), tail_round(4.0)],
+        "theirs alone": [tail_round(2.0), tail_round(1.0)],
+        "theirs loaded": [tail_round(4.0), tail_round(4.0)],
+    }
+    # Round 1: 4 / 2 = 2; round 2: 2 / 4 = 0.5; the median of the two: 1.25.
+    got = ratio_of_ratios(rounds, ("ours loaded", "ours alone"), ("theirs loaded", "theirs alone"))
+    assert got == 1.25
