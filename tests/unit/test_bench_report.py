@@ -48,6 +48,29 @@ def test_split_figures_pairs_each_figure_with_its_goal() -> None:
     assert parameters == [("broker", "tansu"), ("partitions", 8)]
 
 
+def test_the_tail_comparison_is_a_headline_ratio_with_its_goal() -> None:
+    native = next(b for b in BENCHMARKS if b.name == "native")
+    result = {
+        "tail": {
+            "tierproxy: alone": {"p50_ms": 0.7, "p99_ms": 5.0},
+            "tierproxy: 4 catch-up from its remote tier": {
+                "p99_ms": 15.0,
+                "p99_ratio_to_alone": 3.0,
+                "load_mib_per_s": 400.0,
+                "loop_lag_mean_ms": 2.0,
+            },
+            "p99_ratio_tierproxy_load_to_native_load": 1.2,
+            "goal_p99_ratio_tierproxy_load_to_native_load": 1.0,
+            "within_native_ratio": False,
+        }
+    }
+    outcome = Outcome(benchmark=native, status="ok", result=result, result_time=0)
+    text = render_report([outcome], {}, NOW)
+    assert "tail / p99_ratio_tierproxy_load_to_native_load: **1.20** (goal ≤ 1.00)" in text
+    assert "| `tierproxy: 4 catch-up from its remote tier.loop_lag_mean_ms` | 2.00 |  |" in text
+    assert "within_native_ratio = False" in text
+
+
 def test_report_has_headline_tables_and_plot_link() -> None:
     outcome = Outcome(benchmark=BENCHMARKS[2], status="ok", result=PIPELINE_LIKE, result_time=0)
     text = render_report([outcome], {"cores": "2"}, NOW)
