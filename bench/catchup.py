@@ -101,6 +101,7 @@ from bench.profile import summarise as summarise_profile
 from bench.tail import (
     TAIL_LOAD_CONSUMERS,
     LagSource,
+    Setup,
     TailCase,
     metrics_lag,
     tail_rounds,
@@ -128,15 +129,6 @@ class CatchupRound:
     s3_cpu_s_per_gib: float | None
     """None when no S3 process is measured (a local-directory tier, external S3)."""
     fetches_per_gib: float
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Setup:
-    topic: str
-    topic_id: uuid.UUID
-    tiered_end: int
-    """First offset after the tiered range."""
-    high_watermark: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

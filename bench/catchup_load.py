@@ -30,9 +30,14 @@ from dataclasses import dataclass
 from bench.common import MIB
 from bench.passthrough import Endpoint, FetchTally, raw_fetch_all
 
-__all__ = ["LoadSpec", "Pacer", "argv"]
+__all__ = ["CONSUMERS", "FETCH_MIB", "READY", "LoadSpec", "Pacer", "argv"]
 
 READY = "reading"
+"""The line the process prints once its readers are started."""
+CONSUMERS = 4
+FETCH_MIB = 1
+"""The readers and their fetch size unless told: issue 13's 4 catch-up consumers, and a
+consumer's default ``max.partition.fetch.bytes``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,8 +48,8 @@ class LoadSpec:
     topic: str
     topic_id: uuid.UUID
     end_offset: int
-    consumers: int
-    fetch_mib: int
+    consumers: int = CONSUMERS
+    fetch_mib: int = FETCH_MIB
     mib_per_s: float | None = None
     """The readers' aggregate rate cap; None: as fast as they are served."""
 
@@ -96,8 +101,8 @@ def parse(args: list[str] | None = None) -> LoadSpec:
     parser.add_argument("topic")
     parser.add_argument("topic_id", type=uuid.UUID)
     parser.add_argument("end_offset", type=int)
-    parser.add_argument("--consumers", type=int, default=4)
-    parser.add_argument("--fetch-mib", type=int, default=1)
+    parser.add_argument("--consumers", type=int, default=CONSUMERS)
+    parser.add_argument("--fetch-mib", type=int, default=FETCH_MIB)
     parser.add_argument("--mib-per-s", type=float, help="aggregate rate cap (default: none)")
     parsed = parser.parse_args(args)
     return LoadSpec(

@@ -63,7 +63,6 @@ from typing import Any
 from bench.catchup import (
     SEGMENT_BYTES,
     Pids,
-    Setup,
     catchup_round,
     prepare,
     produce_head,
@@ -78,6 +77,7 @@ from bench.profile import summarise as summarise_profile
 from bench.tail import (
     TAIL_LOAD_CONSUMERS,
     LagSource,
+    Setup,
     TailCase,
     metrics_lag,
     ratio_of_ratios,

@@ -25,9 +25,9 @@ import urllib.request
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from bench.catchup_load import READY, LoadSpec, argv
+from bench.catchup_load import CONSUMERS, READY, LoadSpec, argv
 from bench.common import KIB, median, percentile
 from bench.passthrough import Endpoint, RawConnection, fetch_request
 from protocol.headers import parse_response_header
@@ -36,9 +36,9 @@ from protocol.messages import ApiKey, decode_response
 __all__ = [
     "LOOP_LAG_METRIC",
     "LagSnapshot",
+    "Setup",
     "TailCase",
     "TailRound",
-    "TieredTopic",
     "lag_between",
     "parse_lag",
     "ratio_of_ratios",
@@ -48,24 +48,22 @@ __all__ = [
 ]
 
 TAIL_FETCH_BYTES = 64 * KIB
-TAIL_LOAD_CONSUMERS = 4
+TAIL_LOAD_CONSUMERS = CONSUMERS
+"""The catch-up readers, at the load's default count and fetch size (``FETCH_MIB``)."""
 TAIL_RECORDS = 32
-LOAD_FETCH_MIB = 1
 LOAD_WARM_UP_S = 1.0
 LOOP_LAG_METRIC = "tierproxy_event_loop_lag_seconds"
 
 
-class TieredTopic(Protocol):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Setup:
     """A one-partition topic whose range [0, tiered_end) is tiered and whose head is local."""
 
-    @property
-    def topic(self) -> str: ...
-    @property
-    def topic_id(self) -> uuid.UUID: ...
-    @property
-    def tiered_end(self) -> int: ...
-    @property
-    def high_watermark(self) -> int: ...
+    topic: str
+    topic_id: uuid.UUID
+    tiered_end: int
+    """First offset after the tiered range."""
+    high_watermark: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,7 +72,7 @@ class TailCase:
     None, catch-up readers read the tiered range of the same topic through ``load``."""
 
     tail: Endpoint
-    topic: TieredTopic
+    topic: Setup
     load: Endpoint | None = None
     load_mib_per_s: float | None = None
     """The catch-up readers' aggregate rate cap; None: as fast as they are served."""
@@ -142,7 +140,7 @@ def rotation(names: Sequence[str], index: int) -> list[str]:
     return [*names[shift:], *names[:shift]]
 
 
-async def tail_latencies(endpoint: Endpoint, topic: TieredTopic, seconds: float) -> list[float]:
+async def tail_latencies(endpoint: Endpoint, topic: Setup, seconds: float) -> list[float]:
     """Fetch round trips (seconds) of a consumer reading the last records of the log."""
     connection = await RawConnection.open(endpoint)
     latencies: list[float] = []
@@ -170,16 +168,12 @@ class CatchupLoad:
         self._process = process
 
     @classmethod
-    async def start(
-        cls, endpoint: Endpoint, topic: TieredTopic, mib_per_s: float | None
-    ) -> CatchupLoad:
+    async def start(cls, endpoint: Endpoint, topic: Setup, mib_per_s: float | None) -> CatchupLoad:
         spec = LoadSpec(
             endpoint=endpoint,
             topic=topic.topic,
             topic_id=topic.topic_id,
             end_offset=topic.tiered_end,
-            consumers=TAIL_LOAD_CONSUMERS,
-            fetch_mib=LOAD_FETCH_MIB,
             mib_per_s=mib_per_s,
         )
         process = await asyncio.create_subprocess_exec(

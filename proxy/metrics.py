@@ -39,23 +39,6 @@ _LATENCY_BUCKETS: Final = (
 )
 
 
-# Event-loop lag: from a timer's jitter (well under a millisecond) to a loop held for seconds.
-_LOOP_LAG_BUCKETS: Final = (
-    0.0005,
-    0.001,
-    0.002,
-    0.005,
-    0.01,
-    0.02,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-)
-
-
 def api_name(api_key: int) -> str:
     """Label value for an API key: Kafka's name in snake case, or the number if unknown."""
     try:
@@ -129,7 +112,7 @@ class ProxyMetrics:
             "tierproxy_event_loop_lag_seconds",
             "How late the event loop woke a 10 ms timer: the delay every request on the loop "
             "shares (see proxy.loop_lag).",
-            buckets=_LOOP_LAG_BUCKETS,
+            buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
         self._series: dict[int, _ApiSeries] = {}
