@@ -100,10 +100,9 @@ from bench.profile import record
 from bench.profile import summarise as summarise_profile
 from bench.tail import (
     TAIL_LOAD_CONSUMERS,
-    LagSource,
+    ProxyWatch,
     Setup,
     TailCase,
-    metrics_lag,
     tail_rounds,
 )
 from bench.tiering import produce_and_tier, remote_tier, servers_from_env, tier_settings
@@ -293,7 +292,7 @@ async def tail_comparison(
     *,
     pairs: int,
     seconds: float,
-    lag: LagSource | None = None,
+    watch: ProxyWatch | None = None,
 ) -> dict[str, Any]:
     """The tail consumer through the proxy alone, while catch-up readers read the tiered
     range through the proxy, and while they read it directly from the broker (the same load
@@ -307,7 +306,7 @@ async def tail_comparison(
         {"catch-up via broker": "alone", "catch-up via proxy": "alone"},
         rounds=pairs,
         seconds=seconds,
-        lag=lag,
+        watch=watch,
     )
     summary["p99_ratio_proxy_load_to_broker_load"] = median(
         [
@@ -388,7 +387,7 @@ async def run(
                     setup,
                     pairs=args.pairs,
                     seconds=args.tail_seconds,
-                    lag=metrics_lag(process.host, process.metrics_port),
+                    watch=ProxyWatch.of(process),
                 )
             if args.s3_first_byte_ms and target.s3 is not None:
                 result["object storage latency"] = await latency_rounds(

@@ -76,10 +76,9 @@ from bench.profile import record
 from bench.profile import summarise as summarise_profile
 from bench.tail import (
     TAIL_LOAD_CONSUMERS,
-    LagSource,
+    ProxyWatch,
     Setup,
     TailCase,
-    metrics_lag,
     ratio_of_ratios,
     tail_rounds,
 )
@@ -186,7 +185,7 @@ async def tail_comparison(
     direct: Endpoint,
     ours: Setup,
     native: Setup,
-    lag: LagSource,
+    watch: ProxyWatch,
 ) -> dict[str, Any]:
     """A tail consumer's p99 under catch-up load over its p99 alone, in each deployment: with
     tierproxy (tail and catch-up readers through the proxy, the catch-up served from its
@@ -206,7 +205,7 @@ async def tail_comparison(
         cases[native_loaded] = TailCase(tail=direct, topic=native, load=direct, load_mib_per_s=cap)
         baselines |= {ours_loaded: TAIL_PROXY_ALONE, native_loaded: TAIL_NATIVE_ALONE}
     summary, rounds = await tail_rounds(
-        cases, baselines, rounds=args.pairs, seconds=args.tail_seconds, lag=lag
+        cases, baselines, rounds=args.pairs, seconds=args.tail_seconds, watch=watch
     )
     for cap in caps:
         ours_loaded, native_loaded = loaded_names(cap)
@@ -223,14 +222,20 @@ async def tail_comparison(
 
 
 def print_tail(summary: dict[str, Any], baselines: dict[str, str]) -> None:
-    print("tail p99 ms (ratio to alone) [load MiB/s] {proxy loop lag mean ms}:")
+    print(
+        "tail p99 ms (ratio to alone) [load MiB/s] {proxy loop: lag mean ms, share of the "
+        "time its thread ran / waited for a CPU}:"
+    )
+    nan = float("nan")
     for name in (TAIL_PROXY_ALONE, TAIL_NATIVE_ALONE, *baselines):
         figures = summary[name]
         print(
-            f"  {name:60s} {figures['p99_ms']:6.2f}"
+            f"  {name:58s} {figures['p99_ms']:6.2f}"
             f" ({figures.get('p99_ratio_to_alone', 1.0):.2f})"
             f" [{figures.get('load_mib_per_s', 0.0):.0f}]"
-            f" {{{figures.get('loop_lag_mean_ms', float('nan')):.2f}}}"
+            f" {{{figures.get('proxy_loop_lag_mean_ms', nan):.2f},"
+            f" {figures.get('proxy_loop_on_cpu_share', nan):.2f} /"
+            f" {figures.get('proxy_loop_waiting_share', nan):.2f}}}"
         )
     for key, value in summary.items():
         if key.startswith("p99_ratio_tierproxy"):
@@ -290,7 +295,7 @@ async def run(
                         direct=direct,
                         ours=ours,
                         native=native,
-                        lag=metrics_lag(process.host, process.metrics_port),
+                        watch=ProxyWatch.of(process),
                     )
                 if profile is not None:
                     print("\n".join(summarise_profile(profile, top=30).lines()))

@@ -23,8 +23,9 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from bench.catchup_load import CONSUMERS, READY, LoadSpec, argv
@@ -32,15 +33,21 @@ from bench.common import KIB, median, percentile
 from bench.passthrough import Endpoint, RawConnection, fetch_request
 from protocol.headers import parse_response_header
 from protocol.messages import ApiKey, decode_response
+from proxy.embedded.tierproxy import TierproxyServer
 
 __all__ = [
     "LOOP_LAG_METRIC",
     "LagSnapshot",
+    "LoopThreadTimes",
+    "ProxyLoop",
+    "ProxyWatch",
     "Setup",
     "TailCase",
     "TailRound",
     "lag_between",
     "parse_lag",
+    "parse_schedstat",
+    "proxy_medians",
     "ratio_of_ratios",
     "rotation",
     "summarise_tail",
@@ -79,16 +86,28 @@ class TailCase:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ProxyLoop:
+    """The proxy's event loop during one round."""
+
+    lag_mean_ms: float | None
+    """Its mean lag (``tierproxy_event_loop_lag_seconds``); None if no probe ran."""
+    lag_p99_ms: float | None
+    """The upper bound of the lag histogram's bucket holding the 99th percentile."""
+    on_cpu_share: float
+    """Of the round's wall time, the share its thread ran on a CPU."""
+    waiting_share: float
+    """Of the round's wall time, the share its thread was runnable but waited for a CPU."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TailRound:
     fetches: int
     p50_ms: float
     p99_ms: float
     load_mib_per_s: float | None
     """What the catch-up readers read meanwhile; None alone."""
-    loop_lag_mean_ms: float | None
-    """The proxy's mean event-loop lag during the round; None without its metrics."""
-    loop_lag_p99_ms: float | None
-    """The upper bound of the lag histogram's bucket holding the 99th percentile."""
+    proxy: ProxyLoop | None
+    """The proxy's event loop during the round; None when not watched."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,23 +217,49 @@ class CatchupLoad:
         return float(tally["bytes"]) / (1 << 20) / float(tally["seconds"])
 
 
-LagSource = Callable[[], Awaitable[LagSnapshot]]
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoopThreadTimes:
+    """Seconds the proxy's event-loop thread (its main thread) has spent on a CPU and
+    runnable but waiting for one, from ``/proc/<pid>/task/<pid>/schedstat``: a loop that is
+    late although it used little CPU was not held by a callback but left off the CPU."""
+
+    on_cpu_s: float
+    waiting_s: float
 
 
-def metrics_lag(host: str, port: int) -> LagSource:
-    """The loop-lag histogram of the proxy whose metrics endpoint is ``host:port``."""
-
-    def scrape() -> LagSnapshot:
-        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as answer:
-            return parse_lag(answer.read().decode())
-
-    async def snapshot() -> LagSnapshot:
-        return await asyncio.to_thread(scrape)
-
-    return snapshot
+def parse_schedstat(text: str) -> LoopThreadTimes:
+    """``schedstat``'s first two fields (nanoseconds on a CPU, waiting on a run queue)."""
+    on_cpu, waiting, *_ = text.split()
+    return LoopThreadTimes(on_cpu_s=int(on_cpu) / 1e9, waiting_s=int(waiting) / 1e9)
 
 
-async def tail_round(case: TailCase, seconds: float, lag: LagSource | None) -> TailRound:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProxyWatch:
+    """Where to read the proxy's loop lag (its metrics endpoint) and its loop thread's
+    scheduling (its PID: the main thread's ID is the PID)."""
+
+    metrics_host: str
+    metrics_port: int
+    pid: int
+
+    @classmethod
+    def of(cls, server: TierproxyServer) -> ProxyWatch:
+        pid = server.process.pid
+        assert pid is not None, "the proxy is not running"
+        return cls(metrics_host=server.host, metrics_port=server.metrics_port, pid=pid)
+
+    def _scrape(self) -> tuple[LagSnapshot, LoopThreadTimes]:
+        url = f"http://{self.metrics_host}:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            lag = parse_lag(answer.read().decode())
+        schedstat = Path(f"/proc/{self.pid}/task/{self.pid}/schedstat").read_text()
+        return lag, parse_schedstat(schedstat)
+
+    async def snapshot(self) -> tuple[LagSnapshot, LoopThreadTimes]:
+        return await asyncio.to_thread(self._scrape)
+
+
+async def tail_round(case: TailCase, seconds: float, watch: ProxyWatch | None) -> TailRound:
     load = (
         None
         if case.load is None
@@ -224,9 +269,11 @@ async def tail_round(case: TailCase, seconds: float, lag: LagSource | None) -> T
     try:
         if load is not None:
             await asyncio.sleep(LOAD_WARM_UP_S)  # let the catch-up readers get going
-        before = None if lag is None else await lag()
+        before = None if watch is None else await watch.snapshot()
+        started = time.perf_counter()
         latencies = await tail_latencies(case.tail, case.topic, seconds)
-        lagged = None if lag is None or before is None else lag_between(before, await lag())
+        wall = time.perf_counter() - started
+        after = None if watch is None else await watch.snapshot()
     finally:
         if load is not None:
             load_mib_per_s = await load.stop()
@@ -235,8 +282,21 @@ async def tail_round(case: TailCase, seconds: float, lag: LagSource | None) -> T
         p50_ms=median(latencies) * 1000,
         p99_ms=percentile(latencies, 0.99) * 1000,
         load_mib_per_s=load_mib_per_s,
-        loop_lag_mean_ms=None if lagged is None else lagged[0],
-        loop_lag_p99_ms=None if lagged is None else lagged[1],
+        proxy=None if before is None or after is None else proxy_figures(before, after, wall),
+    )
+
+
+def proxy_figures(
+    before: tuple[LagSnapshot, LoopThreadTimes],
+    after: tuple[LagSnapshot, LoopThreadTimes],
+    wall_s: float,
+) -> ProxyLoop:
+    lagged = lag_between(before[0], after[0])
+    return ProxyLoop(
+        lag_mean_ms=None if lagged is None else lagged[0],
+        lag_p99_ms=None if lagged is None else lagged[1],
+        on_cpu_share=(after[1].on_cpu_s - before[1].on_cpu_s) / wall_s,
+        waiting_share=(after[1].waiting_s - before[1].waiting_s) / wall_s,
     )
 
 
@@ -252,16 +312,27 @@ def summarise_tail(
             "p50_ms": median([r.p50_ms for r in got]),
             "p99_ms": median([r.p99_ms for r in got]),
         }
-        for field in ("load_mib_per_s", "loop_lag_mean_ms", "loop_lag_p99_ms"):
-            values = [v for r in got if (v := getattr(r, field)) is not None]
-            if values:
-                figures[field] = median(values)
+        loads = [r.load_mib_per_s for r in got if r.load_mib_per_s is not None]
+        if loads:
+            figures["load_mib_per_s"] = median(loads)
+        figures |= proxy_medians([r.proxy for r in got if r.proxy is not None])
         summary[name] = figures
     for loaded, alone in baselines.items():
         summary[loaded]["p99_ratio_to_alone"] = median(
             [r.p99_ms / a.p99_ms for r, a in zip(rounds[loaded], rounds[alone], strict=True)]
         )
     return summary
+
+
+def proxy_medians(loops: Sequence[ProxyLoop]) -> dict[str, float]:
+    """Medians of the proxy's loop figures over rounds, prefixed ``proxy_loop_``; those not
+    measured in any round are left out."""
+    figures = {}
+    for field in ("lag_mean_ms", "lag_p99_ms", "on_cpu_share", "waiting_share"):
+        values = [v for loop in loops if (v := getattr(loop, field)) is not None]
+        if values:
+            figures[f"proxy_loop_{field}"] = median(values)
+    return figures
 
 
 def ratio_of_ratios(
@@ -286,14 +357,14 @@ async def tail_rounds(
     *,
     rounds: int,
     seconds: float,
-    lag: LagSource | None = None,
+    watch: ProxyWatch | None = None,
 ) -> tuple[dict[str, Any], dict[str, list[TailRound]]]:
     """Every case once per round, in rotating order: the summary and the rounds."""
     names = list(cases)
     measured: dict[str, list[TailRound]] = {name: [] for name in names}
     for index in range(max(rounds, 1)):
         for name in rotation(names, index):
-            measured[name].append(await tail_round(cases[name], seconds, lag))
+            measured[name].append(await tail_round(cases[name], seconds, watch))
     summary = summarise_tail(measured, baselines)
     summary["rounds"] = {name: [asdict(r) for r in got] for name, got in measured.items()}
     return summary, measured

@@ -57,7 +57,7 @@ def test_the_tail_comparison_is_a_headline_ratio_with_its_goal() -> None:
                 "p99_ms": 15.0,
                 "p99_ratio_to_alone": 3.0,
                 "load_mib_per_s": 400.0,
-                "loop_lag_mean_ms": 2.0,
+                "proxy_loop_lag_mean_ms": 2.0,
             },
             "p99_ratio_tierproxy_load_to_native_load": 1.2,
             "goal_p99_ratio_tierproxy_load_to_native_load": 1.0,
@@ -67,7 +67,8 @@ def test_the_tail_comparison_is_a_headline_ratio_with_its_goal() -> None:
     outcome = Outcome(benchmark=native, status="ok", result=result, result_time=0)
     text = render_report([outcome], {}, NOW)
     assert "tail / p99_ratio_tierproxy_load_to_native_load: **1.20** (goal ≤ 1.00)" in text
-    assert "| `tierproxy: 4 catch-up from its remote tier.loop_lag_mean_ms` | 2.00 |  |" in text
+    row = "| `tierproxy: 4 catch-up from its remote tier.proxy_loop_lag_mean_ms` | 2.00 |  |"
+    assert row in text
     assert "within_native_ratio = False" in text
 
 

@@ -11,9 +11,12 @@ from bench.catchup_load import LoadSpec, Pacer, argv, parse
 from bench.passthrough import Endpoint
 from bench.tail import (
     LagSnapshot,
+    LoopThreadTimes,
+    ProxyLoop,
     TailRound,
     lag_between,
     parse_lag,
+    parse_schedstat,
     ratio_of_ratios,
     rotation,
     summarise_tail,
@@ -32,13 +35,13 @@ tierproxy_requests_total{api="fetch"} 7.0
 
 
 def tail_round(p99_ms: float, lag_ms: float | None = None) -> TailRound:
+    loop = ProxyLoop(lag_mean_ms=lag_ms, lag_p99_ms=None, on_cpu_share=0.5, waiting_share=0.25)
     return TailRound(
         fetches=100,
         p50_ms=p99_ms / 2,
         p99_ms=p99_ms,
         load_mib_per_s=None,
-        loop_lag_mean_ms=lag_ms,
-        loop_lag_p99_ms=lag_ms,
+        proxy=None if lag_ms is None else loop,
     )
 
 
@@ -87,8 +90,10 @@ def test_ratios_pair_each_loaded_round_with_the_alone_round_of_the_same_round() 
     summary = summarise_tail(rounds, {"loaded": "alone"})
     assert summary["loaded"]["p99_ratio_to_alone"] == 3.0  # median of 3, 2, 9
     assert summary["loaded"]["p99_ms"] == 4.0
-    assert summary["loaded"]["loop_lag_mean_ms"] == 1.0
-    assert "loop_lag_mean_ms" not in summary["alone"]
+    assert summary["loaded"]["proxy_loop_lag_mean_ms"] == 1.0
+    assert summary["loaded"]["proxy_loop_waiting_share"] == 0.25
+    assert "proxy_loop_lag_p99_ms" not in summary["loaded"]  # no round measured it
+    assert "proxy_loop_lag_mean_ms" not in summary["alone"]
     assert "p99_ratio_to_alone" not in summary["alone"]
 
 
@@ -124,3 +129,9 @@ def test_each_setup_is_held_against_its_own_idle_tail_round_by_round() -> None:
     # Round 1: 4 / 2 = 2; round 2: 2 / 4 = 0.5; the median of the two: 1.25.
     got = ratio_of_ratios(rounds, ("ours loaded", "ours alone"), ("theirs loaded", "theirs alone"))
     assert got == 1.25
+
+
+def test_the_loop_threads_times_come_from_schedstat_in_nanoseconds() -> None:
+    assert parse_schedstat("2500000000 500000000 1234\n") == LoopThreadTimes(
+        on_cpu_s=2.5, waiting_s=0.5
+    )
