@@ -10,16 +10,18 @@ in flight. ApiVersions v3 opens each connection; the versions it answers bound w
 from __future__ import annotations
 
 import asyncio
+import functools
 import ssl
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
 from protocol.errors import KafkaError, ProtocolError, RemoteProtocolError
-from protocol.frames import FrameDecoder, encode_frame, foreign_protocol
+from protocol.frames import encode_frame, foreign_protocol
 from protocol.headers import encode_request_header, parse_response_header, response_header_version
 from protocol.messages import ApiKey, decode_response, encode_request, request_class
 from protocol.sasl import OAuthBearerExchange, PlainExchange, SaslExchange, ScramClient
+from storage.kafka_client.frame_receiver import Frame, FrameReceiver
 from storage.kafka_client.values import AuthenticationError, BrokerConnectionError, KafkaClientError
 from storage.kafka_security import KafkaSecurityConfig
 from storage.oauth import ClientCredentialsTokenProvider, TokenError, TokenProvider
@@ -46,18 +48,27 @@ _MAX_RESPONSE_BYTES: Final = 512 * 1024 * 1024
 (Kafka may exceed ``max_bytes`` by one batch, bounded by ``message.max.bytes``)."""
 
 
+_Decoder = Callable[[Frame], Any]
+"""Turns a response frame into its message, or raises :class:`KafkaClientError`."""
+
 _CLOSE_WAIT_S: Final = 1.0
 """How long closing waits for a peer's TLS close_notify before dropping the connection: a
 peer that does not answer is not worth holding a caller's shutdown for."""
 
 
-class _FrameProtocol(asyncio.Protocol):
-    """Frames in, responses matched to requests in order; nothing else."""
+class _FrameProtocol(asyncio.BufferedProtocol):
+    """Frames in, responses matched to requests in order; nothing else.
+
+    A buffered protocol: the socket is read into :class:`FrameReceiver`'s buffers, so a
+    large Fetch response arrives in the buffer it is decoded from, never joined. Each
+    response is decoded here, as soon as its frame is complete, because the receiver
+    reuses that buffer for the next large frame.
+    """
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._decoder = FrameDecoder(max_frame_bytes=_MAX_RESPONSE_BYTES)
-        self._pending: deque[tuple[int, asyncio.Future[bytes]]] = deque()
+        self._receiver = FrameReceiver(max_frame_bytes=_MAX_RESPONSE_BYTES)
+        self._pending: deque[tuple[int, asyncio.Future[Any], _Decoder]] = deque()
         self.transport: asyncio.Transport | None = None
         self.closed: BrokerConnectionError | None = None
         self.lost = asyncio.Event()
@@ -67,39 +78,46 @@ class _FrameProtocol(asyncio.Protocol):
         # uvloop's TCP transports are not asyncio.Transport subclasses, only duck-alike.
         self.transport = cast(asyncio.Transport, transport)
 
-    def data_received(self, data: bytes) -> None:
-        self._decoder.feed(data)
-        while (frame := self._decoder.next_frame()) is not None:
-            if not isinstance(frame, bytes):
-                spoken = foreign_protocol(frame.declared_size)
-                what = f"the peer spoke {spoken}, not the Kafka protocol" if spoken else f"{frame}"
-                self._fail(BrokerConnectionError(f"{self._name}: {what}"))
-                return
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._receiver.buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        frames, error = self._receiver.received(nbytes)
+        for frame in frames:
             if not self._pending:
                 self._fail(BrokerConnectionError(f"{self._name} sent an unrequested response"))
                 return
-            correlation_id, future = self._pending.popleft()
+            correlation_id, future, decode = self._pending.popleft()
             if frame[:4] != correlation_id.to_bytes(4, "big", signed=True):
                 self._fail(BrokerConnectionError(f"{self._name} answered out of order"))
                 return
             if not future.done():
-                future.set_result(frame)
+                try:
+                    future.set_result(decode(frame))
+                except KafkaClientError as err:
+                    future.set_exception(err)
+        if error is not None:
+            spoken = foreign_protocol(error.declared_size)
+            what = f"the peer spoke {spoken}, not the Kafka protocol" if spoken else f"{error}"
+            self._fail(BrokerConnectionError(f"{self._name}: {what}"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost.set()
         reason = f": {exc}" if exc else ""
         self._fail(BrokerConnectionError(f"connection to {self._name} closed{reason}"))
 
-    def expect(self, correlation_id: int) -> asyncio.Future[bytes]:
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._pending.append((correlation_id, future))
+    def expect(self, correlation_id: int, decode: _Decoder) -> asyncio.Future[Any]:
+        """A future for the response to ``correlation_id``: ``decode`` of its frame, or the
+        :class:`KafkaClientError` it raised."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending.append((correlation_id, future, decode))
         return future
 
     def _fail(self, error: BrokerConnectionError) -> None:
         if self.closed is None:
             self.closed = error
         while self._pending:
-            _, future = self._pending.popleft()
+            _, future, _ = self._pending.popleft()
             if not future.done():
                 future.set_exception(error)
         if self.transport is not None:
@@ -279,23 +297,33 @@ class Connection:
         self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
         correlation_id = self._correlation_id
         header = encode_request_header(api_key, version, correlation_id, self._client_id)
-        future = self._protocol.expect(correlation_id)
+        future = self._protocol.expect(
+            correlation_id, functools.partial(self._decode, api_key, version)
+        )
         transport.write(encode_frame(header + encode_request(payload)))
         try:
             async with asyncio.timeout(self._timeout):
-                frame = await future
+                return await future
         except TimeoutError as err:
             self._protocol.connection_lost(err)
             raise BrokerConnectionError(
                 f"{api_key.name} to {self._name} timed out after {self._timeout:.0f} s"
             ) from err
+
+    def _decode(self, api_key: ApiKey, version: int, frame: Frame) -> Any:
+        """The response in ``frame`` (valid only during this call: see :class:`FrameReceiver`).
+
+        :raises KafkaClientError: when it cannot be decoded.
+        """
         header_version = 0 if api_key == ApiKey.API_VERSIONS else None
         if header_version is None:
             header_version = response_header_version(api_key, version)
         assert header_version is not None
         try:
             _, size = parse_response_header(frame, header_version)
-            return decode_response(api_key, version, memoryview(frame)[size:])
+            # Read-only: kio's readers refuse a writable buffer (a large frame's bytearray).
+            body = memoryview(frame).toreadonly()[size:]
+            return decode_response(api_key, version, body)
         except ProtocolError as err:
             raise KafkaClientError(
                 f"cannot decode {api_key.name} v{version} from {self._name}: {err}"

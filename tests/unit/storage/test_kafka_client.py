@@ -127,6 +127,20 @@ def test_broker_kinds_from_api_lists() -> None:
     assert broker_kind_from_api_versions({0: range(0, 9)}, -1) == "other"
 
 
+async def test_a_large_fetch_answer_is_decoded_from_its_own_buffer(broker: FakeBroker) -> None:
+    """Above 64 KiB a response is read into a bytearray of its own, not joined."""
+    batch = build_record_batch(
+        base_offset=0, records=[Record(value=bytes(1000), timestamp=1)] * 300
+    )
+    broker.handlers[ApiKey.FETCH] = fetch_handler(batch * 3)
+    async with KafkaClient(f"127.0.0.1:{broker.port}") as client:
+        (answer,) = await client.fetch(
+            None, [FetchTarget(topic="t", partition=3, offset=100, max_bytes=len(batch) * 3)]
+        )
+    assert len(batch) > 64 * 1024
+    assert answer.records == batch * 3
+
+
 async def test_fetch_returns_raw_batches_and_offsets(broker: FakeBroker) -> None:
     batch = build_record_batch(base_offset=0, records=[Record(value=b"v", timestamp=1)])
     broker.handlers[ApiKey.FETCH] = fetch_handler(batch * 2)
