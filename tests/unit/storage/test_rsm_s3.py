@@ -6,9 +6,11 @@ SeaweedFS in tests/integration/storage/test_rsm_s3.py.
 
 from __future__ import annotations
 
+import base64
 import uuid
 from typing import Any
 
+import crc32c
 import pytest
 from botocore.exceptions import (
     ClientError,
@@ -322,16 +324,13 @@ async def test_encryption_goes_on_every_put_and_nowhere_else(
     assert client.names().count("upload_part") == 2
 
 
-@pytest.mark.parametrize(
-    ("endpoint", "signed"),
-    [("https://127.0.0.1:1", False), ("http://127.0.0.1:1", True)],
-)
-async def test_the_payload_is_hashed_into_the_signature_only_without_tls(
-    endpoint: str, signed: bool
+@pytest.mark.parametrize("endpoint", ["https://127.0.0.1:1", "http://127.0.0.1:1"])
+async def test_the_payload_is_never_hashed_into_the_signature_its_crc32c_is_signed(
+    endpoint: str,
 ) -> None:
-    """SigV4's SHA-256 of the body costs CPU for every byte uploaded; TLS already protects
-    the body, so over HTTPS it is sent UNSIGNED-PAYLOAD. The request is stopped before it is
-    sent (no server)."""
+    """SigV4's SHA-256 of the body costs CPU for every byte uploaded; the body is sent
+    UNSIGNED-PAYLOAD, over HTTP too, and its CRC-32C goes in a signed header that the store
+    checks. The request is stopped before it is sent (no server)."""
     storage = S3RemoteStorage(
         RemoteStorageConfig(
             backend="s3",
@@ -347,13 +346,46 @@ async def test_the_payload_is_hashed_into_the_signature_only_without_tls(
     seen: dict[str, Any] = {}
 
     def stop_before_send(request: Any, **_: Any) -> None:
-        seen["hash"] = request.headers["X-Amz-Content-SHA256"]
+        for name in ("X-Amz-Content-SHA256", "x-amz-checksum-crc32c", "Authorization"):
+            value = request.headers[name]
+            seen[name] = value.decode() if isinstance(value, bytes) else value
         raise RuntimeError("stopped before sending")
 
     client.meta.events.register("before-send.s3.UploadPart", stop_before_send)
     with pytest.raises(RuntimeError, match="stopped before sending"):
         await client.upload_part(
-            Bucket="segments", Key="k", UploadId="u", PartNumber=1, Body=bytearray(b"batch")
+            Bucket="segments",
+            Key="k",
+            UploadId="u",
+            PartNumber=1,
+            Body=bytearray(b"batch"),
+            ChecksumCRC32C=_crc32c(b"batch"),
         )
     await storage.close()
-    assert (seen["hash"] != b"UNSIGNED-PAYLOAD") == signed
+    assert seen["X-Amz-Content-SHA256"] == "UNSIGNED-PAYLOAD"
+    assert seen["x-amz-checksum-crc32c"] == _crc32c(b"batch")
+    signed = seen["Authorization"].split("SignedHeaders=")[1].split(",")[0]
+    assert "x-amz-checksum-crc32c" in signed.split(";")
+
+
+def _crc32c(data: bytes) -> str:
+    return base64.b64encode(crc32c.crc32c(data).to_bytes(4, "big")).decode()
+
+
+async def test_every_body_carries_its_crc32c() -> None:
+    """Small files in one put, a large one in parts: each body with its own CRC-32C, the
+    upload created for CRC-32C and completed with the parts' checksums."""
+    client = FakeS3(create_multipart_upload=[{"UploadId": "u-4"}], upload_part=[{"ETag": '"e"'}])
+    storage = storage_with(client, s3_multipart_threshold_bytes=5 * MIB, s3_part_size_bytes=5 * MIB)
+    await storage.copy_log_segment(new_metadata(), segment_data(bytes(range(256)) * 40_000))
+    bodies = [kwargs for name, kwargs in client.calls if name in ("put_object", "upload_part")]
+    assert len(bodies) == 5 + 2
+    for kwargs in bodies:
+        assert kwargs["ChecksumCRC32C"] == _crc32c(bytes(kwargs["Body"]))
+    (create,) = [kwargs for name, kwargs in client.calls if name == "create_multipart_upload"]
+    assert create["ChecksumAlgorithm"] == "CRC32C"
+    (complete,) = [kwargs for name, kwargs in client.calls if name == "complete_multipart_upload"]
+    parts = {p["PartNumber"]: p for name, p in client.calls if name == "upload_part"}
+    assert [
+        (p["PartNumber"], p["ChecksumCRC32C"]) for p in complete["MultipartUpload"]["Parts"]
+    ] == [(n, parts[n]["ChecksumCRC32C"]) for n in (1, 2)]
