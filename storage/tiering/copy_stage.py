@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import mmap
 import os
+import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from storage.model import RemoteLogSegmentMetadata
@@ -74,17 +75,42 @@ def _spilled_here(pieces: Iterable[SpillPiece]) -> bool:
         return False
 
 
-def _append_spilled(builder: SegmentBuilder, pieces: Iterable[SpillPiece]) -> None:
+def _append_spilled(builder: SegmentBuilder, pieces: Sequence[SpillPiece]) -> None:
     """Feed the pieces to the builder straight from the mapped spill files.
 
-    Nothing is copied: the builder and the segment it builds keep views of the mappings, so
-    the upload reads the page cache directly (mapping costs about a tenth of a copy). Each
-    mapping is unmapped when the last view of it goes, once the segment is uploaded.
+    Nothing is copied in Python: the builder and the segment it builds keep a view of a
+    mapping, so the upload reads the page cache directly (mapping costs about a tenth of a
+    copy). A segment whose batches lie in several pieces (it crosses a window's end) would be
+    joined into fresh memory when it is finished; instead the kernel copies its pieces into
+    one unlinked file first (``copy_file_range``: no page of it faulted into this process),
+    which is mapped as one piece. The mapping is unmapped when the last view of it goes, once
+    the segment is uploaded.
     """
-    for piece in pieces:
+    if len(pieces) == 1:
+        (piece,) = pieces
         with open(piece.path, "rb") as spill:
             mapped = mmap.mmap(spill.fileno(), 0, access=mmap.ACCESS_READ)
         builder.append(memoryview(mapped)[piece.position : piece.position + piece.size])
+        return
+    with tempfile.TemporaryFile(dir=os.path.dirname(pieces[0].path)) as joined:
+        for piece in pieces:
+            with open(piece.path, "rb") as spill:
+                _copy_range(spill.fileno(), joined.fileno(), piece.position, piece.size)
+        mapped = mmap.mmap(joined.fileno(), 0, access=mmap.ACCESS_READ)
+    builder.append(memoryview(mapped))
+
+
+def _copy_range(source: int, target: int, position: int, size: int) -> None:
+    """Append bytes ``[position, position + size)`` of ``source`` to ``target``, in the kernel.
+
+    :raises OSError: when the source ends early or the copy fails.
+    """
+    end = position + size
+    while position < end:
+        copied = os.copy_file_range(source, target, end - position, position)
+        if copied == 0:
+            raise OSError(f"spill file ends at {position}, before {end}")
+        position += copied
 
 
 async def _copy_one(job: CopyJob, broker: BrokerSettings, rsm: RemoteStorageManager) -> CopyResult:
