@@ -94,7 +94,7 @@ class _FrameProtocol(asyncio.BufferedProtocol):
             if not future.done():
                 try:
                     future.set_result(decode(frame))
-                except KafkaClientError as err:
+                except Exception as err:  # the request's own failure: its caller gets it
                     future.set_exception(err)
         if error is not None:
             spoken = foreign_protocol(error.declared_size)
@@ -107,8 +107,8 @@ class _FrameProtocol(asyncio.BufferedProtocol):
         self._fail(BrokerConnectionError(f"connection to {self._name} closed{reason}"))
 
     def expect(self, correlation_id: int, decode: _Decoder) -> asyncio.Future[Any]:
-        """A future for the response to ``correlation_id``: ``decode`` of its frame, or the
-        :class:`KafkaClientError` it raised."""
+        """A future for the response to ``correlation_id``: ``decode`` of its frame, or what
+        it raised (:class:`KafkaClientError` for a response it cannot decode)."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending.append((correlation_id, future, decode))
         return future

@@ -141,6 +141,22 @@ async def test_a_large_fetch_answer_is_decoded_from_its_own_buffer(broker: FakeB
     assert answer.records == batch * 3
 
 
+async def test_an_answer_that_cannot_be_decoded_fails_its_request(broker: FakeBroker) -> None:
+    """Responses are decoded as their frames arrive; a failure goes to the awaiting request
+    at once, not after its timeout, and the connection stays usable."""
+    good = fetch_handler(b"")
+    broker.handlers[ApiKey.FETCH] = lambda request, version: metadata_response(
+        version, brokers={1: broker.port}, topic="t", leaders={0: 1}
+    )
+    target = FetchTarget(topic="t", partition=0, offset=0, max_bytes=100)
+    async with KafkaClient(f"127.0.0.1:{broker.port}") as client:
+        with pytest.raises(KafkaClientError, match="cannot decode FETCH"):
+            await client.fetch(None, [target])
+        broker.handlers[ApiKey.FETCH] = good
+        (answer,) = await client.fetch(None, [target])
+    assert answer.error == KafkaError.NONE
+
+
 async def test_fetch_returns_raw_batches_and_offsets(broker: FakeBroker) -> None:
     batch = build_record_batch(base_offset=0, records=[Record(value=b"v", timestamp=1)])
     broker.handlers[ApiKey.FETCH] = fetch_handler(batch * 2)
