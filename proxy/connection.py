@@ -19,6 +19,11 @@ Rules of this file (the only module that writes to transports):
   record sets a ResponseStream skips) are spliced broker socket → client socket by
   :mod:`proxy.splice` when both sides are plain TCP, at least 64 KiB remain and the
   client's write buffer is empty; the upstream transport does not read meanwhile.
+- What one read of the broker produces for the client is written once, at the end of the
+  read (``_unsent``): a streamed response's size prefix and first bytes leave in one
+  write, or go into the splice's pipe ahead of the spliced bytes. Anything else written
+  to the client first sends what is unsent, so order holds; nothing stays unsent between
+  reads.
 - Back-pressure, uvicorn style: reading from a side pauses while the other side's write
   buffer is above the high-water mark, and resumes below the low-water mark. Responses held
   behind a slow one count too, so nothing buffers without bound.
@@ -188,6 +193,8 @@ class ConnectionPair(asyncio.Protocol):
         self._awaiting: deque[_InFlight] = deque()
         # The response being received from the broker: its size prefix, then its bytes.
         self._size_prefix = bytearray()
+        # What this read of the broker produced for the client, not yet written.
+        self._unsent: list[bytes | bytearray | memoryview] = []
         self._receiving: _InFlight | None = None
         self._remaining = 0
         self._held_bytes = 0
@@ -519,33 +526,53 @@ class ConnectionPair(asyncio.Protocol):
             position += take
             if self._remaining == 0:
                 self._response_received(target)
-        if self._can_splice and not self._closed:
-            self._maybe_splice()
+        if self._closed:
+            self._unsent.clear()
+        elif not (self._can_splice and self._maybe_splice()):
+            self._send_unsent()
+
+    def _send_unsent(self) -> None:
+        """Write what is unsent, in one system call."""
+        unsent = self._unsent
+        if not unsent:
+            return
+        self._unsent = []
+        assert self._client is not None
+        if len(unsent) == 1:
+            self._client.write(unsent[0])
+        else:
+            self._client.writelines(unsent)
 
     def _upstream_read_size(self) -> int:
         """How much the next read of the broker may take: a lead only between responses
         after one that was spliced (a consumer's next Fetch answer most likely is too)."""
         return _SPLICE_LEAD_BYTES if self._lead_read and self._receiving is None else _READ_BYTES
 
-    def _maybe_splice(self) -> None:
+    def _maybe_splice(self) -> bool:
         """Splice the next bytes of the response being streamed, if the proxy need not see
         them (all the rest of a raw one, the records a ResponseStream skips) and nothing
-        waits in the client's write buffer ahead of them."""
+        waits in the client's write buffer ahead of them; the unsent bytes go first, through
+        the pipe. Whether it did."""
         target = self._receiving
         if target is None or not target.streaming:
-            return
+            return False
         stream = target.stream
         count = self._remaining if stream is None else min(self._remaining, stream.skippable)
         assert self._client is not None and self._upstream_gate is not None
         if count < _SPLICE_MIN_BYTES or self._client.get_write_buffer_size():
-            return
+            return False
         splicer = self._splicer or self._make_splicer()
         if splicer is None:
-            return
-        # The transport must not read the bytes the splice takes, nor the next response.
-        self._upstream_gate.hold(_SPLICING)
+            return False
         target.spliced = True
-        splicer.start(count, functools.partial(self._spliced, target, count))
+        prelude, self._unsent = self._unsent, []
+        splicer.start(count, functools.partial(self._spliced, target, count), prelude)
+        if splicer.busy:
+            # The transport must not read the bytes the splice takes, nor the next response.
+            # (A splice done at once needs no hold: the transport reads nothing during this
+            # callback, and pausing and resuming it cost two epoll changes per response.)
+            self._upstream_gate.hold(_SPLICING)
+        return True
 
     def _make_splicer(self) -> Splicer | None:
         assert self._client is not None and self._upstream is not None
@@ -609,8 +636,7 @@ class ConnectionPair(asyncio.Protocol):
             target.exchange is None or target.stream is not None
         )
         if target.streaming:
-            assert self._client is not None
-            self._client.write(prefix)
+            self._unsent.append(prefix)
         else:
             target.buffer = bytearray(prefix) if target.exchange is None else bytearray()
         self._receiving = target
@@ -620,13 +646,12 @@ class ConnectionPair(asyncio.Protocol):
         return position
 
     def _write_streamed(self, target: _InFlight, chunk: bytes | memoryview) -> None:
-        assert self._client is not None
         stream = target.stream
         released = len(chunk) if stream is None else stream.feed(chunk)
         if released == len(chunk):
-            self._client.write(chunk)
+            self._unsent.append(chunk)
         elif released:
-            self._client.write(memoryview(chunk)[:released])
+            self._unsent.append(memoryview(chunk)[:released])
 
     def _response_received(self, target: _InFlight) -> None:
         self._receiving = None
@@ -656,9 +681,8 @@ class ConnectionPair(asyncio.Protocol):
 
     def _write_tail(self, entry: _InFlight, tail: bytes | bytearray) -> None:
         """The last bytes of a streamed response: it is complete, the next may go."""
-        assert self._client is not None
         if tail:
-            self._client.write(tail)
+            self._unsent.append(tail)
         self._ordered.popleft()
         self._record(entry)
         self._flush()
@@ -699,16 +723,17 @@ class ConnectionPair(asyncio.Protocol):
         self._flush()
 
     def _flush(self) -> None:
-        """Write every response at the head of the queue that is ready."""
-        assert self._client is not None
+        """Write every response at the head of the queue that is ready (after what is
+        unsent, in the same system call)."""
         while self._ordered and self._ordered[0].response is not None:
             entry = self._ordered.popleft()
             parts = entry.response
             assert parts is not None
             entry.response = None
-            self._client.writelines(parts)
+            self._unsent.extend(parts)
             self._held_bytes -= entry.size
             self._record(entry)
+        self._send_unsent()
         if self._held_bytes <= self._settings.low_water and self._upstream_gate is not None:
             self._upstream_gate.release(_HELD_RESPONSES)
         if self._draining and not self._ordered:

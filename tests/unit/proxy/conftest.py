@@ -15,7 +15,7 @@ from proxy import connection
 from proxy.config import ProxyConfig
 from proxy.interceptors.base import Interceptor
 from proxy.server import ProxyServer
-from proxy.splice import SpliceDone, Splicer
+from proxy.splice import Prelude, SpliceDone, Splicer
 from storage.kafka_security import KafkaSecurityConfig
 from tests.unit.proxy.fake_broker import FakeBroker
 
@@ -35,9 +35,9 @@ class CountingSplicer(Splicer):
     __slots__ = ()
     started: ClassVar[list[int]] = []
 
-    def start(self, count: int, done: SpliceDone) -> None:
+    def start(self, count: int, done: SpliceDone, prelude: Prelude = ()) -> None:
         self.started.append(count)
-        super().start(count, done)
+        super().start(count, done, prelude)
 
 
 @pytest.fixture
