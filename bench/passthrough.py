@@ -17,7 +17,8 @@ Workloads, each run direct (A) and through the proxy (B), alternating A B / B A 
   left as bytes, the next offset taken from the last batch header) at Fetch v12, which the
   proxy forwards untouched, and at v16 and v17 when the broker speaks them, whose responses
   stream through the proxy holding only their tail (KIP-951 node endpoints); each with 1 MiB
-  and 8 MiB ``partition_max_bytes``; confluent-kafka (librdkafka) with
+  and 8 MiB ``partition_max_bytes`` (the topic has Kafka's default 1 GiB segments, so an
+  8 MiB fetch gets 8 MiB answers); confluent-kafka (librdkafka) with
   ``fetch.queue.backoff.ms=0``; kcat where it can talk to the broker directly; and Kafka's
   Java consumer (``ConsumerPerformance`` from the broker's jars; JVM start-up, about 3 s on a
   busy machine, is in each round on both paths, so give it ``--data-mib`` 1024 or more).
@@ -103,6 +104,10 @@ from proxy.embedded.probe import api_versions
 from storage.kafka_client import KafkaClient
 
 RECORD_BYTES = KIB
+SEGMENT_BYTES = GIB
+"""Kafka's default ``log.segment.bytes``. A Fetch answer never spans segments, and the
+embedded broker's 1 MiB segments (small for the tests' sake) made every "8 MiB" round
+fetch 1 MiB answers."""
 IDLE_CONNECTIONS = 200
 
 
@@ -760,7 +765,9 @@ async def run(
               f"connections {rss_idle / MIB:.1f} MiB")  # fmt: skip
 
         topic = f"bench-passthrough-{uuid.uuid4().hex[:8]}"
-        await create_topic(broker.bootstrap, topic, partitions=1)
+        await create_topic(
+            broker.bootstrap, topic, partitions=1, configs={"segment.bytes": str(SEGMENT_BYTES)}
+        )
         count = args.data_mib * MIB // RECORD_BYTES
         started = time.perf_counter()
         await asyncio.to_thread(preload, broker.bootstrap, topic, count)

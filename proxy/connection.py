@@ -566,7 +566,12 @@ class ConnectionPair(asyncio.Protocol):
             return False
         target.spliced = True
         prelude, self._unsent = self._unsent, []
-        splicer.start(count, functools.partial(self._spliced, target, count), prelude)
+        splicer.start(
+            count,
+            functools.partial(self._spliced, target, count),
+            prelude,
+            more=count < self._remaining,
+        )
         if splicer.busy:
             # The transport must not read the bytes the splice takes, nor the next response.
             # (A splice done at once needs no hold: the transport reads nothing during this

@@ -23,6 +23,10 @@ Rules of this file:
   bytes it read to learn it) go into the pipe first, as a *prelude*, and leave with the
   first spliced bytes in one send: written to the client's socket on their own, they were
   two tiny TCP segments per response, each waking the client for a few bytes.
+- Sends are corked (``SPLICE_F_MORE``) while more of the same response follows, from the
+  broker or from the caller (a streamed Fetch's tail): TCP then sends only full segments
+  until the response's last bytes, instead of a short one at every pause of the broker
+  and before the tail. No client can use part of a response, so this delays nothing.
 - Plain TCP only: TLS encrypts in user space, so a TLS side is never spliced.
 
 It polls its own duplicates of the two sockets (the event loop refuses a reader on a file
@@ -39,6 +43,7 @@ import asyncio
 import contextlib
 import dataclasses
 import fcntl
+import mmap
 import os
 import select
 import socket
@@ -51,6 +56,7 @@ SPLICE_AVAILABLE: Final = hasattr(os, "splice") and hasattr(fcntl, "F_SETPIPE_SZ
 """Whether this platform can splice (Linux, Python 3.10+)."""
 
 _FLAGS: Final = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
+_MORE: Final = getattr(os, "SPLICE_F_MORE", 0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +84,7 @@ class Splicer:
         "_left",
         "_loop",
         "_lowat",
+        "_more",
         "_pipe_r",
         "_pipe_w",
         "_poller",
@@ -123,6 +130,7 @@ class Splicer:
         self._capacity: int = fcntl.fcntl(self._pipe_w, fcntl.F_GETPIPE_SZ)
         self._left = 0
         self._in_pipe = 0
+        self._more = False
         self._prelude: list[memoryview] = []
         # How much of the pipe is prelude alone (no source bytes behind it yet).
         self._prelude_in_pipe = 0
@@ -135,12 +143,16 @@ class Splicer:
         """Whether a splice is under way."""
         return self._done is not None
 
-    def start(self, count: int, done: SpliceDone, prelude: Prelude = ()) -> None:
+    def start(
+        self, count: int, done: SpliceDone, prelude: Prelude = (), *, more: bool = False
+    ) -> None:
         """Send ``prelude``, then move the next ``count`` bytes of the source to the sink;
         ``done`` is called once they are all written, or on the first failure (possibly
-        before this returns)."""
+        before this returns). ``more``: the caller writes more of the response right after
+        (its last segment may wait for those bytes)."""
         assert self._done is None, "one splice at a time"
         self._left = count
+        self._more = more
         self._prelude = [memoryview(part).cast("B") for part in prelude if len(part)]
         self._done = done
         self._pump()
@@ -169,7 +181,8 @@ class Splicer:
                     self._finish(None)
                     return
                 side = "client"
-                written = os.splice(self._pipe_r, self._sink, self._in_pipe, flags=_FLAGS)
+                flags = _FLAGS | _MORE if self._left or self._more else _FLAGS
+                written = os.splice(self._pipe_r, self._sink, self._in_pipe, flags=flags)
                 if not written:  # never for a socket; a loop if it were
                     self._finish(SpliceFailure(side=side, error="the socket took nothing"))
                     return
@@ -204,9 +217,14 @@ class Splicer:
                 flags=_FLAGS,
             )
         except BlockingIOError:
+            # The broker's socket is empty, or the pipe has no free page: send what it
+            # holds, then wait; but hold a prelude alone back (a tiny segment, waking the
+            # client for it) while it leaves the pipe pages to spare (so the socket is empty).
             if self._in_pipe > self._prelude_in_pipe:
-                return True  # send what the pipe holds, then wait
-            raise  # wait: a prelude alone would be a tiny segment, waking the client for it
+                return True
+            if self._in_pipe and self._prelude_fills_pipe():
+                return True
+            raise
         if not moved:
             self._finish(SpliceFailure(side="broker", error="closed mid-response"))
             return False
@@ -214,6 +232,11 @@ class Splicer:
         self._in_pipe += moved
         self._prelude_in_pipe = 0
         return True
+
+    def _prelude_fills_pipe(self) -> bool:
+        """Whether the prelude in the pipe may leave it without a free page: a pipe has
+        capacity / page-size pages, and a write of n bytes takes up to n / page-size + 1."""
+        return self._prelude_in_pipe + mmap.PAGESIZE > self._capacity // 2
 
     def _write_prelude(self) -> int:
         """Write as much of the prelude as the pipe takes; how much."""

@@ -35,9 +35,11 @@ class CountingSplicer(Splicer):
     __slots__ = ()
     started: ClassVar[list[int]] = []
 
-    def start(self, count: int, done: SpliceDone, prelude: Prelude = ()) -> None:
+    def start(
+        self, count: int, done: SpliceDone, prelude: Prelude = (), *, more: bool = False
+    ) -> None:
         self.started.append(count)
-        super().start(count, done, prelude)
+        super().start(count, done, prelude, more=more)
 
 
 @pytest.fixture
