@@ -23,10 +23,11 @@ Rules of this file:
   bytes it read to learn it) go into the pipe first, as a *prelude*, and leave with the
   first spliced bytes in one send: written to the client's socket on their own, they were
   two tiny TCP segments per response, each waking the client for a few bytes.
-- Sends are corked (``SPLICE_F_MORE``) while more of the same response follows, from the
-  broker or from the caller (a streamed Fetch's tail): TCP then sends only full segments
-  until the response's last bytes, instead of a short one at every pause of the broker
-  and before the tail. No client can use part of a response, so this delays nothing.
+- The last send of a splice that the caller follows with more of the response (a streamed
+  Fetch's tail) is corked (``SPLICE_F_MORE``), so that its short last segment leaves with
+  those bytes rather than alone. Sends within a splice are not: a corked segment leaves on
+  the client's next ACK, alone, and corking every pause of the broker woke the client
+  more often, not less (strace of a raw Fetch v12 client: ~20% more epoll_wait).
 - Plain TCP only: TLS encrypts in user space, so a TLS side is never spliced.
 
 It polls its own duplicates of the two sockets (the event loop refuses a reader on a file
@@ -181,7 +182,7 @@ class Splicer:
                     self._finish(None)
                     return
                 side = "client"
-                flags = _FLAGS | _MORE if self._left or self._more else _FLAGS
+                flags = _FLAGS | _MORE if self._more and not self._left else _FLAGS
                 written = os.splice(self._pipe_r, self._sink, self._in_pipe, flags=flags)
                 if not written:  # never for a socket; a loop if it were
                     self._finish(SpliceFailure(side=side, error="the socket took nothing"))
