@@ -15,13 +15,15 @@ fetches into one GET, and lets every consumer of the same range share it:
 - sequential read-ahead: a read of chunk ``i`` that follows chunk ``i - 1`` (or starts
   the segment) also loads the following chunks in the background, each with its own
   ranged GET, in parallel, so a catch-up consumer finds its next fetch in memory. How many
-  is sized from the reader's measured rate: at least ``prefetch_chunks``, and enough to
-  cover twice the time a GET takes (a moving average of the GETs so far) at the time the
-  reader took for its last chunk, up to :data:`MAX_READ_AHEAD_BYTES` and half the memory
-  bound (so read-ahead does not evict itself). With slow object storage (tens of
-  milliseconds to the first byte) a fast reader keeps more GETs in flight; a slow one no
-  more than ``prefetch_chunks``. At most ``max_prefetch_inflight`` prefetches run at once,
-  so read-ahead never crowds out reads someone waits for;
+  follows the GETs' measured time (a moving average of the GETs so far, first byte to
+  last) and the time the reader took for its last chunk: twice the bandwidth-delay
+  product, between ``prefetch_chunks`` and the bounds of :mod:`storage.read_ahead` (which
+  says why). With slow object storage (tens of milliseconds to the first byte) a fast
+  reader keeps many GETs in flight; a slow one no more than ``prefetch_chunks``. Chunks
+  read ahead never reach past the segment's end, and only a read starts them: a reader
+  that stopped has no more read for it. At most ``max_prefetch_inflight`` prefetches run
+  at once (by default one reader's deepest read-ahead), so read-ahead never takes every
+  connection from reads someone waits for;
 - an optional disk tier: every chunk loaded from remote storage is also written to a
   directory (atomically and fsynced, :mod:`storage.durable` says why), bounded by
   ``disk_max_bytes``, so a restarted proxy and chunks
@@ -34,7 +36,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import time
 import uuid
@@ -46,17 +47,15 @@ from cachetools import LRUCache
 
 from storage.durable import write_atomically
 from storage.model import RemoteLogSegmentMetadata
+from storage.read_ahead import ReadAheadBounds, read_ahead_chunks
 from storage.rsm.base import RemoteStorageManager
 from storage.single_flight import SingleFlight
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "MAX_READ_AHEAD_BYTES", "ChunkCache"]
+__all__ = ["DEFAULT_CHUNK_BYTES", "ChunkCache"]
 
 DEFAULT_CHUNK_BYTES: Final = 4 * 1024 * 1024
 """Four default fetches (``max.partition.fetch.bytes`` = 1 MiB) per GET; small enough that
 a miss for a random read does not cost much more than the read itself."""
-MAX_READ_AHEAD_BYTES: Final = 16 * 1024 * 1024
-"""Most bytes read ahead of one sequential reader: four 4 MiB GETs in flight keep a reader
-at several hundred MiB/s fed through 50 ms of first-byte latency."""
 _GET_SECONDS_WEIGHT: Final = 0.2
 """Weight of the newest GET in the moving average of GET durations."""
 _RECENT_READS: Final = 4096
@@ -105,7 +104,7 @@ class ChunkCache:
         max_bytes: int,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         prefetch_chunks: int = 0,
-        max_prefetch_inflight: int = 4,
+        max_prefetch_inflight: int | None = None,
         disk_dir: str | os.PathLike[str] | None = None,
         disk_max_bytes: int = 0,
         clock: Callable[[], float] = time.monotonic,
@@ -115,6 +114,8 @@ class ChunkCache:
         :param max_bytes: memory bound; chunks larger than it are served but not kept.
         :param prefetch_chunks: chunks read ahead of a sequential reader at least (0 turns
             read-ahead off).
+        :param max_prefetch_inflight: read-ahead GETs at once, across readers; by default
+            as many as one reader's deepest read-ahead.
         :param disk_dir: directory of the disk tier; files of another chunk size are
             ignored (they live in a sibling directory named for their chunk size).
         :raises ValueError: for a chunk size below one byte or negative bounds.
@@ -123,8 +124,12 @@ class ChunkCache:
             raise ValueError("chunk_bytes must be positive and the bounds not negative")
         self._rsm = rsm
         self.chunk_bytes = chunk_bytes
-        self._prefetch_chunks = prefetch_chunks
-        self._prefetch_slots = max(1, max_prefetch_inflight)
+        self._bounds = ReadAheadBounds.for_cache(
+            prefetch_chunks=prefetch_chunks, max_bytes=max_bytes, chunk_bytes=chunk_bytes
+        )
+        self._prefetch_slots = max(
+            1, self._bounds.maximum if max_prefetch_inflight is None else max_prefetch_inflight
+        )
         self._memory = _SizedLRU(max_bytes, self._evicted)
         self._loads: SingleFlight[_Key, _Chunk] = SingleFlight("chunk")
         self._prefetching: set[_Key] = set()
@@ -133,9 +138,6 @@ class ChunkCache:
         self._clock = clock
         self._get_seconds: float | None = None
         """Moving average of how long a GET of one chunk takes."""
-        self._max_ahead = max(
-            prefetch_chunks, min(MAX_READ_AHEAD_BYTES, max_bytes // 2) // chunk_bytes
-        )
         self._background: set[asyncio.Task[None]] = set()
         self._dir: Path | None = None
         self._disk: _DiskIndex | None = None
@@ -211,8 +213,11 @@ class ChunkCache:
         """
         first = position // self.chunk_bytes
         count = max(1, -(-size_bytes // self.chunk_bytes))
-        for index in range(first, first + min(count, max(1, self._max_ahead))):
+        wanted = range(first, first + min(count, max(1, self._bounds.maximum)))
+        for index in wanted:
             self._start_prefetch(metadata, index)
+        for index in reversed(wanted):  # as in _after_read: the nearest most recent
+            self._memory.get((metadata.segment_id.id, index))
 
     def read_ahead_bytes(self, metadata: RemoteLogSegmentMetadata, position: int) -> int:
         """Bytes read ahead of a sequential reader at ``position`` of the segment, at the
@@ -248,31 +253,31 @@ class ChunkCache:
         for index in range(first, last + 1):
             if self._recent.get((segment, index)) is None:
                 self._recent[(segment, index)] = now
-        if sequential and self._prefetch_chunks:
-            started = self._recent.get((segment, first), now)
-            ahead = self._read_ahead(None if previous is None else started - previous)
-            for index in range(last + 1, last + 1 + ahead):
-                self._start_prefetch(metadata, index)
+        if not sequential or not self._bounds.minimum:
+            return
+        started = self._recent.get((segment, first), now)
+        ahead = self._read_ahead(None if previous is None else started - previous)
+        following = range(last + 1, last + 1 + ahead)
+        for index in following:
+            self._start_prefetch(metadata, index)
+        # Least recently used goes first: the chunks read ahead are made more recent than
+        # the chunks already read, the farthest least recent of them (the last needed), and
+        # the chunk the reader is in most recent of all (its next fetch starts there).
+        for index in (*reversed(following), last):
+            self._memory.get((segment, index))
 
     def _read_ahead(self, seconds_per_chunk: float | None) -> int:
         """Chunks to read ahead of a sequential reader that took ``seconds_per_chunk`` for
         its last chunk (``None``: not known yet)."""
-        get_seconds = self._get_seconds
-        if seconds_per_chunk is None or get_seconds is None or not self._prefetch_chunks:
-            return self._prefetch_chunks
-        needed = math.ceil(2 * get_seconds / max(seconds_per_chunk, 1e-6))
-        return max(self._prefetch_chunks, min(needed, self._max_ahead))
+        return read_ahead_chunks(
+            self._bounds, get_seconds=self._get_seconds, seconds_per_chunk=seconds_per_chunk
+        )
 
     def _start_prefetch(self, metadata: RemoteLogSegmentMetadata, index: int) -> None:
         if index * self.chunk_bytes >= metadata.segment_size_in_bytes:
             return
         key = (metadata.segment_id.id, index)
-        if key in self._memory:
-            # The reader wants it soon: make it more recent than the chunks it has read, or
-            # a deep read-ahead would be evicted (least recently used) before them.
-            self._memory.get(key)
-            return
-        if key in self._loads:
+        if key in self._memory or key in self._loads:
             return
         if len(self._prefetching) >= self._prefetch_slots:
             return

@@ -89,8 +89,9 @@ class RemoteFetchConfig:
         "remote.fetch.chunk.prefetch.chunks",
         2,
         "Chunks read ahead of a sequential (catch-up) reader at least, in parallel GETs; more "
-        "(up to 16 MiB, and half the cache) when GETs take longer than the reader "
-        "needs for that many. 0 turns read-ahead off.",
+        "when GETs take longer than the reader needs for that many (twice the GETs' measured "
+        "time at the reader's rate, up to 64 MiB and three quarters of the cache). 0 turns "
+        "read-ahead off.",
     )
     chunk_cache_dir: str = setting(
         "remote.fetch.chunk.cache.dir",

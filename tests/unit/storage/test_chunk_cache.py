@@ -332,7 +332,7 @@ async def test_read_ahead_covers_twice_a_gets_time_at_the_readers_rate() -> None
     assert sorted(s for _, s, _ in storage.gets) == [32 * i for i in range(11)]
 
 
-async def test_read_ahead_stays_within_half_the_memory_bound() -> None:
+async def test_read_ahead_stays_within_three_quarters_of_the_memory_bound() -> None:
     storage = TimedStorage(get_seconds=1.0)
     meta = segment(32 * 40)
     cache = timed_cache(storage, max_bytes=32 * 6)
@@ -344,7 +344,7 @@ async def test_read_ahead_stays_within_half_the_memory_bound() -> None:
     storage.now = 100.01  # a very fast reader
     await cache.read(meta, 64, 70)
     await settle()
-    assert max(s for _, s, _ in storage.gets) == 32 * (2 + 3)  # 6 chunks / 2 = 3 ahead
+    assert max(s for _, s, _ in storage.gets) == 32 * (2 + 4)  # 6 chunks * 3 / 4 = 4 ahead
 
 
 async def test_read_ahead_reaches_into_the_next_segment_as_far_as_the_reader_needs() -> None:
@@ -385,3 +385,24 @@ async def test_a_deep_read_ahead_is_not_evicted_before_it_is_read(read_bytes: in
                     ahead -= following.segment_size_in_bytes
                 await settle()
     assert len(storage.gets) == 3 * 17 * 2
+
+
+async def test_slow_gets_keep_many_in_flight_for_a_fast_reader_up_to_the_end() -> None:
+    """1 s per GET, 0.1 s per chunk read: 20 chunks wanted ahead, all in flight at once
+    (the default in-flight bound is one reader's deepest read-ahead), none past the end."""
+    storage = TimedStorage(get_seconds=1.0)
+    meta = segment(32 * 12 - 5)
+    cache = ChunkCache(
+        storage, max_bytes=100_000, chunk_bytes=32, prefetch_chunks=1, clock=lambda: storage.now
+    )
+    await cache.read(meta, 0, 10)  # read at 1.0, when its GET ended
+    await settle()
+    storage.gate = asyncio.Event()
+    storage.now = 1.1
+    await cache.read(meta, 32, 40)
+    await settle()
+    assert sorted(s for _, s, _ in storage.gets) == [32 * i for i in range(12)]
+    assert [e for _, s, e in storage.gets if s == 32 * 11] == [meta.segment_size_in_bytes]
+    assert cache.prefetches == 11
+    storage.gate.set()
+    await cache.close()

@@ -1,0 +1,75 @@
+"""How far the chunk cache reads ahead of a sequential reader: the sizing rule, pure.
+
+A chunk read ahead helps only if it is whole when the reader gets to it. A GET of one
+chunk takes ``get_seconds`` from request to last byte (the time to the first byte, which
+object storage spends whatever the size, plus the transfer; a chunk is of no use before its
+last byte, so the whole GET is what counts), and the reader uses a chunk every
+``seconds_per_chunk``. For the reader never to wait, ``get_seconds / seconds_per_chunk``
+chunks must be in flight at all times: the bandwidth-delay product, in chunks (a reader at
+500 MiB/s behind 55 ms GETs needs 27.5 MiB, seven 4 MiB chunks). Twice that absorbs GETs
+slower than the average and a reader that speeds up.
+
+The feedback is stable: a reader held back by too shallow a read-ahead reads at the rate
+the GETs in flight deliver, ``depth`` chunks per GET, so the next sizing asks for twice
+``depth``, until the reader is no longer held back or the bound is reached.
+
+Bounds: at least ``prefetch_chunks`` (the operator's floor, and the depth while the
+reader's rate or the GETs' time is not known yet), at most :data:`MAX_READ_AHEAD_BYTES`
+and three quarters of the cache's memory. The last quarter holds the chunks being read: an
+8 MiB fetch spans up to three 4 MiB chunks, and a read-ahead that filled the whole cache
+would evict the chunk the reader is in (whose next fetch would GET it again) or its own
+chunks before they are read.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["MAX_READ_AHEAD_BYTES", "ReadAheadBounds", "read_ahead_chunks"]
+
+MAX_READ_AHEAD_BYTES: Final = 64 * 1024 * 1024
+"""Most bytes read ahead of one sequential reader: twice the bandwidth-delay product of a
+reader at 500 MiB/s behind GETs of 60 ms (50 ms to the first byte), with room to spare.
+More would hold memory for readers that stop, for little gain."""
+_HEADROOM: Final = 2
+"""Read-ahead in GET times of the reader's consumption (see the module docstring)."""
+_FASTEST_CHUNK_SECONDS: Final = 1e-6
+"""A reader that took no measurable time for a chunk is sized as this fast (the bound
+applies anyway)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadAheadBounds:
+    """Chunks read ahead of one sequential reader, at least and at most."""
+
+    minimum: int
+    maximum: int
+
+    @classmethod
+    def for_cache(
+        cls, *, prefetch_chunks: int, max_bytes: int, chunk_bytes: int
+    ) -> ReadAheadBounds:
+        """The bounds of a cache of ``max_bytes`` in chunks of ``chunk_bytes`` with the
+        floor ``prefetch_chunks`` (0: read-ahead off, both bounds 0).
+
+        :raises ValueError: for a chunk size below one byte or negative sizes.
+        """
+        if chunk_bytes < 1 or max_bytes < 0 or prefetch_chunks < 0:
+            raise ValueError("chunk_bytes must be positive and the sizes not negative")
+        if prefetch_chunks == 0:
+            return cls(minimum=0, maximum=0)
+        by_memory = min(MAX_READ_AHEAD_BYTES, max_bytes * 3 // 4) // chunk_bytes
+        return cls(minimum=prefetch_chunks, maximum=max(prefetch_chunks, by_memory))
+
+
+def read_ahead_chunks(
+    bounds: ReadAheadBounds, *, get_seconds: float | None, seconds_per_chunk: float | None
+) -> int:
+    """Chunks to read ahead of a reader that took ``seconds_per_chunk`` for its last chunk,
+    when a GET takes ``get_seconds`` (``None``: not measured yet, the minimum)."""
+    if get_seconds is None or seconds_per_chunk is None:
+        return bounds.minimum
+    needed = math.ceil(_HEADROOM * get_seconds / max(seconds_per_chunk, _FASTEST_CHUNK_SECONDS))
+    return max(bounds.minimum, min(needed, bounds.maximum))

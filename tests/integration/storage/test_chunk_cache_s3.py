@@ -1,0 +1,151 @@
+"""The chunk cache's read-ahead against a real S3 server with object-storage latency.
+
+SeaweedFS (or ``S3_ENDPOINT``) is reached through :mod:`bench.forwarder`, which holds each
+answer's first byte 50 ms, as object storage takes to answer a GET. A reader that reads
+from memory far faster than that gets a deep read-ahead: many ranged GETs at once (more
+than the four the read-ahead was bounded by before), each chunk fetched once, none past
+the segment's end, and the bytes are the object's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench import forwarder
+from proxy.embedded import S3Info
+from storage.chunk_cache import ChunkCache
+from storage.model import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from storage.rsm.config import RemoteStorageConfig
+from storage.rsm.s3 import S3RemoteStorage
+
+pytestmark = pytest.mark.integration
+
+CHUNK = 64 * 1024
+CHUNKS = 24
+DELAY_MS = 50.0
+EARLIER_BOUND = 4
+"""GETs the read-ahead had in flight at most before it followed the GETs' latency."""
+
+
+class CountingStorage:
+    """Passes GETs of ``.log`` ranges to the real storage, counting how many run at once."""
+
+    def __init__(self, rsm: S3RemoteStorage) -> None:
+        self._rsm = rsm
+        self.ranges: list[tuple[int, int | None]] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def copy_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
+    ) -> None:
+        await self._rsm.copy_log_segment(metadata, data)
+
+    async def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
+    ) -> bytes | bytearray:
+        self.ranges.append((start, end))
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            return await self._rsm.fetch_log_segment(metadata, start, end)
+        finally:
+            self.in_flight -= 1
+
+    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        return await self._rsm.fetch_index(metadata, index_type)
+
+    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        await self._rsm.delete_log_segment(metadata)
+
+    async def close(self) -> None:
+        await self._rsm.close()
+
+
+@pytest.fixture
+def config(s3: S3Info, s3_bucket: str) -> RemoteStorageConfig:
+    return RemoteStorageConfig(
+        backend="s3",
+        prefix="it",
+        s3_bucket=s3_bucket,
+        s3_endpoint=s3.endpoint_url,
+        s3_region=s3.region,
+        s3_access_key_id=s3.access_key,
+        s3_secret_access_key=s3.secret_key,
+        s3_path_style_access=True,
+    )
+
+
+@pytest.fixture
+def delayed(config: RemoteStorageConfig, tmp_path: Path) -> Iterator[RemoteStorageConfig]:
+    """``config`` with its endpoint behind a forwarder that delays each first byte."""
+    assert config.s3_endpoint is not None
+    target = config.s3_endpoint.removeprefix("http://").rstrip("/")
+    with forwarder.running(target, tmp_path, delay_ms=DELAY_MS) as (port, _pid):
+        yield dataclasses.replace(config, s3_endpoint=f"http://127.0.0.1:{port}")
+
+
+async def test_a_fast_reader_gets_many_ranged_gets_at_once_and_none_past_the_end(
+    config: RemoteStorageConfig, delayed: RemoteStorageConfig
+) -> None:
+    log = os.urandom(CHUNKS * CHUNK - 1000)
+    metadata = RemoteLogSegmentMetadata(
+        segment_id=RemoteLogSegmentId.generate(
+            TopicIdPartition(topic_id=uuid.uuid4(), topic="it-read-ahead", partition=0)
+        ),
+        start_offset=0,
+        end_offset=999,
+        max_timestamp=0,
+        leader_epoch=0,
+        event_timestamp=0,
+        segment_leader_epochs=((0, 0),),
+        segment_size_in_bytes=len(log),
+        state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+    )
+    uploader = S3RemoteStorage(config)
+    try:
+        await uploader.copy_log_segment(
+            metadata,
+            LogSegmentData(
+                log=log,
+                offset_index=b"",
+                time_index=b"",
+                transaction_index=b"",
+                producer_snapshot=b"",
+                leader_epoch_checkpoint=b"0\n1\n0 0\n",
+            ),
+        )
+    finally:
+        await uploader.close()
+
+    storage = CountingStorage(S3RemoteStorage(delayed))
+    cache = ChunkCache(storage, max_bytes=4 * 1024 * 1024, chunk_bytes=CHUNK, prefetch_chunks=2)
+    try:
+        read = bytearray()
+        while len(read) < len(log):
+            read += await cache.read(metadata, len(read), len(read) + 40_000)
+        await asyncio.sleep(0)
+    finally:
+        await cache.close()
+        await storage.close()
+
+    assert read == log
+    assert storage.most_in_flight > EARLIER_BOUND
+    assert sorted(storage.ranges) == [
+        (start, min(start + CHUNK, len(log))) for start in range(0, len(log), CHUNK)
+    ]
+    assert cache.gets == CHUNKS
