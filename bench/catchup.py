@@ -47,7 +47,8 @@ local``, which has no object storage to delay.
 rounds; the proxy is idle while the broker is read directly) and prints where its CPU went.
 ``--tail-seconds 0`` skips the tail-latency rounds. ``--baseline-tree DIR`` also runs a proxy
 from another checkout (say, the commit before a change) and alternates one catch-up
-consumer between it and this tree's proxy: before/after figures from one run.
+consumer between it and this tree's proxy: before/after figures from one run (the
+object-storage-latency rows too: both proxies behind the same delaying forwarder).
 
 Data is warm on both paths: the broker's log and SeaweedFS's volume files (or the local
 tier's files) in the page cache. With ``--tier local`` no S3 CPU is measured: the rounds'
@@ -486,22 +487,29 @@ async def latency_rounds(
             assert slow.process.pid is not None
             slow_pids = dataclasses.replace(pids, proxy=slow.process.pid)
             slow_endpoint = Endpoint(name="proxy", host="127.0.0.1", port=slow.port)
+            slow_round = catchup_round(slow_endpoint, setup, slow_pids, 1, max(args.fetch_mib))
             before = (gets(warm), gets(slow))
             pairs = await alternate_async(
                 args.pairs,
                 catchup_round(warm_endpoint, setup, pids, 1, max(args.fetch_mib)),
-                catchup_round(slow_endpoint, setup, slow_pids, 1, max(args.fetch_mib)),
+                slow_round,
             )
             after = (gets(warm), gets(slow))
-        warm_gib = sum(p.a.mib for p in pairs) / 1024
-        slow_gib = sum(p.b.mib for p in pairs) / 1024
-        summary = {
-            "undelayed_mib_per_s": median([p.a.mib_per_s for p in pairs]),
-            "delayed_mib_per_s": median([p.b.mib_per_s for p in pairs]),
-            "ratio_delayed_to_undelayed": median([p.b.mib_per_s / p.a.mib_per_s for p in pairs]),
-            "undelayed_gets_per_gib": (after[0] - before[0]) / warm_gib,
-            "delayed_gets_per_gib": (after[1] - before[1]) / slow_gib,
-        }
+            baseline = None
+            if args.baseline_tree is not None:
+                with running_proxy(
+                    args, broker, through(target, port), setup.topic, tree=args.baseline_tree
+                ) as old:
+                    assert old.process.pid is not None
+                    old_round = catchup_round(
+                        Endpoint(name="baseline", host="127.0.0.1", port=old.port),
+                        setup,
+                        dataclasses.replace(pids, proxy=old.process.pid),
+                        1,
+                        max(args.fetch_mib),
+                    )
+                    baseline = await alternate_async(args.pairs, old_round, slow_round)
+        summary = latency_summary(pairs, (after[0] - before[0], after[1] - before[1]))
         name = f"first byte after {delay:g} ms"
         results[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
         print(
@@ -510,7 +518,33 @@ async def latency_rounds(
             f"{summary['ratio_delayed_to_undelayed']:.3f}  GETs/GiB "
             f"{summary['undelayed_gets_per_gib']:.0f} / {summary['delayed_gets_per_gib']:.0f}"
         )
+        if baseline is not None:
+            results[name]["baseline"] = {
+                "baseline_delayed_mib_per_s": median([p.a.mib_per_s for p in baseline]),
+                "delayed_mib_per_s": median([p.b.mib_per_s for p in baseline]),
+                "ratio_to_baseline": median([p.b.mib_per_s / p.a.mib_per_s for p in baseline]),
+                "rounds": [asdict(p) for p in baseline],
+            }
+            print(
+                f"{'':28s} delayed: baseline tree "
+                f"{results[name]['baseline']['baseline_delayed_mib_per_s']:7.1f} MiB/s  this "
+                f"tree {results[name]['baseline']['delayed_mib_per_s']:7.1f} MiB/s  ratio "
+                f"{results[name]['baseline']['ratio_to_baseline']:.3f}"
+            )
     return results
+
+
+def latency_summary(
+    pairs: list[Pair[CatchupRound]], gets_counted: tuple[float, float]
+) -> dict[str, float]:
+    """Medians of undelayed (a) / delayed (b) pairs, and GETs per GiB of each proxy."""
+    return {
+        "undelayed_mib_per_s": median([p.a.mib_per_s for p in pairs]),
+        "delayed_mib_per_s": median([p.b.mib_per_s for p in pairs]),
+        "ratio_delayed_to_undelayed": median([p.b.mib_per_s / p.a.mib_per_s for p in pairs]),
+        "undelayed_gets_per_gib": gets_counted[0] / (sum(p.a.mib for p in pairs) / 1024),
+        "delayed_gets_per_gib": gets_counted[1] / (sum(p.b.mib for p in pairs) / 1024),
+    }
 
 
 def through(target: Target, port: int) -> Target:
