@@ -95,7 +95,7 @@ def delayed(config: RemoteStorageConfig, tmp_path: Path) -> Iterator[RemoteStora
     """``config`` with its endpoint behind a forwarder that delays each first byte."""
     assert config.s3_endpoint is not None
     target = config.s3_endpoint.removeprefix("http://").rstrip("/")
-    with forwarder.running(target, tmp_path, delay_ms=DELAY_MS) as (port, _pid):
+    with forwarder.running(target, tmp_path, delay_ms=DELAY_MS, splice=True) as (port, _pid):
         yield dataclasses.replace(config, s3_endpoint=f"http://127.0.0.1:{port}")
 
 
