@@ -35,13 +35,15 @@ they read it directly from the broker (the same load on the machine without the 
 in it), in rotating order; p50/p99 of the Fetch round trip, the load's MiB/s and the proxy's
 event-loop lag. ``bench.native`` holds the same tail against Kafka's native tiered storage.
 
-Object-storage latency (``--s3-first-byte-ms``, default 20 and 50): a second proxy reads
-SeaweedFS through :mod:`bench.forwarder`, which holds each answer's first byte that long (a
-GET's time to first byte on real object storage); one catch-up loop alternates between the
+Object-storage latency (``--s3-first-byte-ms``, default 20 and 50; 0 is the control): a
+second proxy reads SeaweedFS through :mod:`bench.forwarder` (``--splice``: in the kernel, so
+the emulation costs little CPU), which holds each answer's first byte that long (a GET's
+time to first byte on real object storage); one catch-up loop alternates between the
 undelayed proxy and the delayed one. Reported: the ratio delayed / undelayed (both read the
-range from object storage: the chunk cache is smaller than it) and object-storage GETs per
-GiB, from the proxy's cache metrics (chunk GETs + index misses). Skipped with ``--tier
-local``, which has no object storage to delay.
+range from object storage: the chunk cache is smaller than it), object-storage GETs per
+GiB, from the proxy's cache metrics (chunk GETs + index misses; a fresh proxy's first round
+also GETs every offset index, about 45 per GiB over three pairs), and the forwarder's CPU
+seconds per GiB. Skipped with ``--tier local``, which has no object storage to delay.
 
 ``--profile DIR`` samples the proxy with py-spy during each catch-up cell (both paths'
 rounds; the proxy is idle while the broker is read directly) and prints where its CPU went.
