@@ -12,27 +12,21 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bench import forwarder
-from proxy.embedded import S3Info
 from storage.chunk_cache import ChunkCache
-from storage.model import (
-    IndexType,
-    LogSegmentData,
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentState,
-    TopicIdPartition,
-)
+from storage.model import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.s3 import S3RemoteStorage
+from tests.integration.storage.test_rsm_s3 import config, new_metadata, segment_data
 
 pytestmark = pytest.mark.integration
+
+__all__ = ["config"]  # the fixture, shared with the RSM's own tests
 
 CHUNK = 64 * 1024
 CHUNKS = 24
@@ -41,19 +35,14 @@ EARLIER_BOUND = 4
 """GETs the read-ahead had in flight at most before it followed the GETs' latency."""
 
 
-class CountingStorage:
-    """Passes GETs of ``.log`` ranges to the real storage, counting how many run at once."""
+class CountingStorage(S3RemoteStorage):
+    """The S3 storage, counting the GETs of ``.log`` ranges that run at once."""
 
-    def __init__(self, rsm: S3RemoteStorage) -> None:
-        self._rsm = rsm
+    def __init__(self, config: RemoteStorageConfig) -> None:
+        super().__init__(config)
         self.ranges: list[tuple[int, int | None]] = []
         self.in_flight = 0
         self.most_in_flight = 0
-
-    async def copy_log_segment(
-        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
-    ) -> None:
-        await self._rsm.copy_log_segment(metadata, data)
 
     async def fetch_log_segment(
         self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
@@ -62,32 +51,9 @@ class CountingStorage:
         self.in_flight += 1
         self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
-            return await self._rsm.fetch_log_segment(metadata, start, end)
+            return await super().fetch_log_segment(metadata, start, end)
         finally:
             self.in_flight -= 1
-
-    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        return await self._rsm.fetch_index(metadata, index_type)
-
-    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
-        await self._rsm.delete_log_segment(metadata)
-
-    async def close(self) -> None:
-        await self._rsm.close()
-
-
-@pytest.fixture
-def config(s3: S3Info, s3_bucket: str) -> RemoteStorageConfig:
-    return RemoteStorageConfig(
-        backend="s3",
-        prefix="it",
-        s3_bucket=s3_bucket,
-        s3_endpoint=s3.endpoint_url,
-        s3_region=s3.region,
-        s3_access_key_id=s3.access_key,
-        s3_secret_access_key=s3.secret_key,
-        s3_path_style_access=True,
-    )
 
 
 @pytest.fixture
@@ -103,36 +69,19 @@ async def test_a_fast_reader_gets_many_ranged_gets_at_once_and_none_past_the_end
     config: RemoteStorageConfig, delayed: RemoteStorageConfig
 ) -> None:
     log = os.urandom(CHUNKS * CHUNK - 1000)
-    metadata = RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId.generate(
-            TopicIdPartition(topic_id=uuid.uuid4(), topic="it-read-ahead", partition=0)
-        ),
-        start_offset=0,
-        end_offset=999,
-        max_timestamp=0,
-        leader_epoch=0,
-        event_timestamp=0,
-        segment_leader_epochs=((0, 0),),
+    metadata = new_metadata()
+    uploader = S3RemoteStorage(config)
+    try:
+        await uploader.copy_log_segment(metadata, segment_data(log))
+    finally:
+        await uploader.close()
+    metadata = dataclasses.replace(
+        metadata,
         segment_size_in_bytes=len(log),
         state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
     )
-    uploader = S3RemoteStorage(config)
-    try:
-        await uploader.copy_log_segment(
-            metadata,
-            LogSegmentData(
-                log=log,
-                offset_index=b"",
-                time_index=b"",
-                transaction_index=b"",
-                producer_snapshot=b"",
-                leader_epoch_checkpoint=b"0\n1\n0 0\n",
-            ),
-        )
-    finally:
-        await uploader.close()
 
-    storage = CountingStorage(S3RemoteStorage(delayed))
+    storage = CountingStorage(delayed)
     cache = ChunkCache(storage, max_bytes=4 * 1024 * 1024, chunk_bytes=CHUNK, prefetch_chunks=2)
     try:
         read = bytearray()
