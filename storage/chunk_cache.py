@@ -135,6 +135,9 @@ class ChunkCache:
         self._prefetching: set[_Key] = set()
         self._recent: LRUCache[_Key, float] = LRUCache(_RECENT_READS)
         """When each recently read chunk was first read (``clock``)."""
+        self._follows: LRUCache[uuid.UUID, _Key] = LRUCache(_RECENT_READS)
+        """The last chunk of the segment read before a segment (the remote reader says which,
+        :meth:`prefetch`): a reader's rate carries over into the next segment."""
         self._clock = clock
         self._get_seconds: float | None = None
         """Moving average of how long a GET of one chunk takes."""
@@ -201,7 +204,12 @@ class ChunkCache:
         return parts[0] if len(parts) == 1 else memoryview(b"".join(parts))
 
     def prefetch(
-        self, metadata: RemoteLogSegmentMetadata, position: int, size_bytes: int = 0
+        self,
+        metadata: RemoteLogSegmentMetadata,
+        position: int,
+        size_bytes: int = 0,
+        *,
+        after: RemoteLogSegmentMetadata | None = None,
     ) -> None:
         """Load the chunks covering ``size_bytes`` from ``position`` in the background: at
         least one, at most the read-ahead's bound (a chunk more would only be evicted unread
@@ -209,8 +217,13 @@ class ChunkCache:
 
         The remote reader calls this for the next segment when a reader's read-ahead
         (:meth:`read_ahead_bytes`) reaches past the end of one, so a catch-up consumer
-        crosses segment boundaries without a cold GET, however small the segments.
+        crosses segment boundaries without a cold GET, however small the segments. ``after``
+        is the segment a reader reads before this one: its first chunk's read-ahead is then
+        sized from the reader's rate at the end of ``after``, not from the minimum.
         """
+        if after is not None:
+            last = (after.segment_size_in_bytes - 1) // self.chunk_bytes
+            self._follows[metadata.segment_id.id] = (after.segment_id.id, last)
         first = position // self.chunk_bytes
         count = max(1, -(-size_bytes // self.chunk_bytes))
         wanted = range(first, first + min(count, max(1, self._bounds.maximum)))
@@ -224,7 +237,7 @@ class ChunkCache:
         rate it read its last chunk (see the module docstring); 0 with read-ahead off."""
         segment, index = metadata.segment_id.id, position // self.chunk_bytes
         started = self._recent.get((segment, index))
-        previous = self._recent.get((segment, index - 1))
+        previous = self._recent.get(self._before(segment, index))
         seconds = None if started is None or previous is None else started - previous
         return self._read_ahead(seconds) * self.chunk_bytes
 
@@ -248,7 +261,7 @@ class ChunkCache:
         self, metadata: RemoteLogSegmentMetadata, segment: uuid.UUID, first: int, last: int
     ) -> None:
         now = self._clock()
-        previous = self._recent.get((segment, first - 1))
+        previous = self._recent.get(self._before(segment, first))
         sequential = first == 0 or previous is not None
         for index in range(first, last + 1):
             if self._recent.get((segment, index)) is None:
@@ -265,6 +278,12 @@ class ChunkCache:
         # the chunk the reader is in most recent of all (its next fetch starts there).
         for index in (*reversed(following), last):
             self._memory.get((segment, index))
+
+    def _before(self, segment: uuid.UUID, index: int) -> _Key:
+        """The chunk a sequential reader reads before chunk ``index`` of ``segment``."""
+        if index > 0:
+            return (segment, index - 1)
+        return self._follows.get(segment, (segment, -1))
 
     def _read_ahead(self, seconds_per_chunk: float | None) -> int:
         """Chunks to read ahead of a sequential reader that took ``seconds_per_chunk`` for

@@ -16,8 +16,9 @@ Which bytes
     holds the offset; :func:`storage.segment.reader.read_batches` returns whole batches
     from there, within ``max_bytes`` but at least one, reading the ``.log`` through the
     chunk cache. A read whose read-ahead (sized by the chunk cache from the reader's rate)
-    reaches past the segment's end prefetches the start of the next segment, so catch-up
-    consumers cross segment boundaries warm.
+    reaches past the segment's end prefetches the start of the next segments, so catch-up
+    consumers cross segment boundaries warm; the cache is told which segment each follows,
+    so the reader's rate, and the depth of its read-ahead, carry over into the next one.
 
 Aborted transactions (READ_COMMITTED)
     Collected from the transaction indexes of this segment and the following ones on the
@@ -255,10 +256,11 @@ class RemoteLogReader:
         for _ in range(_PREFETCH_SEGMENTS):
             if following is None:
                 return
-            self._chunks.prefetch(following, 0, size_bytes)
+            self._chunks.prefetch(following, 0, size_bytes, after=segment)
             size_bytes -= following.segment_size_in_bytes
             if size_bytes <= 0:
                 return
+            segment = following
             following = self._metadata.segment_for(tp, following.end_offset + 1, lineage)
 
     # -- transactions ------------------------------------------------------------------

@@ -406,3 +406,25 @@ async def test_slow_gets_keep_many_in_flight_for_a_fast_reader_up_to_the_end() -
     assert cache.prefetches == 11
     storage.gate.set()
     await cache.close()
+
+
+@pytest.mark.parametrize(("after", "expected"), [(True, 12), (False, 2)])
+async def test_the_readers_rate_carries_into_the_segment_it_reads_next(
+    after: bool, expected: int
+) -> None:
+    """A reader at 0.1 s per chunk behind 1 s GETs reaches the first chunk of the next
+    segment: told which segment it follows, the cache reads that one as far ahead (here
+    to its end) as it read the last; not told, it starts again from the minimum."""
+    storage = TimedStorage(get_seconds=1.0)
+    first, following = segment(64), segment(32 * 12)
+    cache = timed_cache(storage, max_bytes=100_000)
+    await cache.read(first, 0, 10)  # read at 1.0, when its GET ended
+    await settle()
+    storage.now = 1.1
+    await cache.read(first, 32, 40)
+    cache.prefetch(following, 0, 32, after=first if after else None)
+    await settle()
+    storage.now = 1.2
+    await cache.read(following, 0, 10)
+    await settle()
+    assert len([s for seg, s, _ in storage.gets if seg == following.segment_id.id]) == expected
