@@ -8,7 +8,8 @@ fetches into one GET, and lets every consumer of the same range share it:
 - a chunk is ``[i * chunk_bytes, (i + 1) * chunk_bytes)`` of one segment copy's ``.log``,
   keyed by the copy's id (never reused, so an entry is never stale);
 - memory is an LRU bounded by the total bytes held (cachetools ``LRUCache`` sized by
-  ``len``);
+  ``len``); evicted chunks go back to remote storage that can read later GETs into them
+  (S3's lean GET: no new buffer to zero-fill, :class:`storage.rsm.s3_ranged_get.SpareBodies`);
 - single flight (:mod:`storage.single_flight`): concurrent misses for one chunk share one
   GET; a GET whose callers all gave up (a purgatory timeout) still completes and warms the
   cache;
@@ -41,7 +42,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Final, Protocol, runtime_checkable
 
 from cachetools import LRUCache
 
@@ -68,16 +69,24 @@ _Chunk = bytes | bytearray
 """A chunk as remote storage returned it (S3 reads in place, into a bytearray); never changed."""
 
 
-class _SizedLRU(LRUCache[_Key, _Chunk]):
-    """An LRU of chunk bytes that reports the keys it evicts."""
+@runtime_checkable
+class _Recycles(Protocol):
+    """Remote storage that reads later answers into the buffers of earlier ones
+    (:meth:`storage.rsm.s3.S3RemoteStorage.recycle`)."""
 
-    def __init__(self, max_bytes: int, on_evict: Callable[[_Key], None]) -> None:
+    def recycle(self, data: bytes | bytearray) -> None: ...
+
+
+class _SizedLRU(LRUCache[_Key, _Chunk]):
+    """An LRU of chunk bytes that reports the chunks it evicts."""
+
+    def __init__(self, max_bytes: int, on_evict: Callable[[_Chunk], None]) -> None:
         super().__init__(max_bytes, len)
         self._on_evict = on_evict
 
     def popitem(self) -> tuple[_Key, _Chunk]:
         key, value = super().popitem()
-        self._on_evict(key)
+        self._on_evict(value)
         return key, value
 
 
@@ -123,6 +132,7 @@ class ChunkCache:
         if chunk_bytes < 1 or max_bytes < 0 or prefetch_chunks < 0 or disk_max_bytes < 0:
             raise ValueError("chunk_bytes must be positive and the bounds not negative")
         self._rsm = rsm
+        self._recycle = rsm.recycle if isinstance(rsm, _Recycles) else None
         self.chunk_bytes = chunk_bytes
         self._bounds = ReadAheadBounds.for_cache(
             prefetch_chunks=prefetch_chunks, max_bytes=max_bytes, chunk_bytes=chunk_bytes
@@ -327,8 +337,10 @@ class ChunkCache:
             seconds if average is None else average + _GET_SECONDS_WEIGHT * (seconds - average)
         )
 
-    def _evicted(self, _key: _Key) -> None:
+    def _evicted(self, data: _Chunk) -> None:
         self.evictions += 1
+        if self._recycle is not None:
+            self._recycle(data)
 
     # -- disk tier ------------------------------------------------------------------------
 

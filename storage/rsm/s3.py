@@ -227,6 +227,13 @@ class S3RemoteStorage:
 
         await self._request("delete", prefix, delete)
 
+    def recycle(self, data: bytes | bytearray) -> None:
+        """``data``, an answer of :meth:`fetch_log_segment`, is no longer kept by the caller
+        (the chunk cache evicted it): a later GET of its length may read into it
+        (:class:`~storage.rsm.s3_ranged_get.SpareBodies`)."""
+        if self._ranged is not None and isinstance(data, bytearray):
+            self._ranged.recycle(data)
+
     async def close(self) -> None:
         self._closed = True
         if self._ranged is not None:

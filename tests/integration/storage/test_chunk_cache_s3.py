@@ -4,7 +4,9 @@ SeaweedFS (or ``S3_ENDPOINT``) is reached through :mod:`bench.forwarder`, which 
 answer's first byte 50 ms, as object storage takes to answer a GET. A reader that reads
 from memory far faster than that gets a deep read-ahead: many ranged GETs at once (more
 than the four the read-ahead was bounded by before), each chunk fetched once, none past
-the segment's end, and the bytes are the object's.
+the segment's end, and the bytes are the object's. In a cache of a few chunks, chunks it
+evicts are read into again (:class:`storage.rsm.s3_ranged_get.SpareBodies`) and every byte
+read is still the object's.
 """
 
 from __future__ import annotations
@@ -65,21 +67,26 @@ def delayed(config: RemoteStorageConfig, tmp_path: Path) -> Iterator[RemoteStora
         yield dataclasses.replace(config, s3_endpoint=f"http://127.0.0.1:{port}")
 
 
-async def test_a_fast_reader_gets_many_ranged_gets_at_once_and_none_past_the_end(
-    config: RemoteStorageConfig, delayed: RemoteStorageConfig
-) -> None:
-    log = os.urandom(CHUNKS * CHUNK - 1000)
+async def uploaded(config: RemoteStorageConfig, log: bytes) -> RemoteLogSegmentMetadata:
+    """Metadata of a segment whose ``.log`` is ``log``, copied to the store."""
     metadata = new_metadata()
     uploader = S3RemoteStorage(config)
     try:
         await uploader.copy_log_segment(metadata, segment_data(log))
     finally:
         await uploader.close()
-    metadata = dataclasses.replace(
+    return dataclasses.replace(
         metadata,
         segment_size_in_bytes=len(log),
         state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
     )
+
+
+async def test_a_fast_reader_gets_many_ranged_gets_at_once_and_none_past_the_end(
+    config: RemoteStorageConfig, delayed: RemoteStorageConfig
+) -> None:
+    log = os.urandom(CHUNKS * CHUNK - 1000)
+    metadata = await uploaded(config, log)
 
     storage = CountingStorage(delayed)
     cache = ChunkCache(storage, max_bytes=4 * 1024 * 1024, chunk_bytes=CHUNK, prefetch_chunks=2)
@@ -98,3 +105,25 @@ async def test_a_fast_reader_gets_many_ranged_gets_at_once_and_none_past_the_end
         (start, min(start + CHUNK, len(log))) for start in range(0, len(log), CHUNK)
     ]
     assert cache.gets == CHUNKS
+
+
+async def test_evicted_chunks_are_read_into_again_and_every_byte_is_the_objects(
+    config: RemoteStorageConfig,
+) -> None:
+    log = os.urandom(CHUNKS * CHUNK)
+    metadata = await uploaded(config, log)
+    storage = S3RemoteStorage(config)
+    cache = ChunkCache(storage, max_bytes=4 * CHUNK, chunk_bytes=CHUNK, prefetch_chunks=2)
+    try:
+        for _round in range(3):
+            position = 0
+            held: list[tuple[int, memoryview]] = []  # as responses still being written
+            while position < len(log):
+                view = await cache.read(metadata, position, position + 50_000)
+                held = [*held[-8:], (position, view)]
+                assert all(v == log[at : at + len(v)] for at, v in held)
+                position += len(view)
+    finally:
+        await cache.close()
+        await storage.close()
+    assert cache.evictions > 0

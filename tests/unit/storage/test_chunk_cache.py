@@ -428,3 +428,24 @@ async def test_the_readers_rate_carries_into_the_segment_it_reads_next(
     await cache.read(following, 0, 10)
     await settle()
     assert len([s for seg, s, _ in storage.gets if seg == following.segment_id.id]) == expected
+
+
+class RecyclingStorage(FakeStorage):
+    """A FakeStorage that takes evicted chunks back."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.recycled: list[bytes | bytearray] = []
+
+    def recycle(self, data: bytes | bytearray) -> None:
+        self.recycled.append(data)
+
+
+async def test_evicted_chunks_go_back_to_storage_that_recycles_them() -> None:
+    storage = RecyclingStorage()
+    meta = segment(100)
+    cache = ChunkCache(storage, max_bytes=32, chunk_bytes=32)
+    first = bytes(await cache.read(meta, 0, 10))
+    await cache.read(meta, 32, 40)
+    assert [bytes(data) for data in storage.recycled] == [content(meta)[:32]]
+    assert first == content(meta)[:10]

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from storage.rsm.s3_ranged_get import RangedGets
+from storage.rsm.s3_ranged_get import RangedGets, SpareBodies
 
 OBJECT = bytes(range(256)) * 64  # 16 KiB
 
@@ -182,3 +182,41 @@ async def test_a_server_that_does_not_answer_in_the_read_timeout_gives_none() ->
         listener.close()
         await listener.wait_closed()
         await asyncio.wait_for(asyncio.gather(*handlers, return_exceptions=True), 5)
+
+
+def test_a_spare_is_reused_only_when_no_one_refers_to_it() -> None:
+    spares = SpareBodies(limit=2)
+    body = bytearray(b"x" * 10)
+    spares.give(body)
+    body_id = id(body)  # the spare keeps the object alive: its id stays its own
+    view = memoryview(body)  # a response still writing it out
+    del body
+    assert id(spares.take(10)) != body_id
+    view.release()
+    del view
+    assert id(spares.take(9)) != body_id  # another length
+    assert id(spares.take(10)) == body_id
+    assert id(spares.take(10)) != body_id  # taken: no longer a spare
+
+
+async def test_an_answer_is_read_into_a_recycled_body_of_its_length(
+    server: tuple[Server, RangedGets, list[str]],
+) -> None:
+    script, gets, _signed = server
+    script.answers = [lambda head: partial(*requested_range(head))] * 3
+    first = await gets.get("b", "k.log", 0, 5000)
+    assert first is not None
+    held = memoryview(first)
+    gets.recycle(first)
+    second = await gets.get("b", "k.log", 5000, 10000)
+    assert second is not None
+    assert second is not first  # a view of it is still held
+    assert held == OBJECT[:5000]
+    held.release()
+    gets.recycle(second)
+    spares = {id(first), id(second)}  # the spares keep them alive: their ids stay theirs
+    del first, second, held
+    third = await gets.get("b", "k.log", 10000, 15000)
+    assert third is not None
+    assert id(third) in spares  # read into a recycled body
+    assert third == OBJECT[10000:15000]
