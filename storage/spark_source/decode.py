@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from protocol.records import BatchHeader, ControlType, iter_batches, read_control_record
-from storage.spark_source.split import Columns, split_records
+from storage.spark_source.split import Buffer, Columns, split_records
 
 __all__ = ["GROUP_BYTES", "AbortedRange", "Decoding", "TransactionFilter", "decode_batches"]
 
@@ -63,7 +63,7 @@ class TransactionFilter:
                 last = _UNKNOWN_END if txn.last_offset is None else txn.last_offset
                 heapq.heappush(self._pending, (*key, last))
 
-    def keeps(self, buf: bytes | memoryview, position: int, header: BatchHeader) -> bool:
+    def keeps(self, buf: Buffer, position: int, header: BatchHeader) -> bool:
         """Whether the batch at ``position`` is committed data (control batches never are).
 
         :raises CorruptRecordBatchError: if a control record cannot be read.
@@ -87,7 +87,7 @@ class Decoding:
     """The batches of a buffer that hold rows, chosen from their headers alone, and the
     offset after the last whole batch looked at (``None``: no whole batch)."""
 
-    buf: bytes
+    buf: Buffer
     batches: list[tuple[int, BatchHeader]]
     next_offset: int | None
     from_offset: int
@@ -122,7 +122,7 @@ class Decoding:
 
 
 def decode_batches(
-    buf: bytes,
+    buf: Buffer,
     *,
     from_offset: int,
     until_offset: int,

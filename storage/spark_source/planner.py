@@ -29,7 +29,7 @@ from storage.spark_source.decode import AbortedRange
 from storage.spark_source.options import Bound, BoundKind, Bounds, SourceOptions
 from storage.spark_source.slices import LocalSlice, RemoteSlice, Slice
 
-__all__ = ["OffsetRanges", "concurrently", "plan_slices", "resolve_offsets"]
+__all__ = ["READ_BYTES", "OffsetRanges", "concurrently", "plan_slices", "resolve_offsets"]
 
 T = TypeVar("T")
 
@@ -38,6 +38,8 @@ OffsetRanges = Mapping[tuple[str, int], tuple[int, int]]
 
 log = logging.getLogger(__name__)
 
+READ_BYTES: Final = 8 * 1024 * 1024
+"""Bytes of a slice one GET reads: see :meth:`RemoteSlice.reads`."""
 _EARLIEST: Final = -2
 _LATEST: Final = -1
 
@@ -283,7 +285,8 @@ def _slices(
     part = plan.part
     slices: list[Slice] = []
     for found in plan.segments:
-        for first, end in _byte_ranges(found, max_bytes):
+        start, entries, last = _batch_starts(found)
+        for first, end in _pieces(start, entries, last, max_bytes):
             slices.append(
                 RemoteSlice(
                     topic=part.topic,
@@ -294,6 +297,7 @@ def _slices(
                     from_offset=found.from_offset,
                     until_offset=found.until_offset,
                     aborted=plan.aborted,
+                    read_cuts=_read_cuts(entries, first, end),
                 )
             )
     if plan.local is not None:
@@ -315,7 +319,22 @@ def _slices(
 
 def _byte_ranges(found: RemoteSegment, max_bytes: int) -> list[tuple[int, int]]:
     """``[start, end)`` pieces of the segment holding ``found``'s offsets, cut at index
-    entries (batch starts) into pieces of at most ``max_bytes`` where entries allow.
+    entries (batch starts) into pieces of at most ``max_bytes`` where entries allow."""
+    start, cuts, end = _batch_starts(found)
+    return _pieces(start, cuts, end, max_bytes)
+
+
+def _read_cuts(cuts: Sequence[int], first: int, end: int) -> tuple[int, ...]:
+    """Where the executor's GETs of the slice ``[first, end)`` are cut: at some of the
+    index entries ``cuts``, :data:`READ_BYTES` or so apart."""
+    inside = [cut for cut in cuts if first < cut < end]
+    pieces = _pieces(first, inside, end, READ_BYTES)
+    return tuple(piece_end for _piece_start, piece_end in pieces[:-1])
+
+
+def _batch_starts(found: RemoteSegment) -> tuple[int, list[int], int]:
+    """The position of the first batch ``found`` needs, the index entries after it, and the
+    position after the last batch it needs.
 
     An entry ``(o, p)`` says the batch at ``p`` ends at offset ``o``: the first position
     after every record below ``until`` is the entry following the first one with
@@ -334,6 +353,12 @@ def _byte_ranges(found: RemoteSegment, max_bytes: int) -> list[tuple[int, int]]:
             end = entry.position
             break
         cuts.append(entry.position)
+    return start, cuts, end
+
+
+def _pieces(start: int, cuts: Sequence[int], end: int, max_bytes: int) -> list[tuple[int, int]]:
+    """``[start, end)`` cut at some of ``cuts`` into pieces of at most ``max_bytes`` (or of
+    one cut's span, where cuts are further apart)."""
     pieces = []
     piece_start = start
     previous = start

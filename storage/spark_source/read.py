@@ -1,5 +1,6 @@
-"""Read one slice in an executor: one ranged GET of a remote segment, or Fetches of the
-broker's tail through tierproxy's own client, decoded into one Arrow batch per step.
+"""Read one slice in an executor: ranged GETs of a remote segment, a few MiB each (the
+slice's :meth:`~storage.spark_source.slices.RemoteSlice.reads`), or Fetches of the broker's
+tail through tierproxy's own client, decoded into one Arrow batch per step.
 
 Runs in Spark's Python workers, on the worker's own loop (:mod:`storage.spark_source.worker`):
 the storage manager is the worker's, kept across tasks; the Kafka client is created per task.
@@ -16,13 +17,13 @@ from storage.spark_source.arrow import to_record_batch
 from storage.spark_source.decode import AbortedRange, TransactionFilter, decode_batches
 from storage.spark_source.settings import SourceSettings
 from storage.spark_source.slices import LocalSlice, RemoteSlice, Slice
-from storage.spark_source.split import Columns
+from storage.spark_source.split import Buffer, Columns
 from storage.spark_source.worker import remote_storage, run
 
 if TYPE_CHECKING:
     from storage.kafka_client import KafkaClient
 
-__all__ = ["LocalReadError", "read_slice", "remote_columns"]
+__all__ = ["LocalReadError", "read_slice", "remote_columns", "transactions_of"]
 
 _FETCH_BYTES: Final = 16 * 1024 * 1024
 """Bytes per Fetch of the broker's tail: large enough that a fetch costs little against
@@ -40,8 +41,7 @@ class LocalReadError(Exception):
 def read_slice(piece: Slice, settings: SourceSettings, *, include_headers: bool) -> Iterator[Any]:
     """The slice's rows, as ``pyarrow.RecordBatch`` es in Spark's Kafka schema."""
     if isinstance(piece, RemoteSlice):
-        data = run(_fetch_remote(piece, settings))
-        columns = remote_columns(piece, data, include_headers=include_headers)
+        columns = _remote_slice_columns(piece, settings, include_headers=include_headers)
     else:
         columns = _local_columns(piece, settings, include_headers=include_headers)
     for group in columns:
@@ -50,9 +50,21 @@ def read_slice(piece: Slice, settings: SourceSettings, *, include_headers: bool)
         )
 
 
-def remote_columns(piece: RemoteSlice, data: bytes, *, include_headers: bool) -> Iterator[Columns]:
-    """The rows of a remote slice from its bytes (``data``: the slice's byte range), a
-    group of batches at a time.
+def transactions_of(piece: RemoteSlice) -> TransactionFilter | None:
+    """The slice's READ_COMMITTED filter, one for all its reads (a transaction aborted in
+    one read may end in the next), or ``None`` to read uncommitted."""
+    return None if piece.aborted is None else TransactionFilter(piece.aborted)
+
+
+def remote_columns(
+    piece: RemoteSlice,
+    data: Buffer,
+    *,
+    transactions: TransactionFilter | None,
+    include_headers: bool,
+) -> Iterator[Columns]:
+    """The rows of a remote slice in ``data`` (one of its reads, or its whole byte range: whole
+    batches), a group of batches at a time.
 
     :raises CorruptRecordBatchError: if a batch cannot be decoded.
     """
@@ -60,17 +72,29 @@ def remote_columns(piece: RemoteSlice, data: bytes, *, include_headers: bool) ->
         data,
         from_offset=piece.from_offset,
         until_offset=piece.until_offset,
-        transactions=None if piece.aborted is None else TransactionFilter(piece.aborted),
+        transactions=transactions,
         include_headers=include_headers,
     ).columns()
 
 
-async def _fetch_remote(piece: RemoteSlice, settings: SourceSettings) -> bytes:
+def _remote_slice_columns(
+    piece: RemoteSlice, settings: SourceSettings, *, include_headers: bool
+) -> Iterator[Columns]:
+    """Each read of the slice in turn: GET (into the buffer decoded in place, no copy),
+    then decode."""
+    transactions = transactions_of(piece)
+    for start, end in piece.reads():
+        data = run(_fetch_remote(piece, settings, start, end))
+        yield from remote_columns(
+            piece, data, transactions=transactions, include_headers=include_headers
+        )
+
+
+async def _fetch_remote(
+    piece: RemoteSlice, settings: SourceSettings, start: int, end: int
+) -> bytes | bytearray:
     rsm = remote_storage(settings.storage)
-    # bytes() costs nothing for bytes (the local backend); S3 reads into a bytearray.
-    return bytes(
-        await rsm.fetch_log_segment(piece.segment, piece.start_position, piece.end_position)
-    )
+    return await rsm.fetch_log_segment(piece.segment, start, end)
 
 
 def _local_columns(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 from storage.model import RemoteLogSegmentMetadata
@@ -26,6 +27,20 @@ class RemoteSlice:
     aborted: tuple[AbortedRange, ...] | None
     """Aborted transactions that may touch the range (READ_COMMITTED); ``None`` reads
     uncommitted."""
+    read_cuts: tuple[int, ...] = ()
+    """Batch boundaries inside the range (from the offset index) where one GET of the
+    range ends and the next begins: see :meth:`reads`."""
+
+    def reads(self) -> list[tuple[int, int]]:
+        """The byte ranges the executor GETs and decodes one after the other: together the
+        slice's range, each of whole batches.
+
+        A few MiB at a time, not the whole slice: a 64 MiB buffer is mapped fresh by the
+        allocator for every GET and faulted in page by page (0.75 CPU-s/GiB to receive a
+        64 MiB range from SeaweedFS against 0.40 in 8 MiB ones, ``bench.s3_ranged_read``),
+        while buffers of a few MiB are reused from the heap."""
+        bounds = [self.start_position, *self.read_cuts, self.end_position]
+        return list(itertools.pairwise(bounds))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -13,10 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage.kafka_client import KafkaClient
+from storage.spark_source import planner
 from storage.spark_source.catalog import Catalog, PartitionInfo, SourceError
 from storage.spark_source.options import parse_options
 from storage.spark_source.planner import concurrently, plan_slices
-from storage.spark_source.read import remote_columns
+from storage.spark_source.read import remote_columns, transactions_of
 from storage.spark_source.slices import RemoteSlice
 from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch
 
@@ -60,11 +61,13 @@ async def _plan_and_read(
         offsets: list[int] = []
         for piece in slices:
             assert isinstance(piece, RemoteSlice)
-            data = await log.rsm.fetch_log_segment(
-                piece.segment, piece.start_position, piece.end_position
-            )
-            for columns in remote_columns(piece, data, include_headers=False):
-                offsets += columns.offsets.tolist()
+            transactions = transactions_of(piece)
+            for first, end in piece.reads():
+                data = await log.rsm.fetch_log_segment(piece.segment, first, end)
+                for columns in remote_columns(
+                    piece, data, transactions=transactions, include_headers=False
+                ):
+                    offsets += columns.offsets.tolist()
         await log.close()
         return offsets, [s for s in slices if isinstance(s, RemoteSlice)], offset
 
@@ -83,6 +86,18 @@ def test_slices_hold_every_record_of_the_range_once(
     assert offsets == list(range(start, min(until, end)))
     for piece in slices:
         assert piece.start_position < piece.end_position <= piece.segment.segment_size_in_bytes
+
+
+def test_a_slice_is_read_in_several_gets_of_whole_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GETs of about ``READ_BYTES`` each, cut at batch starts, tile every slice."""
+    monkeypatch.setattr(planner, "READ_BYTES", 300)
+    offsets, slices, end = asyncio.run(_plan_and_read([[10] * 40, [3] * 20], 0, 10**6, 5000))
+    assert offsets == list(range(end))
+    for piece in slices:
+        reads = piece.reads()
+        assert len(reads) > 1
+        assert reads[0][0] == piece.start_position and reads[-1][1] == piece.end_position
+        assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(reads))
 
 
 def test_a_large_segment_is_read_as_several_byte_ranges() -> None:
