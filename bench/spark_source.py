@@ -18,8 +18,14 @@ tierproxy, kafka, ...): each scans the whole topic and aggregates ``count(*)`` a
 ``includeLocal=false``: the remote tier only, which holds every closed segment.
 
 Figures per round: rows/s, MB/s (record values), CPU seconds per GiB of this process tree
-(driver, Spark JVM, Python workers; without the servers), the broker's and the S3 server's.
-Medians over ``--pairs`` rounds and the per-round ratio tierproxy / kafka.
+(driver, Spark JVM, Python workers; without the servers) and of each of those parts, the
+broker's and the S3 server's. Medians over ``--pairs`` rounds and the per-round ratio
+tierproxy / kafka.
+
+Spark's Kafka source runs as a user would run it: one task per partition (``minPartitions``
+unset: the 4 partitions already give ``local[2]`` two tasks per core) and the consumer's
+fetch sizes, unless ``--kafka-fetch-mib`` sets ``kafka.max.partition.fetch.bytes`` (1 MiB by
+default; 8 MiB did not change its CPU per GiB here).
 
 Results: ``bench/results/<--out>.json`` and ``.png`` (``spark_source`` by default). Timing
 on a shared machine is indicative only.
@@ -69,6 +75,8 @@ class Scan:
     cpu_s: float
     broker_cpu_s: float
     s3_cpu_s: float
+    parts_cpu_s: dict[str, float]
+    """This tree's CPU seconds by part: driver, jvm (Spark) and workers (Python)."""
 
     @property
     def rows_per_s(self) -> float:
@@ -105,10 +113,12 @@ def spark_session(master: str) -> Any:
 
 def scan(frame: Any, meter: CpuMeter) -> Scan:
     before = meter.sample()
+    parts_before = meter.parts()
     started = time.perf_counter()
     row = frame.selectExpr("count(*) AS n", "sum(length(value)) AS bytes").collect()[0]
     seconds = time.perf_counter() - started
     after = meter.sample()
+    parts_after = meter.parts()
     ours, broker, s3 = (b - a for a, b in zip(before, after, strict=True))
     return Scan(
         rows=int(row.n),
@@ -117,6 +127,7 @@ def scan(frame: Any, meter: CpuMeter) -> Scan:
         cpu_s=ours,
         broker_cpu_s=broker,
         s3_cpu_s=s3,
+        parts_cpu_s={part: parts_after[part] - parts_before[part] for part in parts_after},
     )
 
 
@@ -137,18 +148,24 @@ def tierproxy_frame(spark: Any, broker: BrokerInfo, target: Target, topic: str, 
     return reader.load()
 
 
-def kafka_frame(spark: Any, broker: BrokerInfo, topic: str) -> Any:
-    return (
+def kafka_frame(spark: Any, broker: BrokerInfo, topic: str, fetch_mib: int | None) -> Any:
+    reader = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", broker.bootstrap)
         .option("subscribe", topic)
-        .load()
     )
+    if fetch_mib is not None:
+        reader = reader.option("kafka.max.partition.fetch.bytes", str(fetch_mib * MIB))
+    return reader.load()
 
 
 def summary(pairs: list[Any]) -> dict[str, float]:
     def med(side: str, figure: str) -> float:
         return median([getattr(getattr(p, side), figure) for p in pairs])
+
+    def part(side: str, name: str) -> float:
+        scans = [getattr(p, side) for p in pairs]
+        return median([s.cpu_per_gib(s.parts_cpu_s[name]) for s in scans])
 
     return {
         "kafka_rows_per_s": median([p.a.rows_per_s for p in pairs]),
@@ -160,6 +177,9 @@ def summary(pairs: list[Any]) -> dict[str, float]:
         "tierproxy_cpu_s_per_gib": median([p.b.cpu_per_gib(p.b.cpu_s) for p in pairs]),
         "kafka_broker_cpu_s_per_gib": median([p.a.cpu_per_gib(p.a.broker_cpu_s) for p in pairs]),
         "tierproxy_s3_cpu_s_per_gib": median([p.b.cpu_per_gib(p.b.s3_cpu_s) for p in pairs]),
+        "kafka_jvm_cpu_s_per_gib": part("a", "jvm"),
+        "tierproxy_jvm_cpu_s_per_gib": part("b", "jvm"),
+        "tierproxy_workers_cpu_s_per_gib": part("b", "workers"),
         "kafka_seconds": med("a", "seconds"),
         "tierproxy_seconds": med("b", "seconds"),
     }
@@ -179,6 +199,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backend", choices=("s3", "local"), default="s3")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--out", default="spark_source")
+    parser.add_argument(
+        "--kafka-fetch-mib",
+        type=int,
+        default=None,
+        help="kafka.max.partition.fetch.bytes of Spark's Kafka source (default: Kafka's, 1 MiB)",
+    )
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="tierproxy-bench-"))
     run = uuid.uuid4().hex[:8]
@@ -195,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
                 meter = CpuMeter(broker_pid, s3_pid)
                 pairs = alternate(
                     args.pairs,
-                    lambda: scan(kafka_frame(spark, broker, topic), meter),
+                    lambda: scan(kafka_frame(spark, broker, topic, args.kafka_fetch_mib), meter),
                     lambda: scan(tierproxy_frame(spark, broker, target, topic, run), meter),
                 )
             finally:
@@ -209,6 +235,7 @@ def main(argv: list[str] | None = None) -> None:
         "master": args.master,
         "mib": args.gib * 1024,
         "partitions": args.partitions,
+        "kafka_fetch_mib": args.kafka_fetch_mib,
         "value_bytes": VALUE_BYTES,
         "segments_copied": report.segments_copied,
         "pairs": [{"kafka": asdict(p.a), "tierproxy": asdict(p.b)} for p in pairs],
