@@ -18,7 +18,7 @@ from storage.spark_source.decode import AbortedRange, TransactionFilter, decode_
 from storage.spark_source.settings import SourceSettings
 from storage.spark_source.slices import LocalSlice, RemoteSlice, Slice
 from storage.spark_source.split import Buffer, Columns
-from storage.spark_source.worker import remote_storage, run
+from storage.spark_source.worker import remote_storage, run, start
 
 if TYPE_CHECKING:
     from storage.kafka_client import KafkaClient
@@ -80,11 +80,15 @@ def remote_columns(
 def _remote_slice_columns(
     piece: RemoteSlice, settings: SourceSettings, *, include_headers: bool
 ) -> Iterator[Columns]:
-    """Each read of the slice in turn: GET (into the buffer decoded in place, no copy),
-    then decode."""
+    """Each read of the slice in turn, decoded in the buffer it was received into (no copy)
+    while the next one is received."""
     transactions = transactions_of(piece)
-    for start, end in piece.reads():
-        data = run(_fetch_remote(piece, settings, start, end))
+    reads = piece.reads()
+    pending = start(_fetch_remote(piece, settings, *reads[0]))
+    for index in range(len(reads)):
+        data = pending.result()
+        if index + 1 < len(reads):
+            pending = start(_fetch_remote(piece, settings, *reads[index + 1]))
         yield from remote_columns(
             piece, data, transactions=transactions, include_headers=include_headers
         )
