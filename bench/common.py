@@ -157,7 +157,8 @@ def cpu_seconds(pid: int | None = None) -> float:
 
 def git_state() -> dict[str, Any]:
     """The commit measured and whether tracked files had changes: figures from a dirty tree
-    belong to no commit."""
+    belong to no commit. ``bench/results/`` does not count: ``make bench`` writes each
+    benchmark's results there before the next one runs, and results are not code."""
     root = Path(__file__).resolve().parent.parent
 
     def git(*args: str) -> str:
@@ -166,7 +167,9 @@ def git_state() -> dict[str, Any]:
 
     return {
         "commit": git("rev-parse", "HEAD") or "unknown",
-        "clean_tree": not git("status", "--porcelain", "--untracked-files=no"),
+        "clean_tree": not git(
+            "status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results"
+        ),
     }
 
 
@@ -179,10 +182,13 @@ def rss_bytes(pid: int) -> int:
 
 
 def save_json(name: str, payload: Mapping[str, Any]) -> Path:
-    """Write ``bench/results/<name>.json``; returns its path."""
+    """Write ``bench/results/<name>.json``; returns its path. Every result names the commit it
+    measured and whether the tree was clean (:func:`git_state`), unless the benchmark took
+    that state itself before it ran."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+    stamped = {**git_state(), **payload}
+    path.write_text(json.dumps(stamped, indent=2, default=str) + "\n", encoding="utf-8")
     return path
 
 
