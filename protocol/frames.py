@@ -28,6 +28,8 @@ __all__ = [
     "InvalidFrameSize",
     "encode_frame",
     "foreign_protocol",
+    "frame_size_error",
+    "valid_frame_limit",
 ]
 
 DEFAULT_MAX_FRAME_BYTES: Final = 100 * 1024 * 1024
@@ -76,6 +78,23 @@ def foreign_protocol(declared_size: int) -> str | None:
 FrameError = FrameTooLarge | InvalidFrameSize
 
 
+def valid_frame_limit(max_frame_bytes: int) -> int:
+    """``max_frame_bytes`` if a size prefix can express it, else :class:`LocalProtocolError`."""
+    if not 0 <= max_frame_bytes <= _MAX_PAYLOAD:
+        raise LocalProtocolError(f"max_frame_bytes {max_frame_bytes} is not in [0, 2**31)")
+    return max_frame_bytes
+
+
+def frame_size_error(declared_size: int, limit: int) -> FrameError | None:
+    """What is wrong with a peer's size prefix, if anything: the one rule every frame
+    reader of this package applies."""
+    if declared_size < 0:
+        return InvalidFrameSize(declared_size=declared_size)
+    if declared_size > limit:
+        return FrameTooLarge(declared_size=declared_size, limit=limit)
+    return None
+
+
 class FrameDecoder:
     """Turns a byte stream into frame payloads (without their size prefix).
 
@@ -85,9 +104,7 @@ class FrameDecoder:
     __slots__ = ("_chunks", "_error", "_frame_size", "_head", "_max_frame_bytes", "_size")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        if not 0 <= max_frame_bytes <= _MAX_PAYLOAD:
-            raise LocalProtocolError(f"max_frame_bytes {max_frame_bytes} is not in [0, 2**31)")
-        self._max_frame_bytes = max_frame_bytes
+        self._max_frame_bytes = valid_frame_limit(max_frame_bytes)
         # Unconsumed input: pieces as fed, ``_head`` bytes of the first piece already used.
         self._chunks: deque[bytes] = deque()
         self._head = 0
@@ -122,12 +139,9 @@ class FrameDecoder:
             if self._size < _SIZE_BYTES:
                 return None
             declared = _SIZE.unpack(self._take(_SIZE_BYTES))[0]
-            if declared < 0:
-                return self._fail(InvalidFrameSize(declared_size=declared))
-            if declared > self._max_frame_bytes:
-                return self._fail(
-                    FrameTooLarge(declared_size=declared, limit=self._max_frame_bytes)
-                )
+            error = frame_size_error(declared, self._max_frame_bytes)
+            if error is not None:
+                return self._fail(error)
             self._frame_size = declared
         if self._size < self._frame_size:
             return None

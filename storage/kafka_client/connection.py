@@ -17,11 +17,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, cast
 
 from protocol.errors import KafkaError, ProtocolError, RemoteProtocolError
+from protocol.frame_receiver import Frame, FrameReceiver
 from protocol.frames import encode_frame, foreign_protocol
 from protocol.headers import encode_request_header, parse_response_header, response_header_version
 from protocol.messages import ApiKey, decode_response, encode_request, request_class
 from protocol.sasl import OAuthBearerExchange, PlainExchange, SaslExchange, ScramClient
-from storage.kafka_client.frame_receiver import Frame, FrameReceiver
 from storage.kafka_client.values import AuthenticationError, BrokerConnectionError, KafkaClientError
 from storage.kafka_security import KafkaSecurityConfig
 from storage.oauth import ClientCredentialsTokenProvider, TokenError, TokenProvider

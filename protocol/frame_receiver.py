@@ -1,4 +1,4 @@
-"""Response frames received straight into their own buffers: the client's read side.
+"""Frames received straight into their own buffers: the Kafka client's read side.
 
 :class:`protocol.frames.FrameDecoder` is fed the transport's reads and joins them once per
 frame; for the pipeline's Fetch responses (8 MiB and more, read 64 KiB at a time) that join
@@ -27,8 +27,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-from protocol.errors import LocalProtocolError
-from protocol.frames import FrameError, FrameTooLarge, InvalidFrameSize
+from protocol.frames import FrameError, frame_size_error, valid_frame_limit
 
 __all__ = ["Frame", "FrameReceiver"]
 
@@ -61,9 +60,7 @@ class FrameReceiver:
     )
 
     def __init__(self, max_frame_bytes: int) -> None:
-        if not 0 <= max_frame_bytes < 2**31:
-            raise LocalProtocolError(f"max_frame_bytes {max_frame_bytes} is not in [0, 2**31)")
-        self._max_frame_bytes = max_frame_bytes
+        self._max_frame_bytes = valid_frame_limit(max_frame_bytes)
         self._staging = bytearray(_STAGING_BYTES)
         # Unconsumed bytes of the staging buffer: [start, end).
         self._start = 0
@@ -106,11 +103,8 @@ class FrameReceiver:
         staging = self._staging
         while self._end - self._start >= _SIZE.size:
             (size,) = _SIZE.unpack_from(staging, self._start)
-            if size < 0:
-                self._error = InvalidFrameSize(declared_size=size)
-                return
-            if size > self._max_frame_bytes:
-                self._error = FrameTooLarge(declared_size=size, limit=self._max_frame_bytes)
+            self._error = frame_size_error(size, self._max_frame_bytes)
+            if self._error is not None:
                 return
             body = self._start + _SIZE.size
             if self._end - body >= size:

@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.errors import LocalProtocolError
+from protocol.frame_receiver import Frame, FrameReceiver
 from protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrameSize, encode_frame
-from storage.kafka_client.frame_receiver import Frame, FrameReceiver
 
 # Sizes around the 64 KiB staging buffer, so that frames are staged, cut across refills,
 # and given their own buffers.
