@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Protocol
 
+from protocol.buffers import Buffers
 from protocol.errors import KafkaError
 from protocol.messages import ApiKey, ErrorCode, build, nested_class, response_class
 
@@ -111,8 +112,8 @@ class FetchedPartition:
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
-    records: bytes | memoryview
-    """The broker's bytes, or a view of the remote tier's (encoded without a copy)."""
+    records: bytes | memoryview | Buffers
+    """The broker's bytes, or views of the remote tier's (encoded without a copy)."""
     aborted: tuple[AbortedTransaction, ...] | None
 
 
@@ -314,7 +315,7 @@ class FetchResponseEditor:
             topic.parts[index] = dataclasses.replace(part, log_start_offset=log_start_offset)
             self._changed = True
 
-    def set_records(self, key: PartitionKey, records: bytes | memoryview) -> None:
+    def set_records(self, key: PartitionKey, records: bytes | memoryview | Buffers) -> None:
         """Replace the records of a partition the broker answered (fewer whole batches)."""
         topic, index = self._where[key]
         topic.parts[index] = dataclasses.replace(topic.parts[index], records=records)

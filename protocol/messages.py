@@ -393,9 +393,11 @@ def _decode(schema: type[Any], body: bytes | memoryview) -> Any:
 
 
 def _encode(payload: Any, entity_type: EntityType) -> bytes:
-    buffer = io.BytesIO()
-    _encode_into(buffer, payload, entity_type)
-    return buffer.getvalue()
+    # A BufferSink, not a BytesIO: a value may be records in pieces (Buffers), which only
+    # the sink knows how to write.
+    sink = BufferSink()
+    _encode_into(sink, payload, entity_type)
+    return bytes(sink.buffers())
 
 
 def _encode_into(sink: io.BytesIO | BufferSink, payload: Any, entity_type: EntityType) -> None:

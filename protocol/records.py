@@ -44,6 +44,7 @@ from typing import TypeVar
 
 import crc32c
 
+from protocol.buffers import Buffers
 from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
 from protocol.varint import (
     Buffer,
@@ -324,7 +325,7 @@ def parse_batch_header(buf: Buffer, position: int = 0) -> BatchHeader:
     )
 
 
-def iter_batches(buf: Buffer, start: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+def iter_batches(buf: Buffer | Buffers, start: int = 0) -> Iterator[tuple[int, BatchHeader]]:
     """Yield ``(position, header)`` for each complete batch in ``buf`` from ``start``.
 
     A Fetch response may end in the middle of a batch (the broker cuts at the byte limit),
@@ -336,10 +337,18 @@ def iter_batches(buf: Buffer, start: int = 0) -> Iterator[tuple[int, BatchHeader
     :raises CorruptRecordBatchError: at a size field no batch can have, or a bad header.
     """
     for position, _base, _last, _end in iter_batch_spans(buf, start):
-        yield position, parse_batch_header(buf, position)
+        yield position, parse_batch_header(*_header_at(buf, position))
 
 
-def iter_batch_spans(buf: Buffer, start: int = 0) -> Iterator[tuple[int, int, int, int]]:
+def _header_at(buf: Buffer | Buffers, position: int) -> tuple[Buffer, int]:
+    """A buffer holding the batch header at ``position`` of ``buf``, and where it starts
+    there: ``buf`` itself, or for records in pieces the piece it lies in."""
+    if isinstance(buf, Buffers):
+        return buf.locate(position, BATCH_HEADER_SIZE) if position >= 0 else (b"", position)
+    return buf, position
+
+
+def iter_batch_spans(buf: Buffer | Buffers, start: int = 0) -> Iterator[tuple[int, int, int, int]]:
     """Yield ``(position, base_offset, last_offset, end)`` for each complete batch in
     ``buf`` from ``start``: :func:`iter_batches` without the header objects.
 
@@ -357,7 +366,8 @@ def iter_batch_spans(buf: Buffer, start: int = 0) -> Iterator[tuple[int, int, in
     position = start
     end = len(buf)
     while end - position > _MAGIC_OFFSET:
-        (batch_length,) = _LENGTH.unpack_from(buf, position + 8)
+        head, at = _header_at(buf, position)
+        (batch_length,) = _LENGTH.unpack_from(head, at + 8)
         if batch_length < _MIN_SIZE_FIELD:
             raise CorruptRecordBatchError(
                 f"record batch at position {position} declares {batch_length} bytes, less "
@@ -365,12 +375,12 @@ def iter_batch_spans(buf: Buffer, start: int = 0) -> Iterator[tuple[int, int, in
             )
         if end - position < LOG_OVERHEAD + batch_length:
             return
-        base_offset, last_offset, size = batch_span(buf, position)
+        base_offset, last_offset, size = batch_span(head, at)
         yield position, base_offset, last_offset, position + size
         position += size
 
 
-def batch_span(buf: Buffer, position: int) -> tuple[int, int, int]:
+def batch_span(buf: Buffer | Buffers, position: int) -> tuple[int, int, int]:
     """``(base_offset, last_offset, size)`` of the batch whose header is at ``position``:
     where a batch starts and ends, without the header object of :func:`parse_batch_header`.
 
@@ -382,6 +392,7 @@ def batch_span(buf: Buffer, position: int) -> tuple[int, int, int]:
     :raises CorruptRecordBatchError: if the header is truncated, the magic is unknown, or
         the length or codec cannot be right.
     """
+    buf, position = _header_at(buf, position)
     if position < 0 or len(buf) - position < BATCH_HEADER_SIZE:
         parse_batch_header(buf, position)  # raises: negative or truncated
     base_offset, batch_length, magic, attributes, last_offset_delta = _SPAN.unpack_from(
@@ -396,9 +407,17 @@ def batch_span(buf: Buffer, position: int) -> tuple[int, int, int]:
     return base_offset, base_offset + last_offset_delta, LOG_OVERHEAD + batch_length
 
 
-_Records = TypeVar("_Records", bytes, memoryview, bytes | memoryview)
+_Records = TypeVar(
+    "_Records",
+    bytes,
+    memoryview,
+    bytes | memoryview,
+    memoryview | Buffers,
+    bytes | memoryview | Buffers,
+)
 """Records as a Fetch carries them: the functions that cut them return a slice of the same
-kind, so a view of a cached chunk stays a view (no copy)."""
+kind, so a view of a cached chunk stays a view, and records in pieces stay views of their
+chunks (no copy)."""
 
 
 def batches_below(records: _Records, max_offset: int) -> _Records:
@@ -415,7 +434,7 @@ def batches_below(records: _Records, max_offset: int) -> _Records:
     return records if end == len(records) else records[:end]
 
 
-def next_offset_after(records: Buffer) -> int:
+def next_offset_after(records: Buffer | Buffers) -> int:
     """The offset after the last whole batch of ``records``; -1 when there is none."""
     last = -1
     for _position, _base, last_offset, _end in iter_batch_spans(records):

@@ -46,6 +46,7 @@ from typing import Final, Protocol, runtime_checkable
 
 from cachetools import LRUCache
 
+from protocol.buffers import Buffers
 from storage.durable import write_atomically
 from storage.model import RemoteLogSegmentMetadata
 from storage.read_ahead import ReadAheadBounds, read_ahead_chunks
@@ -178,13 +179,17 @@ class ChunkCache:
     def __len__(self) -> int:
         return len(self._memory)
 
-    async def read(self, metadata: RemoteLogSegmentMetadata, start: int, end: int) -> memoryview:
+    async def read(
+        self, metadata: RemoteLogSegmentMetadata, start: int, end: int
+    ) -> memoryview | Buffers:
         """Bytes ``[start, end)`` of the segment's ``.log``, through the cache.
 
         ``end`` is capped at the segment's size; fewer bytes come back if the object is
-        shorter than its metadata says. The chunks of one read load in parallel. A read
-        within one chunk is a view of the cached chunk, not a copy (the records go to the
-        client's socket from there); only a read across chunks joins them.
+        shorter than its metadata says. The chunks of one read load in parallel. Nothing is
+        copied (the records go to the client's socket from the chunks): a read within one
+        chunk is a view of it, a read across chunks the views of each chunk's part, in
+        order (:class:`~protocol.buffers.Buffers`; joining them was 17.9 % of the proxy's
+        samples in catch-up with 8 MiB fetches).
 
         :raises ValueError: for a negative ``start`` or ``end < start`` (caller's bug).
         :raises RemoteResourceNotFoundError: when the segment is gone from remote storage.
@@ -205,13 +210,15 @@ class ChunkCache:
                 *(self._chunk(metadata, index) for index in range(first, last + 1))
             )
         self._after_read(metadata, segment, first, last)
-        parts = []
+        parts: list[memoryview] = []
         for index, chunk in zip(range(first, last + 1), chunks, strict=True):
             base = index * size
-            parts.append(memoryview(chunk)[max(start - base, 0) : end - base])
+            part = memoryview(chunk)[max(start - base, 0) : end - base]
+            if part:
+                parts.append(part)
             if len(chunk) < size:
                 break  # the object ends here
-        return parts[0] if len(parts) == 1 else memoryview(b"".join(parts))
+        return Buffers.of(tuple(parts))
 
     def prefetch(
         self,

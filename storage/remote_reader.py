@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from protocol.buffers import Buffers, contiguous
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry, epoch_for_offset
 from protocol.indexes.offset_index import OffsetIndex
 from protocol.indexes.producer_snapshot import NO_TXN, parse_producer_snapshot
@@ -114,11 +115,11 @@ class UnresolvedTransactionError(Exception):
 class RemoteRecords:
     """Whole batches from one remote segment."""
 
-    records: memoryview
+    records: memoryview | Buffers
     """Batches from the one holding the fetch offset, up to where the copy leaves the
-    lineage; the caller trims them to the range it may serve. A view of the chunk cache's
-    bytes (no copy): it keeps its chunk alive until the response is written, even if the
-    cache evicts it meanwhile."""
+    lineage; the caller trims them to the range it may serve. Views of the chunk cache's
+    bytes (no copy; in pieces when they span chunks): they keep their chunks alive until
+    the response is written, even if the cache evicts them meanwhile."""
     segment: RemoteLogSegmentMetadata
     aborted: tuple[AbortedTxn, ...]
     """Aborted transactions overlapping the returned range (READ_COMMITTED reads only)."""
@@ -229,7 +230,7 @@ class RemoteLogReader:
 
     async def _read_segment(
         self, segment: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int
-    ) -> memoryview:
+    ) -> memoryview | Buffers:
         index = OffsetIndex(
             await self._indexes.get(segment, IndexType.OFFSET), base_offset=segment.start_offset
         )
@@ -270,9 +271,9 @@ class RemoteLogReader:
         tp: TopicIdPartition,
         segment: RemoteLogSegmentMetadata,
         fetch_offset: int,
-        records: memoryview,
+        records: memoryview | Buffers,
         lineage: Sequence[EpochEntry],
-    ) -> tuple[memoryview, tuple[AbortedTxn, ...]]:
+    ) -> tuple[memoryview | Buffers, tuple[AbortedTxn, ...]]:
         upper = next_offset_after(records)
         found: list[AbortedTxn] = []
         current: RemoteLogSegmentMetadata | None = segment
@@ -331,7 +332,7 @@ class RemoteLogReader:
         position = offset_index.lookup(from_offset).position
         size = segment.segment_size_in_bytes
         while position + BATCH_HEADER_SIZE <= size:
-            window = await self._chunks.read(segment, position, position + _SCAN_BYTES)
+            window = contiguous(await self._chunks.read(segment, position, position + _SCAN_BYTES))
             consumed = 0
             for at, header in iter_batches(window):
                 consumed = at + header.size
@@ -344,7 +345,9 @@ class RemoteLogReader:
                 if len(window) < BATCH_HEADER_SIZE:
                     return None
                 header = parse_batch_header(window)
-                window = await self._chunks.read(segment, position, position + header.size)
+                window = contiguous(
+                    await self._chunks.read(segment, position, position + header.size)
+                )
                 if len(window) < header.size:
                     return None  # a partial batch ends the object
                 if header.max_timestamp >= timestamp:
@@ -357,7 +360,11 @@ class RemoteLogReader:
 
 
 def _first_record_at(
-    buf: bytes | memoryview, position: int, header: BatchHeader, timestamp: int, min_offset: int
+    buf: bytes | bytearray | memoryview,
+    position: int,
+    header: BatchHeader,
+    timestamp: int,
+    min_offset: int,
 ) -> tuple[int, int] | None:
     """``(offset, timestamp)`` of the batch's first record at or after ``min_offset`` with a
     timestamp ``>=`` the target.

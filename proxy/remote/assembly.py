@@ -21,6 +21,7 @@ from typing import Final
 
 from cachetools import LRUCache
 
+from protocol.buffers import Buffers
 from protocol.errors import KafkaError
 from protocol.fetch_bodies import FetchedPartition, FetchResponseEditor, PartitionKey
 from protocol.records import batches_below, fit_batches, next_offset_after
@@ -42,7 +43,7 @@ class LocalRecords:
     """A partition the broker answered with records of its own."""
 
     key: PartitionKey
-    records: bytes | memoryview
+    records: bytes | memoryview | Buffers
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,7 +118,7 @@ class ResponseAssembler:
         replies: list[tuple[RemoteRead, FetchedPartition]] = []
         for entry in turns.order(entries):
             room = max(0, plan.request.max_bytes - filled)
-            records: bytes | memoryview
+            records: bytes | memoryview | Buffers
             if isinstance(entry, LocalRecords):
                 records = fit_batches(entry.records, room, at_least_one=filled == 0)
                 if len(records) < len(entry.records):
@@ -150,7 +151,7 @@ class ResponseAssembler:
         last_stable_offset = _known(state.last_stable_offset)
         read_committed = plan.request.read_committed
         error, aborted = _NONE, None
-        records: bytes | memoryview = b""
+        records: bytes | memoryview | Buffers = b""
         if isinstance(read.started, int):
             error = read.started
         elif isinstance(read.started, asyncio.Future) and room is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from protocol.buffers import Buffers
 from protocol.indexes.offset_index import OffsetIndex
 from protocol.records import BATCH_HEADER_SIZE, batch_span
 
@@ -58,7 +59,7 @@ class NeedBytes:
 
 
 def locate_batches(  # noqa: C901 (one scan with four exits; split, it would need shared state)
-    window: bytes | bytearray | memoryview,
+    window: bytes | bytearray | memoryview | Buffers,
     window_start: int,
     *,
     target_offset: int,
@@ -69,10 +70,12 @@ def locate_batches(  # noqa: C901 (one scan with four exits; split, it would nee
     """Decide what to return from ``window`` (segment bytes from ``window_start``).
 
     ``window_start`` must be a batch boundary at or before the target's batch (a position
-    from the offset index). ``None`` means the segment holds no batch ending at or after
-    ``target_offset``. A partial batch at the segment's end is treated as its end. While
-    the target's batch is still to be found, a :class:`NeedBytes` asks for
-    ``read_ahead_bytes`` more than the budget, to scan past small batches in one read.
+    from the offset index). ``window`` may be in pieces (a read across chunks of the chunk
+    cache): headers are read where they lie, and nothing is joined. ``None`` means the
+    segment holds no batch ending at or after ``target_offset``. A partial batch at the
+    segment's end is treated as its end. While the target's batch is still to be found, a
+    :class:`NeedBytes` asks for ``read_ahead_bytes`` more than the budget, to scan past
+    small batches in one read.
 
     :raises CorruptRecordBatchError: if a batch header in the window is invalid.
     :raises LegacyMessageFormatError: at a magic 0/1 message set.
@@ -117,20 +120,20 @@ def locate_batches(  # noqa: C901 (one scan with four exits; split, it would nee
 
 async def read_batches(
     *,
-    fetch: Callable[[int, int], Awaitable[bytes | memoryview]],
+    fetch: Callable[[int, int], Awaitable[bytes | memoryview | Buffers]],
     offset_index: OffsetIndex,
     target_offset: int,
     max_bytes: int,
     segment_size: int,
     read_ahead_bytes: int = DEFAULT_READ_AHEAD_BYTES,
-) -> memoryview:
+) -> memoryview | Buffers:
     """Whole batches from the one holding ``target_offset``, within ``max_bytes``.
 
     :param fetch: reads segment bytes ``[start, end)``; may return fewer at the object's end.
     :param segment_size: the ``.log`` size from the segment's metadata; no read goes beyond.
     :returns: the batches, or an empty view if the segment ends before ``target_offset``;
-        a view of what ``fetch`` returned whenever one read held them all (the usual
-        case), so the records are not copied here.
+        a slice of what ``fetch`` returned whenever one read held them all (the usual
+        case), so the records are not copied here (in pieces if ``fetch`` returned pieces).
     :raises ValueError: for a negative ``max_bytes``.
     :raises CorruptRecordBatchError: if the segment holds an invalid batch header.
     :raises LegacyMessageFormatError: at a magic 0/1 message set.
@@ -143,7 +146,7 @@ async def read_batches(
     window_end = min(
         segment_size, window_start + max(read_ahead_bytes + max_bytes, BATCH_HEADER_SIZE)
     )
-    window = memoryview(await fetch(window_start, window_end))
+    window = _window(await fetch(window_start, window_end))
     if len(window) < window_end - window_start:
         segment_size = window_start + len(window)
     while True:
@@ -162,8 +165,13 @@ async def read_batches(
         if found.start != window_start + len(window):
             window_start = found.start
         # Extending the window reads it again whole rather than joining the new bytes to
-        # it: through the chunk cache that is a view of one chunk, where a join would copy
+        # it: through the chunk cache that is views of its chunks, where a join would copy
         # (a batch larger than the first read does this on every read).
-        window = memoryview(await fetch(window_start, found.end))
+        window = _window(await fetch(window_start, found.end))
         if len(window) < found.end - window_start:
             segment_size = window_start + len(window)
+
+
+def _window(data: bytes | memoryview | Buffers) -> memoryview | Buffers:
+    """What ``fetch`` read, sliceable without a copy."""
+    return data if isinstance(data, Buffers) else memoryview(data)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from bench import forwarder
+from protocol.buffers import Buffers
 from storage.chunk_cache import ChunkCache
 from storage.model import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from storage.rsm.config import RemoteStorageConfig
@@ -93,7 +94,7 @@ async def test_a_fast_reader_gets_many_ranged_gets_at_once_and_none_past_the_end
     try:
         read = bytearray()
         while len(read) < len(log):
-            read += await cache.read(metadata, len(read), len(read) + 40_000)
+            read += bytes(await cache.read(metadata, len(read), len(read) + 40_000))
         await asyncio.sleep(0)
     finally:
         await cache.close()
@@ -117,11 +118,11 @@ async def test_evicted_chunks_are_read_into_again_and_every_byte_is_the_objects(
     try:
         for _round in range(3):
             position = 0
-            held: list[tuple[int, memoryview]] = []  # as responses still being written
+            held: list[tuple[int, memoryview | Buffers]] = []  # as responses being written
             while position < len(log):
                 view = await cache.read(metadata, position, position + 50_000)
                 held = [*held[-8:], (position, view)]
-                assert all(v == log[at : at + len(v)] for at, v in held)
+                assert all(bytes(v) == log[at : at + len(v)] for at, v in held)
                 position += len(view)
     finally:
         await cache.close()

@@ -190,7 +190,7 @@ async def test_segment_from_real_batches(broker: BrokerInfo, new_topic: NewTopic
             max_bytes=5_000,
             segment_size=built.size_in_bytes,
         )
-        assert got == brute_read(batches, target, 5_000)
+        assert bytes(got) == brute_read(batches, target, 5_000)
 
 
 def first_txn_batches(batches: list[Batch], aborted: list[AbortedTxn]) -> list[Batch]:
