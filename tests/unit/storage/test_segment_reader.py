@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.buffers import Buffers
 from protocol.indexes.offset_index import OffsetIndex
 from protocol.records import CorruptRecordBatchError
 from storage.segment.builder import SegmentBuilder
@@ -83,6 +86,56 @@ async def test_reads_match_brute_force(
     # indexed position: with that much read-ahead, only a straddling batch costs a read.
     if read_ahead >= interval + max(len(b.data) for b in batches):
         assert len(store.reads) <= 2
+
+
+class ChunkedLog:
+    """:class:`Log` answering in pieces cut at multiples of ``chunk``, each a view of a
+    buffer of its own, as the chunk cache answers a read across chunks."""
+
+    def __init__(self, data: bytes, chunk: int) -> None:
+        self.data = data
+        self.chunk = chunk
+        self.reads: list[tuple[int, int]] = []
+
+    async def fetch(self, start: int, end: int) -> memoryview | Buffers:
+        self.reads.append((start, end))
+        cuts = range((start // self.chunk + 1) * self.chunk, end, self.chunk)
+        bounds = [start, *cuts, end]
+        parts = tuple(memoryview(bytearray(self.data[a:b])) for a, b in pairwise(bounds))
+        return Buffers.of(parts)
+
+
+@settings(deadline=None)
+@given(
+    partitions,
+    st.sampled_from([0, 500, 4096]),
+    st.integers(-2, 250),
+    st.integers(0, 40_000),
+    st.integers(1, 5000),
+)
+async def test_reads_in_pieces_equal_reads_of_the_joined_bytes(
+    log: bytes, interval: int, target: int, max_bytes: int, chunk: int
+) -> None:
+    """Whatever the chunk boundaries (batch headers straddling them included), a read whose
+    fetches answer in pieces returns the bytes and the round trips of a contiguous one."""
+    index, size = segment(log, interval)
+    joined, chunked = Log(log), ChunkedLog(log, chunk)
+    expected = await read_batches(
+        fetch=joined.fetch,
+        offset_index=index,
+        target_offset=target,
+        max_bytes=max_bytes,
+        segment_size=size,
+    )
+    got = await read_batches(
+        fetch=chunked.fetch,
+        offset_index=index,
+        target_offset=target,
+        max_bytes=max_bytes,
+        segment_size=size,
+    )
+    assert bytes(got) == bytes(expected)
+    assert chunked.reads == joined.reads
 
 
 @settings(deadline=None)
