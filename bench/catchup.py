@@ -10,7 +10,7 @@ slow down a consumer at the head of the log that goes through the same proxy?
 Run::
 
     .venv/bin/python -m bench.catchup                      # embedded Tansu + SeaweedFS
-    .venv/bin/python -m bench.catchup --data-mib 128 --pairs 5 --consumers 1 4 8
+    .venv/bin/python -m bench.catchup --data-mib 256 --pairs 5 --consumers 1 4 8
     .venv/bin/python -m bench.catchup --tier local      # no SeaweedFS: a directory tier
     KAFKA_HOME=/opt/kafka .venv/bin/python -m bench.catchup
 
@@ -18,9 +18,17 @@ Set-up: one partition of ``--data-mib`` MiB of 1 KiB records (uncompressed) is p
 tiered by the real pipeline (Spark local[2], 8 MiB segments; the last, partial one stays
 local, as Kafka's active segment would),
 then ``--tail-mib`` more is produced in 16 KiB batches that stays local. The proxy runs with
-a chunk cache of ``--chunk-cache-mib`` (smaller than the data, so every round reads the range
-from SeaweedFS again; concurrent readers of one chunk still share its GET), 4 MiB chunks,
-read-ahead of 2 chunks.
+its default chunks (4 MiB, read ahead from 2 up to the bound of :mod:`storage.read_ahead`) and
+a chunk cache of ``--chunk-cache-mib`` (96 MiB by default). The cache is smaller than the
+data (128 MiB by default), so every round reads the whole range from SeaweedFS again (an LRU
+smaller than a sequential scan never hits; GETs per GiB, about 256 for 4 MiB chunks, show it;
+concurrent readers of one chunk still share its GET). It is not smaller than that needs: the
+proxy's default cache is 256 MiB, and from 86 MiB on read-ahead reaches the same bound as
+with it (64 MiB, :data:`storage.read_ahead.MAX_READ_AHEAD_BYTES`; below, three quarters of
+the cache). The earlier 32 MiB cache (with 96 MiB of data), an eighth of the default, capped
+read-ahead at 6 chunks, and evicted the chunks a response was still writing: their buffers
+could not take the next GETs (:class:`storage.rsm.s3_ranged_get.SpareBodies`), so the proxy
+allocated new ones. Keep ``--chunk-cache-mib`` below ``--data-mib``.
 
 Catch-up: N raw Fetch loops (Fetch v12, one request in flight each, records left as bytes),
 each reading offsets [0, tiered end] with ``partition_max_bytes`` of 1 MiB and 8 MiB, run
@@ -604,9 +612,11 @@ def plot(result: dict[str, Any]) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-mib", type=int, default=96, help="tiered data (1 partition)")
+    parser.add_argument("--data-mib", type=int, default=128, help="tiered data (1 partition)")
     parser.add_argument("--tail-mib", type=int, default=4, help="untiered data after it")
-    parser.add_argument("--chunk-cache-mib", type=int, default=32)
+    parser.add_argument(
+        "--chunk-cache-mib", type=int, default=96, help="below --data-mib (see the docstring)"
+    )
     parser.add_argument(
         "--tier",
         choices=BACKENDS,
@@ -636,6 +646,8 @@ def main() -> None:
         help="object-storage first-byte delays to compare with none (none: skip)",
     )
     args = parser.parse_args()
+    if args.chunk_cache_mib >= args.data_mib:
+        parser.error("--chunk-cache-mib must be below --data-mib: rounds must read object storage")
     with servers_from_env(with_s3=args.tier == "s3") as servers:
         result = asyncio.run(
             run(args, servers.broker, servers.s3, servers.broker_pid, servers.s3_pid)
