@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -64,6 +65,25 @@ def with_records(response: Any, draw: Any) -> tuple[Any, list[memoryview]]:
     return dataclasses.replace(response, responses=tuple(topics)), views
 
 
+def replace_records(response: Any, records: Callable[[Any], Any]) -> Any:
+    """``response`` with each partition's records (if any) replaced by ``records(them)``."""
+    return dataclasses.replace(
+        response,
+        responses=tuple(
+            dataclasses.replace(
+                topic,
+                partitions=tuple(
+                    dataclasses.replace(
+                        part, records=None if part.records is None else records(part.records)
+                    )
+                    for part in topic.partitions
+                ),
+            )
+            for topic in response.responses
+        ),
+    )
+
+
 @pytest.mark.parametrize("version", FETCH_VERSIONS)
 @few_examples
 @given(data=st.data(), head=st.binary(min_size=4, max_size=9))
@@ -72,21 +92,7 @@ def test_fetch_response_buffers_are_kios_bytes(version: int, data: Any, head: by
         data.draw(st.from_type(response_class(ApiKey.FETCH, version))), data.draw
     )
     encoded = encode_response_buffers(response, head=head)
-    as_bytes = dataclasses.replace(
-        response,
-        responses=tuple(
-            dataclasses.replace(
-                topic,
-                partitions=tuple(
-                    dataclasses.replace(
-                        part, records=None if part.records is None else bytes(part.records)
-                    )
-                    for part in topic.partitions
-                ),
-            )
-            for topic in response.responses
-        ),
-    )
+    as_bytes = replace_records(response, bytes)
     expected = head + kio_bytes(as_bytes)
     assert bytes(encoded) == expected == head + encode_response(response)
     assert len(encoded) == len(expected)

@@ -3,7 +3,6 @@ cache) scan, cut and encode exactly as the same bytes joined, wherever the piece
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 from typing import Any
 
@@ -22,7 +21,7 @@ from protocol.records import (
     iter_batches,
     next_offset_after,
 )
-from tests.unit.protocol.test_buffers import FETCH_VERSIONS, few_examples
+from tests.unit.protocol.test_buffers import FETCH_VERSIONS, few_examples, replace_records
 from tests.unit.protocol.test_records import batch_inputs
 
 
@@ -126,25 +125,6 @@ def test_a_sink_keeps_the_pieces_of_a_value_in_pieces(
     assert contiguous(pieces) == data
 
 
-def _with_records(response: Any, records: Any) -> Any:
-    """``response`` with each partition's records (if any) replaced by ``records(them)``."""
-    return dataclasses.replace(
-        response,
-        responses=tuple(
-            dataclasses.replace(
-                topic,
-                partitions=tuple(
-                    dataclasses.replace(
-                        part, records=None if part.records is None else records(part.records)
-                    )
-                    for part in topic.partitions
-                ),
-            )
-            for topic in response.responses
-        ),
-    )
-
-
 @pytest.mark.parametrize("version", FETCH_VERSIONS)
 @few_examples
 @given(data=st.data(), at=cuts)
@@ -152,8 +132,8 @@ def test_a_fetch_response_with_records_in_pieces_encodes_as_with_them_joined(
     version: int, data: st.DataObject, at: list[int]
 ) -> None:
     response = data.draw(st.from_type(response_class(ApiKey.FETCH, version)))
-    split = _with_records(response, lambda records: in_pieces(bytes(records) * 70, at))
-    joined = _with_records(response, lambda records: bytes(records) * 70)
+    split = replace_records(response, lambda records: in_pieces(bytes(records) * 70, at))
+    joined = replace_records(response, lambda records: bytes(records) * 70)
     expected = encode_response(joined)
     assert bytes(encode_response_buffers(split, head=b"h")) == b"h" + expected
     assert encode_response(split) == expected

@@ -59,14 +59,12 @@ def segment(log: bytes, interval: int) -> tuple[OffsetIndex, int]:
     return OffsetIndex(built.data.offset_index, base_offset=built.start_offset), built.size_in_bytes
 
 
+reads = (partitions, st.sampled_from([0, 500, 4096]), st.integers(-2, 250), st.integers(0, 40_000))
+"""A segment's batches, its index interval, a target offset and a byte budget."""
+
+
 @settings(deadline=None)
-@given(
-    partitions,
-    st.sampled_from([0, 500, 4096]),
-    st.integers(-2, 250),
-    st.integers(0, 40_000),
-    st.sampled_from([0, 100, 8192]),
-)
+@given(*reads, st.sampled_from([0, 100, 8192]))
 async def test_reads_match_brute_force(
     log: bytes, interval: int, target: int, max_bytes: int, read_ahead: int
 ) -> None:
@@ -105,14 +103,21 @@ class ChunkedLog:
         return Buffers.of(parts)
 
 
+async def default_read(
+    store: Log | ChunkedLog, index: OffsetIndex, target: int, max_bytes: int, size: int
+) -> memoryview | Buffers:
+    """:func:`read_batches` of ``store`` with the default read-ahead."""
+    return await read_batches(
+        fetch=store.fetch,
+        offset_index=index,
+        target_offset=target,
+        max_bytes=max_bytes,
+        segment_size=size,
+    )
+
+
 @settings(deadline=None)
-@given(
-    partitions,
-    st.sampled_from([0, 500, 4096]),
-    st.integers(-2, 250),
-    st.integers(0, 40_000),
-    st.integers(1, 5000),
-)
+@given(*reads, st.integers(1, 5000))
 async def test_reads_in_pieces_equal_reads_of_the_joined_bytes(
     log: bytes, interval: int, target: int, max_bytes: int, chunk: int
 ) -> None:
@@ -120,20 +125,8 @@ async def test_reads_in_pieces_equal_reads_of_the_joined_bytes(
     fetches answer in pieces returns the bytes and the round trips of a contiguous one."""
     index, size = segment(log, interval)
     joined, chunked = Log(log), ChunkedLog(log, chunk)
-    expected = await read_batches(
-        fetch=joined.fetch,
-        offset_index=index,
-        target_offset=target,
-        max_bytes=max_bytes,
-        segment_size=size,
-    )
-    got = await read_batches(
-        fetch=chunked.fetch,
-        offset_index=index,
-        target_offset=target,
-        max_bytes=max_bytes,
-        segment_size=size,
-    )
+    expected = await default_read(joined, index, target, max_bytes, size)
+    got = await default_read(chunked, index, target, max_bytes, size)
     assert bytes(got) == bytes(expected)
     assert chunked.reads == joined.reads
 
@@ -147,13 +140,7 @@ async def test_a_default_read_needs_one_round_trip_when_it_fits(
     batches = batches_of(log)
     index, size = segment(log, 4096)
     store = Log(log)
-    await read_batches(
-        fetch=store.fetch,
-        offset_index=index,
-        target_offset=target,
-        max_bytes=max_bytes,
-        segment_size=size,
-    )
+    await default_read(store, index, target, max_bytes, size)
     holder = next((b for b in batches if b.header.last_offset >= target), None)
     if all(len(b.data) <= 4096 for b in batches) and (
         holder is None or len(holder.data) <= max_bytes
