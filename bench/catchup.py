@@ -34,7 +34,10 @@ Catch-up: N raw Fetch loops (Fetch v12, one request in flight each, records left
 each reading offsets [0, tiered end] with ``partition_max_bytes`` of 1 MiB and 8 MiB, run
 at once; rounds alternate direct and proxy (A B / B A, ``--pairs`` pairs). Reported: the
 median aggregate MiB/s of each path, the median per-pair ratio proxy/direct, and CPU
-seconds per GiB of the proxy, broker and SeaweedFS processes.
+seconds per GiB of the proxy, broker and SeaweedFS processes and of the consumers (this
+process): what a GiB costs the whole machine on each path, since all of them share its cores
+(with SeaweedFS on the same machine, the proxy's path runs three busy processes where the
+direct one runs two).
 
 Tail latency (:mod:`bench.tail`): one raw Fetch loop through the proxy reading the last 32
 records of the log (64 KiB fetches, the untiered head) for ``--tail-seconds``: alone, while 4
@@ -139,6 +142,10 @@ class CatchupRound:
     broker_cpu_s_per_gib: float
     s3_cpu_s_per_gib: float | None
     """None when no S3 process is measured (a local-directory tier, external S3)."""
+    client_cpu_s_per_gib: float
+    """The consumers' (this process's): with the other processes' figures, what a GiB costs
+    the whole machine on each path (the proxy's path runs three processes, the direct one
+    two, on the same cores)."""
     fetches_per_gib: float
 
 
@@ -244,7 +251,7 @@ def catchup_round(
     endpoint: Endpoint, setup: Setup, pids: Pids, consumers: int, fetch_mib: int
 ) -> Callable[[], Awaitable[CatchupRound]]:
     async def measure() -> CatchupRound:
-        before = pids.cpu()
+        before, client_before = pids.cpu(), cpu_seconds()
         tally = FetchTally()
         started = time.perf_counter()
         totals = await asyncio.gather(
@@ -262,7 +269,7 @@ def catchup_round(
             )
         )
         seconds = time.perf_counter() - started
-        after = pids.cpu()
+        after, client_cpu = pids.cpu(), cpu_seconds() - client_before
         gib = sum(totals) / GIB
         proxy_cpu, broker_cpu = after[0] - before[0], after[1] - before[1]
         s3_cpu = None if after[2] is None or before[2] is None else after[2] - before[2]
@@ -276,6 +283,7 @@ def catchup_round(
             proxy_cpu_s_per_gib=proxy_cpu / gib,
             broker_cpu_s_per_gib=broker_cpu / gib,
             s3_cpu_s_per_gib=None if s3_cpu is None else s3_cpu / gib,
+            client_cpu_s_per_gib=client_cpu / gib,
             fetches_per_gib=tally.requests / gib,
         )
 
@@ -289,6 +297,8 @@ def summarise(pairs: list[Pair[CatchupRound]]) -> dict[str, float]:
     return {
         **throughput_summary(pairs),
         **({"s3_cpu_s_per_gib_proxy": median(s3_cpu)} if len(s3_cpu) == len(pairs) else {}),
+        "client_cpu_s_per_gib_direct": median([p.a.client_cpu_s_per_gib for p in pairs]),
+        "client_cpu_s_per_gib_proxy": median([p.b.client_cpu_s_per_gib for p in pairs]),
         "direct_fetches_per_gib": median([p.a.fetches_per_gib for p in pairs]),
         "proxy_fetches_per_gib": median([p.b.fetches_per_gib for p in pairs]),
     }
@@ -384,7 +394,11 @@ async def run(
                         f"{summary['proxy_mib_per_s']:7.1f} MiB/s  ratio "
                         f"{summary['ratio_proxy_to_direct']:.3f}  proxy CPU "
                         f"{summary['proxy_cpu_s_per_gib']:.2f} s/GiB  GETs/GiB "
-                        f"{summary['proxy_gets_per_gib']:.0f}"
+                        f"{summary['proxy_gets_per_gib']:.0f}  CPU s/GiB: direct broker "
+                        f"{summary['broker_cpu_s_per_gib_direct']:.2f} client "
+                        f"{summary['client_cpu_s_per_gib_direct']:.2f}, proxy path S3 "
+                        f"{summary.get('s3_cpu_s_per_gib_proxy', float('nan')):.2f} client "
+                        f"{summary['client_cpu_s_per_gib_proxy']:.2f}"
                     )
                     print_profile(args.profile, consumers, fetch_mib)
             result["catchup"] = catchup
