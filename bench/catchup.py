@@ -37,7 +37,9 @@ median aggregate MiB/s of each path, the median per-pair ratio proxy/direct, and
 seconds per GiB of the proxy, broker and SeaweedFS processes and of the consumers (this
 process): what a GiB costs the whole machine on each path, since all of them share its cores
 (with SeaweedFS on the same machine, the proxy's path runs three busy processes where the
-direct one runs two).
+direct one runs two). Each proxy (the baseline's too) first reads the range once, unmeasured:
+a fresh proxy's first read also loads every index and fills its empty cache
+(:func:`warm_up`).
 
 Tail latency (:mod:`bench.tail`): one raw Fetch loop through the proxy reading the last 32
 records of the log (64 KiB fetches, the untiered head) for ``--tail-seconds``: alone, while 4
@@ -290,6 +292,22 @@ def catchup_round(
     return measure
 
 
+async def warm_up(endpoint: Endpoint, setup: Setup) -> None:
+    """Read the range once through a fresh proxy, unmeasured: its first read GETs every
+    offset index (aiobotocore sets up its client then too) and fills its empty chunk cache
+    with new buffers, about twice the CPU per GiB of later rounds. Without this the first
+    cell of a run (and the baseline proxy's first cell, against a warm proxy from this
+    tree) carried that cost."""
+    await raw_fetch_all(
+        endpoint,
+        version=12,
+        topic=setup.topic,
+        topic_id=setup.topic_id,
+        end_offset=setup.tiered_end,
+        partition_max_bytes=8 * MIB,
+    )
+
+
 def summarise(pairs: list[Pair[CatchupRound]]) -> dict[str, float]:
     """Medians of the pairs; ``s3_cpu_s_per_gib_proxy`` only when an S3 process was measured
     (absent, not 0, for a local-directory tier)."""
@@ -373,6 +391,7 @@ async def run(
             proxy = Endpoint(name="proxy", host="127.0.0.1", port=process.port)
             assert process.process.pid is not None
             pids = Pids(proxy=process.process.pid, broker=broker_pid, s3=s3_pid)
+            await warm_up(proxy, setup)
             catchup: dict[str, Any] = {}
             for fetch_mib in args.fetch_mib:
                 for consumers in args.consumers:
@@ -450,6 +469,7 @@ async def baseline_rounds(
         assert old.process.pid is not None
         old_pids = dataclasses.replace(pids, proxy=old.process.pid)
         before = Endpoint(name="baseline", host="127.0.0.1", port=old.port)
+        await warm_up(before, setup)
         for fetch_mib in args.fetch_mib:
             pairs = await alternate_async(
                 args.pairs,
