@@ -14,7 +14,6 @@ on one code path.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -76,6 +75,7 @@ class _SliceReading:
         # query unpickles the reader in fresh Python workers, which need none of them.
         from storage.spark_source.catalog import open_catalog  # noqa: PLC0415
         from storage.spark_source.planner import plan_slices  # noqa: PLC0415
+        from storage.spark_source.worker import run  # noqa: PLC0415
 
         async def plan() -> list[InputPartition]:
             async with open_catalog(self.settings) as catalog:
@@ -84,7 +84,7 @@ class _SliceReading:
                 slices = await plan_slices(catalog, parts, ranges, self.source_options)
             return [InputPartition(piece) for piece in slices]
 
-        return asyncio.run(plan())
+        return run(plan())
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # The storage client (aiobotocore: most of a second to import) loads only where
@@ -182,6 +182,7 @@ class TierproxyStreamReader(_SliceReading, DataSourceStreamReader):
         options = self.source_options
         from storage.spark_source.catalog import open_catalog  # noqa: PLC0415 (driver only)
         from storage.spark_source.planner import resolve_offsets  # noqa: PLC0415
+        from storage.spark_source.worker import run  # noqa: PLC0415
 
         async def resolve() -> list[StreamOffset]:
             async with open_catalog(self.settings) as catalog:
@@ -190,7 +191,7 @@ class TierproxyStreamReader(_SliceReading, DataSourceStreamReader):
                     _nested(await resolve_offsets(catalog, parts, each, options)) for each in bounds
                 ]
 
-        return asyncio.run(resolve())
+        return run(resolve())
 
 
 def _flat(offsets: StreamOffset) -> dict[tuple[str, int], int]:
