@@ -18,7 +18,13 @@ from storage.spark_source.decode import AbortedRange, TransactionFilter, decode_
 from storage.spark_source.settings import SourceSettings
 from storage.spark_source.slices import LocalSlice, RemoteSlice, Slice
 from storage.spark_source.split import Buffer, Columns
-from storage.spark_source.worker import freeze_heap, remote_storage, run, start
+from storage.spark_source.worker import (
+    freeze_heap,
+    keep_freed_memory,
+    remote_storage,
+    run,
+    start,
+)
 
 if TYPE_CHECKING:
     from storage.kafka_client import KafkaClient
@@ -41,6 +47,7 @@ class LocalReadError(Exception):
 def read_slice(piece: Slice, settings: SourceSettings, *, include_headers: bool) -> Iterator[Any]:
     """The slice's rows, as ``pyarrow.RecordBatch`` es in Spark's Kafka schema."""
     freeze_heap()
+    keep_freed_memory()
     if isinstance(piece, RemoteSlice):
         columns = _remote_slice_columns(piece, settings, include_headers=include_headers)
     else:
