@@ -115,6 +115,8 @@ descriptors and results to the Python workers; the bytes never cross it. Per-thr
 the Spark JVM over two 512 MiB cycles (bench/pipeline.py) was 2.2 and 1.4 s in the C2
 compiler threads, of 2.5 and 4.4 s in all (two runs); with C1 only, 0.35 of 2.0 s. C2's
 optimisations cost more than they can save here, on every new JVM and for minutes after."""
+_SPARK_DAEMON: Final = "storage.tiering.spark_daemon"
+"""PySpark's daemon with the task modules imported before it forks workers (see there)."""
 
 
 def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> Any:
@@ -136,6 +138,7 @@ def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> A
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.executor.extraJavaOptions", java_options)
+        .config("spark.python.daemon.module", _SPARK_DAEMON)
     )
     if master is not None:
         builder = builder.master(master)
