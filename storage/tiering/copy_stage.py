@@ -31,7 +31,7 @@ from storage.tiering.fetch_stage import (
     read_range,
 )
 from storage.tiering.scan import WindowScanner
-from storage.tiering.worker import StorageFactory, worker_runtime
+from storage.tiering.worker import StorageFactory, run_each, worker_runtime
 
 __all__ = ["CopyJob", "CopyResult", "SpillPiece", "copy_segments"]
 
@@ -189,21 +189,16 @@ def copy_segments(
     runtime = worker_runtime()
     rsm = runtime.storage(factory, storage)
 
-    async def run_all() -> list[CopyResult]:
-        results = []
-        for job in jobs:
-            try:
-                results.append(await _copy_one(job, broker, rsm))
-            except Exception as err:
-                results.append(
-                    CopyResult(
-                        segment_id=job.metadata.segment_id.id,
-                        size=0,
-                        seconds=0.0,
-                        refetched=False,
-                        error=f"{type(err).__name__}: {err}",
-                    )
-                )
-        return results
+    async def copy_or_fail(job: CopyJob) -> CopyResult:
+        try:
+            return await _copy_one(job, broker, rsm)
+        except Exception as err:
+            return CopyResult(
+                segment_id=job.metadata.segment_id.id,
+                size=0,
+                seconds=0.0,
+                refetched=False,
+                error=f"{type(err).__name__}: {err}",
+            )
 
-    yield from runtime.run(run_all())
+    yield from runtime.run(run_each(list(jobs), copy_or_fail))

@@ -67,7 +67,7 @@ from storage.tiering.planner import (
 from storage.tiering.report import TopicStats
 from storage.tiering.scan import spans_from_array
 from storage.tiering.stages import StageRunner
-from storage.tiering.worker import StorageFactory
+from storage.tiering.worker import ITEMS_AT_ONCE, StorageFactory
 
 __all__ = ["CopyDriver"]
 
@@ -109,6 +109,12 @@ class CopyDriver:
         self._scans: dict[TopicIdPartition, ScanMemory] = {}
         self._chains: dict[TopicIdPartition, tuple[uuid.UUID, ChainState]] = {}
         self._final_states: dict[TopicIdPartition, ChainState] = {}
+
+    @property
+    def _readers(self) -> int:
+        """How many windows or segments may be read from the broker at once, to share the
+        copy quota between: every task works on up to ``ITEMS_AT_ONCE`` of them."""
+        return self._runner.parallelism * ITEMS_AT_ONCE
 
     @property
     def _cache(self) -> RemoteLogMetadataCache:
@@ -255,9 +261,7 @@ class CopyDriver:
                 )
             windows += p.windows
         if windows:
-            share = self._config.copy_max_bytes_per_second / min(
-                len(windows), self._runner.parallelism
-            )
+            share = self._config.copy_max_bytes_per_second / min(len(windows), self._readers)
             paced = [_with_rate(w, share) for w in windows]
             for p in partitions:
                 p.windows = [paced[w.window] for w in p.windows]
@@ -333,8 +337,7 @@ class CopyDriver:
                     pieces=_pieces(spans, segment, paths),
                     prior=chain.prior,
                     leader_id=p.leader_id,
-                    bytes_per_second=self._config.copy_max_bytes_per_second
-                    / self._runner.parallelism,
+                    bytes_per_second=self._config.copy_max_bytes_per_second / self._readers,
                 )
             )
         return jobs

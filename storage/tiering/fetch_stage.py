@@ -27,7 +27,7 @@ from storage.kafka_security import KafkaSecurityConfig
 from storage.retry import RetryPolicy, call_with_retry
 from storage.tiering.chain import ProducerEvent
 from storage.tiering.scan import WindowScanner
-from storage.tiering.worker import worker_runtime
+from storage.tiering.worker import run_each, worker_runtime
 
 __all__ = [
     "BrokerSettings",
@@ -276,28 +276,23 @@ async def _fetch_window(window: FetchWindow, broker: BrokerSettings) -> WindowRe
 def fetch_windows(windows: Iterable[FetchWindow], broker: BrokerSettings) -> Iterator[WindowResult]:
     """Stage 1 (``mapPartitions``): read each window into a spill file; errors are returned."""
 
-    async def run_all() -> list[WindowResult]:
-        results = []
-        for window in windows:
-            prune_spill(Path(window.spill_dir), keep=window.run_id)
-            try:
-                results.append(await _fetch_window(window, broker))
-            except Exception as err:
-                results.append(
-                    WindowResult(
-                        window=window.window,
-                        spill_path="",
-                        size=0,
-                        spans=b"",
-                        events=(),
-                        batches=0,
-                        seconds=0.0,
-                        error=f"{type(err).__name__}: {err}",
-                    )
-                )
-        return results
+    async def fetch_or_fail(window: FetchWindow) -> WindowResult:
+        prune_spill(Path(window.spill_dir), keep=window.run_id)
+        try:
+            return await _fetch_window(window, broker)
+        except Exception as err:
+            return WindowResult(
+                window=window.window,
+                spill_path="",
+                size=0,
+                spans=b"",
+                events=(),
+                batches=0,
+                seconds=0.0,
+                error=f"{type(err).__name__}: {err}",
+            )
 
-    yield from worker_runtime().run(run_all())
+    yield from worker_runtime().run(run_each(list(windows), fetch_or_fail))
 
 
 def prune_spill(root: Path, *, keep: str) -> None:
