@@ -1,7 +1,7 @@
 """Running a pipeline stage as a Spark job, with a progress bar in a terminal.
 
 A stage is a list of picklable descriptors and a ``mapPartitions`` function; the descriptors
-are dealt out in order to at most two Spark tasks (RDD partitions) per core, so Spark spreads
+are dealt out in order to at most one Spark task (RDD partition) per core, so Spark spreads
 them over every core or executor and retries a lost task elsewhere. The driver's event loop
 keeps running while a stage runs (the job is submitted from a worker thread), so the metadata
 consumer stays live and the progress bar is fed from Spark's status tracker.
@@ -33,11 +33,12 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 _POLL_SECONDS = 0.25
-_TASKS_PER_CORE = 2
+_TASKS_PER_CORE = 1
 """Each task costs the Spark JVM some 6-12 ms of CPU (scheduling, the Python worker's
 protocol, the status store) whatever it does: with 8 trivial tasks per job on local[2] the
-JVM took 71-120 ms per job, with 4 tasks 50-69 ms. A cycle of 8 partitions ran 16 tasks in
-its two stages; two per core still keep every core busy while one task runs long."""
+JVM took 71-120 ms per job, with 4 tasks 50-69 ms. Two tasks per core kept every core busy
+while one task ran long; now that a task works on ``ITEMS_AT_ONCE`` items at once
+(:func:`.worker.run_each`), one task per core does, with half the tasks."""
 _group_numbers = itertools.count()
 
 

@@ -1,4 +1,4 @@
-"""SparkStageRunner on local[2]: descriptors dealt out to at most two tasks per core, every
+"""SparkStageRunner on local[2]: descriptors dealt out to at most one task per core, every
 result returned in order."""
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ def _count(items: Iterator[int]) -> Iterator[int]:
     yield len(list(items))
 
 
-async def test_items_share_at_most_two_tasks_per_core(spark: Any) -> None:
+async def test_items_share_at_most_one_task_per_core(spark: Any) -> None:
     runner = SparkStageRunner(spark)
     assert runner.parallelism == 2
     per_task = await runner.run("count", list(range(10)), _count, total_bytes=0)
-    assert len(per_task) == 4  # tasks, for 10 items
+    assert len(per_task) == 2  # tasks, for 10 items
     assert sum(per_task) == 10
     assert await runner.run("two", [7, 8], _count, total_bytes=0) == [1, 1]
     assert await runner.run("none", [], _count, total_bytes=0) == []
