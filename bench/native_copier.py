@@ -30,6 +30,15 @@ Rounds alternate (native, pipeline; pipeline, native; ...):
   (under a fresh prefix and metadata topic each round, to a fresh local directory), as in
   ``bench/pipeline.py``; its time is the whole cycle.
 
+Before the recorded pairs, ``--warmup`` pairs run unrecorded: the first pipeline cycle on a
+fresh Spark also starts its Python workers, and the first of either copier runs on a broker
+whose JIT has not compiled its paths yet.
+
+The two copiers do not promise the same: ``LocalTieredStorage``'s default transferer is
+``Files.copy`` of each file (a copy in the kernel, never forced to disk), whereas the
+pipeline's local-directory storage fsyncs every file before it publishes
+COPY_SEGMENT_FINISHED, so its copy rate is bounded by the disk's flush rate as well.
+
 MB/s per partition is the bytes copied / seconds / partitions. CPU seconds per GiB: the
 broker while it copies natively; this process tree (driver, Spark JVM, Python workers) and
 the broker for the pipeline. Data is warm (page cache). Results: ``native_copier.json``
@@ -221,6 +230,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--partitions", type=int, default=8)
     parser.add_argument("--segment-mib", type=int, default=16, help="segment.bytes, both sides")
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="unrecorded pairs first (JITs, Python workers)"
+    )
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="tierproxy-bench-"))
@@ -232,6 +244,9 @@ def main(argv: list[str] | None = None) -> None:
                 meter = CpuMeter(server.pid, None)
                 topic = f"bench-pipeline-{uuid.uuid4().hex[:8]}"
                 _fill(broker, topic, args)
+                for _ in range(args.warmup):
+                    native_copy(server, broker, meter, args)
+                    pipeline_copy(broker, topic, meter, args, spark=spark, scratch=scratch)
                 rounds = alternate(
                     args.pairs,
                     lambda: native_copy(server, broker, meter, args),
