@@ -40,7 +40,10 @@ CPU seconds per GiB are given for this process tree (driver, Spark JVM and its P
 workers; each process's own time and that of its children that ended, from ``/proc``), the
 broker and the S3 server; the tree's share is also split into the driver, the Spark JVM and the
 Python workers (keys ``..._driver_cpu_s_per_gib``, ``..._jvm_cpu_s_per_gib``,
-``..._workers_cpu_s_per_gib``). Data is warm: just written, in the broker's memory (Tansu) or
+``..._workers_cpu_s_per_gib``), and the broker's share by thread role (``..._broker_network_``,
+``_handlers_``, ``_jit_`` and ``_other_cpu_s_per_gib``: Kafka's network threads, its request
+handler threads, the JVM's compiler threads and the rest; see :mod:`bench.jvm_threads`), for
+the raw fetch too. Data is warm: just written, in the broker's memory (Tansu) or
 page cache.
 
 JSON keys: the S3 cycle keeps the original names (``pipeline_mb_s``, ``ratio``,
@@ -77,6 +80,7 @@ from typing import Any, Literal
 from confluent_kafka import Producer
 
 from bench.common import git_state
+from bench.jvm_threads import ROLES, JvmThreads
 from proxy.embedded import SeaweedFS, broker_from_env, create_bucket, create_topic
 from proxy.embedded.info import BrokerInfo, S3Info
 from proxy.embedded.s3 import s3_info_from_env
@@ -119,6 +123,10 @@ class Cycle:
     jvm_cpu_s_per_gib: float
     workers_cpu_s_per_gib: float
     broker_cpu_s_per_gib: float
+    broker_network_cpu_s_per_gib: float
+    broker_handlers_cpu_s_per_gib: float
+    broker_jit_cpu_s_per_gib: float
+    broker_other_cpu_s_per_gib: float
     s3_cpu_s_per_gib: float
 
     def flat(self, backend: Backend) -> dict[str, float]:
@@ -136,6 +144,8 @@ class Round:
     raw_seconds: float
     raw_cpu_s_per_gib: float
     raw_broker_cpu_s_per_gib: float
+    raw_broker_roles: dict[str, float]
+    """The broker's CPU-s/GiB of the raw fetch by thread role (:data:`bench.jvm_threads.ROLES`)."""
     cycles: dict[Backend, Cycle]
 
     def flat(self) -> dict[str, float]:
@@ -145,6 +155,7 @@ class Round:
             "raw_seconds": self.raw_seconds,
             "raw_cpu_s_per_gib": self.raw_cpu_s_per_gib,
             "raw_broker_cpu_s_per_gib": self.raw_broker_cpu_s_per_gib,
+            **{f"raw_broker_{r}_cpu_s_per_gib": v for r, v in self.raw_broker_roles.items()},
         }
         for backend, cycle in self.cycles.items():
             row |= cycle.flat(backend)
@@ -208,6 +219,7 @@ class CpuMeter:
         self._servers = {p for p in (broker_pid, s3_pid) if p is not None}
         self._broker = broker_pid
         self._s3 = s3_pid
+        self._broker_threads = JvmThreads(broker_pid) if broker_pid else None
 
     def sample(self) -> tuple[float, float, float]:
         ours = sum(_cpu_of(p) for p in _tree(os.getpid(), self._servers))
@@ -221,6 +233,12 @@ class CpuMeter:
         for pid in _tree(os.getpid(), self._servers):
             found[_kind_of(pid)] += _cpu_of(pid)
         return found
+
+    def broker_roles(self) -> dict[str, float]:
+        """The broker's CPU seconds by thread role (all zero for a broker not on a JVM)."""
+        if self._broker_threads is None:
+            return dict.fromkeys(ROLES, 0.0)
+        return self._broker_threads.cpu_by_role()
 
 
 @contextmanager
@@ -378,9 +396,9 @@ async def metered_cycle(
     """One cycle, with the CPU samples taken around the cycle alone: opening the pipeline
     (creating the metadata topic, the metadata manager's consumers) is not part of it."""
     async with open_pipeline(config, spark) as pipeline:
-        before = meter.sample(), meter.parts()
+        before = meter.sample(), meter.parts() | meter.broker_roles()
         report = await pipeline.run_cycle()
-        return report, before, (meter.sample(), meter.parts())
+        return report, before, (meter.sample(), meter.parts() | meter.broker_roles())
 
 
 def measure_cycle(
@@ -419,6 +437,10 @@ def measure_cycle(
         jvm_cpu_s_per_gib=(parts_after["jvm"] - parts_before["jvm"]) / gib,
         workers_cpu_s_per_gib=(parts_after["workers"] - parts_before["workers"]) / gib,
         broker_cpu_s_per_gib=(after[1] - before[1]) / gib,
+        broker_network_cpu_s_per_gib=(parts_after["network"] - parts_before["network"]) / gib,
+        broker_handlers_cpu_s_per_gib=(parts_after["handlers"] - parts_before["handlers"]) / gib,
+        broker_jit_cpu_s_per_gib=(parts_after["jit"] - parts_before["jit"]) / gib,
+        broker_other_cpu_s_per_gib=(parts_after["other"] - parts_before["other"]) / gib,
         s3_cpu_s_per_gib=(after[2] - before[2]) / gib,
     )
 
@@ -449,11 +471,11 @@ def measure_rounds(
     targets = [target_for(b, s3, scratch, "bench") for b in args.backends]
     rounds = []
     for number in range(-args.warmup, args.pairs):
-        before = meter.sample()
+        before, roles_before = meter.sample(), meter.broker_roles()
         started = time.monotonic()
         read = asyncio.run(raw_fetch(broker.bootstrap, topic, args.partitions))
         raw_seconds = time.monotonic() - started
-        raw_cpu = meter.sample()
+        raw_cpu, roles_after = meter.sample(), meter.broker_roles()
         cycles = {
             target.backend: measure_cycle(
                 broker,
@@ -472,6 +494,7 @@ def measure_rounds(
             raw_seconds=raw_seconds,
             raw_cpu_s_per_gib=(raw_cpu[0] - before[0]) / (read / GIB),
             raw_broker_cpu_s_per_gib=(raw_cpu[1] - before[1]) / (read / GIB),
+            raw_broker_roles={r: (roles_after[r] - roles_before[r]) / (read / GIB) for r in ROLES},
             cycles=cycles,
         )
         print(
