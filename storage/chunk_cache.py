@@ -15,16 +15,24 @@ fetches into one GET, and lets every consumer of the same range share it:
   cache;
 - sequential read-ahead: a read of chunk ``i`` that follows chunk ``i - 1`` (or starts
   the segment) also loads the following chunks in the background, each with its own
-  ranged GET, in parallel, so a catch-up consumer finds its next fetch in memory. How many
-  follows the GETs' measured time (a moving average of the GETs so far, first byte to
-  last) and the time the reader took for its last chunk: twice the bandwidth-delay
-  product, between ``prefetch_chunks`` and the bounds of :mod:`storage.read_ahead` (which
-  says why). With slow object storage (tens of milliseconds to the first byte) a fast
-  reader keeps many GETs in flight; a slow one no more than ``prefetch_chunks``. Chunks
-  read ahead never reach past the segment's end, and only a read starts them: a reader
-  that stopped has no more read for it. At most ``max_prefetch_inflight`` prefetches run
-  at once (by default one reader's deepest read-ahead), so read-ahead never takes every
-  connection from reads someone waits for;
+  ranged GET, in parallel and nearest first, so a catch-up consumer finds its next fetch
+  in memory. How many follows the GETs' measured time (a moving average of the GETs so
+  far, first byte to last) and the reader's rate since its read before: twice the
+  bandwidth-delay product, between ``prefetch_chunks`` and the bounds of
+  :mod:`storage.read_ahead` (which says why). With slow object storage (tens of
+  milliseconds to the first byte) a fast reader keeps many GETs in flight; a slow one no
+  more than ``prefetch_chunks``. Chunks read ahead never reach past the segment's end, and
+  only a read starts them: a reader that stopped has no more read for it. At most
+  ``max_prefetch_inflight`` prefetches run at once (by default one reader's deepest
+  read-ahead), so read-ahead never takes every connection from reads someone waits for;
+- read-ahead memory apart from the cache's: a chunk read ahead waits in its own LRU,
+  bounded by ``read_ahead_max_bytes`` together with the read-ahead GETs in flight, and
+  enters the cache when a reader first reads it. So read-ahead evicts nothing from the
+  cache (not the chunk a reader is in, not chunks readers behind it will read), and the
+  cache's LRU never drops a chunk read ahead before its reader gets to it. When the budget
+  is full, a new read-ahead drops the chunk read ahead whose reader read least recently (a
+  reader that stopped first; each read makes its reader's chunks the most recent, the
+  nearest most recent of all). Memory is ``max_bytes`` plus ``read_ahead_max_bytes``;
 - an optional disk tier: every chunk loaded from remote storage is also written to a
   directory (atomically and fsynced, :mod:`storage.durable` says why), bounded by
   ``disk_max_bytes``, so a restarted proxy and chunks
@@ -42,7 +50,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, NamedTuple, Protocol, runtime_checkable
 
 from cachetools import LRUCache
 
@@ -53,19 +61,40 @@ from storage.read_ahead import ReadAheadBounds, read_ahead_chunks
 from storage.rsm.base import RemoteStorageManager
 from storage.single_flight import SingleFlight
 
-__all__ = ["DEFAULT_CHUNK_BYTES", "ChunkCache"]
+__all__ = ["DEFAULT_CHUNK_BYTES", "DEFAULT_READ_AHEAD_MAX_BYTES", "ChunkCache"]
 
 DEFAULT_CHUNK_BYTES: Final = 4 * 1024 * 1024
 """Four default fetches (``max.partition.fetch.bytes`` = 1 MiB) per GET; small enough that
 a miss for a random read does not cost much more than the read itself."""
+DEFAULT_READ_AHEAD_MAX_BYTES: Final = 64 * 1024 * 1024
+"""One reader's deepest read-ahead (:data:`storage.read_ahead.MAX_READ_AHEAD_BYTES`): at
+50 ms to the first byte, twice the bandwidth-delay product of 500 MiB/s, which is about
+what one proxy serves in all; readers that share it share that rate."""
 _GET_SECONDS_WEIGHT: Final = 0.2
 """Weight of the newest GET in the moving average of GET durations."""
 _RECENT_READS: Final = 4096
 """Chunks remembered as recently read, to tell sequential readers from random ones; a
 few thousand covers every concurrent catch-up consumer a proxy serves."""
+_RATE_LOOKBACK: Final = 16
+"""Chunks looked back for the read before a reader's latest: one read spans a fetch's
+worth, three 4 MiB chunks for an 8 MiB fetch, 16 for a fetch of 60 MiB."""
+
 _SUFFIX: Final = ".chunk"
 
 _Key = tuple[uuid.UUID, int]
+
+
+class _Read(NamedTuple):
+    """A read of chunks ``first`` to ``last`` of a segment: when it was asked for and when
+    its chunks were all there (``clock``)."""
+
+    segment: uuid.UUID
+    first: int
+    last: int
+    asked: float
+    answered: float
+
+
 _Chunk = bytes | bytearray
 """A chunk as remote storage returned it (S3 reads in place, into a bytearray); never changed."""
 
@@ -114,6 +143,7 @@ class ChunkCache:
         max_bytes: int,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         prefetch_chunks: int = 0,
+        read_ahead_max_bytes: int = DEFAULT_READ_AHEAD_MAX_BYTES,
         max_prefetch_inflight: int | None = None,
         disk_dir: str | os.PathLike[str] | None = None,
         disk_max_bytes: int = 0,
@@ -121,31 +151,44 @@ class ChunkCache:
     ) -> None:
         """Create an empty cache (the disk tier, if any, keeps what an earlier run left).
 
-        :param max_bytes: memory bound; chunks larger than it are served but not kept.
+        :param max_bytes: memory bound of the chunks read; chunks larger than it are served
+            but not kept.
         :param prefetch_chunks: chunks read ahead of a sequential reader at least (0 turns
             read-ahead off).
+        :param read_ahead_max_bytes: memory bound of the chunks read ahead and not read yet
+            and of the read-ahead GETs in flight, across readers, apart from ``max_bytes``
+            (at least ``prefetch_chunks`` chunks).
         :param max_prefetch_inflight: read-ahead GETs at once, across readers; by default
             as many as one reader's deepest read-ahead.
         :param disk_dir: directory of the disk tier; files of another chunk size are
             ignored (they live in a sibling directory named for their chunk size).
         :raises ValueError: for a chunk size below one byte or negative bounds.
         """
-        if chunk_bytes < 1 or max_bytes < 0 or prefetch_chunks < 0 or disk_max_bytes < 0:
+        if (
+            chunk_bytes < 1
+            or min(max_bytes, prefetch_chunks, disk_max_bytes, read_ahead_max_bytes) < 0
+        ):
             raise ValueError("chunk_bytes must be positive and the bounds not negative")
         self._rsm = rsm
         self._recycle = rsm.recycle if isinstance(rsm, _Recycles) else None
         self.chunk_bytes = chunk_bytes
-        self._bounds = ReadAheadBounds.for_cache(
-            prefetch_chunks=prefetch_chunks, max_bytes=max_bytes, chunk_bytes=chunk_bytes
+        self._bounds = ReadAheadBounds.for_budget(
+            prefetch_chunks=prefetch_chunks,
+            budget_bytes=read_ahead_max_bytes,
+            chunk_bytes=chunk_bytes,
         )
         self._prefetch_slots = max(
             1, self._bounds.maximum if max_prefetch_inflight is None else max_prefetch_inflight
         )
         self._memory = _SizedLRU(max_bytes, self._evicted)
+        self._ahead = _SizedLRU(
+            max(read_ahead_max_bytes, prefetch_chunks * chunk_bytes), self._evicted
+        )
+        """Chunks read ahead and not read yet (see the module docstring)."""
         self._loads: SingleFlight[_Key, _Chunk] = SingleFlight("chunk")
         self._prefetching: set[_Key] = set()
-        self._recent: LRUCache[_Key, float] = LRUCache(_RECENT_READS)
-        """When each recently read chunk was first read (``clock``)."""
+        self._recent: LRUCache[_Key, _Read] = LRUCache(_RECENT_READS)
+        """The read that first read each recently read chunk."""
         self._follows: LRUCache[uuid.UUID, _Key] = LRUCache(_RECENT_READS)
         """The last chunk of the segment read before a segment (the remote reader says which,
         :meth:`prefetch`): a reader's rate carries over into the next segment."""
@@ -173,11 +216,11 @@ class ChunkCache:
 
     @property
     def size_bytes(self) -> int:
-        """Bytes of chunks currently held in memory."""
-        return int(self._memory.currsize)
+        """Bytes of chunks currently held in memory (read, and read ahead)."""
+        return int(self._memory.currsize + self._ahead.currsize)
 
     def __len__(self) -> int:
-        return len(self._memory)
+        return len(self._memory) + len(self._ahead)
 
     async def read(
         self, metadata: RemoteLogSegmentMetadata, start: int, end: int
@@ -203,13 +246,14 @@ class ChunkCache:
         size = self.chunk_bytes
         first, last = start // size, (end - 1) // size
         segment = metadata.segment_id.id
+        asked = self._clock()
         if first == last:
             chunks = [await self._chunk(metadata, first)]
         else:
             chunks = await asyncio.gather(
                 *(self._chunk(metadata, index) for index in range(first, last + 1))
             )
-        self._after_read(metadata, segment, first, last)
+        self._after_read(metadata, _Read(segment, first, last, asked, self._clock()))
         parts: list[memoryview] = []
         for index, chunk in zip(range(first, last + 1), chunks, strict=True):
             base = index * size
@@ -244,18 +288,15 @@ class ChunkCache:
         first = position // self.chunk_bytes
         count = max(1, -(-size_bytes // self.chunk_bytes))
         wanted = range(first, first + min(count, max(1, self._bounds.maximum)))
+        self._touch_ahead(metadata.segment_id.id, wanted)
         for index in wanted:
             self._start_prefetch(metadata, index)
-        for index in reversed(wanted):  # as in _after_read: the nearest most recent
-            self._memory.get((metadata.segment_id.id, index))
 
     def read_ahead_bytes(self, metadata: RemoteLogSegmentMetadata, position: int) -> int:
         """Bytes read ahead of a sequential reader at ``position`` of the segment, at the
         rate it read its last chunk (see the module docstring); 0 with read-ahead off."""
-        segment, index = metadata.segment_id.id, position // self.chunk_bytes
-        started = self._recent.get((segment, index))
-        previous = self._recent.get(self._before(segment, index))
-        seconds = None if started is None or previous is None else started - previous
+        index = max(position - 1, 0) // self.chunk_bytes  # the chunk of its last byte
+        seconds = self._seconds_per_chunk((metadata.segment_id.id, index))
         return self._read_ahead(seconds) * self.chunk_bytes
 
     async def close(self) -> None:
@@ -268,39 +309,73 @@ class ChunkCache:
     async def _chunk(self, metadata: RemoteLogSegmentMetadata, index: int) -> _Chunk:
         key = (metadata.segment_id.id, index)
         data = self._memory.get(key)
+        if data is None:
+            data = self._admit(key)
         if data is not None:
             self.hits += 1
             return data
         self.misses += 1
-        return await self._loads.get(key, lambda: self._load(metadata, key))
+        data = await self._loads.get(key, lambda: self._load(metadata, key))
+        self._admit(key)  # read ahead, joined while in flight
+        return data
 
-    def _after_read(
-        self, metadata: RemoteLogSegmentMetadata, segment: uuid.UUID, first: int, last: int
-    ) -> None:
-        now = self._clock()
+    def _after_read(self, metadata: RemoteLogSegmentMetadata, read: _Read) -> None:
+        segment, first, last = read.segment, read.first, read.last
         previous = self._recent.get(self._before(segment, first))
         sequential = first == 0 or previous is not None
         for index in range(first, last + 1):
             if self._recent.get((segment, index)) is None:
-                self._recent[(segment, index)] = now
+                self._recent[(segment, index)] = read
         if not sequential or not self._bounds.minimum:
             return
-        started = self._recent.get((segment, first), now)
-        ahead = self._read_ahead(None if previous is None else started - previous)
+        ahead = self._read_ahead(self._seconds_per_chunk((segment, last)))
         following = range(last + 1, last + 1 + ahead)
+        self._touch_ahead(segment, following)
         for index in following:
             self._start_prefetch(metadata, index)
-        # Least recently used goes first: the chunks read ahead are made more recent than
-        # the chunks already read, the farthest least recent of them (the last needed), and
-        # the chunk the reader is in most recent of all (its next fetch starts there).
-        for index in (*reversed(following), last):
-            self._memory.get((segment, index))
+
+    def _touch_ahead(self, segment: uuid.UUID, following: range) -> None:
+        """Make a reader's chunks read ahead the most recent, the nearest most recent of all
+        (the last it needs goes first when the read-ahead budget is full)."""
+        for index in reversed(following):
+            self._ahead.get((segment, index))
+
+    def _admit(self, key: _Key) -> _Chunk | None:
+        """Move chunk ``key`` from the read-ahead memory into the cache, now that it is read."""
+        data = self._ahead.pop(key, None)
+        if data is not None and len(data) <= self._memory.maxsize:
+            self._memory[key] = data
+        return data
 
     def _before(self, segment: uuid.UUID, index: int) -> _Key:
         """The chunk a sequential reader reads before chunk ``index`` of ``segment``."""
         if index > 0:
             return (segment, index - 1)
         return self._follows.get(segment, (segment, -1))
+
+    def _seconds_per_chunk(self, key: _Key) -> float | None:
+        """How long the reader of chunk ``key`` took per chunk to get there, not counting
+        its waits for chunks (``None``: its read before not seen).
+
+        That is the time from the answer of the read before to the read that reached
+        ``key`` being asked, shared by the chunks it advanced (a read of several chunks
+        stamps them all: a reader of whole 2-chunk segments takes half the time between
+        its reads per chunk, not none for its second chunk). Its waits are left out because
+        they measure the read-ahead, not the reader: a reader held back by too shallow a
+        read-ahead would otherwise size the next one from the rate that read-ahead allowed.
+        """
+        reached = self._recent.get(key)
+        if reached is None:
+            return None
+        before = key
+        for advanced in range(1, _RATE_LOOKBACK + 1):
+            before = self._before(*before)
+            earlier = self._recent.get(before)
+            if earlier is None:
+                return None
+            if earlier is not reached:
+                return max(reached.asked - earlier.answered, 0.0) / advanced
+        return None
 
     def _read_ahead(self, seconds_per_chunk: float | None) -> int:
         """Chunks to read ahead of a sequential reader that took ``seconds_per_chunk`` for
@@ -313,16 +388,26 @@ class ChunkCache:
         if index * self.chunk_bytes >= metadata.segment_size_in_bytes:
             return
         key = (metadata.segment_id.id, index)
-        if key in self._memory or key in self._loads:
+        if key in self._memory or key in self._ahead or key in self._loads:
             return
-        if len(self._prefetching) >= self._prefetch_slots:
+        if len(self._prefetching) >= self._prefetch_slots or not self._room_ahead():
             return
         self.prefetches += 1
         self._prefetching.add(key)
-        task = self._loads.start(key, lambda: self._load(metadata, key))
+        task = self._loads.start(key, lambda: self._load(metadata, key, ahead=True))
         task.add_done_callback(lambda _done: self._prefetching.discard(key))
 
-    async def _load(self, metadata: RemoteLogSegmentMetadata, key: _Key) -> _Chunk:
+    def _room_ahead(self) -> bool:
+        """Whether one more read-ahead GET fits the read-ahead budget with those in flight
+        and the chunks read ahead, after dropping the least recently wanted of those."""
+        budget, reserved = self._ahead.maxsize, (len(self._prefetching) + 1) * self.chunk_bytes
+        while self._ahead and reserved + self._ahead.currsize > budget:
+            self._ahead.popitem()
+        return reserved + self._ahead.currsize <= budget
+
+    async def _load(
+        self, metadata: RemoteLogSegmentMetadata, key: _Key, *, ahead: bool = False
+    ) -> _Chunk:
         data: _Chunk | None = await self._read_disk(key)
         if data is None:
             start = key[1] * self.chunk_bytes
@@ -334,9 +419,22 @@ class ChunkCache:
             self._write_disk(key, data)
         else:
             self.disk_hits += 1
-        if len(data) <= self._memory.maxsize:
-            self._memory[key] = data
+        kept = self._ahead if ahead else self._memory
+        if len(data) <= kept.maxsize:
+            kept[key] = data
+            if ahead:
+                self._touch_nearer(key)
         return data
+
+    def _touch_nearer(self, key: _Key) -> None:
+        """A chunk read ahead lands the most recent: make its reader's nearer chunks read
+        ahead (back to the first not read ahead, landed or in flight) more recent still."""
+        segment, nearest = key
+        while nearest > 0 and (
+            (segment, nearest - 1) in self._ahead or (segment, nearest - 1) in self._prefetching
+        ):
+            nearest -= 1
+        self._touch_ahead(segment, range(nearest, key[1]))
 
     def _timed_get(self, seconds: float) -> None:
         average = self._get_seconds

@@ -15,10 +15,11 @@ the GETs in flight deliver, ``depth`` chunks per GET, so the next sizing asks fo
 
 Bounds: at least ``prefetch_chunks`` (the operator's floor, and the depth while the
 reader's rate or the GETs' time is not known yet), at most :data:`MAX_READ_AHEAD_BYTES`
-and three quarters of the cache's memory. The last quarter holds the chunks being read: an
-8 MiB fetch spans up to three 4 MiB chunks, and a read-ahead that filled the whole cache
-would evict the chunk the reader is in (whose next fetch would GET it again) or its own
-chunks before they are read.
+and the read-ahead memory budget (``remote.fetch.chunk.read.ahead.max.bytes``). The budget
+is apart from the cache's memory: chunks read ahead are held outside the cache until read,
+so a deep read-ahead evicts no chunk a reader is in (an 8 MiB fetch spans up to three 4 MiB
+chunks) or will read again, however small the cache. (Bounded by three quarters of a 32 MiB
+cache, six chunks in flight behind 60 ms GETs delivered at most 400 MiB/s.)
 """
 
 from __future__ import annotations
@@ -48,19 +49,20 @@ class ReadAheadBounds:
     maximum: int
 
     @classmethod
-    def for_cache(
-        cls, *, prefetch_chunks: int, max_bytes: int, chunk_bytes: int
+    def for_budget(
+        cls, *, prefetch_chunks: int, budget_bytes: int, chunk_bytes: int
     ) -> ReadAheadBounds:
-        """The bounds of a cache of ``max_bytes`` in chunks of ``chunk_bytes`` with the
-        floor ``prefetch_chunks`` (0: read-ahead off, both bounds 0).
+        """The bounds of a read-ahead memory budget of ``budget_bytes`` in chunks of
+        ``chunk_bytes`` with the floor ``prefetch_chunks`` (0: read-ahead off, both
+        bounds 0; a budget below the floor's chunks allows the floor).
 
         :raises ValueError: for a chunk size below one byte or negative sizes.
         """
-        if chunk_bytes < 1 or max_bytes < 0 or prefetch_chunks < 0:
+        if chunk_bytes < 1 or budget_bytes < 0 or prefetch_chunks < 0:
             raise ValueError("chunk_bytes must be positive and the sizes not negative")
         if prefetch_chunks == 0:
             return cls(minimum=0, maximum=0)
-        by_memory = min(MAX_READ_AHEAD_BYTES, max_bytes * 3 // 4) // chunk_bytes
+        by_memory = min(MAX_READ_AHEAD_BYTES, budget_bytes) // chunk_bytes
         return cls(minimum=prefetch_chunks, maximum=max(prefetch_chunks, by_memory))
 
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from storage.chunk_cache import DEFAULT_READ_AHEAD_MAX_BYTES
 from storage.config import ConfigError, setting
 
 __all__ = ["RemoteFetchConfig"]
@@ -77,8 +78,9 @@ class RemoteFetchConfig:
     chunk_cache_size_bytes: int = setting(
         "remote.fetch.chunk.cache.size.bytes",
         256 * _MIB,
-        "Bytes of remote segment data held in memory (aligned chunks, least recently used "
-        "evicted first).",
+        "Bytes of remote segment data held in memory once read (aligned chunks, least "
+        "recently used evicted first); chunks read ahead and not read yet are apart, "
+        "bounded by remote.fetch.chunk.read.ahead.max.bytes.",
     )
     chunk_size_bytes: int = setting(
         "remote.fetch.chunk.size.bytes",
@@ -90,8 +92,18 @@ class RemoteFetchConfig:
         2,
         "Chunks read ahead of a sequential (catch-up) reader at least, in parallel GETs; more "
         "when GETs take longer than the reader needs for that many (twice the GETs' measured "
-        "time at the reader's rate, up to 64 MiB and three quarters of the cache). 0 turns "
-        "read-ahead off.",
+        "time at the reader's rate, up to 64 MiB and remote.fetch.chunk.read.ahead.max.bytes). "
+        "0 turns read-ahead off.",
+    )
+    chunk_read_ahead_max_bytes: int = setting(
+        "remote.fetch.chunk.read.ahead.max.bytes",
+        DEFAULT_READ_AHEAD_MAX_BYTES,
+        "Bytes of chunks read ahead and not read yet, with the read-ahead GETs in flight, "
+        "across all readers; memory apart from remote.fetch.chunk.cache.size.bytes, so "
+        "read-ahead evicts no cached chunk. When full, the chunks of the reader that read "
+        "least recently go first, farthest first. 64 MiB keeps twice the data a reader "
+        "at 500 MiB/s needs behind 50 ms to the first byte in flight (at least "
+        "remote.fetch.chunk.prefetch.chunks chunks).",
     )
     chunk_cache_dir: str = setting(
         "remote.fetch.chunk.cache.dir",
@@ -194,6 +206,7 @@ class RemoteFetchConfig:
             "remote.log.reader.max.pending.tasks": self.reader_max_pending_tasks,
             "remote.fetch.chunk.cache.size.bytes": self.chunk_cache_size_bytes,
             "remote.fetch.chunk.prefetch.chunks": self.chunk_prefetch_chunks,
+            "remote.fetch.chunk.read.ahead.max.bytes": self.chunk_read_ahead_max_bytes,
             "remote.fetch.chunk.cache.disk.size.bytes": self.chunk_cache_disk_size_bytes,
             "remote.fetch.offload.min.lag.records": self.offload_min_lag_records,
             "remote.fetch.offload.min.lag.bytes": self.offload_min_lag_bytes,

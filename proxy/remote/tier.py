@@ -256,6 +256,7 @@ async def open_remote_tier(
         max_bytes=fetch_config.chunk_cache_size_bytes,
         chunk_bytes=fetch_config.chunk_size_bytes,
         prefetch_chunks=fetch_config.chunk_prefetch_chunks,
+        read_ahead_max_bytes=fetch_config.chunk_read_ahead_max_bytes,
         disk_dir=fetch_config.chunk_cache_dir or None,
         disk_max_bytes=fetch_config.chunk_cache_disk_size_bytes,
     )

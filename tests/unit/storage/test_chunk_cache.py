@@ -330,10 +330,17 @@ async def test_read_ahead_covers_twice_a_gets_time_at_the_readers_rate() -> None
     assert sorted(s for _, s, _ in storage.gets) == [32 * i for i in range(11)]
 
 
-async def test_read_ahead_stays_within_three_quarters_of_the_memory_bound() -> None:
+async def test_read_ahead_stays_within_its_budget_whatever_the_cache() -> None:
     storage = TimedStorage(get_seconds=1.0)
     meta = segment(32 * 40)
-    cache = timed_cache(storage, max_bytes=32 * 6)
+    cache = ChunkCache(
+        storage,
+        max_bytes=32 * 2,
+        chunk_bytes=32,
+        prefetch_chunks=1,
+        read_ahead_max_bytes=32 * 5,
+        clock=lambda: storage.now,
+    )
     await cache.read(meta, 0, 10)
     await settle()
     storage.now = 100.0
@@ -342,7 +349,46 @@ async def test_read_ahead_stays_within_three_quarters_of_the_memory_bound() -> N
     storage.now = 100.01  # a very fast reader
     await cache.read(meta, 64, 70)
     await settle()
-    assert max(s for _, s, _ in storage.gets) == 32 * (2 + 4)  # 6 chunks * 3 / 4 = 4 ahead
+    assert max(s for _, s, _ in storage.gets) == 32 * (2 + 5)
+    assert cache.size_bytes <= 32 * (2 + 5)
+
+
+async def test_read_ahead_evicts_no_chunk_from_the_cache() -> None:
+    """A reader reads a segment again after another's deep read-ahead: still cached."""
+    storage = FakeStorage()
+    meta, other = segment(32 * 2), segment(32 * 20)
+    cache = ChunkCache(
+        storage, max_bytes=32 * 3, chunk_bytes=32, prefetch_chunks=8, read_ahead_max_bytes=32 * 8
+    )
+    await cache.read(meta, 0, 64)
+    await cache.read(other, 0, 10)
+    await settle()
+    assert len(storage.gets) == 2 + 9
+    assert await cache.read(meta, 0, 64) == content(meta)
+    assert len(storage.gets) == 2 + 9
+
+
+async def test_a_full_budget_drops_the_farthest_chunk_of_the_reader_that_read_least_recently() -> (
+    None
+):
+    """Two readers share a budget of 5 chunks, 3 read ahead of each: the second reader's
+    last chunk read ahead drops the first reader's farthest (its nearer two stay)."""
+    storage = FakeStorage()
+    first, second = segment(32 * 10), segment(32 * 10)
+    cache = ChunkCache(
+        storage, max_bytes=32 * 4, chunk_bytes=32, prefetch_chunks=3, read_ahead_max_bytes=32 * 5
+    )
+    await cache.read(first, 0, 10)
+    await settle()
+    await cache.read(second, 0, 10)
+    await settle()
+    assert cache.evictions == 1
+    await cache.read(first, 32, 40)
+    await cache.read(first, 64, 70)
+    await settle()
+    starts = [s for seg, s, _ in storage.gets if seg == first.segment_id.id]
+    assert sorted(starts) == [0, 32, 64, 96, 96, 128, 160]
+    assert cache.size_bytes <= 32 * (4 + 5)
 
 
 async def test_read_ahead_reaches_into_the_next_segment_as_far_as_the_reader_needs() -> None:
@@ -447,3 +493,97 @@ async def test_evicted_chunks_go_back_to_storage_that_recycles_them() -> None:
     await cache.read(meta, 32, 40)
     assert [bytes(data) for data in storage.recycled] == [content(meta)[:32]]
     assert first == content(meta)[:10]
+
+
+async def test_a_reader_of_whole_segments_reads_ahead_at_its_rate() -> None:
+    """Segments of two chunks read whole, 0.5 s from one read's answer to the next read,
+    behind 1 s GETs: the read ahead of each segment's end (where the remote reader asks how
+    far to reach into the next ones) follows the reader's rate, 0.25 s per chunk, 8 chunks,
+    not the minimum. The first read's wait for its two GETs (to 12.0) does not count."""
+    storage = TimedStorage(get_seconds=1.0)
+    segments = [segment(64) for _ in range(3)]
+    cache = timed_cache(storage, max_bytes=100_000)
+    for number, (meta, asked) in enumerate(zip(segments, (10.0, 12.5, 13.0), strict=True)):
+        storage.now = asked
+        await cache.read(meta, 0, 64)
+        if number + 1 < len(segments):
+            cache.prefetch(segments[number + 1], 0, 64, after=meta)
+        await settle()
+    assert cache.read_ahead_bytes(segments[0], 64) == 32  # its rate not known yet
+    assert cache.read_ahead_bytes(segments[2], 64) == 8 * 32
+
+
+async def test_a_reader_held_back_by_its_read_ahead_is_sized_by_its_own_pace() -> None:
+    """A reader that waits for every chunk (its read-ahead too shallow for 1 s GETs) but
+    asks for the next one 0.1 s after each answer: sized from 0.1 s per chunk (20 ahead),
+    not from the 1.1 s per chunk the waits held it to."""
+    storage = TimedStorage(get_seconds=1.0)
+    meta = segment(32 * 100)
+    cache = ChunkCache(
+        storage,
+        max_bytes=100_000,
+        chunk_bytes=32,
+        prefetch_chunks=1,
+        max_prefetch_inflight=1,
+        clock=lambda: storage.now,
+    )
+    await cache.read(meta, 0, 32)  # asked at 0, answered at 1 (and chunk 1 read ahead)
+    storage.now += 0.1
+    await cache.read(meta, 32, 64)
+    assert cache.read_ahead_bytes(meta, 64) == 20 * 32
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    sizes=st.lists(st.integers(1, 400), min_size=1, max_size=4),
+    read_bytes=st.integers(1, 100),
+    cache_chunks=st.integers(0, 6),
+    budget_chunks=st.integers(0, 8),
+    prefetch_chunks=st.integers(0, 4),
+    turns=st.lists(st.integers(0, 3), max_size=120),
+)
+def test_sequential_readers_get_exact_bytes_within_bounds_and_chunks_in_order(
+    sizes: list[int],
+    read_bytes: int,
+    cache_chunks: int,
+    budget_chunks: int,
+    prefetch_chunks: int,
+    turns: list[int],
+) -> None:
+    """Readers of their own segments, interleaved at random (a GET lands between turns or
+    not): every read is the object's bytes; no GET reaches past a segment's end; each
+    chunk is first read from storage in order; memory stays within the cache's bound plus
+    the read-ahead budget (at least ``prefetch_chunks`` chunks)."""
+    chunk = 16
+
+    async def run() -> None:
+        storage = FakeStorage()
+        cache = ChunkCache(
+            storage,
+            max_bytes=cache_chunks * chunk,
+            chunk_bytes=chunk,
+            prefetch_chunks=prefetch_chunks,
+            read_ahead_max_bytes=budget_chunks * chunk,
+        )
+        metas = [segment(size) for size in sizes]
+        positions = [0] * len(metas)
+        for turn in turns:
+            number = turn % len(metas)
+            meta, position = metas[number], positions[number]
+            if position < meta.segment_size_in_bytes:
+                read = await cache.read(meta, position, position + read_bytes)
+                assert read == content(meta)[position : position + read_bytes]
+                positions[number] += len(read)
+            if turn % 2:
+                await settle()
+            limit = (cache_chunks + max(budget_chunks, prefetch_chunks)) * chunk
+            assert cache.size_bytes <= limit
+        await settle()
+        for meta in metas:
+            starts = [s for seg, s, _ in storage.gets if seg == meta.segment_id.id]
+            firsts = list(dict.fromkeys(starts))
+            assert firsts == sorted(firsts)
+            assert all(s < meta.segment_size_in_bytes for s in starts)
+        await cache.close()
+
+    asyncio.run(run())

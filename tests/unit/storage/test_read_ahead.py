@@ -74,10 +74,12 @@ def test_a_reader_held_back_by_its_read_ahead_doubles_it() -> None:
 
 def test_the_bench_case_fifty_ms_to_the_first_byte() -> None:
     """500 MiB/s through 55 ms GETs of 4 MiB: 7 chunks in flight at least, 14 with the
-    headroom; the default 256 MiB cache allows 16 (64 MiB), a 32 MiB cache 6."""
+    headroom; the default 64 MiB budget allows 16, whatever the cache's size."""
     chunk = 4 * MIB
-    default = ReadAheadBounds.for_cache(prefetch_chunks=2, max_bytes=256 * MIB, chunk_bytes=chunk)
-    small = ReadAheadBounds.for_cache(prefetch_chunks=2, max_bytes=32 * MIB, chunk_bytes=chunk)
+    default = ReadAheadBounds.for_budget(
+        prefetch_chunks=2, budget_bytes=64 * MIB, chunk_bytes=chunk
+    )
+    small = ReadAheadBounds.for_budget(prefetch_chunks=2, budget_bytes=24 * MIB, chunk_bytes=chunk)
     rate = dict(get_seconds=0.055, seconds_per_chunk=chunk / (500 * MIB))
     assert read_ahead_chunks(default, **rate) == 14
     assert read_ahead_chunks(small, **rate) == 6
@@ -85,29 +87,29 @@ def test_the_bench_case_fifty_ms_to_the_first_byte() -> None:
 
 @given(
     prefetch_chunks=st.integers(0, 100),
-    max_bytes=st.integers(0, 1 << 40),
+    budget_bytes=st.integers(0, 1 << 40),
     chunk_bytes=st.integers(1, 1 << 30),
 )
-def test_the_bounds_of_a_cache(prefetch_chunks: int, max_bytes: int, chunk_bytes: int) -> None:
-    """Above the operator's floor, the read-ahead fits three quarters of the memory and the
-    cap; with the floor 0 it is off."""
-    limits = ReadAheadBounds.for_cache(
-        prefetch_chunks=prefetch_chunks, max_bytes=max_bytes, chunk_bytes=chunk_bytes
+def test_the_bounds_of_a_budget(prefetch_chunks: int, budget_bytes: int, chunk_bytes: int) -> None:
+    """Above the operator's floor, the read-ahead fits the budget and the cap; with the
+    floor 0 it is off."""
+    limits = ReadAheadBounds.for_budget(
+        prefetch_chunks=prefetch_chunks, budget_bytes=budget_bytes, chunk_bytes=chunk_bytes
     )
     if prefetch_chunks == 0:
         assert limits == ReadAheadBounds(minimum=0, maximum=0)
         return
     assert limits.minimum == prefetch_chunks <= limits.maximum
     if limits.maximum > prefetch_chunks:
-        assert limits.maximum * chunk_bytes <= min(MAX_READ_AHEAD_BYTES, max_bytes * 3 / 4)
-        assert (limits.maximum + 1) * chunk_bytes > min(MAX_READ_AHEAD_BYTES, max_bytes * 3 // 4)
+        assert limits.maximum * chunk_bytes <= min(MAX_READ_AHEAD_BYTES, budget_bytes)
+        assert (limits.maximum + 1) * chunk_bytes > min(MAX_READ_AHEAD_BYTES, budget_bytes)
 
 
 @pytest.mark.parametrize(
-    ("prefetch_chunks", "max_bytes", "chunk_bytes"), [(-1, 10, 1), (1, -1, 1), (1, 10, 0)]
+    ("prefetch_chunks", "budget_bytes", "chunk_bytes"), [(-1, 10, 1), (1, -1, 1), (1, 10, 0)]
 )
-def test_bad_sizes_are_refused(prefetch_chunks: int, max_bytes: int, chunk_bytes: int) -> None:
+def test_bad_sizes_are_refused(prefetch_chunks: int, budget_bytes: int, chunk_bytes: int) -> None:
     with pytest.raises(ValueError, match="chunk_bytes must be positive"):
-        ReadAheadBounds.for_cache(
-            prefetch_chunks=prefetch_chunks, max_bytes=max_bytes, chunk_bytes=chunk_bytes
+        ReadAheadBounds.for_budget(
+            prefetch_chunks=prefetch_chunks, budget_bytes=budget_bytes, chunk_bytes=chunk_bytes
         )
