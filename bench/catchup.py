@@ -18,17 +18,17 @@ Set-up: one partition of ``--data-mib`` MiB of 1 KiB records (uncompressed) is p
 tiered by the real pipeline (Spark local[2], 8 MiB segments; the last, partial one stays
 local, as Kafka's active segment would),
 then ``--tail-mib`` more is produced in 16 KiB batches that stays local. The proxy runs with
-its default chunks (4 MiB, read ahead from 2 up to the bound of :mod:`storage.read_ahead`) and
-a chunk cache of ``--chunk-cache-mib`` (96 MiB by default). The cache is smaller than the
-data (128 MiB by default), so every round reads the whole range from SeaweedFS again (an LRU
+its default chunks (4 MiB, read ahead from 2 up to the bound of :mod:`storage.read_ahead`,
+64 MiB, within the default read-ahead budget of 64 MiB: memory apart from the cache) and a
+chunk cache of ``--chunk-cache-mib`` (96 MiB by default). The cache is smaller than the data
+(128 MiB by default), so every round reads the whole range from SeaweedFS again (an LRU
 smaller than a sequential scan never hits; GETs per GiB, about 256 for 4 MiB chunks, show it;
-concurrent readers of one chunk still share its GET). It is not smaller than that needs: the
-proxy's default cache is 256 MiB, and from 86 MiB on read-ahead reaches the same bound as
-with it (64 MiB, :data:`storage.read_ahead.MAX_READ_AHEAD_BYTES`; below, three quarters of
-the cache). The earlier 32 MiB cache (with 96 MiB of data), an eighth of the default, capped
-read-ahead at 6 chunks, and evicted the chunks a response was still writing: their buffers
-could not take the next GETs (:class:`storage.rsm.s3_ranged_get.SpareBodies`), so the proxy
-allocated new ones. Keep ``--chunk-cache-mib`` below ``--data-mib``.
+concurrent readers of one chunk still share its GET). The budget holds only chunks read ahead
+and not read yet, so it does not let the cache keep the range either. The cache is not
+smaller than it needs to be: the proxy's default is 256 MiB, and the earlier 32 MiB cache
+(with 96 MiB of data), an eighth of that, evicted the chunks a response was still writing:
+their buffers could not take the next GETs (:class:`storage.rsm.s3_ranged_get.SpareBodies`),
+so the proxy allocated new ones. Keep ``--chunk-cache-mib`` below ``--data-mib``.
 
 Catch-up: N raw Fetch loops (Fetch v12, one request in flight each, records left as bytes),
 each reading offsets [0, tiered end] with ``partition_max_bytes`` of 1 MiB and 8 MiB, run

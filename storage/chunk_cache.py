@@ -324,8 +324,7 @@ class ChunkCache:
         previous = self._recent.get(self._before(segment, first))
         sequential = first == 0 or previous is not None
         for index in range(first, last + 1):
-            if self._recent.get((segment, index)) is None:
-                self._recent[(segment, index)] = read
+            self._stamp((segment, index), read)
         if not sequential or not self._bounds.minimum:
             return
         ahead = self._read_ahead(self._seconds_per_chunk((segment, last)))
@@ -333,6 +332,17 @@ class ChunkCache:
         self._touch_ahead(segment, following)
         for index in following:
             self._start_prefetch(metadata, index)
+
+    def _stamp(self, key: _Key, read: _Read) -> None:
+        """Remember ``read`` as the read that reached chunk ``key``, unless a read of this
+        pass over the chunk already did (the pace counts from a reader's first read of a
+        chunk: later reads within it are the reader's time in it). A read stamped before
+        the chunk before it was last reached is of an earlier pass (a consumer reading
+        the range again, the range's first chunk always): this read starts a new one."""
+        stamped = self._recent.get(key)
+        before = self._recent.get(self._before(*key))
+        if stamped is None or before is None or stamped.answered < before.asked:
+            self._recent[key] = read
 
     def _touch_ahead(self, segment: uuid.UUID, following: range) -> None:
         """Make a reader's chunks read ahead the most recent, the nearest most recent of all

@@ -587,3 +587,20 @@ def test_sequential_readers_get_exact_bytes_within_bounds_and_chunks_in_order(
         await cache.close()
 
     asyncio.run(run())
+
+
+async def test_a_second_pass_over_a_range_is_sized_by_its_own_pace() -> None:
+    """A consumer reads a range slowly (10 s per chunk), another reads it again fast (0.1 s
+    per chunk): the second's read-ahead follows its pace, not the first's."""
+    storage = TimedStorage(get_seconds=1.0)
+    meta = segment(32 * 10)
+    cache = timed_cache(storage, max_bytes=100_000)
+    for number in range(3):
+        storage.now = 100.0 + 10 * number
+        await cache.read(meta, 32 * number, 32 * number + 32)
+        await settle()
+    assert cache.read_ahead_bytes(meta, 96) == 32  # 2 * 1 s / ~10 s: the minimum
+    for number in range(3):
+        storage.now = 1000.0 + 0.1 * number
+        await cache.read(meta, 32 * number, 32 * number + 32)
+    assert cache.read_ahead_bytes(meta, 96) == 20 * 32
