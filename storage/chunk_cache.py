@@ -195,6 +195,8 @@ class ChunkCache:
         self._clock = clock
         self._get_seconds: float | None = None
         """Moving average of how long a GET of one chunk takes."""
+        self._last_pace: float | None = None
+        """Seconds per chunk of the sequential reader measured last."""
         self._background: set[asyncio.Task[None]] = set()
         self._dir: Path | None = None
         self._disk: _DiskIndex | None = None
@@ -389,7 +391,13 @@ class ChunkCache:
 
     def _read_ahead(self, seconds_per_chunk: float | None) -> int:
         """Chunks to read ahead of a sequential reader that took ``seconds_per_chunk`` for
-        its last chunk (``None``: not known yet)."""
+        its last chunk (``None``: not known yet: at the pace last measured of any reader, a
+        consumer starting a range most likely reads as the last one did, so its first GETs
+        are as deep as its later ones; the minimum before any)."""
+        if seconds_per_chunk is None:
+            seconds_per_chunk = self._last_pace
+        else:
+            self._last_pace = seconds_per_chunk
         return read_ahead_chunks(
             self._bounds, get_seconds=self._get_seconds, seconds_per_chunk=seconds_per_chunk
         )

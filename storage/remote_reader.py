@@ -237,6 +237,14 @@ class RemoteLogReader:
             await self._indexes.get(segment, IndexType.OFFSET), base_offset=segment.start_offset
         )
         target = max(fetch_offset, segment.start_offset)
+        start = index.lookup(target).position
+        if self._chunks.read_ahead_bytes(segment, start):
+            # Before the read too: a reader's first read (its chunks GET) and the read-ahead
+            # into the next segments go out together, not one GET time apart; this read's
+            # own chunks first (the read joins their GETs).
+            size = segment.segment_size_in_bytes
+            self._chunks.prefetch(segment, start, min(max_bytes, size - start))
+            self._read_ahead_past(segment, start)
         records = await read_batches(
             fetch=lambda start, end: self._chunks.read(segment, start, end),
             offset_index=index,
@@ -244,11 +252,14 @@ class RemoteLogReader:
             max_bytes=max_bytes,
             segment_size=segment.segment_size_in_bytes,
         )
-        end = index.lookup(target).position + len(records)
-        ahead = max(self._chunks.read_ahead_bytes(segment, end), self._chunks.chunk_bytes)
-        if end + ahead >= segment.segment_size_in_bytes:
-            self._prefetch_next(segment, end + ahead - segment.segment_size_in_bytes)
+        self._read_ahead_past(segment, start + len(records))
         return records
+
+    def _read_ahead_past(self, segment: RemoteLogSegmentMetadata, position: int) -> None:
+        """Prefetch the next segments as far as a reader at ``position`` reads ahead."""
+        ahead = max(self._chunks.read_ahead_bytes(segment, position), self._chunks.chunk_bytes)
+        if position + ahead >= segment.segment_size_in_bytes:
+            self._prefetch_next(segment, position + ahead - segment.segment_size_in_bytes)
 
     def _prefetch_next(self, segment: RemoteLogSegmentMetadata, size_bytes: int) -> None:
         """Prefetch ``size_bytes`` from the start of the segments after ``segment`` (more

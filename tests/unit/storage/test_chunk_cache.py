@@ -452,13 +452,13 @@ async def test_slow_gets_keep_many_in_flight_for_a_fast_reader_up_to_the_end() -
     await cache.close()
 
 
-@pytest.mark.parametrize(("after", "expected"), [(True, 12), (False, 2)])
+@pytest.mark.parametrize(("after", "expected"), [(True, 12), (False, 12)])
 async def test_the_readers_rate_carries_into_the_segment_it_reads_next(
     after: bool, expected: int
 ) -> None:
     """A reader at 0.1 s per chunk behind 1 s GETs reaches the first chunk of the next
     segment: told which segment it follows, the cache reads that one as far ahead (here
-    to its end) as it read the last; not told, it starts again from the minimum."""
+    to its end) as it read the last; not told, at the pace last measured (its own here)."""
     storage = TimedStorage(get_seconds=1.0)
     first, following = segment(64), segment(32 * 12)
     cache = timed_cache(storage, max_bytes=100_000)
@@ -509,7 +509,6 @@ async def test_a_reader_of_whole_segments_reads_ahead_at_its_rate() -> None:
         if number + 1 < len(segments):
             cache.prefetch(segments[number + 1], 0, 64, after=meta)
         await settle()
-    assert cache.read_ahead_bytes(segments[0], 64) == 32  # its rate not known yet
     assert cache.read_ahead_bytes(segments[2], 64) == 8 * 32
 
 
@@ -604,3 +603,18 @@ async def test_a_second_pass_over_a_range_is_sized_by_its_own_pace() -> None:
         storage.now = 1000.0 + 0.1 * number
         await cache.read(meta, 32 * number, 32 * number + 32)
     assert cache.read_ahead_bytes(meta, 96) == 20 * 32
+
+
+async def test_a_reader_not_measured_yet_reads_ahead_at_the_pace_last_measured() -> None:
+    """Before any reader's pace is known, the minimum; after, a new reader (its first read)
+    is sized like the last one: a consumer starting a range GETs as deep at once."""
+    storage = TimedStorage(get_seconds=1.0)
+    first, second = segment(32 * 40), segment(32 * 40)
+    cache = timed_cache(storage, max_bytes=100_000)
+    assert cache.read_ahead_bytes(second, 0) == 32
+    await cache.read(first, 0, 32)  # answered at 1.0, when its GET ended
+    await settle()
+    storage.now = 1.1
+    await cache.read(first, 32, 64)
+    await settle()
+    assert cache.read_ahead_bytes(second, 0) == 20 * 32

@@ -254,6 +254,53 @@ async def test_one_read_stays_within_one_segment_and_prefetches_the_next(tmp_pat
         await log.close()
 
 
+class GatedFirstSegment(CountingReads):
+    """Holds GETs of the segment at offset 0 until ``gate`` is set; records GETs started
+    (``two_started`` once there are two)."""
+
+    def __init__(self, inner: LocalRemoteStorage) -> None:
+        super().__init__(inner)
+        self.gate = asyncio.Event()
+        self.two_started = asyncio.Event()
+        self.started: list[int] = []
+
+    async def fetch_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
+    ) -> bytes:
+        self.started.append(metadata.start_offset)
+        if len(self.started) >= 2:
+            self.two_started.set()
+        if metadata.start_offset == 0:
+            await self.gate.wait()
+        return await super().fetch_log_segment(metadata, start, end)
+
+
+async def test_the_next_segment_is_read_ahead_while_the_first_read_waits(tmp_path: Path) -> None:
+    """A reader's first read and the read-ahead into the next segment GET together, not
+    one GET time apart (with 50 ms to the first byte, that was 50 ms per catch-up)."""
+    first, second = [data_batch(0, 2, value_size=100)], [data_batch(2, 2, value_size=100)]
+    storages: list[GatedFirstSegment] = []
+
+    def wrap(inner: LocalRemoteStorage) -> GatedFirstSegment:
+        storages.append(GatedFirstSegment(inner))
+        return storages[0]
+
+    log = TieredLog.create(tmp_path, chunk_bytes=1024, prefetch_chunks=2, wrap=wrap)
+    for batches in (first, second):
+        await log.copy(batches)
+    try:
+        reading = asyncio.create_task(log.reader.read(TP, 0, 1 << 20))
+        async with asyncio.timeout(10):  # a bound on a hang, not a timing assertion
+            await storages[0].two_started.wait()
+        assert storages[0].started == [0, 2]
+        assert not reading.done()
+        storages[0].gate.set()
+        assert (await reading).records == first[0]
+    finally:
+        storages[0].gate.set()
+        await log.close()
+
+
 async def test_a_fetch_offset_below_the_remote_start_reads_from_the_start(tmp_path: Path) -> None:
     log = await tier(tmp_path, [[data_batch(10, 2), data_batch(12, 2)]])
     try:
