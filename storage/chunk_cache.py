@@ -48,6 +48,7 @@ import contextlib
 import os
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final, NamedTuple, Protocol, runtime_checkable
@@ -120,6 +121,50 @@ class _SizedLRU(LRUCache[_Key, _Chunk]):
         return key, value
 
 
+class _ReadAhead:
+    """Chunks read ahead and not read yet, least recently wanted first, and their bytes."""
+
+    def __init__(self, max_bytes: int, on_drop: Callable[[_Chunk], None]) -> None:
+        self.maxsize = max_bytes
+        self.currsize = 0
+        self._chunks: OrderedDict[_Key, _Chunk] = OrderedDict()
+        self._on_drop = on_drop
+
+    def __contains__(self, key: _Key) -> bool:
+        return key in self._chunks
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    def put(self, key: _Key, data: _Chunk) -> None:
+        """Hold ``data``, the most recently wanted (the caller keeps within ``maxsize``)."""
+        self.pop(key)
+        self._chunks[key] = data
+        self.currsize += len(data)
+
+    def pop(self, key: _Key) -> _Chunk | None:
+        data = self._chunks.pop(key, None)
+        if data is not None:
+            self.currsize -= len(data)
+        return data
+
+    def want(self, key: _Key) -> bool:
+        """Make ``key`` the most recently wanted; whether it is held."""
+        if key not in self._chunks:
+            return False
+        self._chunks.move_to_end(key)
+        return True
+
+    def oldest(self) -> _Key | None:
+        return next(iter(self._chunks), None)
+
+    def drop_oldest(self) -> None:
+        key = next(iter(self._chunks))
+        data = self.pop(key)
+        assert data is not None
+        self._on_drop(data)
+
+
 class _DiskIndex(LRUCache[_Key, int]):
     """Sizes of the chunk files on disk, LRU; evicting a key deletes its file."""
 
@@ -181,10 +226,12 @@ class ChunkCache:
             1, self._bounds.maximum if max_prefetch_inflight is None else max_prefetch_inflight
         )
         self._memory = _SizedLRU(max_bytes, self._evicted)
-        self._ahead = _SizedLRU(
+        self._ahead = _ReadAhead(
             max(read_ahead_max_bytes, prefetch_chunks * chunk_bytes), self._evicted
         )
         """Chunks read ahead and not read yet (see the module docstring)."""
+        self._wanted: set[_Key] = set()
+        """Chunks read ahead that the read-ahead being planned wants: never dropped for it."""
         self._loads: SingleFlight[_Key, _Chunk] = SingleFlight("chunk")
         self._prefetching: set[_Key] = set()
         self._recent: LRUCache[_Key, _Read] = LRUCache(_RECENT_READS)
@@ -290,7 +337,9 @@ class ChunkCache:
         first = position // self.chunk_bytes
         count = max(1, -(-size_bytes // self.chunk_bytes))
         wanted = range(first, first + min(count, max(1, self._bounds.maximum)))
+        self._wanted.clear()
         self._touch_ahead(metadata.segment_id.id, wanted)
+        self._touch_behind((metadata.segment_id.id, first))
         for index in wanted:
             self._start_prefetch(metadata, index)
 
@@ -331,6 +380,7 @@ class ChunkCache:
             return
         ahead = self._read_ahead(self._seconds_per_chunk((segment, last)))
         following = range(last + 1, last + 1 + ahead)
+        self._wanted.clear()
         self._touch_ahead(segment, following)
         for index in following:
             self._start_prefetch(metadata, index)
@@ -350,11 +400,11 @@ class ChunkCache:
         """Make a reader's chunks read ahead the most recent, the nearest most recent of all
         (the last it needs goes first when the read-ahead budget is full)."""
         for index in reversed(following):
-            self._ahead.get((segment, index))
+            self._want((segment, index))
 
     def _admit(self, key: _Key) -> _Chunk | None:
         """Move chunk ``key`` from the read-ahead memory into the cache, now that it is read."""
-        data = self._ahead.pop(key, None)
+        data = self._ahead.pop(key)
         if data is not None and len(data) <= self._memory.maxsize:
             self._memory[key] = data
         return data
@@ -417,11 +467,16 @@ class ChunkCache:
 
     def _room_ahead(self) -> bool:
         """Whether one more read-ahead GET fits the read-ahead budget with those in flight
-        and the chunks read ahead, after dropping the least recently wanted of those."""
+        and the chunks read ahead, after dropping the least recently wanted of those (not
+        one that the read-ahead being planned wants: nearer than the GET it would make room
+        for)."""
         budget, reserved = self._ahead.maxsize, (len(self._prefetching) + 1) * self.chunk_bytes
-        while self._ahead and reserved + self._ahead.currsize > budget:
-            self._ahead.popitem()
-        return reserved + self._ahead.currsize <= budget
+        while reserved + self._ahead.currsize > budget:
+            oldest = self._ahead.oldest()
+            if oldest is None or oldest in self._wanted:
+                return False
+            self._ahead.drop_oldest()
+        return True
 
     async def _load(
         self, metadata: RemoteLogSegmentMetadata, key: _Key, *, ahead: bool = False
@@ -437,22 +492,32 @@ class ChunkCache:
             self._write_disk(key, data)
         else:
             self.disk_hits += 1
-        kept = self._ahead if ahead else self._memory
-        if len(data) <= kept.maxsize:
-            kept[key] = data
-            if ahead:
-                self._touch_nearer(key)
+        if ahead:
+            if len(data) <= self._ahead.maxsize:
+                self._ahead.put(key, data)
+                self._touch_behind(key)  # it lands the most recent: nearer chunks more so
+        elif len(data) <= self._memory.maxsize:
+            self._memory[key] = data
         return data
 
-    def _touch_nearer(self, key: _Key) -> None:
-        """A chunk read ahead lands the most recent: make its reader's nearer chunks read
-        ahead (back to the first not read ahead, landed or in flight) more recent still."""
-        segment, nearest = key
-        while nearest > 0 and (
-            (segment, nearest - 1) in self._ahead or (segment, nearest - 1) in self._prefetching
-        ):
-            nearest -= 1
-        self._touch_ahead(segment, range(nearest, key[1]))
+    def _touch_behind(self, key: _Key) -> None:
+        """Make the chunks read ahead before chunk ``key`` (across segments and chunks not
+        read ahead, back to one already read) more recent than it, the nearest to
+        their reader most recent of all: read-ahead into a farther chunk or segment never
+        drops a nearer one to fit the budget."""
+        behind = []
+        before = key
+        for _ in range(len(self._ahead) + len(self._prefetching) + self._bounds.maximum):
+            before = self._before(*before)
+            if before[1] < 0 or before in self._memory:
+                break
+            behind.append(before)
+        for nearer in behind:
+            self._want(nearer)
+
+    def _want(self, key: _Key) -> None:
+        if self._ahead.want(key):
+            self._wanted.add(key)
 
     def _timed_get(self, seconds: float) -> None:
         average = self._get_seconds

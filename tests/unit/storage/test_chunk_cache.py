@@ -4,6 +4,7 @@ read-ahead, disk tier, errors."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from pathlib import Path
 
@@ -618,3 +619,21 @@ async def test_a_reader_not_measured_yet_reads_ahead_at_the_pace_last_measured()
     await cache.read(first, 32, 64)
     await settle()
     assert cache.read_ahead_bytes(second, 0) == 20 * 32
+
+
+async def test_read_ahead_across_segments_never_drops_a_nearer_chunk_for_a_farther_one() -> None:
+    """Read-ahead into five 1-chunk segments after the one read, with a budget of 3: the
+    three nearest are kept; the farther ones do not fit (nothing is GET twice)."""
+    storage = FakeStorage()
+    segments = [segment(32) for _ in range(6)]
+    cache = ChunkCache(
+        storage, max_bytes=32 * 4, chunk_bytes=32, prefetch_chunks=1, read_ahead_max_bytes=32 * 3
+    )
+    await cache.read(segments[0], 0, 32)
+    for before, following in itertools.pairwise(segments):
+        cache.prefetch(following, 0, 32, after=before)
+        await settle()
+    for meta in segments[1:4]:
+        assert await cache.read(meta, 0, 32) == content(meta)
+    assert len(storage.gets) == len({seg for seg, _, _ in storage.gets})  # none GET twice
+    assert cache.hits == 3
