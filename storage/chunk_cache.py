@@ -30,9 +30,11 @@ fetches into one GET, and lets every consumer of the same range share it:
   enters the cache when a reader first reads it. So read-ahead evicts nothing from the
   cache (not the chunk a reader is in, not chunks readers behind it will read), and the
   cache's LRU never drops a chunk read ahead before its reader gets to it. When the budget
-  is full, a new read-ahead drops the chunk read ahead whose reader read least recently (a
-  reader that stopped first; each read makes its reader's chunks the most recent, the
-  nearest most recent of all). Memory is ``max_bytes`` plus ``read_ahead_max_bytes``;
+  is full, a new read-ahead drops the chunk read ahead that was least recently wanted (a
+  stopped reader's first: each read-ahead wants its reader's chunks again, the nearest
+  most recently), never one that the read-ahead being planned wants (nearer to its reader
+  than the GET it would make room for: that GET waits for room instead). Memory is
+  ``max_bytes`` plus ``read_ahead_max_bytes``;
 - an optional disk tier: every chunk loaded from remote storage is also written to a
   directory (atomically and fsynced, :mod:`storage.durable` says why), bounded by
   ``disk_max_bytes``, so a restarted proxy and chunks

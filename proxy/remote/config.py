@@ -100,8 +100,9 @@ class RemoteFetchConfig:
         DEFAULT_READ_AHEAD_MAX_BYTES,
         "Bytes of chunks read ahead and not read yet, with the read-ahead GETs in flight, "
         "across all readers; memory apart from remote.fetch.chunk.cache.size.bytes, so "
-        "read-ahead evicts no cached chunk. When full, the chunks of the reader that read "
-        "least recently go first, farthest first. 64 MiB keeps twice the data a reader "
+        "read-ahead evicts no cached chunk. When full, the chunks least recently wanted go "
+        "first (a stopped reader's), never one nearer to its reader than the GET that "
+        "needs the room. 64 MiB keeps twice the data a reader "
         "at 500 MiB/s needs behind 50 ms to the first byte in flight (at least "
         "remote.fetch.chunk.prefetch.chunks chunks).",
     )
