@@ -350,7 +350,7 @@ class ChunkCache:
         rate it read its last chunk (see the module docstring); 0 with read-ahead off."""
         index = max(position - 1, 0) // self.chunk_bytes  # the chunk of its last byte
         seconds = self._seconds_per_chunk((metadata.segment_id.id, index))
-        return self._read_ahead(seconds) * self.chunk_bytes
+        return self._read_ahead(seconds, index=index) * self.chunk_bytes
 
     async def close(self) -> None:
         """Cancel loads still in flight, and let disk-tier writes already started finish."""
@@ -380,7 +380,7 @@ class ChunkCache:
             self._stamp((segment, index), read)
         if not sequential or not self._bounds.minimum:
             return
-        ahead = self._read_ahead(self._seconds_per_chunk((segment, last)))
+        ahead = self._read_ahead(self._seconds_per_chunk((segment, last)), index=last)
         following = range(last + 1, last + 1 + ahead)
         self._wanted.clear()
         self._touch_ahead(segment, following)
@@ -441,15 +441,17 @@ class ChunkCache:
                 return max(reached.asked - earlier.answered, 0.0) / advanced
         return None
 
-    def _read_ahead(self, seconds_per_chunk: float | None) -> int:
-        """Chunks to read ahead of a sequential reader that took ``seconds_per_chunk`` for
-        its last chunk (``None``: not known yet: at the pace last measured of any reader, a
-        consumer starting a range most likely reads as the last one did, so its first GETs
-        are as deep as its later ones; the minimum before any)."""
-        if seconds_per_chunk is None:
-            seconds_per_chunk = self._last_pace
-        else:
+    def _read_ahead(self, seconds_per_chunk: float | None, *, index: int) -> int:
+        """Chunks to read ahead of a sequential reader in chunk ``index`` of a segment that
+        took ``seconds_per_chunk`` for its last chunk (``None``: not known yet). A reader
+        not measured yet in a segment's first chunk, where catch-up consumers start, reads
+        ahead at the pace last measured of any reader: it most likely reads as the last one
+        did, so its first GETs are as deep as its later ones. Elsewhere (a random read
+        looks like one), and before any reader is measured, the minimum."""
+        if seconds_per_chunk is not None:
             self._last_pace = seconds_per_chunk
+        elif index == 0:
+            seconds_per_chunk = self._last_pace
         return read_ahead_chunks(
             self._bounds, get_seconds=self._get_seconds, seconds_per_chunk=seconds_per_chunk
         )

@@ -637,3 +637,17 @@ async def test_read_ahead_across_segments_never_drops_a_nearer_chunk_for_a_farth
         assert await cache.read(meta, 0, 32) == content(meta)
     assert len(storage.gets) == len({seg for seg, _, _ in storage.gets})  # none GET twice
     assert cache.hits == 3
+
+
+async def test_a_read_past_a_segments_first_chunk_not_measured_gets_the_minimum() -> None:
+    """After a fast reader, a read elsewhere than a segment's first chunk (a random read
+    looks like one) is not sized like that reader: the minimum."""
+    storage = TimedStorage(get_seconds=1.0)
+    first, other = segment(32 * 40), segment(32 * 40)
+    cache = timed_cache(storage, max_bytes=100_000)
+    await cache.read(first, 0, 32)
+    await settle()
+    storage.now = 1.1
+    await cache.read(first, 32, 64)
+    assert cache.read_ahead_bytes(other, 0) == 20 * 32
+    assert cache.read_ahead_bytes(other, 32 * 10) == 32
