@@ -341,7 +341,6 @@ class ChunkCache:
         wanted = range(first, first + min(count, max(1, self._bounds.maximum)))
         self._wanted.clear()
         self._touch_ahead(metadata.segment_id.id, wanted)
-        self._touch_behind((metadata.segment_id.id, first))
         for index in wanted:
             self._start_prefetch(metadata, index)
 
@@ -462,19 +461,21 @@ class ChunkCache:
         key = (metadata.segment_id.id, index)
         if key in self._memory or key in self._ahead or key in self._loads:
             return
-        if len(self._prefetching) >= self._prefetch_slots or not self._room_ahead():
+        if len(self._prefetching) >= self._prefetch_slots or not self._room_ahead(key):
             return
         self.prefetches += 1
         self._prefetching.add(key)
         task = self._loads.start(key, lambda: self._load(metadata, key, ahead=True))
         task.add_done_callback(lambda _done: self._prefetching.discard(key))
 
-    def _room_ahead(self) -> bool:
-        """Whether one more read-ahead GET fits the read-ahead budget with those in flight
-        and the chunks read ahead, after dropping the least recently wanted of those (not
-        one that the read-ahead being planned wants: nearer than the GET it would make room
-        for)."""
+    def _room_ahead(self, key: _Key) -> bool:
+        """Whether a read-ahead GET of ``key`` fits the read-ahead budget with those in
+        flight and the chunks read ahead, after dropping the least recently wanted of those
+        (not one that the read-ahead being planned wants, nor one nearer to its reader than
+        ``key``)."""
         budget, reserved = self._ahead.maxsize, (len(self._prefetching) + 1) * self.chunk_bytes
+        if reserved + self._ahead.currsize > budget:
+            self._touch_behind(key)  # only now: a walk per GET wanted would cost CPU per read
         while reserved + self._ahead.currsize > budget:
             oldest = self._ahead.oldest()
             if oldest is None or oldest in self._wanted:
