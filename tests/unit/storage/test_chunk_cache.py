@@ -365,7 +365,7 @@ async def test_read_ahead_evicts_no_chunk_from_the_cache() -> None:
     await cache.read(other, 0, 10)
     await settle()
     assert len(storage.gets) == 2 + 9
-    assert await cache.read(meta, 0, 64) == content(meta)
+    assert bytes(await cache.read(meta, 0, 64)) == content(meta)
     assert len(storage.gets) == 2 + 9
 
 
@@ -572,7 +572,7 @@ def test_sequential_readers_get_exact_bytes_within_bounds_and_chunks_in_order(
             meta, position = metas[number], positions[number]
             if position < meta.segment_size_in_bytes:
                 read = await cache.read(meta, position, position + read_bytes)
-                assert read == content(meta)[position : position + read_bytes]
+                assert bytes(read) == content(meta)[position : position + read_bytes]
                 positions[number] += len(read)
             if turn % 2:
                 await settle()
@@ -634,7 +634,7 @@ async def test_read_ahead_across_segments_never_drops_a_nearer_chunk_for_a_farth
         cache.prefetch(following, 0, 32, after=before)
         await settle()
     for meta in segments[1:4]:
-        assert await cache.read(meta, 0, 32) == content(meta)
+        assert bytes(await cache.read(meta, 0, 32)) == content(meta)
     assert len(storage.gets) == len({seg for seg, _, _ in storage.gets})  # none GET twice
     assert cache.hits == 3
 

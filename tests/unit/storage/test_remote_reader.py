@@ -295,7 +295,7 @@ async def test_the_next_segment_is_read_ahead_while_the_first_read_waits(tmp_pat
         assert storages[0].started == [0, 2]
         assert not reading.done()
         storages[0].gate.set()
-        assert (await reading).records == first[0]
+        assert bytes((await reading).records) == first[0]
     finally:
         storages[0].gate.set()
         await log.close()
