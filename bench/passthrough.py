@@ -4,13 +4,15 @@ through ``tierproxy serve``, alternating in one run.
 Run::
 
     .venv/bin/python -m bench.passthrough                        # embedded Apache Kafka 4.x
-    .venv/bin/python -m bench.passthrough --data-mib 512 --pairs 5
+    .venv/bin/python -m bench.passthrough --data-mib 256 --pairs 3   # quicker, noisier
     KAFKA_HOME=/opt/kafka .venv/bin/python -m bench.passthrough  # another Kafka (KRaft)
     KAFKA_BOOTSTRAP=host:9092 .venv/bin/python -m bench.passthrough
     TIERPROXY_BENCH_RESULTS=/tmp/r .venv/bin/python -m bench.passthrough --only 'raw Fetch'
 
 Workloads, each run direct (A) and through the proxy (B), alternating A B / B A for
-``--pairs`` pairs, reporting medians and the median of the per-pair ratios:
+``--pairs`` pairs after ``--warmup`` unmeasured rounds of each, reporting medians and the
+median of the per-pair ratios (with 1 GiB of data a raw 1 MiB round lasts about 1-3 s; at
+256 MiB it lasted 0.3 s, and the first pairs of a run met a broker whose JIT was still cold):
 
 * consumer throughput, 1 KiB records, one partition of ``--data-mib`` MiB written before the
   rounds (so the data is warm in the broker): a raw Fetch loop (one Fetch in flight, records
@@ -21,7 +23,7 @@ Workloads, each run direct (A) and through the proxy (B), alternating A B / B A 
   8 MiB fetch gets 8 MiB answers); confluent-kafka (librdkafka) with
   ``fetch.queue.backoff.ms=0``; kcat where it can talk to the broker directly; and Kafka's
   Java consumer (``ConsumerPerformance`` from the broker's jars; JVM start-up, about 3 s on a
-  busy machine, is in each round on both paths, so give it ``--data-mib`` 1024 or more).
+  busy machine, is in each round on both paths, hence the default ``--data-mib`` 1024).
   CPU seconds per GiB of the proxy process and the broker are recorded next to MiB/s.
 * the anchor: the raw Fetch loops through tierproxy against a plain TCP forwarder
   (:mod:`bench.forwarder`, which understands nothing), alternating. Kroxylicious would be the
@@ -679,6 +681,23 @@ async def measure_produce(
     return results
 
 
+async def warmed_alternation(
+    args: argparse.Namespace,
+    a: Callable[[], Awaitable[ConsumerRound]],
+    b: Callable[[], Awaitable[ConsumerRound]],
+) -> list[Pair[ConsumerRound]]:
+    """``--warmup`` unmeasured rounds of each path, then ``--pairs`` alternating pairs.
+
+    The first workload's direct rounds rose from 544 to 935 MiB/s over its five pairs (the
+    broker's JIT: its CPU per GiB fell from 2.1 to 0.5 s), so the first pairs of a run
+    measured a cold broker, and rows measured later (the forwarder anchors) a warm one.
+    """
+    for _ in range(args.warmup):
+        await a()
+        await b()
+    return await alternate_async(args.pairs, a, b)
+
+
 def profile_path(directory: Path | None, workload: str) -> Path | None:
     """Where the proxy's profile during ``workload`` goes, if profiling."""
     if directory is None:
@@ -700,8 +719,8 @@ async def against(
     for name, workload in workloads.items():
         if not name.startswith("raw Fetch"):
             continue
-        pairs = await alternate_async(
-            args.pairs,
+        pairs = await warmed_alternation(
+            args,
             charged(name, a, a_pid, None, workload),
             charged(name, b, b_pid, None, workload),
         )
@@ -749,6 +768,7 @@ async def run(
         "broker": broker.version,
         "data_mib": args.data_mib,
         "pairs": args.pairs,
+        "warmup_rounds_per_path": args.warmup,
         "record_bytes": RECORD_BYTES,
         "produce_rate": args.produce_rate,
         "data": "warm (written just before the rounds)",
@@ -792,8 +812,8 @@ async def run(
         for name, workload in workloads.items():
             profile = profile_path(args.profile, name)
             with record(proxy_pid, profile):
-                pairs = await alternate_async(
-                    args.pairs,
+                pairs = await warmed_alternation(
+                    args,
                     charged(name, direct, None, broker_pid, workload),
                     charged(name, proxy, proxy_pid, broker_pid, workload),
                 )
@@ -855,8 +875,16 @@ def plot(result: dict[str, Any]) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-mib", type=int, default=256, help="consumer data (1 partition)")
+    parser.add_argument(
+        "--data-mib",
+        type=int,
+        default=1024,
+        help="consumer data (1 partition); at 256 a raw 1 MiB round lasted 0.3 s",
+    )
     parser.add_argument("--pairs", type=int, default=5, help="A/B pairs per workload (>= 3)")
+    parser.add_argument(
+        "--warmup", type=int, default=1, help="unmeasured rounds of each path per workload"
+    )
     parser.add_argument("--produce-rate", type=float, default=500.0, help="Produce requests/s")
     parser.add_argument("--produce-seconds", type=float, default=6.0)
     parser.add_argument(
