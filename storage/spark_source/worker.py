@@ -45,15 +45,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import ctypes
-import ctypes.util
 import gc
-import platform
 import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
 from typing import Any, Final, TypeVar
 
+from storage.glibc_malloc import keep_freed_buffers
 from storage.index_cache import RemoteIndexCache
 from storage.rsm.base import RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
@@ -72,8 +70,6 @@ _frozen_with: int | None = None
 """How many storage managers the worker had when it last froze its heap (``None``: never)."""
 
 
-_M_TRIM_THRESHOLD: Final = -1
-_M_MMAP_THRESHOLD: Final = -3
 _KEPT_FREE_BYTES: Final = 128 * 1024 * 1024
 """Free memory glibc keeps at the heap's top: a few GET bodies (a slice's current and
 next read in each of a worker's threads)."""
@@ -90,11 +86,9 @@ def keep_freed_memory() -> None:
     if _tuned:
         return
     _tuned = True
-    if platform.libc_ver()[0] != "glibc":
-        return
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    libc.mallopt(_M_TRIM_THRESHOLD, _KEPT_FREE_BYTES)
-    libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_ABOVE_BYTES)
+    keep_freed_buffers(
+        trim_threshold_bytes=_KEPT_FREE_BYTES, mmap_threshold_bytes=_MMAP_ABOVE_BYTES
+    )
 
 
 def freeze_heap() -> None:

@@ -8,8 +8,6 @@ process instead of once per task.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import gc
 import os
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -17,6 +15,7 @@ from typing import Any, TypeVar
 
 import uvloop
 
+from storage.glibc_malloc import keep_freed_buffers
 from storage.rsm.base import RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
 
@@ -81,8 +80,6 @@ class WorkerRuntime:
         return self._storage[key]
 
 
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
 _MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
 """glibc's largest allowed threshold: the 16 MiB S3 parts and 8 MiB Fetch records stay below."""
 _TRIM_THRESHOLD_BYTES = 256 * 1024 * 1024
@@ -90,24 +87,13 @@ _TRIM_THRESHOLD_BYTES = 256 * 1024 * 1024
 
 
 def _keep_freed_buffers() -> None:
-    """Let glibc's malloc reuse freed large buffers instead of returning them to the kernel.
-
-    A task allocates a few buffers of megabytes per Fetch and per S3 part (the records kio
-    copies out, the bytearray each part is sent from). glibc maps each such buffer afresh
-    and unmaps it when freed, or trims the heap it came from, so every use faults in and
-    zeroes new pages: in perf profiles of an upload, ``clear_page_erms`` and
-    ``exc_page_fault`` took a quarter of the samples, more than the copy itself. Serving
-    them from a heap that is kept (below 32 MiB; up to 256 MiB of it free) reuses pages
-    that are already mapped. Only glibc has ``mallopt``; elsewhere nothing changes.
-    """
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt if name else None
-    except (OSError, AttributeError):
-        mallopt = None
-    if mallopt is not None:
-        mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_BYTES)
-        mallopt(_M_TRIM_THRESHOLD, _TRIM_THRESHOLD_BYTES)
+    """Let glibc's malloc reuse the task's freed large buffers (the records kio copies out,
+    the bytearray each S3 part is sent from) instead of returning them to the kernel: in
+    perf profiles of an upload, ``clear_page_erms`` and ``exc_page_fault`` took a quarter of
+    the samples, more than the copy itself (:mod:`storage.glibc_malloc`)."""
+    keep_freed_buffers(
+        trim_threshold_bytes=_TRIM_THRESHOLD_BYTES, mmap_threshold_bytes=_MMAP_THRESHOLD_BYTES
+    )
 
 
 def _freeze_long_lived() -> None:

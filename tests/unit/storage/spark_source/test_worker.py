@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from storage import glibc_malloc
 from storage.rsm.config import RemoteStorageConfig
 from storage.spark_source import worker
 
@@ -69,8 +70,8 @@ def test_the_allocator_is_tuned_once(monkeypatch: pytest.MonkeyPatch) -> None:
     worker.keep_freed_memory()
 
     assert calls == [
-        (worker._M_TRIM_THRESHOLD, worker._KEPT_FREE_BYTES),
-        (worker._M_MMAP_THRESHOLD, worker._MMAP_ABOVE_BYTES),
+        (glibc_malloc.M_TRIM_THRESHOLD, worker._KEPT_FREE_BYTES),
+        (glibc_malloc.M_MMAP_THRESHOLD, worker._MMAP_ABOVE_BYTES),
     ]
 
 
