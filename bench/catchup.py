@@ -10,7 +10,7 @@ slow down a consumer at the head of the log that goes through the same proxy?
 Run::
 
     .venv/bin/python -m bench.catchup                      # embedded Tansu + SeaweedFS
-    .venv/bin/python -m bench.catchup --data-mib 256 --pairs 5 --consumers 1 4 8
+    .venv/bin/python -m bench.catchup --data-mib 512 --pairs 5 --consumers 1 4 8
     .venv/bin/python -m bench.catchup --tier local      # no SeaweedFS: a directory tier
     KAFKA_HOME=/opt/kafka .venv/bin/python -m bench.catchup
 
@@ -21,14 +21,23 @@ then ``--tail-mib`` more is produced in 16 KiB batches that stays local. The pro
 its default chunks (4 MiB, read ahead from 2 up to the bound of :mod:`storage.read_ahead`,
 64 MiB, within the default read-ahead budget of 64 MiB: memory apart from the cache) and a
 chunk cache of ``--chunk-cache-mib`` (96 MiB by default). The cache is smaller than the data
-(128 MiB by default), so every round reads the whole range from SeaweedFS again (an LRU
+(256 MiB by default), so every round reads the whole range from SeaweedFS again (an LRU
 smaller than a sequential scan never hits; GETs per GiB, about 256 for 4 MiB chunks, show it;
 concurrent readers of one chunk still share its GET). The budget holds only chunks read ahead
 and not read yet, so it does not let the cache keep the range either. The cache is not
 smaller than it needs to be: the proxy's default is 256 MiB, and the earlier 32 MiB cache
 (with 96 MiB of data), an eighth of that, evicted the chunks a response was still writing:
 their buffers could not take the next GETs (:class:`storage.rsm.s3_ranged_get.SpareBodies`),
-so the proxy allocated new ones. Keep ``--chunk-cache-mib`` below ``--data-mib``.
+so the proxy allocated new ones. The data must exceed the cache by a reader's deepest
+read-ahead (:data:`storage.read_ahead.MAX_READ_AHEAD_BYTES`, 64 MiB): after a round, the cache
+holds the range's last ``--chunk-cache-mib``, so a reader back at its start finds the chunks
+more than data - cache ahead of it still cached. Read-ahead skips those, and the reader's own
+misses evict them before it gets there: with 128 MiB of data and the 96 MiB cache, read-ahead
+reached at most 32 MiB ahead (never more than 9 GETs in flight, a trace of the GETs showed),
+below the 42 MiB a reader at 600 MiB/s needs behind 70 ms GETs. A cold catch-up (a range not
+read before) has no such cap. Rounds are longer too: 128 MiB at 600 MiB/s took 0.2 s, of which
+the round's first read, cold by design, waited one whole GET (85 ms with 50 ms to the first
+byte).
 
 Catch-up: N raw Fetch loops (Fetch v12, one request in flight each, records left as bytes),
 each reading offsets [0, tiered end] with ``partition_max_bytes`` of 1 MiB and 8 MiB, run
@@ -52,10 +61,12 @@ Object-storage latency (``--s3-first-byte-ms``, default 20 and 50; 0 is the cont
 second proxy reads SeaweedFS through :mod:`bench.forwarder` (``--splice``: in the kernel, so
 the emulation costs little CPU), which holds each answer's first byte that long (a GET's
 time to first byte on real object storage); one catch-up loop alternates between the
-undelayed proxy and the delayed one. Reported: the ratio delayed / undelayed (both read the
+undelayed proxy and the delayed one, each warmed first (:func:`warm_up`; the delayed proxy
+was not, and its first round GET every offset index through the delay, one segment after
+another, and added about 45 GETs per GiB over three pairs: 313 against the undelayed 269, with
+the same reads). Reported: the ratio delayed / undelayed (both read the
 range from object storage: the chunk cache is smaller than it), object-storage GETs per
-GiB, from the proxy's cache metrics (chunk GETs + index misses; a fresh proxy's first round
-also GETs every offset index, about 45 per GiB over three pairs), and the forwarder's CPU
+GiB, from the proxy's cache metrics (chunk GETs + index misses), and the forwarder's CPU
 seconds per GiB. Skipped with ``--tier local``, which has no object storage to delay.
 
 ``--profile DIR`` samples the proxy with py-spy during each catch-up cell (both paths'
@@ -125,6 +136,7 @@ from bench.tail import (
 from bench.tiering import produce_and_tier, remote_tier, servers_from_env, tier_settings
 from proxy.embedded import BrokerInfo, S3Info
 from proxy.embedded.tierproxy import TierproxyServer, proxy_process
+from storage.read_ahead import MAX_READ_AHEAD_BYTES
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 
@@ -535,6 +547,7 @@ async def latency_rounds(
             assert slow.process.pid is not None
             slow_pids = dataclasses.replace(pids, proxy=slow.process.pid)
             slow_endpoint = Endpoint(name="proxy", host="127.0.0.1", port=slow.port)
+            await warm_up(slow_endpoint, setup)
             slow_round = catchup_round(slow_endpoint, setup, slow_pids, 1, max(args.fetch_mib))
             before = (gets(warm), gets(slow), cpu_seconds(forwarder_pid))
             pairs = await alternate_async(
@@ -549,8 +562,10 @@ async def latency_rounds(
                     args, broker, through(target, port), setup.topic, tree=args.baseline_tree
                 ) as old:
                     assert old.process.pid is not None
+                    old_endpoint = Endpoint(name="baseline", host="127.0.0.1", port=old.port)
+                    await warm_up(old_endpoint, setup)
                     old_round = catchup_round(
-                        Endpoint(name="baseline", host="127.0.0.1", port=old.port),
+                        old_endpoint,
                         setup,
                         dataclasses.replace(pids, proxy=old.process.pid),
                         1,
@@ -646,10 +661,13 @@ def plot(result: dict[str, Any]) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-mib", type=int, default=128, help="tiered data (1 partition)")
+    parser.add_argument("--data-mib", type=int, default=256, help="tiered data (1 partition)")
     parser.add_argument("--tail-mib", type=int, default=4, help="untiered data after it")
     parser.add_argument(
-        "--chunk-cache-mib", type=int, default=96, help="below --data-mib (see the docstring)"
+        "--chunk-cache-mib",
+        type=int,
+        default=96,
+        help="at least 64 below --data-mib (see the docstring)",
     )
     parser.add_argument(
         "--tier",
@@ -680,8 +698,11 @@ def main() -> None:
         help="object-storage first-byte delays to compare with none (none: skip)",
     )
     args = parser.parse_args()
-    if args.chunk_cache_mib >= args.data_mib:
-        parser.error("--chunk-cache-mib must be below --data-mib: rounds must read object storage")
+    if args.chunk_cache_mib + MAX_READ_AHEAD_BYTES // MIB > args.data_mib:
+        parser.error(
+            "--data-mib must exceed --chunk-cache-mib by the deepest read-ahead "
+            f"({MAX_READ_AHEAD_BYTES // MIB} MiB): rounds must read object storage"
+        )
     with servers_from_env(with_s3=args.tier == "s3") as servers:
         result = asyncio.run(
             run(args, servers.broker, servers.s3, servers.broker_pid, servers.s3_pid)
