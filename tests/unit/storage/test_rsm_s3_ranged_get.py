@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -15,6 +17,8 @@ import pytest
 from storage.rsm.s3_ranged_get import RangedGets, SpareBodies
 
 OBJECT = bytes(range(256)) * 64  # 16 KiB
+TICKS = itertools.count()
+"""A clock's readings, one second apart."""
 
 Answer = Callable[[bytes], list[bytes]]
 """From a request's head, the pieces to write back (each written and drained on its own)."""
@@ -79,7 +83,12 @@ async def read(gets: RangedGets, start: int, end: int) -> bytes:
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[tuple[Server, RangedGets, list[str]]]:
+def clock() -> Callable[[], float]:
+    return time.monotonic
+
+
+@pytest.fixture
+async def server(clock: Callable[[], float]) -> AsyncIterator[tuple[Server, RangedGets, list[str]]]:
     script = Server([])
     listener = await asyncio.start_server(script.handle, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
@@ -89,7 +98,7 @@ async def server() -> AsyncIterator[tuple[Server, RangedGets, list[str]]]:
         signed.append(key)
         return f"http://127.0.0.1:{port}/{bucket}/{key}?X-Amz-Signature=abc"
 
-    gets = RangedGets(presign, max_connections=2, connect_timeout=5, read_timeout=5)
+    gets = RangedGets(presign, max_connections=2, connect_timeout=5, read_timeout=5, clock=clock)
     yield script, gets, signed
     gets.close()
     listener.close()
@@ -109,6 +118,35 @@ async def test_answers_are_read_in_place_over_one_kept_alive_connection(
     assert signed == ["k.log"]  # one presigned URL serves the object
     assert script.heads[0].startswith(b"GET /b/k.log?X-Amz-Signature=abc HTTP/1.1\r\n")
     assert b"\r\nRange: bytes=0-4999\r\n" in script.heads[0]
+
+
+@pytest.mark.parametrize("clock", [lambda: float(next(TICKS))])
+async def test_each_get_is_timed_to_its_first_byte_and_its_last(
+    server: tuple[Server, RangedGets, list[str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """On a clock that ticks once per reading: asked at one tick, the first byte read at the
+    next (by the connection's reader), the last at the one after."""
+    script, gets, _signed = server
+    script.answers = [lambda head: partial(*requested_range(head))] * 2
+    with caplog.at_level(logging.DEBUG, logger="storage.rsm.s3_ranged_get"):
+        assert await read(gets, 0, 5000) == OBJECT[:5000]
+        assert await read(gets, 5000, 6000) == OBJECT[5000:6000]
+    timings = [r.getMessage() for r in caplog.records if "first byte" in r.getMessage()]
+    assert timings == [
+        f"ranged GET of s3://b/k.log from byte {start}: first byte after 1000.0 ms, last "
+        "after 2000.0 ms, 1 GETs in flight"
+        for start in (0, 5000)
+    ]
+
+
+async def test_gets_are_not_timed_without_debug_logging(
+    server: tuple[Server, RangedGets, list[str]], caplog: pytest.LogCaptureFixture
+) -> None:
+    script, gets, _signed = server
+    script.answers = [lambda head: partial(*requested_range(head))]
+    with caplog.at_level(logging.INFO, logger="storage.rsm.s3_ranged_get"):
+        assert await read(gets, 0, 100) == OBJECT[:100]
+    assert not caplog.records
 
 
 @pytest.mark.parametrize(
