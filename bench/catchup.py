@@ -676,7 +676,7 @@ def main() -> None:
         help="the remote tier: S3 (SeaweedFS unless S3_ENDPOINT; the default, catch-up being "
         "about object storage) or a local directory (no S3 server started)",
     )
-    parser.add_argument("--pairs", type=int, default=3, help="A/B pairs per cell (>= 3)")
+    parser.add_argument("--pairs", type=int, default=5, help="A/B pairs per cell (>= 3)")
     parser.add_argument("--consumers", type=int, nargs="+", default=[1, 4, 8])
     parser.add_argument("--fetch-mib", type=int, nargs="+", default=[1, 8])
     parser.add_argument(
