@@ -369,11 +369,10 @@ async def test_read_ahead_evicts_no_chunk_from_the_cache() -> None:
     assert len(storage.gets) == 2 + 9
 
 
-async def test_a_full_budget_drops_the_farthest_chunk_of_the_reader_that_read_least_recently() -> (
-    None
-):
+async def test_readers_still_reading_never_drop_each_others_chunks_read_ahead() -> None:
     """Two readers share a budget of 5 chunks, 3 read ahead of each: the second reader's
-    last chunk read ahead drops the first reader's farthest (its nearer two stay)."""
+    third chunk does not fit and is not read ahead (nothing of the first's is dropped for
+    it); reading both segments through, every chunk is read from storage once."""
     storage = FakeStorage()
     first, second = segment(32 * 10), segment(32 * 10)
     cache = ChunkCache(
@@ -383,13 +382,37 @@ async def test_a_full_budget_drops_the_farthest_chunk_of_the_reader_that_read_le
     await settle()
     await cache.read(second, 0, 10)
     await settle()
-    assert cache.evictions == 1
-    await cache.read(first, 32, 40)
-    await cache.read(first, 64, 70)
+    assert cache.prefetches == 3 + 2
+    for start in range(32, 32 * 10, 32):
+        for meta in (first, second):
+            assert bytes(await cache.read(meta, start, start + 32)) == content(meta)[start:][:32]
+            await settle()
+            assert cache.size_bytes <= 32 * (4 + 5)
+    assert len(storage.gets) == len(set(storage.gets)) == 20
+
+
+async def test_a_stopped_readers_chunks_make_room_for_another_readers_read_ahead() -> None:
+    """Chunks no read has wanted for five seconds are a stopped reader's: a full budget
+    drops them, least recently wanted first, for a reader still reading."""
+    storage, now = FakeStorage(), [0.0]
+    first, second = segment(32 * 10), segment(32 * 10)
+    cache = ChunkCache(
+        storage,
+        max_bytes=32 * 4,
+        chunk_bytes=32,
+        prefetch_chunks=3,
+        read_ahead_max_bytes=32 * 5,
+        clock=lambda: now[0],
+    )
+    await cache.read(first, 0, 10)
     await settle()
-    starts = [s for seg, s, _ in storage.gets if seg == first.segment_id.id]
-    assert sorted(starts) == [0, 32, 64, 96, 96, 128, 160]
-    assert cache.size_bytes <= 32 * (4 + 5)
+    now[0] = 5.1
+    await cache.read(second, 0, 10)
+    await settle()
+    assert cache.prefetches == 3 + 3
+    assert cache.evictions == 1
+    assert bytes(await cache.read(second, 32 * 3, 32 * 4)) == content(second)[32 * 3 : 32 * 4]
+    assert cache.misses == 2  # the first chunk of each segment only
 
 
 async def test_read_ahead_reaches_into_the_next_segment_as_far_as_the_reader_needs() -> None:
