@@ -103,6 +103,13 @@ from typing import Any
 import confluent_kafka
 
 from bench import forwarder
+from bench.clients import (
+    RECORD_BYTES,
+    Endpoint,
+    FetchTally,
+    raw_fetch_all,
+    topic_id_and_end,
+)
 from bench.common import (
     GIB,
     KIB,
@@ -115,13 +122,6 @@ from bench.common import (
     produce_retrying,
     save_json,
     throughput_summary,
-)
-from bench.passthrough import (
-    RECORD_BYTES,
-    Endpoint,
-    FetchTally,
-    raw_fetch_all,
-    topic_id_and_end,
 )
 from bench.pipeline import BACKENDS, Target
 from bench.profile import record
@@ -213,15 +213,18 @@ async def prepare(
     return Setup(topic=topic, topic_id=topic_id, tiered_end=end + 1, high_watermark=high_watermark)
 
 
-def produce_head(bootstrap: str, topic: str, count: int) -> None:
+def produce_head(bootstrap: str, topic: str, count: int, partitions: int = 1) -> None:
     """The untiered head, in the 16 KiB batches of a default producer (the bulk before it
-    is written in 1 MiB batches to load fast)."""
+    is written in 1 MiB batches to load fast), ``count`` records spread over
+    ``partitions``."""
     producer = confluent_kafka.Producer(
         {"bootstrap.servers": bootstrap, "linger.ms": 5, "batch.size": 16 * KIB, "acks": 1}
     )
     value = os.urandom(RECORD_BYTES)
     for i in range(count):
-        produce_retrying(producer, topic, key=b"head-%08d" % i, value=value)
+        produce_retrying(
+            producer, topic, key=b"head-%08d" % i, value=value, partition=i % partitions
+        )
     if producer.flush(60):
         raise RuntimeError("the head was not produced")
 

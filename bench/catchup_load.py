@@ -27,8 +27,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from bench.clients import Endpoint, FetchTally, raw_fetch_all
 from bench.common import MIB
-from bench.passthrough import Endpoint, FetchTally, raw_fetch_all
 
 __all__ = ["CONSUMERS", "FETCH_MIB", "READY", "LoadSpec", "Pacer", "argv"]
 

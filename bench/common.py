@@ -30,6 +30,7 @@ __all__ = [
     "alternate",
     "alternate_async",
     "bar_chart",
+    "client_cpu_seconds",
     "cpu_seconds",
     "git_state",
     "median",
@@ -132,13 +133,18 @@ def throughput_summary(pairs: Sequence[Pair[R]]) -> dict[str, float]:
 
 
 def produce_retrying(
-    producer: confluent_kafka.Producer, topic: str, *, key: bytes, value: bytes
+    producer: confluent_kafka.Producer,
+    topic: str,
+    *,
+    key: bytes,
+    value: bytes,
+    partition: int = 0,
 ) -> None:
-    """Produce one record to partition 0, serving delivery reports while the producer's
+    """Produce one record to ``partition``, serving delivery reports while the producer's
     local queue is full (confluent-kafka raises BufferError instead of waiting)."""
     while True:
         try:
-            producer.produce(topic, value=value, key=key, partition=0)
+            producer.produce(topic, value=value, key=key, partition=partition)
             return
         except BufferError:
             producer.poll(0.05)
@@ -153,6 +159,14 @@ def cpu_seconds(pid: int | None = None) -> float:
     # utime and stime are fields 14 and 15 of /proc/<pid>/stat (1-based), in clock ticks.
     ticks = int(fields[11]) + int(fields[12])
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def client_cpu_seconds() -> float:
+    """User + system CPU seconds of this process and of its children that have exited and
+    been waited for (a client tool run to completion, such as a JVM)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def git_state() -> dict[str, Any]:

@@ -51,6 +51,7 @@ from typing import Any
 
 import confluent_kafka
 
+from bench.clients import Endpoint, fetch_request, topic_id_and_end
 from bench.common import (
     MIB,
     alternate_async,
@@ -62,7 +63,6 @@ from bench.common import (
     save_json,
 )
 from bench.hostile_attacks import CATEGORIES, Tally, Target, attack
-from bench.passthrough import Endpoint, fetch_request, topic_id_and_end
 from bench.pipeline import Target as TierTarget
 from bench.tiering import produce_and_tier, servers_from_env
 from protocol.frames import DEFAULT_MAX_FRAME_BYTES, encode_frame
@@ -121,6 +121,7 @@ async def prepare(
 ) -> Setup:
     """One partition produced, tiered and deleted by the broker below the tiered end."""
     topic = f"bench-hostile-{uuid.uuid4().hex[:8]}"
+    deleted_once_tiered: dict[str, Any] = {"local.retention.ms": 1, "retention.ms": -1}
     report = await produce_and_tier(
         broker,
         TierTarget(backend="s3", s3=s3, bucket=bucket),
@@ -128,7 +129,7 @@ async def prepare(
         spill=spill,
         data_mib=args.data_mib,
         segment_bytes=SEGMENT_BYTES,
-        **{"local.retention.ms": 1, "retention.ms": -1},
+        **deleted_once_tiered,
     )
     if not report.segments_copied:
         raise RuntimeError("nothing was tiered")

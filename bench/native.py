@@ -1,50 +1,78 @@
 """tierproxy's remote tier against Kafka's own (KIP-405 with LocalTieredStorage) and Kafka's
-local log, on one broker, in one run.
+local log, on one broker, in one run: issue 13's catch-up matrix.
 
-Question (issue 13): how fast is a catch-up read from the remote tier through tierproxy
-compared with the same read from Kafka's native tiered storage, and with Kafka's local log;
-how many Fetch requests per GiB does each take, and how much CPU does each process spend?
+Question (issue 13): per number of partitions (1, 8), client (a raw Fetch v12 loop,
+librdkafka, Kafka's Java consumer) and ``max.partition.fetch.bytes`` (1, 8 MiB), how fast is a
+catch-up read (a) from Kafka's native tiered storage, (b) from tierproxy's remote tier
+through the proxy, (c) from the broker's local log; b/c (goal >= 0.8 in every cell), b/a
+(goal >= 1.5), a/c; CPU seconds per GiB of the broker, the proxy and the client on each path
+(proxy goal <= 1.5); Fetch requests per GiB on each path (8 partitions: b/c <= 1.1)?
 
 Run::
 
-    .venv/bin/python -m bench.native --data-mib 96 --pairs 5
+    .venv/bin/python -m bench.native                     # the whole matrix, then the tail
+    .venv/bin/python -m bench.native --clients "raw Fetch v12" --partitions 8 --tail-seconds 0
+    .venv/bin/python -m bench.native --fetch-mib 1 --pairs 5 --profile /tmp/profile
     .venv/bin/python -m bench.native --tier s3 --pairs 3   # tierproxy on SeaweedFS instead
-    TIERPROXY_BENCH_RESULTS=/tmp/r .venv/bin/python -m bench.native --pairs 3
+    TIERPROXY_BENCH_RESULTS=/tmp/r .venv/bin/python -m bench.native
 
 Set-up: one embedded Apache Kafka 4.x with native tiered storage switched on
 (``KafkaBroker(native_tiered=True)``: Kafka's LocalTieredStorage in the work directory).
 tierproxy's remote tier (``--tier``) is a local directory by default, like LocalTieredStorage,
 so that both remote tiers read local files and the comparison is of the two read paths alone;
 ``--tier s3`` puts it on SeaweedFS, whose own CPU (about 1.3 CPU-s/GiB on two cores) then
-shares the machine with the proxy while the native side pays nothing of the kind. SeaweedFS
-is started only for ``--tier s3``. Three topics of ``--data-mib`` MiB of 1 KiB records, 8 MiB
-segments:
+shares the machine with the proxy while the native side pays nothing of the kind (its CPU is
+then reported too). SeaweedFS is started only for ``--tier s3``. Per partition count in
+``--partitions``, two topics of ``--data-mib`` MiB of 1 KiB records (split evenly over the
+partitions), 8 MiB segments, each followed by an untiered head of ``--tail-mib`` MiB:
 
-* *local*: the tierproxy topic of :func:`bench.catchup.prepare`, read directly from the
-  broker, which still holds it;
-* *tierproxy remote*: the same topic tiered by tierproxy's pipeline and read through the
-  proxy with the offload policy on (it serves the tiered range from its remote tier although
-  the broker has it: the broker's copy plays no part, as if gone);
-* *native remote*: a topic with ``NATIVE_TIERED_TOPIC_CONFIGS`` (every closed segment
-  copied, then deleted locally at once), read directly below its local log start.
+* tierproxy's topic, tiered by one cycle of the real pipeline (:func:`bench.tiering.
+  produce_and_tier`; every topic's metadata in one RLMM topic, so one proxy serves them all).
+  *Local* (c) reads it directly from the broker, which still holds it; *tierproxy remote*
+  (b) reads it through the proxy with the offload policy on (the proxy serves the tiered
+  range from its remote tier although the broker has it: the broker's copy plays no part,
+  as if gone). Both read each partition's tiered range, [0, remote log end].
+* the native topic, with ``NATIVE_TIERED_TOPIC_CONFIGS`` (every closed segment copied, then
+  deleted locally at once); *native remote* (a) reads it directly, [0, local log start).
 
-Each read is one raw Fetch v12 loop (``partition_max_bytes`` 1 MiB and 8 MiB). Two A/B
-comparisons alternate (A B / B A, ``--pairs`` pairs): native remote / local, and tierproxy
-remote / native remote. Reported: median MiB/s, the per-pair ratio, Fetch requests per GiB,
-CPU seconds per GiB of the proxy, broker and SeaweedFS (absent with ``--tier local``). Goal:
-tierproxy remote / native remote >= 1.5. Data is warm (page cache) on every path.
+Clients (``--clients``), each reading every partition from offset 0 to the range's end:
 
-Tail latency (:mod:`bench.tail`, ``--tail-seconds`` per round, 0 to skip): a consumer at the
-head of the log (raw Fetch v12, 64 KiB fetches) alone and while 4 catch-up readers (1 MiB
-fetches, in a process of their own) read the tiered range, in each deployment as a user
-would run it: with tierproxy everything goes through the proxy and the catch-up is served
-from its remote tier; with native tiered storage everything goes to the broker and the
-catch-up is served by its RemoteLogManager. Each deployment reads its own topic, written
-alike. The four cases rotate, ``--pairs`` rounds. Reported: p50/p99, each loaded p99 over
-its own alone p99 (per round, then the median), the ratio of those two ratios (goal <= 1),
-the load's MiB/s (the two remote tiers do not serve the readers at the same rate;
-``--tail-load-mib-per-s`` adds loaded cases capped at one rate in both) and the proxy's
-event-loop lag. Results: ``native.json``, with the tier kind in ``tier``.
+* ``raw Fetch v12``: one Fetch for all the partitions not yet read to their end, one request
+  in flight, records left as bytes (the client costs little, so the path's cost shows);
+  Fetch requests counted by the loop.
+* ``librdkafka``: confluent-kafka's consumer (``fetch.queue.backoff.ms`` 0), standing in for
+  kcat: Debian's kcat links a librdkafka that predates ``fetch.queue.backoff.ms`` and cannot
+  run these rounds. Fetch requests from its statistics.
+* ``Java consumer``: Kafka's ``ConsumerPerformance`` from the broker's jars (the issue's "Java
+  perf test"), a fresh group per round, ``--messages`` the range's record count (it reads
+  the partitions in its own order, so it may read a few records of one partition's head
+  before another's range is done). MiB/s from its own ``fetch.time.ms`` (the JVM start and
+  the group join left out); the CPU figures of the round include them. Fetch requests from
+  its ``fetch-total`` metric.
+
+Each cell (partitions, client, fetch size) runs ``--pairs`` visits; a visit reads the data on
+all three paths, in an order that rotates from visit to visit (c b a, b a c, a c b), so every
+pair of paths meets in both orders (:mod:`bench.matrix`). The ratios b/c, b/a and a/c are
+taken per visit (two paths back to back, an A/B pair) and their medians reported. Before the
+cells, each path of each topic is read once, unmeasured (a fresh proxy's first read loads
+every index; the broker's JIT warms up). Reported per cell: median MiB/s of each path, the
+ratios, CPU seconds per GiB of the broker on each path, of the proxy on tierproxy's, of the
+client (this process and the JVM it ran) on each, and Fetch requests per GiB on each;
+``headline``: the worst and median cells against the goals. Data is warm (page cache) on
+every path. ``--profile DIR`` samples the proxy with py-spy during each cell.
+
+Tail latency (:mod:`bench.tail`, ``--tail-seconds`` per round, 0 to skip; needs 1 in
+``--partitions``): a consumer at the head of the log (raw Fetch v12, 64 KiB fetches) alone and
+while 4 catch-up readers (1 MiB fetches, in a process of their own) read the tiered range, in
+each deployment as a user would run it: with tierproxy everything goes through the proxy and
+the catch-up is served from its remote tier; with native tiered storage everything goes to
+the broker and the catch-up is served by its RemoteLogManager. Each deployment reads its own
+one-partition topic, written alike. The four cases rotate, ``--pairs`` rounds. Reported:
+p50/p99, each loaded p99 over its own alone p99 (per round, then the median), the ratio of
+those two ratios (goal <= 1), the load's MiB/s (the two remote tiers do not serve the readers
+at the same rate; ``--tail-load-mib-per-s`` adds loaded cases capped at one rate in both) and
+the proxy's event-loop lag. Results: ``native.json`` and ``native.png``, with the tier kind in
+``tier``.
 """
 
 from __future__ import annotations
@@ -56,22 +84,42 @@ import os
 import tempfile
 import time
 import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.catchup import (
-    SEGMENT_BYTES,
-    Pids,
-    catchup_round,
-    prepare,
-    produce_head,
-    running_proxy,
-    summarise,
+from bench.catchup import SEGMENT_BYTES, Pids, produce_head, running_proxy
+from bench.clients import (
+    RECORD_BYTES,
+    Consumed,
+    Endpoint,
+    FetchTally,
+    confluent_consume,
+    java_consume,
+    preload,
+    raw_fetch_partitions,
+    topic_id_and_end,
 )
-from bench.common import MIB, alternate_async, save_json
-from bench.passthrough import RECORD_BYTES, Endpoint, preload, topic_id_and_end
-from bench.pipeline import BACKENDS
+from bench.common import MIB, bar_chart, client_cpu_seconds, save_json
+from bench.matrix import (
+    CLIENTS,
+    JAVA,
+    LIBRDKAFKA,
+    LOCAL,
+    NATIVE,
+    PATHS,
+    TIERPROXY,
+    Cell,
+    Data,
+    PathRound,
+    headline,
+    path_round,
+    plan,
+    summarise_cell,
+    visit_order,
+)
+from bench.pipeline import BACKENDS, Target
 from bench.profile import record
 from bench.profile import summarise as summarise_profile
 from bench.tail import (
@@ -82,7 +130,7 @@ from bench.tail import (
     ratio_of_ratios,
     tail_rounds,
 )
-from bench.tiering import remote_tier
+from bench.tiering import produce_and_tier, remote_tier
 from proxy.embedded import (
     KAFKA_4,
     NATIVE_TIERED_TOPIC_CONFIGS,
@@ -93,75 +141,265 @@ from proxy.embedded import (
     create_topic,
     ensure_jars,
 )
+from proxy.embedded.kafka_jars import KafkaDistribution
 from storage.kafka_client import KafkaClient
+from storage.rlmm.config import RemoteLogMetadataConfig
+from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 
 EARLIEST_LOCAL = -4  # ListOffsets: the local log start (KIP-405)
 TIERING_TIMEOUT_S = 300.0
 
 
-async def local_log_start(bootstrap: str, topic: str) -> int:
+# -- set-up --------------------------------------------------------------------------------
+
+
+async def local_log_starts(bootstrap: str, topic: str, partitions: int) -> list[int]:
     async with KafkaClient(bootstrap) as client:
-        (listed,) = await client.list_offsets(None, [(topic, 0, EARLIEST_LOCAL)])
-    return listed.offset
+        listed = await client.list_offsets(
+            None, [(topic, partition, EARLIEST_LOCAL) for partition in range(partitions)]
+        )
+    return [entry.offset for entry in sorted(listed, key=lambda entry: entry.partition)]
 
 
-async def prepare_native(args: argparse.Namespace, broker: BrokerInfo) -> Setup:
-    """A natively tiered topic whose closed segments have left the broker's disk."""
+async def remote_log_ends(
+    bootstrap: str, metadata_topic: str, topic: str, partitions: int
+) -> list[int]:
+    """The first offset after each partition's tiered range, from the RLMM's metadata."""
+    rlmm = TopicBasedRemoteLogMetadataManager(
+        RemoteLogMetadataConfig(topic_name=metadata_topic, topic_partitions=3),
+        bootstrap_servers=bootstrap,
+    )
+    await rlmm.start()
+    try:
+        ends = []
+        for partition in range(partitions):
+            tp = rlmm.cache.topic_id_partition(topic, partition)
+            end = None if tp is None else rlmm.cache.remote_log_end_offset(tp)
+            if end is None:
+                raise RuntimeError(f"nothing of {topic}-{partition} was tiered")
+            ends.append(end + 1)
+    finally:
+        await rlmm.close()
+    return ends
+
+
+async def tier_ours(
+    args: argparse.Namespace,
+    broker: BrokerInfo,
+    target: Target,
+    *,
+    partitions: int,
+    metadata_topic: str,
+) -> str:
+    """A topic tiered by tierproxy's pipeline, its metadata in ``metadata_topic``."""
+    topic = f"bench-native-ours-{uuid.uuid4().hex[:8]}"
+    await produce_and_tier(
+        broker,
+        target,
+        topic=topic,
+        spill=Path(tempfile.mkdtemp(prefix="spill-")),
+        data_mib=args.data_mib,
+        segment_bytes=SEGMENT_BYTES,
+        partitions=partitions,
+        metadata_topic=metadata_topic,
+    )
+    return topic
+
+
+async def prepare_ours(
+    args: argparse.Namespace, broker: BrokerInfo, target: Target, metadata_topic: str
+) -> dict[int, tuple[Data, int]]:
+    """Per partition count, a topic tiered by tierproxy's pipeline: its tiered range and
+    partition 0's high watermark. Every topic is tiered before any gets its head: a later
+    cycle would tier an earlier topic's last segment, rolled by its head, too."""
+    counts = sorted(set(args.partitions))
+    topics = {
+        partitions: await tier_ours(
+            args, broker, target, partitions=partitions, metadata_topic=metadata_topic
+        )
+        for partitions in counts
+    }
+    direct = Endpoint(name="direct", host=broker.host, port=broker.port)
+    prepared = {}
+    for partitions, topic in topics.items():
+        await asyncio.to_thread(
+            produce_head, broker.bootstrap, topic, args.tail_mib * MIB // RECORD_BYTES, partitions
+        )
+        topic_id, high_watermark = await topic_id_and_end(direct, topic)
+        ends = await remote_log_ends(broker.bootstrap, metadata_topic, topic, partitions)
+        print(f"tierproxy, {partitions} partition(s): tiered up to {ends}")
+        prepared[partitions] = (
+            Data(topic=topic, topic_id=topic_id, ends=tuple(ends)),
+            high_watermark,
+        )
+    return prepared
+
+
+async def prepare_native(
+    args: argparse.Namespace, broker: BrokerInfo, *, partitions: int
+) -> tuple[Data, int]:
+    """A natively tiered topic whose closed segments have left the broker's disk; its range
+    below the local log start and partition 0's high watermark."""
     topic = f"bench-native-{uuid.uuid4().hex[:8]}"
     await create_topic(
         broker.bootstrap,
         topic,
+        partitions=partitions,
         configs={**NATIVE_TIERED_TOPIC_CONFIGS, "segment.bytes": str(SEGMENT_BYTES)},
     )
     count = args.data_mib * MIB // RECORD_BYTES
-    await asyncio.to_thread(preload, broker.bootstrap, topic, count)
-    # A head after the bulk rolls its last segment, so the whole bulk can be tiered.
+    await asyncio.to_thread(preload, broker.bootstrap, topic, count, partitions)
+    # A head after the bulk rolls each partition's last segment, so all of it can be tiered.
     await asyncio.to_thread(
-        produce_head, broker.bootstrap, topic, args.tail_mib * MIB // RECORD_BYTES
+        produce_head, broker.bootstrap, topic, args.tail_mib * MIB // RECORD_BYTES, partitions
     )
     deadline = time.monotonic() + TIERING_TIMEOUT_S
-    start = 0
+    starts = [0] * partitions
     while time.monotonic() < deadline:
-        start = await local_log_start(broker.bootstrap, topic)
-        if start >= count * 0.9:
+        starts = await local_log_starts(broker.bootstrap, topic, partitions)
+        if min(starts) >= count / partitions * 0.9:
             break
         await asyncio.sleep(1.0)
-    if start <= 0:
+    if min(starts) <= 0:
         raise RuntimeError("Kafka tiered nothing natively within the timeout")
     direct = Endpoint(name="direct", host=broker.host, port=broker.port)
     topic_id, high_watermark = await topic_id_and_end(direct, topic)
-    print(f"native: local log starts at {start} of {high_watermark}")
-    return Setup(topic=topic, topic_id=topic_id, tiered_end=start, high_watermark=high_watermark)
+    print(f"native, {partitions} partition(s): local logs start at {starts}")
+    return Data(topic=topic, topic_id=topic_id, ends=tuple(starts)), high_watermark
 
 
-async def compare(
+# -- the matrix ----------------------------------------------------------------------------
+
+
+async def consume(cell: Cell, endpoint: Endpoint, data: Data, java: KafkaDistribution) -> Consumed:
+    """One read of ``data`` by the cell's client."""
+    fetch_bytes = cell.fetch_mib * MIB
+    if cell.client == LIBRDKAFKA:
+        return await asyncio.to_thread(
+            confluent_consume, endpoint, data.topic, data.by_partition(), fetch_bytes
+        )
+    if cell.client == JAVA:
+        return await asyncio.to_thread(
+            java_consume, java, endpoint, data.topic, data.records, fetch_bytes
+        )
+    tally = FetchTally()
+    received = await raw_fetch_partitions(
+        endpoint,
+        version=12,
+        topic=data.topic,
+        topic_id=data.topic_id,
+        ends=data.by_partition(),
+        partition_max_bytes=fetch_bytes,
+        tally=tally,
+    )
+    return Consumed(bytes=received, fetches=tally.requests)
+
+
+def reader(
+    cell: Cell, path: str, route: tuple[Endpoint, Data], pids: Pids, java: KafkaDistribution
+) -> Callable[[], Awaitable[PathRound]]:
+    """A measured read of the cell on ``path``: ``route`` is where it connects and what it
+    reads."""
+    endpoint, data = route
+
+    async def measure() -> PathRound:
+        before, client_before = pids.cpu(), client_cpu_seconds()
+        started = time.perf_counter()
+        consumed = await consume(cell, endpoint, data, java)
+        wall = time.perf_counter() - started
+        after, client_after = pids.cpu(), client_cpu_seconds()
+        return path_round(
+            path,
+            received=consumed.bytes,
+            seconds=consumed.seconds if consumed.seconds is not None else wall,
+            fetches=consumed.fetches,
+            cpu={
+                "proxy": after[0] - before[0],
+                "broker": after[1] - before[1],
+                "client": client_after - client_before,
+            },
+        )
+
+    return measure
+
+
+async def warm_up(routes: Mapping[int, Mapping[str, tuple[Endpoint, Data]]]) -> None:
+    """Read every path of every topic once, unmeasured: a fresh proxy's first read loads
+    every index and fills its empty chunk cache; the broker's JIT warms up."""
+    for by_path in routes.values():
+        for endpoint, data in by_path.values():
+            await raw_fetch_partitions(
+                endpoint,
+                version=12,
+                topic=data.topic,
+                topic_id=data.topic_id,
+                ends=data.by_partition(),
+                partition_max_bytes=8 * MIB,
+            )
+
+
+async def measure_matrix(
     args: argparse.Namespace,
+    cells: Sequence[Cell],
+    routes: Mapping[int, Mapping[str, tuple[Endpoint, Data]]],
     pids: Pids,
-    a: tuple[str, Endpoint, Setup],
-    b: tuple[str, Endpoint, Setup],
-) -> dict[str, Any]:
-    """``b`` against ``a``, per fetch size; the summaries' direct_* fields are ``a``'s."""
+) -> tuple[dict[str, Any], dict[Cell, dict[str, float]]]:
+    """Every cell's visits (:func:`bench.matrix.visit_order`) and summaries."""
+    java = ensure_jars(KAFKA_4)
+    await warm_up(routes)
     results: dict[str, Any] = {}
-    for fetch_mib in args.fetch_mib:
-        pairs = await alternate_async(
-            args.pairs,
-            catchup_round(a[1], a[2], pids, 1, fetch_mib),
-            catchup_round(b[1], b[2], pids, 1, fetch_mib),
-        )
-        summary = summarise(pairs)
-        name = f"{b[0]} / {a[0]}, {fetch_mib} MiB fetches"
-        results[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
-        print(
-            f"{name}: ratio {summary['ratio_proxy_to_direct']:.3f}\n"
-            f"  {a[0]:17s} {summary['direct_mib_per_s']:7.1f} MiB/s, "
-            f"{summary['direct_fetches_per_gib']:6.0f} fetches/GiB, CPU-s/GiB broker "
-            f"{summary['broker_cpu_s_per_gib_direct']:.2f}\n"
-            f"  {b[0]:17s} {summary['proxy_mib_per_s']:7.1f} MiB/s, "
-            f"{summary['proxy_fetches_per_gib']:6.0f} fetches/GiB, CPU-s/GiB broker "
-            f"{summary['broker_cpu_s_per_gib_proxy']:.2f} proxy "
-            f"{summary['proxy_cpu_s_per_gib']:.2f}{s3_column(summary.get('s3_cpu_s_per_gib_proxy'))}"
-        )
-    return results
+    summaries: dict[Cell, dict[str, float]] = {}
+    for cell in cells:
+        reads = {
+            path: reader(cell, path, routes[cell.partitions][path], pids, java) for path in PATHS
+        }
+        visits: list[dict[str, PathRound]] = []
+        profile = profile_path(args.profile, cell)
+        with record(pids.proxy, profile):
+            for index in range(args.pairs):
+                visits.append({path: await reads[path]() for path in visit_order(index)})
+        summary = summarise_cell(visits)
+        summaries[cell] = summary
+        results[cell.name] = {
+            "summary": summary,
+            "visits": [
+                {path: asdict(round_) for path, round_ in visit.items()} for visit in visits
+            ],
+        }
+        print_cell(cell, summary)
+        if profile is not None:
+            print("\n".join(summarise_profile(profile, top=25).lines()))
+    return results, summaries
+
+
+def profile_path(directory: Path | None, cell: Cell) -> Path | None:
+    """Where the proxy's profile during ``cell`` goes, if profiling."""
+    if directory is None:
+        return None
+    slug = "".join(c if c.isalnum() else "-" for c in cell.name.lower()).strip("-")
+    return directory / f"native-{slug}.txt"
+
+
+def print_cell(cell: Cell, summary: Mapping[str, float]) -> None:
+    print(
+        f"{cell.name}: b/c {summary['ratio_tierproxy_to_local']:.2f}, "
+        f"b/a {summary['ratio_tierproxy_to_native']:.2f}, "
+        f"a/c {summary['ratio_native_to_local']:.2f}\n"
+        f"  MiB/s a {summary['native_mib_per_s']:.0f} b {summary['tierproxy_mib_per_s']:.0f} "
+        f"c {summary['local_mib_per_s']:.0f}; CPU-s/GiB broker a "
+        f"{summary['broker_cpu_s_per_gib_native']:.2f} b "
+        f"{summary['broker_cpu_s_per_gib_tierproxy']:.2f} c "
+        f"{summary['broker_cpu_s_per_gib_local']:.2f}, proxy b "
+        f"{summary['proxy_cpu_s_per_gib_tierproxy']:.2f}, client a "
+        f"{summary['client_cpu_s_per_gib_native']:.2f} b "
+        f"{summary['client_cpu_s_per_gib_tierproxy']:.2f} c "
+        f"{summary['client_cpu_s_per_gib_local']:.2f}; Fetches/GiB a "
+        f"{summary['fetches_per_gib_native']:.0f} b {summary['fetches_per_gib_tierproxy']:.0f} "
+        f"c {summary['fetches_per_gib_local']:.0f}"
+    )
+
+
+# -- tail latency --------------------------------------------------------------------------
 
 
 TAIL_PROXY_ALONE = "tierproxy: alone"
@@ -243,9 +481,17 @@ def print_tail(summary: dict[str, Any], baselines: dict[str, str]) -> None:
             print(f"{key}: {value:.2f} (goal <= {GOAL_TAIL_RATIO:g}: {verdict})")
 
 
-def s3_column(cpu_s_per_gib: float | None) -> str:
-    """The printout's S3 CPU figure; nothing when there is no S3 process (``--tier local``)."""
-    return "" if cpu_s_per_gib is None else f" s3 {cpu_s_per_gib:.2f}"
+# -- the run -------------------------------------------------------------------------------
+
+
+def tail_setup(data: Data, high_watermark: int) -> Setup:
+    """A one-partition topic as :mod:`bench.tail` reads it."""
+    return Setup(
+        topic=data.topic,
+        topic_id=data.topic_id,
+        tiered_end=data.ends[0],
+        high_watermark=high_watermark,
+    )
 
 
 async def run(
@@ -255,9 +501,15 @@ async def run(
     broker_pid: int | None,
     s3_pid: int | None,
 ) -> dict[str, Any]:
+    cells = plan(args.partitions, args.clients, args.fetch_mib)
+    # One RLMM topic for every tierproxy topic: one proxy serves them all.
+    group = f"bench-native-{uuid.uuid4().hex[:8]}"
     with remote_tier(args.tier, s3, "bench-native") as target:
-        ours = await prepare(args, broker, target, Path(tempfile.mkdtemp(prefix="spill-")))
-        native = await prepare_native(args, broker)
+        ours = await prepare_ours(args, broker, target, f"__rlm-{group}")
+        native = {
+            partitions: await prepare_native(args, broker, partitions=partitions)
+            for partitions in ours
+        }
         direct = Endpoint(name="direct", host=broker.host, port=broker.port)
         result: dict[str, Any] = {
             "broker": broker.version,
@@ -267,40 +519,65 @@ async def run(
             "record_bytes": RECORD_BYTES,
             "data": f"warm: broker log, LocalTieredStorage and tierproxy's {args.tier} tier "
             "files in page cache",
+            "clients": "raw Fetch v12; librdkafka is confluent-kafka's, standing in for kcat "
+            "(Debian's kcat links a librdkafka without fetch.queue.backoff.ms); the Java "
+            "consumer is Kafka's ConsumerPerformance",
             "load_average_at_start": os.getloadavg(),
         }
-        with running_proxy(args, broker, target, ours.topic) as process:
+        with running_proxy(args, broker, target, group) as process:
             proxy = Endpoint(name="proxy", host="127.0.0.1", port=process.port)
             assert process.process.pid is not None
             pids = Pids(proxy=process.process.pid, broker=broker_pid, s3=s3_pid)
-            result["native remote vs local"] = await compare(
-                args, pids, ("local", direct, ours), ("native remote", direct, native)
-            )
-            profile = None if args.profile is None else args.profile / "native-remote-path.txt"
-            with record(pids.proxy, profile):
-                result["tierproxy remote vs native remote"] = await compare(
-                    args,
-                    pids,
-                    ("native remote", direct, native),
-                    ("tierproxy remote", proxy, ours),
-                )
-            if profile is not None:
-                print("\n".join(summarise_profile(profile, top=25).lines()))
-            if args.tail_seconds > 0:
+            routes = {
+                partitions: {
+                    LOCAL: (direct, ours[partitions][0]),
+                    TIERPROXY: (proxy, ours[partitions][0]),
+                    NATIVE: (direct, native[partitions][0]),
+                }
+                for partitions in ours
+            }
+            result["matrix"], summaries = await measure_matrix(args, cells, routes, pids)
+            result["headline"] = headline(summaries)
+            if args.tail_seconds > 0 and 1 in ours:
                 profile = None if args.profile is None else args.profile / "tail.txt"
                 with record(pids.proxy, profile):
                     result["tail"] = await tail_comparison(
                         args,
                         proxy=proxy,
                         direct=direct,
-                        ours=ours,
-                        native=native,
+                        ours=tail_setup(*ours[1]),
+                        native=tail_setup(*native[1]),
                         watch=ProxyWatch.of(process),
                     )
                 if profile is not None:
                     print("\n".join(summarise_profile(profile, top=30).lines()))
+                key = "p99_ratio_tierproxy_load_to_native_load"
+                result["headline"][key] = result["tail"][key]
+                result["headline"][f"goal_{key}"] = GOAL_TAIL_RATIO
         result["load_average_at_end"] = os.getloadavg()
+        print(
+            "load average (1, 5, 15 min): "
+            f"{tuple(round(v, 2) for v in result['load_average_at_start'])} at start, "
+            f"{tuple(round(v, 2) for v in result['load_average_at_end'])} at end"
+        )
         return result
+
+
+def plot(result: Mapping[str, Any]) -> Path:
+    throughput = {
+        name.replace(" partitions", "p").replace(" partition", "p").replace(" fetches", ""): {
+            "a native remote": entry["summary"]["native_mib_per_s"],
+            "b tierproxy remote": entry["summary"]["tierproxy_mib_per_s"],
+            "c local": entry["summary"]["local_mib_per_s"],
+        }
+        for name, entry in result["matrix"].items()
+    }
+    return bar_chart(
+        "native",
+        [("catch-up MiB/s (partitions, client, fetch size)", "MiB/s", throughput)],
+        title=f"native tiered storage vs tierproxy vs local log ({result['broker']}, "
+        f"{result['tier']} tier; medians of {result['pairs']} visits)",
+    )
 
 
 def main() -> None:
@@ -309,7 +586,8 @@ def main() -> None:
         "--data-mib",
         type=int,
         default=384,
-        help="data per topic (1 partition); 384 MiB makes rounds of about a second",
+        help="data per topic (split over its partitions); 384 MiB makes rounds of about a "
+        "second with the raw client",
     )
     parser.add_argument("--tail-mib", type=int, default=4, help="untiered data after it")
     parser.add_argument("--chunk-cache-mib", type=int, default=32)
@@ -320,19 +598,25 @@ def main() -> None:
         help="tierproxy's remote tier: a local directory (the default, like Kafka's "
         "LocalTieredStorage) or S3 on an embedded SeaweedFS",
     )
-    parser.add_argument("--pairs", type=int, default=5, help="A/B pairs per cell (>= 3)")
+    parser.add_argument("--pairs", type=int, default=3, help="visits per cell (>= 3)")
+    parser.add_argument(
+        "--partitions", type=int, nargs="+", default=[1, 8], help="partitions per topic"
+    )
+    parser.add_argument(
+        "--clients", nargs="+", default=list(CLIENTS), choices=CLIENTS, help="the consumers"
+    )
     parser.add_argument(
         "--fetch-mib",
         type=int,
-        nargs="*",
+        nargs="+",
         default=[1, 8],
-        help="catch-up fetch sizes (none: skip the throughput cells)",
+        help="max.partition.fetch.bytes of the catch-up, in MiB",
     )
     parser.add_argument(
         "--tail-seconds",
         type=float,
         default=5.0,
-        help="each tail-latency round (0: skip them)",
+        help="each tail-latency round (0: skip them; they need 1 in --partitions)",
     )
     parser.add_argument(
         "--tail-load-mib-per-s",
@@ -343,7 +627,7 @@ def main() -> None:
     parser.add_argument(
         "--profile",
         type=Path,
-        help="sample the proxy with py-spy during its remote reads and the tail rounds",
+        help="sample the proxy with py-spy during each cell and the tail rounds",
     )
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:
@@ -354,7 +638,7 @@ def main() -> None:
         s3 = None if seaweed is None else seaweed.start()
         s3_pid = None if seaweed is None else seaweed.pid
         result = asyncio.run(run(args, broker, s3, server.pid, s3_pid))
-    print(f"saved {save_json('native', result)}")
+    print(f"saved {save_json('native', result)} and {plot(result)}")
 
 
 if __name__ == "__main__":

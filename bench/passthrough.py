@@ -64,12 +64,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import confluent_kafka
-
 from bench import forwarder
+from bench.clients import (
+    RECORD_BYTES,
+    Endpoint,
+    RawConnection,
+    confluent_consume,
+    java_consume,
+    preload,
+    raw_fetch_all,
+    topic_id_and_end,
+)
 from bench.common import (
     GIB,
-    KIB,
     MIB,
     Pair,
     alternate_async,
@@ -77,20 +84,13 @@ from bench.common import (
     cpu_seconds,
     median,
     percentile,
-    produce_retrying,
     rss_bytes,
     save_json,
     throughput_summary,
 )
 from bench.profile import record, summarise
-from protocol.frames import FrameDecoder, encode_frame
-from protocol.headers import (
-    encode_request_header,
-    parse_response_header,
-    response_header_version,
-)
-from protocol.messages import ApiKey, decode_response, encode_request, nested_class, request_class
-from protocol.records import Record, build_record_batch, iter_batches
+from protocol.messages import ApiKey, nested_class, request_class
+from protocol.records import Record, build_record_batch
 from proxy.embedded import (
     KAFKA_4,
     ManagedProcess,
@@ -100,30 +100,13 @@ from proxy.embedded import (
     free_port,
 )
 from proxy.embedded.info import BrokerInfo
-from proxy.embedded.kafka_jars import KafkaDistribution
-from proxy.embedded.kafka_tools import run_tool
 from proxy.embedded.probe import api_versions
-from storage.kafka_client import KafkaClient
 
-RECORD_BYTES = KIB
 SEGMENT_BYTES = GIB
 """Kafka's default ``log.segment.bytes``. A Fetch answer never spans segments, and the
 embedded broker's 1 MiB segments (small for the tests' sake) made every "8 MiB" round
 fetch 1 MiB answers."""
 IDLE_CONNECTIONS = 200
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Endpoint:
-    """Where a round connects, and the process whose CPU it charges to the path."""
-
-    name: str
-    host: str
-    port: int
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -146,169 +129,7 @@ class ProduceRound:
     max_ms: float
 
 
-# -- raw protocol helpers ----------------------------------------------------------------
-
-
-def build(body_class: type[Any], **candidates: Any) -> Any:
-    """A kio body with the candidate fields its version has."""
-    names = set(body_class.__dataclass_fields__)
-    return body_class(**{name: value for name, value in candidates.items() if name in names})
-
-
-class RawConnection:
-    """One connection that sends requests and reads whole response frames, nothing else."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
-        self._decoder = FrameDecoder(1 << 30)
-        self._correlation = 0
-
-    @classmethod
-    async def open(cls, endpoint: Endpoint) -> RawConnection:
-        reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port, limit=MIB)
-        return cls(reader, writer)
-
-    def send(self, api_key: ApiKey, version: int, body: Any) -> None:
-        self._correlation += 1
-        header = encode_request_header(api_key, version, self._correlation, "bench")
-        self._writer.write(encode_frame(header + encode_request(body)))
-
-    async def receive(self) -> bytes:
-        while True:
-            frame = self._decoder.next_frame()
-            if isinstance(frame, bytes):
-                return frame
-            if frame is not None:
-                raise ConnectionError(f"bad frame {frame}")
-            data = await self._reader.read(4 * MIB)
-            if not data:
-                raise ConnectionError("closed")
-            self._decoder.feed(data)
-
-    async def close(self) -> None:
-        self._writer.close()
-        with contextlib.suppress(ConnectionError):
-            await self._writer.wait_closed()
-
-
-def fetch_request(
-    version: int, topic: str, topic_id: uuid.UUID, offset: int, partition_max_bytes: int
-) -> Any:
-    body_class = request_class(ApiKey.FETCH, version)
-    topic_class = nested_class(body_class, "topics")
-    partition_class = nested_class(topic_class, "partitions")
-    return build(
-        body_class,
-        replica_id=-1,
-        max_wait=datetime.timedelta(milliseconds=500),
-        min_bytes=1,
-        max_bytes=64 * MIB,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(
-            build(
-                topic_class,
-                topic=topic,
-                topic_id=topic_id,
-                partitions=(
-                    build(
-                        partition_class,
-                        partition=0,
-                        current_leader_epoch=-1,
-                        fetch_offset=offset,
-                        last_fetched_epoch=-1,
-                        log_start_offset=-1,
-                        partition_max_bytes=partition_max_bytes,
-                    ),
-                ),
-            ),
-        ),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
-
-
-class FetchTally:
-    """How many Fetch requests the raw loops sent (issue 13 reports requests per GiB: a
-    remote tier that answers in small pieces costs round trips), and the record bytes they
-    received so far (a loop stopped midway has read them too)."""
-
-    __slots__ = ("bytes", "requests")
-
-    def __init__(self) -> None:
-        self.requests = 0
-        self.bytes = 0
-
-
-async def raw_fetch_all(
-    endpoint: Endpoint,
-    *,
-    version: int,
-    topic: str,
-    topic_id: uuid.UUID,
-    end_offset: int,
-    partition_max_bytes: int,
-    tally: FetchTally | None = None,
-    pace: Callable[[int], Awaitable[None]] | None = None,
-) -> int:
-    """Fetch offsets [0, end_offset) of partition 0 one request at a time; bytes received.
-    ``pace``, given each response's record bytes, may hold the next request back."""
-    connection = await RawConnection.open(endpoint)
-    header_version = response_header_version(ApiKey.FETCH, version)
-    assert header_version is not None
-    total = 0
-    offset = 0
-    try:
-        while offset < end_offset:
-            connection.send(
-                ApiKey.FETCH,
-                version,
-                fetch_request(version, topic, topic_id, offset, partition_max_bytes),
-            )
-            frame = await connection.receive()
-            _, header_size = parse_response_header(frame, header_version)
-            response = decode_response(ApiKey.FETCH, version, memoryview(frame)[header_size:])
-            partition = response.responses[0].partitions[0]
-            records = partition.records or b""
-            total += len(records)
-            if tally is not None:
-                tally.requests += 1
-                tally.bytes += len(records)
-            if pace is not None:
-                await pace(len(records))
-            for _, batch in iter_batches(records):
-                offset = batch.next_offset
-    finally:
-        await connection.close()
-    return total
-
-
-def confluent_consume_all(endpoint: Endpoint, topic: str, count: int, fetch_bytes: int) -> int:
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": endpoint.bootstrap,
-            "group.id": "bench",
-            "enable.auto.commit": False,
-            "fetch.queue.backoff.ms": 0,
-            "max.partition.fetch.bytes": fetch_bytes,
-            "fetch.max.bytes": 64 * MIB,
-        }
-    )
-    total = seen = 0
-    try:
-        consumer.assign(
-            [confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)]
-        )
-        while seen < count:
-            for message in consumer.consume(num_messages=10_000, timeout=1.0):
-                if message.error() is None:
-                    seen += 1
-                    total += len(message.value() or b"")
-    finally:
-        consumer.close()
-    return total
+# -- clients (the others are in bench.clients) --------------------------------------------
 
 
 def kcat_consume_all(kcat: str, endpoint: Endpoint, topic: str, fetch_bytes: int) -> int:
@@ -324,25 +145,6 @@ def kcat_consume_all(kcat: str, endpoint: Endpoint, topic: str, fetch_bytes: int
         timeout=600,
     )  # fmt: skip
     return sum(int(line) for line in result.stdout.split())
-
-
-def java_consume_all(
-    distribution: KafkaDistribution, endpoint: Endpoint, topic: str, count: int, fetch_bytes: int
-) -> int:
-    """Kafka's own consumer perf test reading ``count`` records; bytes read."""
-    run_tool(
-        distribution,
-        distribution.consumer_perf_test,
-        "--bootstrap-server", endpoint.bootstrap,
-        "--topic", topic,
-        "--messages", str(count),
-        "--fetch-size", str(fetch_bytes),
-        "--group", f"bench-java-{uuid.uuid4().hex[:8]}",
-        "--timeout", "60000",
-        timeout_s=600,
-        heap="-Xmx512m",
-    )  # fmt: skip
-    return count * RECORD_BYTES
 
 
 def kcat_works(kcat: str | None, endpoint: Endpoint) -> bool:
@@ -482,43 +284,6 @@ def running_proxy(
         process.stop()
 
 
-def preload(bootstrap: str, topic: str, count: int) -> None:
-    producer = confluent_kafka.Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "linger.ms": 20,
-            "batch.size": MIB,
-            "compression.type": "none",
-            "acks": 1,
-        }
-    )
-    value = os.urandom(RECORD_BYTES)
-    for i in range(count):
-        produce_retrying(producer, topic, key=b"%08d" % i, value=value)
-        if i % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(120):
-        raise RuntimeError("preload did not finish")
-
-
-async def topic_id_and_end(broker: Endpoint, topic: str) -> tuple[uuid.UUID, int]:
-    """The topic's id (Metadata) and partition 0's high watermark (a Fetch v12)."""
-    async with KafkaClient(broker.bootstrap) as client:
-        topic_id = (await client.metadata([topic])).topics[topic].topic_id
-    connection = await RawConnection.open(broker)
-    try:
-        connection.send(ApiKey.FETCH, 12, fetch_request(12, topic, topic_id, 0, 1))
-        frame = await connection.receive()
-    finally:
-        await connection.close()
-    _, header_size = parse_response_header(frame, 1)
-    response = decode_response(ApiKey.FETCH, 12, memoryview(frame)[header_size:])
-    return topic_id, int(response.responses[0].partitions[0].high_watermark)
-
-
-# -- measurement -------------------------------------------------------------------------
-
-
 def charged(
     workload: str,
     endpoint: Endpoint,
@@ -590,8 +355,8 @@ def consumer_workloads(
             workloads[f"raw Fetch v{version}, {fetch_mib} MiB"] = raw(version, fetch_mib * MIB)
     for fetch_mib in (1, 8):
         workloads[f"confluent-kafka, {fetch_mib} MiB"] = threaded(
-            lambda endpoint, fetch_bytes: confluent_consume_all(
-                endpoint, topic, count, fetch_bytes
+            lambda endpoint, fetch_bytes: (
+                confluent_consume(endpoint, topic, {0: count}, fetch_bytes).bytes
             ),
             fetch_mib * MIB,
         )
@@ -609,8 +374,8 @@ def client_tools(
     tools: dict[str, Callable[[Endpoint, int], int]] = {}
     if broker.kind == "kafka":
         distribution = ensure_jars(KAFKA_4)
-        tools["Java consumer"] = lambda endpoint, fetch_bytes: java_consume_all(
-            distribution, endpoint, topic, count, fetch_bytes
+        tools["Java consumer"] = lambda endpoint, fetch_bytes: (
+            java_consume(distribution, endpoint, topic, count, fetch_bytes).bytes
         )
     kcat = shutil.which("kcat")
     if kcat is not None and kcat_works(kcat, direct):

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.catchup_load import CONSUMERS, READY, LoadSpec, argv
+from bench.clients import Endpoint, RawConnection, fetch_request
 from bench.common import KIB, median, percentile
-from bench.passthrough import Endpoint, RawConnection, fetch_request
 from protocol.headers import parse_response_header
 from protocol.messages import ApiKey, decode_response
 from proxy.embedded.tierproxy import TierproxyServer

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.clients import RECORD_BYTES, preload
 from bench.common import MIB
-from bench.passthrough import RECORD_BYTES, preload
 from bench.pipeline import Backend, Target, target_for
 from proxy.embedded import (
     BrokerInfo,
@@ -106,12 +106,15 @@ async def produce_and_tier(
     spill: Path,
     data_mib: int,
     segment_bytes: int,
+    partitions: int = 1,
+    metadata_topic: str | None = None,
     **policy: Any,
 ) -> CycleReport:
-    """Create ``topic`` (one partition), preload ``data_mib`` MiB of 1 KiB records keyed
-    ``%08d``, and run one pipeline cycle (Spark local[2]) with the topic ``policy`` (Kafka's
-    names: ``local.retention.ms`` 1 makes the broker delete what was tiered), its metadata
-    in ``__rlm-<topic>``.
+    """Create ``topic`` (``partitions`` partitions), preload ``data_mib`` MiB of 1 KiB
+    records keyed ``%08d`` (split evenly over the partitions), and run one pipeline cycle
+    (Spark local[2]) with the topic ``policy`` (Kafka's names: ``local.retention.ms`` 1 makes
+    the broker delete what was tiered), its metadata in ``metadata_topic`` (by default
+    ``__rlm-<topic>``; one proxy serves the topics that share one).
 
     The broker's own segments are ``segment_bytes`` too, not the embedded broker's 1 MiB:
     Kafka reads one segment per partition per Fetch, so 1 MiB segments would cap a direct
@@ -121,15 +124,20 @@ async def produce_and_tier(
     :raises RuntimeError: the cycle reported errors.
     """
     await create_topic(
-        broker.bootstrap, topic, partitions=1, configs={"segment.bytes": str(segment_bytes)}
+        broker.bootstrap,
+        topic,
+        partitions=partitions,
+        configs={"segment.bytes": str(segment_bytes)},
     )
     started = time.perf_counter()
-    await asyncio.to_thread(preload, broker.bootstrap, topic, data_mib * MIB // RECORD_BYTES)
+    await asyncio.to_thread(
+        preload, broker.bootstrap, topic, data_mib * MIB // RECORD_BYTES, partitions
+    )
     print(f"produced {data_mib} MiB in {time.perf_counter() - started:.1f} s")
     settings = settings_from_flat(
         {
             "bootstrap.servers": broker.bootstrap,
-            **tier_settings(target, f"__rlm-{topic}"),
+            **tier_settings(target, metadata_topic or f"__rlm-{topic}"),
             "tiering.spill.dir": str(spill),
             "topics": [
                 {

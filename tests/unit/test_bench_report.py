@@ -155,3 +155,28 @@ def test_numbers_are_formatted_for_reading() -> None:
     assert fmt(0.81234) == "0.812"
     assert fmt(1048576) == "1,048,576"
     assert fmt(True) == "True"
+
+
+def test_a_result_with_a_headline_shows_only_those_ratios_at_the_top() -> None:
+    native = next(b for b in BENCHMARKS if b.name == "native")
+    result = {
+        "matrix": {
+            "1 partition, raw Fetch v12, 1 MiB fetches": {
+                "summary": {"ratio_tierproxy_to_local": 0.75, "local_mib_per_s": 800.0},
+                "visits": [{}],
+            }
+        },
+        "headline": {
+            "ratio_tierproxy_to_local_worst": 0.75,
+            "goal_ratio_tierproxy_to_local_worst": 0.8,
+            "fetches_ratio_tierproxy_to_local_worst": 1.02,
+            "goal_fetches_ratio_tierproxy_to_local_worst": 1.1,
+        },
+    }
+    outcome = Outcome(benchmark=native, status="ok", result=result, result_time=0)
+    text = render_report([outcome], {}, NOW)
+    top = next(line for line in text.splitlines() if line.startswith("| [native]"))
+    assert "ratio_tierproxy_to_local_worst: **0.750** (goal ≥ 0.800)" in top
+    assert "fetches_ratio_tierproxy_to_local_worst: **1.02** (goal ≤ 1.10)" in top
+    assert "matrix" not in top
+    assert "| 1 partition, raw Fetch v12, 1 MiB fetches | 0.750 | 800 |" in text

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bench.catchup_load import LoadSpec, Pacer, argv, parse
-from bench.passthrough import Endpoint
+from bench.clients import Endpoint
 from bench.tail import (
     LagSnapshot,
     LoopThreadTimes,

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from bench.clients import Endpoint, topic_id_and_end
 from bench.common import MIB, rss_bytes
 from bench.hostile import fetch_frame
 from bench.hostile_attacks import CATEGORIES, Target, attack
-from bench.passthrough import Endpoint, topic_id_and_end
 from protocol.frames import DEFAULT_MAX_FRAME_BYTES
 from proxy.bad_connections import LOG_BURST, LOG_PER_SECOND
 from proxy.embedded import BrokerInfo
