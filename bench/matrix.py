@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from bench.common import GIB, MIB, median
 
 __all__ = [
+    "BASELINE",
     "CLIENTS",
     "GOAL_FETCH_RATIO_TIERPROXY_TO_LOCAL",
     "GOAL_PROXY_CPU_S_PER_GIB",
@@ -50,6 +51,9 @@ TIERPROXY = "tierproxy remote"
 LOCAL = "local"
 """(c) the broker's local log."""
 PATHS = (LOCAL, TIERPROXY, NATIVE)
+BASELINE = "baseline tierproxy remote"
+"""tierproxy's remote tier through a proxy run from another checkout (the code before a
+change): an optional fourth path, for before/after figures from one run."""
 _KEYS = {NATIVE: "native", TIERPROXY: "tierproxy", LOCAL: "local"}
 
 RAW = "raw Fetch v12"
@@ -112,10 +116,10 @@ def plan(partitions: Sequence[int], clients: Sequence[str], fetch_mib: Sequence[
     ]
 
 
-def visit_order(index: int) -> tuple[str, ...]:
-    """Visit ``index``'s order of the paths: :data:`PATHS` rotated left by ``index``."""
-    shift = index % len(PATHS)
-    return (*PATHS[shift:], *PATHS[:shift])
+def visit_order(index: int, paths: Sequence[str] = PATHS) -> tuple[str, ...]:
+    """Visit ``index``'s order of the paths: ``paths`` rotated left by ``index``."""
+    shift = index % len(paths)
+    return (*paths[shift:], *paths[:shift])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,7 +177,8 @@ on the path through it)."""
 
 def summarise_cell(visits: Sequence[Mapping[str, PathRound]]) -> dict[str, float]:
     """Medians over a cell's visits: MiB/s, CPU-s and Fetch requests per GiB of each path,
-    and the per-visit ratios b/c, b/a, a/c (a native remote, b tierproxy remote, c local)."""
+        and the per-visit ratios b/c, b/a, a/c (a native remote, b tierproxy remote, c local); with
+    a :data:`BASELINE` path in every visit, also b / baseline and the baseline's figures."""
     summary = {
         "ratio_tierproxy_to_local": _ratio(visits, TIERPROXY, LOCAL),
         "ratio_tierproxy_to_native": _ratio(visits, TIERPROXY, NATIVE),
@@ -183,6 +188,12 @@ def summarise_cell(visits: Sequence[Mapping[str, PathRound]]) -> dict[str, float
         for path, key in _KEYS.items():
             if field != "proxy_cpu_s_per_gib" or path == TIERPROXY:
                 summary[name.format(key)] = median([getattr(v[path], field) for v in visits])
+    if all(BASELINE in visit for visit in visits):
+        summary["ratio_tierproxy_to_baseline"] = _ratio(visits, TIERPROXY, BASELINE)
+        summary["baseline_mib_per_s"] = median([v[BASELINE].mib_per_s for v in visits])
+        summary["proxy_cpu_s_per_gib_baseline"] = median(
+            [v[BASELINE].proxy_cpu_s_per_gib for v in visits]
+        )
     summary["fetches_ratio_tierproxy_to_local"] = (
         summary["fetches_per_gib_tierproxy"] / summary["fetches_per_gib_local"]
     )

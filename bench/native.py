@@ -80,6 +80,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import tempfile
 import time
@@ -89,7 +90,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench.catchup import SEGMENT_BYTES, Pids, produce_head, running_proxy
+from bench.catchup import SEGMENT_BYTES, Pids, gets, produce_head, running_proxy
 from bench.clients import (
     RECORD_BYTES,
     Consumed,
@@ -103,6 +104,7 @@ from bench.clients import (
 )
 from bench.common import MIB, bar_chart, client_cpu_seconds, save_json
 from bench.matrix import (
+    BASELINE,
     CLIENTS,
     JAVA,
     LIBRDKAFKA,
@@ -142,6 +144,7 @@ from proxy.embedded import (
     ensure_jars,
 )
 from proxy.embedded.kafka_jars import KafkaDistribution
+from proxy.embedded.tierproxy import TierproxyServer
 from storage.kafka_client import KafkaClient
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
@@ -342,23 +345,38 @@ async def measure_matrix(
     args: argparse.Namespace,
     cells: Sequence[Cell],
     routes: Mapping[int, Mapping[str, tuple[Endpoint, Data]]],
-    pids: Pids,
+    proxies: Mapping[str, tuple[Pids, TierproxyServer]],
 ) -> tuple[dict[str, Any], dict[Cell, dict[str, float]]]:
-    """Every cell's visits (:func:`bench.matrix.visit_order`) and summaries."""
+    """Every cell's visits (:func:`bench.matrix.visit_order`) and summaries. ``proxies``:
+    per path through a proxy, the processes to charge and the proxy (its GETs per GiB are
+    reported); the local and native paths are charged to the first's processes."""
     java = ensure_jars(KAFKA_4)
     await warm_up(routes)
     results: dict[str, Any] = {}
     summaries: dict[Cell, dict[str, float]] = {}
+    paths = (*PATHS, *(path for path in proxies if path not in PATHS))
     for cell in cells:
         reads = {
-            path: reader(cell, path, routes[cell.partitions][path], pids, java) for path in PATHS
+            path: reader(
+                cell,
+                path,
+                routes[cell.partitions][path],
+                proxies.get(path, proxies[TIERPROXY])[0],
+                java,
+            )
+            for path in paths
         }
         visits: list[dict[str, PathRound]] = []
         profile = profile_path(args.profile, cell)
-        with record(pids.proxy, profile):
+        gets_before = {path: gets(proxy) for path, (_pids, proxy) in proxies.items()}
+        with record(proxies[TIERPROXY][0].proxy, profile):
             for index in range(args.pairs):
-                visits.append({path: await reads[path]() for path in visit_order(index)})
+                visits.append({path: await reads[path]() for path in visit_order(index, paths)})
         summary = summarise_cell(visits)
+        for path, (_pids, proxy) in proxies.items():
+            gib = sum(visit[path].mib for visit in visits) / 1024
+            key = "tierproxy" if path == TIERPROXY else "baseline"
+            summary[f"proxy_gets_per_gib_{key}"] = (gets(proxy) - gets_before[path]) / gib
         summaries[cell] = summary
         results[cell.name] = {
             "summary": summary,
@@ -395,8 +413,15 @@ def print_cell(cell: Cell, summary: Mapping[str, float]) -> None:
         f"{summary['client_cpu_s_per_gib_tierproxy']:.2f} c "
         f"{summary['client_cpu_s_per_gib_local']:.2f}; Fetches/GiB a "
         f"{summary['fetches_per_gib_native']:.0f} b {summary['fetches_per_gib_tierproxy']:.0f} "
-        f"c {summary['fetches_per_gib_local']:.0f}"
+        f"c {summary['fetches_per_gib_local']:.0f}; proxy GETs/GiB b "
+        f"{summary['proxy_gets_per_gib_tierproxy']:.0f}"
     )
+    if "ratio_tierproxy_to_baseline" in summary:
+        print(
+            f"  baseline tree: {summary['baseline_mib_per_s']:.0f} MiB/s, proxy "
+            f"{summary['proxy_cpu_s_per_gib_baseline']:.2f} CPU-s/GiB; this tree / baseline "
+            f"{summary['ratio_tierproxy_to_baseline']:.2f}"
+        )
 
 
 # -- tail latency --------------------------------------------------------------------------
@@ -524,11 +549,13 @@ async def run(
             "consumer is Kafka's ConsumerPerformance",
             "load_average_at_start": os.getloadavg(),
         }
-        with running_proxy(args, broker, target, group) as process:
+        with contextlib.ExitStack() as proxies:
+            process = proxies.enter_context(running_proxy(args, broker, target, group))
             proxy = Endpoint(name="proxy", host="127.0.0.1", port=process.port)
             assert process.process.pid is not None
             pids = Pids(proxy=process.process.pid, broker=broker_pid, s3=s3_pid)
-            routes = {
+            charged = {TIERPROXY: (pids, process)}
+            routes: dict[int, dict[str, tuple[Endpoint, Data]]] = {
                 partitions: {
                     LOCAL: (direct, ours[partitions][0]),
                     TIERPROXY: (proxy, ours[partitions][0]),
@@ -536,7 +563,16 @@ async def run(
                 }
                 for partitions in ours
             }
-            result["matrix"], summaries = await measure_matrix(args, cells, routes, pids)
+            if args.baseline_tree is not None:
+                old = proxies.enter_context(
+                    running_proxy(args, broker, target, group, tree=args.baseline_tree)
+                )
+                assert old.process.pid is not None
+                charged[BASELINE] = (dataclasses.replace(pids, proxy=old.process.pid), old)
+                before = Endpoint(name="baseline", host="127.0.0.1", port=old.port)
+                for partitions, by_path in routes.items():
+                    by_path[BASELINE] = (before, ours[partitions][0])
+            result["matrix"], summaries = await measure_matrix(args, cells, routes, charged)
             result["headline"] = headline(summaries)
             if args.tail_seconds > 0 and 1 in ours:
                 profile = None if args.profile is None else args.profile / "tail.txt"
@@ -628,6 +664,12 @@ def main() -> None:
         "--profile",
         type=Path,
         help="sample the proxy with py-spy during each cell and the tail rounds",
+    )
+    parser.add_argument(
+        "--baseline-tree",
+        type=Path,
+        help="also read through a proxy run from this checkout (the code before a change), "
+        "a fourth path in every visit: before/after figures from one run",
     )
     args = parser.parse_args()
     with contextlib.ExitStack() as stack:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from bench.common import GIB
 from bench.matrix import (
+    BASELINE,
     CLIENTS,
     LOCAL,
     NATIVE,
@@ -164,3 +165,22 @@ def test_one_partition_alone_has_no_fetch_ratio_headline() -> None:
 
     assert "fetches_ratio_tierproxy_to_local_worst" not in headline({cell: summary})
     assert headline({}) == {}
+
+
+def test_a_baseline_proxy_is_a_fourth_path_compared_with_this_one() -> None:
+    visits = [
+        {
+            LOCAL: read(LOCAL, 1000.0),
+            TIERPROXY: read(TIERPROXY, 800.0),
+            NATIVE: read(NATIVE, 400.0),
+            BASELINE: read(BASELINE, 640.0),
+        }
+    ]
+
+    summary = summarise_cell(visits)
+
+    assert summary["ratio_tierproxy_to_baseline"] == pytest.approx(1.25)
+    assert summary["baseline_mib_per_s"] == 640.0
+    assert sorted(visit_order(1, (*PATHS, BASELINE))) == sorted((*PATHS, BASELINE))
+    without = {path: visits[0][path] for path in PATHS}
+    assert "ratio_tierproxy_to_baseline" not in summarise_cell([without])
