@@ -266,9 +266,9 @@ class Consumed:
     """What a client library's read took."""
 
     bytes: int
-    fetches: int
+    fetches: int | None
     """Fetch requests it sent, by its own count (librdkafka's statistics, the Java
-    consumer's ``fetch-total`` metric)."""
+    consumer's ``fetch-total`` metric); None when not counted."""
     seconds: float | None = None
     """Its own timing of the reads, start-up left out (the Java consumer's JVM start and
     group join); None: the caller times the call."""
@@ -278,16 +278,26 @@ STATISTICS_INTERVAL_MS = 100
 
 
 def confluent_consume(
-    endpoint: Endpoint, topic: str, ends: Mapping[int, int], fetch_bytes: int
+    endpoint: Endpoint,
+    topic: str,
+    ends: Mapping[int, int],
+    fetch_bytes: int,
+    *,
+    count_fetches: bool = True,
 ) -> Consumed:
     """librdkafka (confluent-kafka) reading offsets [0, ends[p]) of each partition p, with
     ``fetch.queue.backoff.ms`` 0 (without it a consumer ahead of its application pauses a
     second at a time); it stops once every partition has reached its end. Timed from the
     first message to the last, like the Java consumer's ``fetch.time.ms`` (its start-up, the
     bootstrap and the offset lookups, took about a second of a 64 MiB round on every path).
-    Its Fetch requests are counted from its statistics (``brokers.*.req.Fetch``), taken
-    after the last read."""
+    With ``count_fetches`` its Fetch requests are counted from its statistics
+    (``brokers.*.req.Fetch``), taken after the last read (which costs a caller that times
+    the call two statistics intervals, 0.2 s)."""
     latest: list[dict[str, Any]] = []
+    statistics: dict[str, Any] = {
+        "statistics.interval.ms": STATISTICS_INTERVAL_MS,
+        "stats_cb": lambda text: latest.append(json.loads(text)),
+    }
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": endpoint.bootstrap,
@@ -296,8 +306,7 @@ def confluent_consume(
             "fetch.queue.backoff.ms": 0,
             "max.partition.fetch.bytes": fetch_bytes,
             "fetch.max.bytes": 64 * MIB,
-            "statistics.interval.ms": STATISTICS_INTERVAL_MS,
-            "stats_cb": lambda text: latest.append(json.loads(text)),
+            **(statistics if count_fetches else {}),
         }
     )
     total = 0
@@ -321,10 +330,12 @@ def confluent_consume(
                         del remaining[partition]
         seconds = time.perf_counter() - (first or 0.0)
         seen = len(latest)
-        while len(latest) < seen + 2:  # a report made wholly after the last read
+        while count_fetches and len(latest) < seen + 2:  # a report wholly after the last read
             consumer.poll(STATISTICS_INTERVAL_MS / 1000)
     finally:
         consumer.close()
+    if not count_fetches:
+        return Consumed(bytes=total, fetches=None, seconds=seconds)
     fetches = sum(broker["req"].get("Fetch", 0) for broker in latest[-1]["brokers"].values())
     return Consumed(bytes=total, fetches=fetches, seconds=seconds)
 

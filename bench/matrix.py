@@ -138,10 +138,11 @@ class PathRound:
 
 
 def path_round(
-    path: str, *, received: int, seconds: float, fetches: int, cpu: Mapping[str, float]
+    path: str, *, received: int, seconds: float, fetches: int | None, cpu: Mapping[str, float]
 ) -> PathRound:
-    """A round from what was read (bytes), in how long, with how many Fetch requests, and
-    the CPU seconds each process spent meanwhile (``broker``, ``proxy``, ``client``).
+    """A round from what was read (bytes), in how long, with how many Fetch requests (None:
+    not counted, NaN per GiB), and the CPU seconds each process spent meanwhile (``broker``,
+    ``proxy``, ``client``).
 
     :raises ValueError: nothing was read.
     """
@@ -156,7 +157,7 @@ def path_round(
         broker_cpu_s_per_gib=cpu["broker"] / gib,
         proxy_cpu_s_per_gib=cpu["proxy"] / gib,
         client_cpu_s_per_gib=cpu["client"] / gib,
-        fetches_per_gib=fetches / gib,
+        fetches_per_gib=float("nan") if fetches is None else fetches / gib,
     )
 
 

@@ -3,6 +3,8 @@ visits add up to (issue 13's b/c, b/a, a/c with CPU and Fetch requests per GiB).
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -184,3 +186,15 @@ def test_a_baseline_proxy_is_a_fourth_path_compared_with_this_one() -> None:
     assert sorted(visit_order(1, (*PATHS, BASELINE))) == sorted((*PATHS, BASELINE))
     without = {path: visits[0][path] for path in PATHS}
     assert "ratio_tierproxy_to_baseline" not in summarise_cell([without])
+
+
+def test_fetch_requests_not_counted_are_not_a_number_not_zero() -> None:
+    measured = path_round(
+        LOCAL,
+        received=GIB,
+        seconds=1.0,
+        fetches=None,
+        cpu=dict.fromkeys(("broker", "proxy", "client"), 0.0),
+    )
+
+    assert math.isnan(measured.fetches_per_gib)
