@@ -1,6 +1,7 @@
-"""Read one slice in an executor: ranged GETs of a remote segment, a few MiB each (the
-slice's :meth:`~storage.spark_source.slices.RemoteSlice.reads`), or Fetches of the broker's
-tail through tierproxy's own client, decoded into one Arrow batch per step.
+"""Read one task in an executor: ranged GETs of its remote slices, a few MiB each (each
+slice's :meth:`~storage.spark_source.slices.RemoteSlice.reads`, one after the other), or
+Fetches of the broker's tail through tierproxy's own client, decoded into one Arrow batch per
+step.
 
 Runs in Spark's Python workers, on the worker's own loop (:mod:`storage.spark_source.worker`):
 the storage manager is the worker's, kept across tasks; the Kafka client is created per task.
@@ -10,13 +11,14 @@ Both come from the settings the task carries (nothing with a connection is pickl
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any, Final
 
 from protocol.errors import KafkaError
 from storage.spark_source.arrow import to_record_batch
 from storage.spark_source.decode import AbortedRange, TransactionFilter, decode_batches
 from storage.spark_source.settings import SourceSettings
-from storage.spark_source.slices import LocalSlice, RemoteSlice, Slice
+from storage.spark_source.slices import LocalSlice, RemoteSlice, Task
 from storage.spark_source.split import Buffer, Columns
 from storage.spark_source.worker import (
     freeze_heap,
@@ -29,7 +31,7 @@ from storage.spark_source.worker import (
 if TYPE_CHECKING:
     from storage.kafka_client import KafkaClient
 
-__all__ = ["LocalReadError", "read_slice", "remote_columns", "transactions_of"]
+__all__ = ["LocalReadError", "read_task", "remote_columns", "transactions_of"]
 
 _FETCH_BYTES: Final = 16 * 1024 * 1024
 """Bytes per Fetch of the broker's tail: large enough that a fetch costs little against
@@ -44,17 +46,19 @@ class LocalReadError(Exception):
     """The broker could not give the tail's records (they were deleted, or it refused)."""
 
 
-def read_slice(piece: Slice, settings: SourceSettings, *, include_headers: bool) -> Iterator[Any]:
-    """The slice's rows, as ``pyarrow.RecordBatch`` es in Spark's Kafka schema."""
+def read_task(task: Task, settings: SourceSettings, *, include_headers: bool) -> Iterator[Any]:
+    """The task's rows, as ``pyarrow.RecordBatch`` es in Spark's Kafka schema."""
     freeze_heap()
     keep_freed_memory()
-    if isinstance(piece, RemoteSlice):
-        columns = _remote_slice_columns(piece, settings, include_headers=include_headers)
+    first = task[0]
+    if isinstance(first, LocalSlice):
+        columns = _local_columns(first, settings, include_headers=include_headers)
     else:
-        columns = _local_columns(piece, settings, include_headers=include_headers)
+        remote = [piece for piece in task if isinstance(piece, RemoteSlice)]
+        columns = _remote_columns(remote, settings, include_headers=include_headers)
     for group in columns:
         yield to_record_batch(
-            group, topic=piece.topic, partition=piece.partition, include_headers=include_headers
+            group, topic=first.topic, partition=first.partition, include_headers=include_headers
         )
 
 
@@ -85,20 +89,25 @@ def remote_columns(
     ).columns()
 
 
-def _remote_slice_columns(
-    piece: RemoteSlice, settings: SourceSettings, *, include_headers: bool
+def _remote_columns(
+    pieces: list[RemoteSlice], settings: SourceSettings, *, include_headers: bool
 ) -> Iterator[Columns]:
-    """Each read of the slice in turn, decoded in the buffer it was received into (no copy)
-    while the next one is received."""
-    transactions = transactions_of(piece)
-    reads = piece.reads()
-    pending = start(_fetch_remote(piece, settings, *reads[0]))
-    for index in range(len(reads)):
+    """Each read of the slices in turn, decoded in the buffer it was received into (no copy)
+    while the next one, of the same slice or the next, is received."""
+    filters = [transactions_of(piece) for piece in pieces]
+    reads = [(n, first, end) for n, piece in enumerate(pieces) for first, end in piece.reads()]
+
+    def fetch(index: int) -> Future[bytes | bytearray]:
+        n, first, end = reads[index]
+        return start(_fetch_remote(pieces[n], settings, first, end))
+
+    pending = fetch(0)
+    for index, (n, _first, _end) in enumerate(reads):
         data = pending.result()
         if index + 1 < len(reads):
-            pending = start(_fetch_remote(piece, settings, *reads[index + 1]))
+            pending = fetch(index + 1)
         yield from remote_columns(
-            piece, data, transactions=transactions, include_headers=include_headers
+            pieces[n], data, transactions=filters[n], include_headers=include_headers
         )
 
 

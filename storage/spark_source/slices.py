@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from storage.model import RemoteLogSegmentMetadata
 from storage.spark_source.decode import AbortedRange
 
-__all__ = ["LocalSlice", "RemoteSlice", "Slice"]
+__all__ = ["LocalSlice", "RemoteSlice", "Slice", "Task"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,3 +56,7 @@ class LocalSlice:
 
 
 Slice = RemoteSlice | LocalSlice
+
+Task = tuple[RemoteSlice, ...] | tuple[LocalSlice]
+"""What one Spark task reads: consecutive remote slices of one partition, in offset order, or
+one slice of the broker's tail."""

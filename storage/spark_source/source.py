@@ -2,9 +2,9 @@
 
 The driver plans (``partitions``): it opens a :class:`~storage.spark_source.catalog.Catalog`
 (the metadata topic, the indexes, the broker's offsets), resolves the bounds, and returns
-one input partition per slice. Executors read (``read``): each slice with its own storage
-manager or Kafka client. The reader objects carry only the parsed options and settings,
-which pickle as plain values.
+one input partition per task (consecutive slices of a partition). Executors read
+(``read``): each task with the worker's storage manager or a Kafka client of its own. The
+reader objects carry only the parsed options and settings, which pickle as plain values.
 
 The stream's offsets are ``{"topic": {"partition": next offset}}``, the form of Spark's
 Kafka source; every micro-batch is planned like a batch query over the offsets between
@@ -74,24 +74,24 @@ class _SliceReading:
         # The driver's modules (the metadata manager, the Kafka client) load only here: every
         # query unpickles the reader in fresh Python workers, which need none of them.
         from storage.spark_source.catalog import open_catalog  # noqa: PLC0415
-        from storage.spark_source.planner import plan_slices  # noqa: PLC0415
+        from storage.spark_source.planner import plan_tasks  # noqa: PLC0415
         from storage.spark_source.worker import run  # noqa: PLC0415
 
         async def plan() -> list[InputPartition]:
             async with open_catalog(self.settings) as catalog:
                 parts = await catalog.partitions(self.source_options)
                 ranges = await ranges_of(catalog, parts)
-                slices = await plan_slices(catalog, parts, ranges, self.source_options)
-            return [InputPartition(piece) for piece in slices]
+                tasks = await plan_tasks(catalog, parts, ranges, self.source_options)
+            return [InputPartition(task) for task in tasks]
 
         return run(plan())
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # The storage client (aiobotocore: most of a second to import) loads only where
         # slices are read, not in every worker that merely unpickles the source to plan.
-        from storage.spark_source.read import read_slice  # noqa: PLC0415
+        from storage.spark_source.read import read_task  # noqa: PLC0415
 
-        return read_slice(
+        return read_task(
             partition.value,
             self.settings,
             include_headers=self.source_options.include_headers,

@@ -16,7 +16,7 @@ from storage.kafka_client import KafkaClient
 from storage.spark_source import planner
 from storage.spark_source.catalog import Catalog, PartitionInfo, SourceError
 from storage.spark_source.options import parse_options
-from storage.spark_source.planner import concurrently, plan_slices
+from storage.spark_source.planner import concurrently, plan_tasks
 from storage.spark_source.read import remote_columns, transactions_of
 from storage.spark_source.slices import RemoteSlice
 from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch
@@ -32,7 +32,8 @@ async def _plan_and_read(
     *,
     first_offset: int = 0,
     **more: str,
-) -> tuple[list[int], list[RemoteSlice], int]:
+) -> tuple[list[int], list[tuple[RemoteSlice, ...]], int]:
+    """The offsets read, the remote tasks planned and the end of the log."""
     with tempfile.TemporaryDirectory() as root:
         log = TieredLog.create(Path(root))
         offset = first_offset
@@ -57,7 +58,8 @@ async def _plan_and_read(
                 **more,
             }
         )
-        slices = await plan_slices(catalog, [PART], {(TP.topic, 0): (start, until)}, options)
+        tasks = await plan_tasks(catalog, [PART], {(TP.topic, 0): (start, until)}, options)
+        slices = [piece for task in tasks for piece in task]
         offsets: list[int] = []
         for piece in slices:
             assert isinstance(piece, RemoteSlice)
@@ -69,7 +71,12 @@ async def _plan_and_read(
                 ):
                     offsets += columns.offsets.tolist()
         await log.close()
-        return offsets, [s for s in slices if isinstance(s, RemoteSlice)], offset
+        remote = [tuple(p for p in task if isinstance(p, RemoteSlice)) for task in tasks]
+        return offsets, [task for task in remote if task], offset
+
+
+def _flat(tasks: list[tuple[RemoteSlice, ...]]) -> list[RemoteSlice]:
+    return [piece for task in tasks for piece in task]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -82,18 +89,21 @@ def test_slices_hold_every_record_of_the_range_once(
     segments: list[list[int]], bounds: tuple[int, int], max_slice_bytes: int
 ) -> None:
     start, until = min(bounds), max(bounds)
-    offsets, slices, end = asyncio.run(_plan_and_read(segments, start, until, max_slice_bytes))
+    offsets, tasks, end = asyncio.run(_plan_and_read(segments, start, until, max_slice_bytes))
     assert offsets == list(range(start, min(until, end)))
-    for piece in slices:
+    for piece in _flat(tasks):
         assert piece.start_position < piece.end_position <= piece.segment.segment_size_in_bytes
+    for task in tasks:
+        spans = [piece.end_position - piece.start_position for piece in task]
+        assert len(task) == 1 or sum(spans) <= max_slice_bytes
 
 
 def test_a_slice_is_read_in_several_gets_of_whole_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """GETs of about ``READ_BYTES`` each, cut at batch starts, tile every slice."""
     monkeypatch.setattr(planner, "READ_BYTES", 300)
-    offsets, slices, end = asyncio.run(_plan_and_read([[10] * 40, [3] * 20], 0, 10**6, 5000))
+    offsets, tasks, end = asyncio.run(_plan_and_read([[10] * 40, [3] * 20], 0, 10**6, 5000))
     assert offsets == list(range(end))
-    for piece in slices:
+    for piece in _flat(tasks):
         reads = piece.reads()
         assert len(reads) > 1
         assert reads[0][0] == piece.start_position and reads[-1][1] == piece.end_position
@@ -101,7 +111,8 @@ def test_a_slice_is_read_in_several_gets_of_whole_batches(monkeypatch: pytest.Mo
 
 
 def test_a_large_segment_is_read_as_several_byte_ranges() -> None:
-    offsets, slices, end = asyncio.run(_plan_and_read([[10] * 40], 0, 10**6, 2000))
+    offsets, tasks, end = asyncio.run(_plan_and_read([[10] * 40], 0, 10**6, 2000))
+    slices = _flat(tasks)
     assert offsets == list(range(end))
     assert len(slices) > 3
     assert all(a.end_position == b.start_position for a, b in itertools.pairwise(slices))
@@ -123,6 +134,17 @@ def test_min_partitions_cuts_finer_and_still_reads_every_record_once(
     batches = sum(len(counts) for counts in segments)  # the finest cut: one batch a slice
     assert len(many) >= min(min_partitions, batches) // 2
     assert len(many) >= len(few)
+
+
+def test_consecutive_small_segments_are_read_by_one_task() -> None:
+    """Every task costs Spark more than its rows: small segments of a partition go together,
+    in offset order, up to ``maxSliceBytes``."""
+    offsets, tasks, end = asyncio.run(_plan_and_read([[5, 5]] * 6, 0, 10**6, 1 << 20))
+    assert offsets == list(range(end))
+    assert len(tasks) == 1
+    (task,) = tasks
+    assert len(task) == 6
+    assert all(a.until_offset <= b.from_offset for a, b in itertools.pairwise(task))
 
 
 def test_offsets_aged_out_of_the_remote_tier_fail_the_query_as_data_loss() -> None:
