@@ -40,7 +40,7 @@ OffsetRanges = Mapping[tuple[str, int], tuple[int, int]]
 
 log = logging.getLogger(__name__)
 
-READ_BYTES: Final = 16 * 1024 * 1024
+READ_BYTES: Final = 32 * 1024 * 1024
 """Bytes of a slice one GET reads at most (where batch boundaries allow): see
 :meth:`RemoteSlice.reads`."""
 _EARLIEST: Final = -2

@@ -75,7 +75,7 @@ _KEPT_FREE_BYTES: Final = 128 * 1024 * 1024
 next read in each of a worker's threads)."""
 _MMAP_ABOVE_BYTES: Final = 64 * 1024 * 1024
 """Allocations above this are mapped on their own (and unmapped when freed): none of a
-slice's reads (at most 16 MiB each)."""
+slice's reads (at most 32 MiB each, where batches allow)."""
 _tuned = False
 
 
