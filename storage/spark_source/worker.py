@@ -32,13 +32,13 @@ CPU samples (``perf record`` of both workers: ``gc_collect_main``, ``visit_reach
 ``visit_decref`` and the ``*_traverse`` functions) and py-spy put a third of the workers'
 samples on the daemon's ``gc.collect()`` line.
 
-glibc's allocator is told to keep freed memory (:func:`keep_freed_memory`): every GET's
-body is a new ``bytearray`` of up to 16 MiB, and with glibc's defaults (the heap is trimmed
-once 32 MiB at its top are free) each one was handed back to the kernel and faulted in
-again, zeroed, page by page: page faults and the kernel's ``clear_page_erms`` were about a
-fifth of the Python workers' CPU samples (``perf record``, after the heap was frozen).
-Reading a 512 MiB topic's slices twice in one process: 116,000 minor faults and 1.6 CPU-s
-with the defaults, 20,000 and 1.3-1.4 CPU-s keeping up to 128 MiB.
+glibc's allocator is told to keep freed memory (:func:`keep_freed_memory`): every GET's body
+is a new ``bytearray`` (then of up to 16 MiB, now 32 MiB), and with glibc's defaults (the
+heap is trimmed once 32 MiB at its top are free) each one was handed back to the kernel and
+faulted in again, zeroed, page by page: page faults and the kernel's ``clear_page_erms``
+were about a fifth of the Python workers' CPU samples (``perf record``, after the heap was
+frozen). Reading a 512 MiB topic's slices twice in one process: 116,000 minor faults and 1.6
+CPU-s with the defaults, 20,000 and 1.3-1.4 CPU-s keeping up to 128 MiB.
 """
 
 from __future__ import annotations
