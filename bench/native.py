@@ -648,7 +648,7 @@ def main() -> None:
         help="tierproxy's remote tier: a local directory (the default, like Kafka's "
         "LocalTieredStorage) or S3 on an embedded SeaweedFS",
     )
-    parser.add_argument("--pairs", type=int, default=3, help="visits per cell (>= 3)")
+    parser.add_argument("--pairs", type=int, default=5, help="visits per cell (>= 3)")
     parser.add_argument(
         "--partitions", type=int, nargs="+", default=[1, 8], help="partitions per topic"
     )
