@@ -4,6 +4,9 @@ Files sit under ``root`` at the same relative paths as the S3 keys (:mod:`storag
 so a directory can be synced to a bucket as is. Each file is written to a hidden temporary
 file in the same directory, fsynced, and renamed into place, so a reader never sees a partly
 written file and a crash leaves the previous state (or a stray ``.tmp`` file, never a torn one).
+A segment's ``.log`` bypasses the page cache (``O_DIRECT`` where the file system allows it,
+:func:`storage.durable.write_atomically`): the tiering pipeline writes each segment once and
+nothing reads it soon, and a buffered write paid a fresh page-cache page per 4 KiB.
 
 File I/O runs in the default thread pool (``asyncio.to_thread``): it blocks, and an event loop
 serving Kafka clients must not stall on a disk. One thread hop per call, not per file.
@@ -137,7 +140,7 @@ class LocalRemoteStorage:
         for key, content in files:
             path = self._root / key
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomically(path, content)
+            write_atomically(path, content, direct=True)
             directories.add(path.parent)
         for directory in directories:
             fsync_directory(directory)

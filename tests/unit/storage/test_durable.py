@@ -24,3 +24,18 @@ def test_a_failed_write_keeps_the_old_file(tmp_path: Path) -> None:
         write_atomically(path, "not bytes")  # type: ignore[arg-type]
     assert path.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["file"]
+
+
+@pytest.mark.parametrize("size", [4 * 1024 * 1024, 9 * 1024 * 1024 + 123])
+def test_a_direct_write_holds_exactly_the_data(tmp_path: Path, size: int) -> None:
+    path = tmp_path / "segment.log"
+    data = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    write_atomically(path, memoryview(data)[1:], direct=True)
+    assert path.read_bytes() == data[1:]
+    assert [p.name for p in tmp_path.iterdir()] == ["segment.log"]
+
+
+def test_a_small_direct_write_is_buffered(tmp_path: Path) -> None:
+    path = tmp_path / "index"
+    write_atomically(path, b"entries", direct=True)
+    assert path.read_bytes() == b"entries"
