@@ -13,9 +13,7 @@ the copy stage, which reads a segment again when its spill is on another executo
 from __future__ import annotations
 
 import asyncio
-import os
 import random
-import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -27,6 +25,7 @@ from storage.kafka_security import KafkaSecurityConfig
 from storage.retry import RetryPolicy, call_with_retry
 from storage.tiering.chain import ProducerEvent
 from storage.tiering.scan import WindowScanner
+from storage.tiering.spill import open_spill, prune_spill
 from storage.tiering.worker import run_each, worker_runtime
 
 __all__ = [
@@ -37,7 +36,6 @@ __all__ = [
     "WindowResult",
     "broker_client",
     "fetch_windows",
-    "prune_spill",
     "read_range",
 ]
 
@@ -61,7 +59,6 @@ _RETRIABLE_FETCH_ERRORS = frozenset(
         KafkaError.KAFKA_STORAGE_ERROR,
     }
 )
-_STALE_SPILL_SECONDS = 6 * 3600
 
 
 class FetchFailedError(Exception):
@@ -241,7 +238,6 @@ async def read_range(
 async def _fetch_window(window: FetchWindow, broker: BrokerSettings) -> WindowResult:
     started = time.monotonic()
     path = Path(window.spill_dir) / window.run_id / f"w{window.window:07d}.bin"
-    path.parent.mkdir(parents=True, exist_ok=True)
     scanner = WindowScanner(
         start=window.start_offset,
         end=window.end_offset,
@@ -250,7 +246,7 @@ async def _fetch_window(window: FetchWindow, broker: BrokerSettings) -> WindowRe
         span_max_ms=window.span_max_ms,
     )
     async with broker_client(broker) as client:
-        with path.open("wb") as spill:
+        with open_spill(path) as spill:
             await read_range(
                 client,
                 topic=window.topic,
@@ -261,6 +257,7 @@ async def _fetch_window(window: FetchWindow, broker: BrokerSettings) -> WindowRe
                 pace=Pace(window.bytes_per_second),
                 sink=spill.write,
             )
+            spill.truncate()
     spans, events = scanner.finish()
     return WindowResult(
         window=window.window,
@@ -293,15 +290,3 @@ def fetch_windows(windows: Iterable[FetchWindow], broker: BrokerSettings) -> Ite
             )
 
     yield from worker_runtime().run(run_each(list(windows), fetch_or_fail))
-
-
-def prune_spill(root: Path, *, keep: str) -> None:
-    """Remove spill directories of earlier cycles that nobody cleaned (a killed driver)."""
-    try:
-        entries = list(os.scandir(root))
-    except FileNotFoundError:
-        return
-    cutoff = time.time() - _STALE_SPILL_SECONDS
-    for entry in entries:
-        if entry.name != keep and entry.is_dir() and entry.stat().st_mtime < cutoff:
-            shutil.rmtree(entry.path, ignore_errors=True)

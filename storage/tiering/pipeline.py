@@ -47,8 +47,6 @@ in order.
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -75,6 +73,7 @@ from storage.tiering.policy import (
 )
 from storage.tiering.report import CycleReport, TopicStats
 from storage.tiering.retention_driver import RetentionDriver
+from storage.tiering.spill import recycle_spill
 from storage.tiering.stages import StageRunner
 from storage.tiering.survey import PartitionSurvey
 from storage.tiering.worker import StorageFactory
@@ -186,10 +185,7 @@ class TieringPipeline:
         try:
             await self._copier.copy(partitions, run_id, now, stats, errors)
         finally:
-            shutil.rmtree(self._config.spill_root / run_id, ignore_errors=True)
-            if not self._config.spill_dir:  # the default under the system temp directory
-                with contextlib.suppress(OSError):  # not empty: another run is using it
-                    self._config.spill_root.rmdir()
+            recycle_spill(self._config.spill_root / run_id)
         copy_seconds = time.monotonic() - copy_started
         # Local retention first: it moves the broker's log start over data that remote
         # retention may then delete, so that the broker never keeps what the remote tier
