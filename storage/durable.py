@@ -92,8 +92,11 @@ def fsync_directory(directory: Path) -> None:
 
 
 def _try_direct(path: Path, data: bytes | bytearray | memoryview) -> bool:
-    """Write and fsync ``data`` to the new file ``path`` with ``O_DIRECT``, through this
-    thread's aligned bounce buffer (the data's own address and length are not aligned).
+    """Write and fsync ``data`` to the new file ``path`` with ``O_DIRECT``.
+
+    The disk reads the caller's buffer itself when the kernel accepts its address (a mapped
+    file from a page boundary, as the local tier's segments mostly are); otherwise, and for
+    the unaligned end, the bytes go through this thread's aligned bounce buffer.
 
     :returns: False, with no file left, when the file system refuses ``O_DIRECT``.
     """
@@ -106,7 +109,7 @@ def _try_direct(path: Path, data: bytes | bytearray | memoryview) -> bool:
         raise
     try:
         bounce = _bounce_buffer()
-        for start in range(0, len(view), _DIRECT_CHUNK_BYTES):
+        for start in range(_write_in_place(fd, view), len(view), _DIRECT_CHUNK_BYTES):
             chunk = view[start : start + _DIRECT_CHUNK_BYTES]
             bounce[: len(chunk)] = chunk
             padded = -(-len(chunk) // _DIRECT_ALIGNMENT) * _DIRECT_ALIGNMENT
@@ -121,6 +124,20 @@ def _try_direct(path: Path, data: bytes | bytearray | memoryview) -> bool:
         raise
     os.close(fd)
     return True
+
+
+def _write_in_place(fd: int, view: memoryview) -> int:
+    """Write the aligned start of ``view`` straight from its memory; the bytes written (none
+    when the kernel refuses the address, the file offset back at the start)."""
+    aligned = len(view) // _DIRECT_ALIGNMENT * _DIRECT_ALIGNMENT
+    try:
+        _write_all(fd, view[:aligned])
+    except OSError as err:
+        if err.errno != errno.EINVAL:
+            raise
+        os.lseek(fd, 0, os.SEEK_SET)
+        return 0
+    return aligned
 
 
 def _bounce_buffer() -> mmap.mmap:

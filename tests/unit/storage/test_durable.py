@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,18 @@ def test_a_small_direct_write_is_buffered(tmp_path: Path) -> None:
     path = tmp_path / "index"
     write_atomically(path, b"entries", direct=True)
     assert path.read_bytes() == b"entries"
+
+
+def test_a_direct_write_from_a_mapped_file_holds_exactly_the_data(tmp_path: Path) -> None:
+    source = tmp_path / "spill"
+    data = bytes(range(256)) * (5 * 1024 * 1024 // 256) + b"tail"
+    source.write_bytes(data)
+    with source.open("rb") as file:
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    with mapped:
+        view = memoryview(mapped)
+        write_atomically(tmp_path / "from-start", view, direct=True)
+        write_atomically(tmp_path / "unaligned", view[100:], direct=True)
+        view.release()
+    assert (tmp_path / "from-start").read_bytes() == data
+    assert (tmp_path / "unaligned").read_bytes() == data[100:]
