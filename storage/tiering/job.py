@@ -38,6 +38,7 @@ from storage.tiering.jvm_stderr import stderr_without
 from storage.tiering.pipeline import MetadataManager, TieringPipeline, wall_clock_ms
 from storage.tiering.policy import TopicRules, compile_rules
 from storage.tiering.report import CycleReport, log_report, summary_table
+from storage.tiering.spill import discard_spill_pool
 from storage.tiering.stages import SparkStageRunner
 from storage.tiering.worker import StorageFactory
 
@@ -212,6 +213,7 @@ async def open_pipeline(
             clock=clock,
         )
     finally:
+        discard_spill_pool(config.spill_root, remove_root=not config.spill_dir)
         await rsm.close()
         await client.close()
         if owned_rlmm is not None:

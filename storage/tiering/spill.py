@@ -5,7 +5,8 @@ A cycle's windows live in ``<spill root>/<run id>/w<window>.bin``, a directory o
 a file read by a copy task is always the one this cycle's fetch wrote (never a previous
 cycle's file of the same name). Once the cycle is over, its files are not deleted but moved
 into ``<spill root>/pool`` (:func:`recycle_spill`), up to :data:`POOL_MAX_BYTES`; a fetch
-task takes one from there (:func:`open_spill`) and overwrites it in place.
+task takes one from there (:func:`open_spill`) and overwrites it in place. The pool is
+deleted when the pipeline closes (:func:`discard_spill_pool`).
 
 Why: the kernel allocates a page-cache page for every byte written to a new file and frees
 them when the file is deleted; on a virtual machine with free-page reporting (Firecracker)
@@ -31,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["POOL_MAX_BYTES", "open_spill", "prune_spill", "recycle_spill"]
+__all__ = ["POOL_MAX_BYTES", "discard_spill_pool", "open_spill", "prune_spill", "recycle_spill"]
 
 POOL_MAX_BYTES = 1024 * 1024 * 1024
 """Spill kept for reuse between cycles: eight windows of ``tiering.task.max.bytes``; a
@@ -74,6 +75,15 @@ def recycle_spill(run_dir: Path, *, pool_max_bytes: int = POOL_MAX_BYTES) -> Non
             os.rename(entry.path, pool / f"{uuid.uuid4().hex}.bin")
             held += size
     shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def discard_spill_pool(root: Path, *, remove_root: bool) -> None:
+    """Delete the pool when a pipeline closes (another pipeline still using the spill root
+    only starts a new one), and ``root`` itself if ``remove_root`` and nothing else is in it."""
+    shutil.rmtree(root / POOL_DIR, ignore_errors=True)
+    if remove_root:
+        with contextlib.suppress(OSError):  # not empty: another pipeline is using it
+            root.rmdir()
 
 
 def prune_spill(root: Path, *, keep: str) -> None:

@@ -579,7 +579,8 @@ async def test_the_default_spill_directory_is_not_left_behind(
     env: Env, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Without ``tiering.spill.dir`` fetch tasks spill under the system temp directory; a
-    cycle removes its run's files and then the directory itself, once nothing else uses it."""
+    cycle moves its run's files into the spill pool, and closing the pipeline removes the
+    pool and then the directory itself, once nothing else uses it."""
     system_temp = tmp_path / "system-temp"
     system_temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(system_temp))

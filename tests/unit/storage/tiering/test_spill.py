@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage.tiering.spill import POOL_DIR, open_spill, recycle_spill
+from storage.tiering.spill import POOL_DIR, discard_spill_pool, open_spill, recycle_spill
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -44,3 +44,11 @@ def test_the_pool_keeps_at_most_its_budget(tmp_path: Path) -> None:
     recycle_spill(tmp_path / "run-1", pool_max_bytes=250)
     assert sorted(p.stat().st_size for p in (tmp_path / POOL_DIR).iterdir()) == [100, 100]
     assert not (tmp_path / "run-1").exists()
+
+
+def test_closing_removes_the_pool_and_an_empty_default_root(tmp_path: Path) -> None:
+    root = tmp_path / "tierproxy-tiering"
+    _write(root / "run-1" / "w0000000.bin", b"x")
+    recycle_spill(root / "run-1")
+    discard_spill_pool(root, remove_root=True)
+    assert not root.exists()
