@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import mmap
 import os
-import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from storage.model import RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteStorageManager
@@ -31,6 +31,7 @@ from storage.tiering.fetch_stage import (
     read_range,
 )
 from storage.tiering.scan import WindowScanner
+from storage.tiering.spill import open_spill
 from storage.tiering.worker import StorageFactory, run_each, worker_runtime
 
 __all__ = ["CopyJob", "CopyResult", "SpillPiece", "copy_segments"]
@@ -82,9 +83,11 @@ def _append_spilled(builder: SegmentBuilder, pieces: Sequence[SpillPiece]) -> No
     mapping, so the upload reads the page cache directly (mapping costs about a tenth of a
     copy). A segment whose batches lie in several pieces (it crosses a window's end) would be
     joined into fresh memory when it is finished; instead the kernel copies its pieces into
-    one unlinked file first (``copy_file_range``: no page of it faulted into this process),
-    which is mapped as one piece. The mapping is unmapped when the last view of it goes, once
-    the segment is uploaded.
+    one file of the cycle's spill (``copy_file_range``: no page of it faulted into this
+    process), taken from the spill pool like a window's file (:func:`.spill.open_spill`), so
+    that the copy lands in page-cache pages an earlier cycle already had; it is mapped as one
+    piece. The mapping is unmapped when the last view of it goes, once the segment is
+    uploaded, and the file goes back to the pool with the cycle's other spill files.
     """
     if len(pieces) == 1:
         (piece,) = pieces
@@ -92,10 +95,12 @@ def _append_spilled(builder: SegmentBuilder, pieces: Sequence[SpillPiece]) -> No
             mapped = mmap.mmap(spill.fileno(), 0, access=mmap.ACCESS_READ)
         builder.append(memoryview(mapped)[piece.position : piece.position + piece.size])
         return
-    with tempfile.TemporaryFile(dir=os.path.dirname(pieces[0].path)) as joined:
+    path = Path(pieces[0].path).with_name(f"joined-{uuid.uuid4().hex}.bin")
+    with open_spill(path) as joined:
         for piece in pieces:
             with open(piece.path, "rb") as spill:
                 _copy_range(spill.fileno(), joined.fileno(), piece.position, piece.size)
+        os.ftruncate(joined.fileno(), sum(p.size for p in pieces))
         mapped = mmap.mmap(joined.fileno(), 0, access=mmap.ACCESS_READ)
     builder.append(memoryview(mapped))
 

@@ -54,7 +54,7 @@ def open_spill(path: Path) -> BinaryIO:
             except FileNotFoundError:
                 continue  # another task took it first
             return path.open("r+b")
-    return path.open("wb")
+    return path.open("w+b")
 
 
 def recycle_spill(run_dir: Path, *, pool_max_bytes: int = POOL_MAX_BYTES) -> None:
