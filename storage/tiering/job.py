@@ -213,7 +213,8 @@ async def open_pipeline(
             clock=clock,
         )
     finally:
-        discard_spill_pool(config.spill_root, remove_root=not config.spill_dir)
+        if not config.spill_dir:  # the default under the system temp directory
+            discard_spill_pool(config.spill_root)
         await rsm.close()
         await client.close()
         if owned_rlmm is not None:

@@ -5,8 +5,11 @@ A cycle's windows live in ``<spill root>/<run id>/w<window>.bin``, a directory o
 a file read by a copy task is always the one this cycle's fetch wrote (never a previous
 cycle's file of the same name). Once the cycle is over, its files are not deleted but moved
 into ``<spill root>/pool`` (:func:`recycle_spill`), up to :data:`POOL_MAX_BYTES`; a fetch
-task takes one from there (:func:`open_spill`) and overwrites it in place. The pool is
-deleted when the pipeline closes (:func:`discard_spill_pool`).
+task takes one from there (:func:`open_spill`) and overwrites it in place. Under the
+default spill root (in the system's temporary directory) the pool is deleted when the
+pipeline closes (:func:`discard_spill_pool`); a configured ``tiering.spill.dir`` keeps it for
+the next pipeline (a restart, or a benchmark's pipeline per cycle) until :func:`prune_spill`
+finds it unused for six hours.
 
 Why: the kernel allocates a page-cache page for every byte written to a new file and frees
 them when the file is deleted; on a virtual machine with free-page reporting (Firecracker)
@@ -77,13 +80,12 @@ def recycle_spill(run_dir: Path, *, pool_max_bytes: int = POOL_MAX_BYTES) -> Non
     shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def discard_spill_pool(root: Path, *, remove_root: bool) -> None:
-    """Delete the pool when a pipeline closes (another pipeline still using the spill root
-    only starts a new one), and ``root`` itself if ``remove_root`` and nothing else is in it."""
+def discard_spill_pool(root: Path) -> None:
+    """Delete the pool and then ``root`` itself if nothing else is in it (another pipeline
+    still using the root only starts a new pool)."""
     shutil.rmtree(root / POOL_DIR, ignore_errors=True)
-    if remove_root:
-        with contextlib.suppress(OSError):  # not empty: another pipeline is using it
-            root.rmdir()
+    with contextlib.suppress(OSError):  # not empty: another pipeline is using it
+        root.rmdir()
 
 
 def prune_spill(root: Path, *, keep: str) -> None:

@@ -50,5 +50,5 @@ def test_closing_removes_the_pool_and_an_empty_default_root(tmp_path: Path) -> N
     root = tmp_path / "tierproxy-tiering"
     _write(root / "run-1" / "w0000000.bin", b"x")
     recycle_spill(root / "run-1")
-    discard_spill_pool(root, remove_root=True)
+    discard_spill_pool(root)
     assert not root.exists()
