@@ -100,9 +100,10 @@ class RemoteFetchConfig:
         DEFAULT_READ_AHEAD_MAX_BYTES,
         "Bytes of chunks read ahead and not read yet, with the read-ahead GETs in flight, "
         "across all readers; memory apart from remote.fetch.chunk.cache.size.bytes, so "
-        "read-ahead evicts no cached chunk. When full, the chunks least recently wanted go "
-        "first (a stopped reader's), never one nearer to its reader than the GET that "
-        "needs the room. 64 MiB keeps twice the data a reader "
+        "read-ahead evicts no cached chunk. When full, only chunks of readers that stopped "
+        "(not wanted for 5 s) make room; a read-ahead that does not fit otherwise waits for "
+        "its reader's next read, so readers never drop each other's chunks. 64 MiB keeps "
+        "twice the data a reader "
         "at 500 MiB/s needs behind 50 ms to the first byte in flight (at least "
         "remote.fetch.chunk.prefetch.chunks chunks).",
     )
