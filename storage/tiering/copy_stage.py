@@ -100,8 +100,8 @@ def _append_spilled(builder: SegmentBuilder, pieces: Sequence[SpillPiece]) -> No
         for piece in pieces:
             with open(piece.path, "rb") as spill:
                 _copy_range(spill.fileno(), joined.fileno(), piece.position, piece.size)
-        os.ftruncate(joined.fileno(), sum(p.size for p in pieces))
-        mapped = mmap.mmap(joined.fileno(), 0, access=mmap.ACCESS_READ)
+        size = sum(piece.size for piece in pieces)  # a pooled file is cut to it on leaving
+        mapped = mmap.mmap(joined.fileno(), size, access=mmap.ACCESS_READ)
     builder.append(memoryview(mapped))
 
 

@@ -257,7 +257,6 @@ async def _fetch_window(window: FetchWindow, broker: BrokerSettings) -> WindowRe
                 pace=Pace(window.bytes_per_second),
                 sink=spill.write,
             )
-            spill.truncate()
     spans, events = scanner.finish()
     return WindowResult(
         window=window.window,

@@ -32,6 +32,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -44,11 +45,21 @@ POOL_DIR = "pool"
 _STALE_SPILL_SECONDS = 6 * 3600
 
 
-def open_spill(path: Path) -> BinaryIO:
+@contextlib.contextmanager
+def open_spill(path: Path) -> Iterator[BinaryIO]:
     """``path`` opened for writing from its start: a file taken from the pool if there is
-    one, else a new one. A pooled file keeps its old bytes past what is written: the caller
-    truncates the file (``truncate()``) once it has written everything."""
+    one, else a new one. On leaving, the file is cut where writing stopped (its descriptor's
+    offset, which ``write`` and ``os.copy_file_range`` alike advance), so a pooled file keeps
+    none of its old bytes past the new ones."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    with _take_from_pool(path) as spill:
+        yield spill
+        spill.flush()
+        os.ftruncate(spill.fileno(), os.lseek(spill.fileno(), 0, os.SEEK_CUR))
+
+
+def _take_from_pool(path: Path) -> BinaryIO:
+    """A file of the pool renamed to ``path`` and opened in place, or a new one."""
     pool = path.parent.parent / POOL_DIR
     with contextlib.suppress(FileNotFoundError), os.scandir(pool) as entries:
         for entry in entries:

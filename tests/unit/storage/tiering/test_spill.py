@@ -10,7 +10,6 @@ from storage.tiering.spill import POOL_DIR, discard_spill_pool, open_spill, recy
 def _write(path: Path, data: bytes) -> None:
     with open_spill(path) as spill:
         spill.write(data)
-        spill.truncate()
 
 
 def test_a_recycled_file_is_overwritten_and_cut_to_the_new_data(tmp_path: Path) -> None:
