@@ -166,9 +166,11 @@ def rewrite_fetch_request(
     partitions: Sequence[tuple[PartitionKey, FetchPosition]],
     *,
     min_bytes: int | None,
+    session_epoch: int | None = None,
 ) -> Any:
     """``body`` listing exactly ``partitions``, reusing the client's entries where it listed
-    the partition (only the offset and byte limit change), and with ``min_bytes`` if given."""
+    the partition (only the offset and byte limit change), and with ``min_bytes`` and
+    ``session_epoch`` (v7+) if given."""
     topic_class = nested_class(type(body), "topics")
     partition_class = nested_class(topic_class, "partitions")
     originals = {
@@ -203,6 +205,8 @@ def rewrite_fetch_request(
     changes: dict[str, Any] = {"topics": topics}
     if min_bytes is not None:
         changes["min_bytes"] = min_bytes
+    if session_epoch is not None:
+        changes["session_epoch"] = session_epoch
     return dataclasses.replace(body, **changes)
 
 
@@ -211,18 +215,19 @@ def session_not_found_response(version: int) -> Any:
     return _whole_response(version, KafkaError.FETCH_SESSION_ID_NOT_FOUND)
 
 
-def empty_fetch_response(version: int) -> Any:
-    """A sessionless answer without error and without partitions, for the proxy to fill
-    (with :class:`FetchResponseEditor`) when it answers a Fetch without the broker."""
-    return _whole_response(version, KafkaError.NONE)
+def empty_fetch_response(version: int, *, session_id: int = NO_SESSION) -> Any:
+    """An answer without error and without partitions, in fetch session ``session_id``
+    (v7+; none by default), for the proxy to fill (with :class:`FetchResponseEditor`) when
+    it answers a Fetch without the broker."""
+    return _whole_response(version, KafkaError.NONE, session_id=session_id)
 
 
-def _whole_response(version: int, error: KafkaError) -> Any:
+def _whole_response(version: int, error: KafkaError, *, session_id: int = NO_SESSION) -> Any:
     return build(
         response_class(ApiKey.FETCH, version),
         throttle_time=timedelta(0),
         error_code=ErrorCode(int(error)),
-        session_id=NO_SESSION,
+        session_id=session_id,
         responses=(),
         node_endpoints=(),
     )

@@ -52,7 +52,6 @@ from protocol.errors import KafkaError
 from protocol.fetch_bodies import (
     FIRST_SESSION_VERSION,
     FetchedPartition,
-    FetchRequestView,
     FetchResponseEditor,
     PartitionKey,
     empty_fetch_response,
@@ -188,13 +187,9 @@ class FetchInterceptor(Interceptor):
         }
         now = asyncio.get_running_loop().time()
         plan = FetchInFlight(view=view, request=request, tiered=tiered, started=now)
-        if self._answers_alone(connection_id, request, tiered, now):
+        if self._answers_alone(connection_id, plan, now):
             # The broker answered every partition on this connection a moment ago.
-            plan.alone = True
-            self._start_early(connection_id, plan, tiered)
-            self._plans.add(connection_id, call.header.correlation_id, plan)
-            self._checks.note_answered_alone()
-            return Answer(response=empty_fetch_response(version))
+            return self._answer_alone(call, plan)
         desired = {
             key: (
                 position
@@ -216,22 +211,26 @@ class FetchInterceptor(Interceptor):
         unchanged = len(sent) == len(view.listed) and all(
             position == view.client[key] for key, position in sent
         )
-        if unchanged:
+        if unchanged and view.broker_epoch is None:
             return call.request
         served = any(t.served for t in tiered.values())
-        return rewrite_fetch_request(call.request, version, sent, min_bytes=0 if served else None)
+        return rewrite_fetch_request(
+            call.request,
+            version,
+            sent,
+            min_bytes=0 if served else None,
+            session_epoch=view.broker_epoch,
+        )
 
-    def _answers_alone(
-        self,
-        connection_id: int,
-        request: FetchRequestView,
-        tiered: Mapping[PartitionKey, TieredPartition],
-        now: float,
-    ) -> bool:
-        """Whether the Fetch may be answered without the broker: sessionless, every
-        partition served remotely with the broker's offsets known, and the broker's recent
-        word on each (:class:`~proxy.remote.broker_checks.BrokerChecks`). A pure predicate."""
-        if not request.sessionless or not tiered or len(tiered) != len(request.partitions):
+    def _answers_alone(self, connection_id: int, plan: FetchInFlight, now: float) -> bool:
+        """Whether the Fetch may be answered without the broker: sessionless or an in-step
+        incremental request (:mod:`proxy.remote.sessions`), every partition it covers served
+        remotely with the broker's offsets known, and the broker's recent word on each
+        (:class:`~proxy.remote.broker_checks.BrokerChecks`). A pure predicate."""
+        request, view, tiered = plan.request, plan.view, plan.tiered
+        if not (request.sessionless or view.in_step) or not tiered:
+            return False
+        if len(tiered) != len(view.client):
             return False
         for planned in tiered.values():
             if not (planned.served and planned.reach_known):
@@ -240,7 +239,21 @@ class FetchInterceptor(Interceptor):
             bound = state.last_stable_offset if request.read_committed else state.high_watermark
             if bound is None:
                 return False
-        return self._checks.vouch(connection_id, request.partitions, now=now)
+        return self._checks.vouch(connection_id, view.client.items(), now=now)
+
+    def _answer_alone(self, call: Call, plan: FetchInFlight) -> Answer:
+        """Answer the Fetch without the broker: the remote reads start now, and an empty
+        response (in the client's fetch session, if any) is filled in :meth:`on_response`."""
+        connection_id = call.connection.connection_id
+        plan.alone = True
+        session_id = plan.request.session_id
+        if plan.view.in_step:
+            self._sessions.answered_alone(plan.view)
+        self._start_early(connection_id, plan, plan.tiered)
+        self._plans.add(connection_id, call.header.correlation_id, plan)
+        self._checks.note_answered_alone()
+        version = call.header.api_version
+        return Answer(response=empty_fetch_response(version, session_id=session_id))
 
     def _start_early(
         self,
@@ -375,19 +388,23 @@ class FetchInterceptor(Interceptor):
           watermark, last stable offset and log start;
         - this connection's readable partitions: those the broker did not refuse, whose next
           reads may start with the request;
-        - :class:`~proxy.remote.broker_checks.BrokerChecks`: the partitions of a sessionless
-          Fetch the broker just let this connection read, unthrottled.
+        - :class:`~proxy.remote.broker_checks.BrokerChecks`: the tiered partitions the broker
+          just let this connection read, unthrottled: those it answered without error, and
+          in an incremental fetch session those it left out (Kafka's ``FetchSession`` leaves
+          out only partitions without news and without error).
         """
         connection_id = call.connection.connection_id
         failed = error != KafkaError.NONE
         if call.header.api_version >= FIRST_SESSION_VERSION:
             self._sessions.answered(plan.view, session_id=0 if failed else session_id, error=failed)
-        if failed or throttled:
+        vouching = not (failed or throttled)
+        if not vouching:
             self._checks.release(connection_id)
+        now = asyncio.get_running_loop().time()
+        if vouching and plan.view.incremental:
+            self._checked_unanswered(connection_id, plan, answers, now)
         if not answers:
             return {}
-        vouching = plan.request.sessionless and not throttled
-        now = asyncio.get_running_loop().time()
         allowed = self._allowed.get(connection_id)
         if allowed is None:
             allowed = self._allowed[connection_id] = set()
@@ -412,6 +429,21 @@ class FetchInterceptor(Interceptor):
             else:
                 self._checks.refused(connection_id, part.key)
         return states
+
+    def _checked_unanswered(
+        self,
+        connection_id: int,
+        plan: FetchInFlight,
+        answers: Sequence[FetchedPartition],
+        now: float,
+    ) -> None:
+        """Record the broker's check of the tiered partitions it left out of an incremental
+        answer: it fetched them at the leader epoch its session holds, the client's."""
+        answered = {part.key for part in answers}
+        for key, tiered in plan.tiered.items():
+            if key not in answered:
+                epoch = tiered.position.current_leader_epoch
+                self._checks.checked(connection_id, key, leader_epoch=epoch, at=now)
 
     def _collect(
         self,

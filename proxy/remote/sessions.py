@@ -27,12 +27,23 @@ Rules of this file (everything that decides which partitions a Fetch covers live
 - A closed client connection takes its sessions with it (:meth:`FetchSessions.release`), as
   the broker drops them once its own connection closes: heavy connection churn must not
   push the ``slots`` bound into evicting the sessions of live consumers.
+- The proxy may answer an incremental request itself (see
+  :mod:`proxy.remote.broker_checks`), only *in step* (its epoch the one Kafka's
+  ``FetchSession`` expects next: the last one's successor, 1 after ``Integer.MAX_VALUE``),
+  listing no partition new to the session and forgetting none: such a request changes
+  nothing the broker's session holds but the client's positions, which stay here, and its
+  epoch. The broker's session then expects an epoch the client has passed, so every
+  forwarded request carries the client's epoch moved back by the number answered without
+  the broker (``SessionView.broker_epoch``; :meth:`FetchSessions.answered_alone` counts
+  them). The shift keeps the broker the judge of every forwarded epoch: an epoch the client
+  got wrong reaches it wrong, and its INVALID_FETCH_SESSION_EPOCH ends the session here too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from cachetools import LRUCache
 
@@ -45,16 +56,44 @@ __all__ = [
     "FetchSessions",
     "PartitionKey",
     "SessionView",
+    "next_epoch",
 ]
 
 INITIAL_EPOCH = 0
 _NO_SESSION = 0
+_EPOCHS: Final = 2**31 - 1
+"""Incremental epochs run 1, 2, ..., ``Integer.MAX_VALUE``, then 1 again (Kafka's
+``FetchMetadata.nextEpoch``)."""
+
+
+def next_epoch(epoch: int) -> int:
+    """The epoch after ``epoch`` in a session, as Kafka's ``FetchMetadata.nextEpoch``."""
+    if epoch < 0:
+        return FINAL_EPOCH
+    return 1 if epoch == _EPOCHS else epoch + 1
+
+
+def _shifted_back(epoch: int, steps: int) -> int:
+    """The incremental ``epoch`` moved ``steps`` back along Kafka's cycle of epochs."""
+    return (epoch - 1 - steps) % _EPOCHS + 1
 
 
 @dataclass(slots=True, kw_only=True)
 class _Tracked:
     client: FetchPosition
     broker: FetchPosition
+
+
+@dataclass(slots=True, kw_only=True)
+class _Session:
+    """The proxy's copy of one broker session."""
+
+    partitions: dict[PartitionKey, _Tracked]
+    client_epoch: int = INITIAL_EPOCH
+    """The epoch of the client's last request in the session."""
+    answered_alone: int = 0
+    """Requests the proxy answered without the broker (modulo the cycle of epochs): how far
+    the broker's epoch lags the client's."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -71,9 +110,14 @@ class SessionView:
     broker: dict[PartitionKey, FetchPosition]
     """Where the broker's session already holds a position (incremental requests only)."""
     forgotten: tuple[PartitionKey, ...] = ()
+    broker_epoch: int | None = None
+    """The epoch to forward, if the broker's lags the client's (incremental requests)."""
+    in_step: bool = False
+    """An incremental request the proxy may answer itself: the epoch expected next, no
+    partition new to the session and none forgotten."""
     sent: dict[PartitionKey, FetchPosition] = field(default_factory=dict)
     """What the forwarded request listed (set by :meth:`FetchSessions.forwarded`)."""
-    tracked: dict[PartitionKey, _Tracked] | None = field(default=None, repr=False)
+    session: _Session | None = field(default=None, repr=False)
 
     @property
     def incremental(self) -> bool:
@@ -88,7 +132,7 @@ class FetchSessions:
     """The proxy's copy of the broker's fetch sessions, per client connection."""
 
     def __init__(self, *, slots: int) -> None:
-        self._sessions: LRUCache[tuple[int, int], dict[PartitionKey, _Tracked]] = LRUCache(slots)
+        self._sessions: LRUCache[tuple[int, int], _Session] = LRUCache(slots)
         self._by_connection: dict[int, set[int]] = {}
         """Session ids per client connection, to release them when it closes."""
 
@@ -118,15 +162,19 @@ class FetchSessions:
         keys = tuple(key for key, _position in listed)
         key = (connection_id, session_id)
         if session_id != _NO_SESSION and epoch > INITIAL_EPOCH:
-            tracked = self._sessions.get(key)
-            if tracked is None:
+            session = self._sessions.get(key)
+            if session is None:
                 return None
+            tracked = session.partitions
+            adds = any(partition not in tracked for partition in keys)
+            in_step = epoch == next_epoch(session.client_epoch) and not (adds or forgotten)
             for partition in forgotten:
                 tracked.pop(partition, None)
             for partition, position in listed:
                 previous = tracked.get(partition)
                 broker = position if previous is None else previous.broker
                 tracked[partition] = _Tracked(client=position, broker=broker)
+            session.client_epoch = epoch
             return SessionView(
                 connection_id=connection_id,
                 request_session_id=session_id,
@@ -135,7 +183,11 @@ class FetchSessions:
                 client={p: t.client for p, t in tracked.items()},
                 broker={p: t.broker for p, t in tracked.items() if p not in keys},
                 forgotten=forgotten,
-                tracked=tracked,
+                broker_epoch=(
+                    _shifted_back(epoch, session.answered_alone) if session.answered_alone else None
+                ),
+                in_step=in_step,
+                session=session,
             )
         if session_id != _NO_SESSION:
             # Epoch 0 replaces the session, epoch -1 closes it: either way it is gone.
@@ -167,9 +219,9 @@ class FetchSessions:
                 for key, held in view.broker.items()
                 if key in desired and held != desired[key]
             ]
-        if view.tracked is not None:
+        if view.session is not None:
             for key, position in out:
-                view.tracked[key].broker = position
+                view.session.partitions[key].broker = position
         view.sent = dict(out)
         return out
 
@@ -180,7 +232,18 @@ class FetchSessions:
             return
         if view.creates_session and session_id != _NO_SESSION:
             self._by_connection.setdefault(view.connection_id, set()).add(session_id)
-            self._sessions[(view.connection_id, session_id)] = {
-                key: _Tracked(client=position, broker=view.sent.get(key, position))
-                for key, position in view.client.items()
-            }
+            self._sessions[(view.connection_id, session_id)] = _Session(
+                partitions={
+                    key: _Tracked(client=position, broker=view.sent.get(key, position))
+                    for key, position in view.client.items()
+                }
+            )
+
+    @staticmethod
+    def answered_alone(view: SessionView) -> None:
+        """The proxy answers ``view``'s in-step incremental request itself: the broker's
+        session does not see this epoch (nor anything else: the client's positions are
+        already tracked, the broker's stay)."""
+        if view.session is None or not view.in_step:
+            raise ValueError("only an in-step incremental request can be answered alone")
+        view.session.answered_alone = (view.session.answered_alone + 1) % _EPOCHS

@@ -91,6 +91,8 @@ class ScriptedBroker:
     topic_ids: dict[str, uuid.UUID]
     requests: list[tuple[int, int, Any]] = field(default_factory=list)
     sessions: dict[int, dict[tuple[str, int], tuple[int, int]]] = field(default_factory=dict)
+    session_epochs: dict[int, int] = field(default_factory=dict)
+    """The epoch each session expects next (Kafka's ``FetchSession.epoch``)."""
     delay: float = 0.0
     throttle_ms: int = 0
     """The throttle time every Fetch answer carries (the broker's own quota)."""
@@ -139,16 +141,12 @@ class ScriptedBroker:
         if version >= 7 and request.session_epoch == 0:
             session_id = next(self._ids)
             self.sessions[session_id] = dict(wanted)
+            self.session_epochs[session_id] = 1
         elif version >= 7 and request.session_id and request.session_epoch > 0:
             session = self.sessions.get(request.session_id)
-            if session is None:
-                return build(
-                    response_class(ApiKey.FETCH, version),
-                    throttle_time=datetime.timedelta(0),
-                    error_code=err(KafkaError.FETCH_SESSION_ID_NOT_FOUND),
-                    session_id=0,
-                    responses=(),
-                )
+            refusal = self._session_refusal(request.session_id, request.session_epoch)
+            if session is None or refusal is not None:
+                return _session_error(version, refusal or KafkaError.FETCH_SESSION_ID_NOT_FOUND)
             for topic in request.forgotten_topics_data:
                 for partition in topic.partitions:
                     session.pop((self._name(topic, version), partition), None)
@@ -187,6 +185,17 @@ class ScriptedBroker:
                 for name, parts in grouped.items()
             ),
         )
+
+    def _session_refusal(self, session_id: int, epoch: int) -> KafkaError | None:
+        """Kafka's check of an incremental request's session and epoch; the epoch steps on
+        if they hold."""
+        expected = self.session_epochs.get(session_id)
+        if expected is None:
+            return KafkaError.FETCH_SESSION_ID_NOT_FOUND
+        if epoch != expected:
+            return KafkaError.INVALID_FETCH_SESSION_EPOCH
+        self.session_epochs[session_id] = 1 if expected == 2**31 - 1 else expected + 1
+        return None
 
     @staticmethod
     def _partition(
@@ -447,6 +456,16 @@ def fetch_request(
         if forgotten_class is not None
         else (),
         rack_id="",
+    )
+
+
+def _session_error(version: int, error: KafkaError) -> Any:
+    return build(
+        response_class(ApiKey.FETCH, version),
+        throttle_time=datetime.timedelta(0),
+        error_code=err(error),
+        session_id=0,
+        responses=(),
     )
 
 

@@ -8,6 +8,7 @@ front of the in-process scripted broker model (see :mod:`tests.unit.proxy.remote
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,7 +17,16 @@ from protocol.errors import KafkaError
 from protocol.fetch_bodies import FetchPosition, PartitionKey
 from protocol.records import parse_batch_header
 from proxy.remote.broker_checks import BrokerChecks
-from tests.unit.proxy.remote.env import LAST, TIERED_END, TOPIC, EnvFactory, consume, fetch, only
+from tests.unit.proxy.remote.env import (
+    LAST,
+    TIERED_END,
+    TOPIC,
+    Env,
+    EnvFactory,
+    consume,
+    fetch,
+    only,
+)
 from tests.unit.proxy.remote.scripted_broker import batches_of
 
 _REUSE_FOREVER = 3_600_000
@@ -143,19 +153,86 @@ async def test_a_new_leader_epoch_goes_to_the_broker(make_env: EnvFactory) -> No
     assert part.error_code == KafkaError.FENCED_LEADER_EPOCH
 
 
-async def test_fetch_sessions_and_throttled_clients_always_ask_the_broker(
+async def test_full_session_fetches_and_throttled_clients_always_ask_the_broker(
     make_env: EnvFactory,
 ) -> None:
     env = await make_env(broker_check_reuse_ms=_REUSE_FOREVER)
-    for _ in range(3):
-        response = await fetch(env, 12, 0, session_id=0, session_epoch=0)
-        assert batches_of(only(response).records)
-    assert len(env.broker.fetches()) == 3
     env.broker.throttle_ms = 10
     for _ in range(3):
         await fetch(env, 12, 0)
+    assert len(env.broker.fetches()) == 3
+    env.broker.throttle_ms = 0
+    for _ in range(3):
+        response = await fetch(env, 12, 0, session_id=0, session_epoch=0)
+        assert batches_of(only(response).records)
     assert len(env.broker.fetches()) == 6
     assert env.tier.broker_checks.answered_alone == 0
+
+
+async def _session_step(env: Env, session: int, epoch: int, offset: int) -> Any:
+    """An incremental Fetch listing the partition at ``offset`` (the consumer moved on)."""
+    return await fetch(env, 12, offset, session_id=session, session_epoch=epoch)
+
+
+async def test_a_session_consumer_asks_the_broker_only_until_it_has_answered(
+    make_env: EnvFactory,
+) -> None:
+    """Kafka's Java consumer: one full Fetch, then incremental ones; the proxy answers the
+    in-step ones alone, and the broker still sees its own session's epochs in sequence."""
+    env = await make_env(broker_check_reuse_ms=_REUSE_FOREVER)
+    first = await fetch(env, 12, 0, session_id=0, session_epoch=0, partition_max_bytes=600)
+    session = first.session_id
+    got = batches_of(only(first).records)
+    offset, epoch = parse_batch_header(got[-1]).next_offset, 1
+    while offset <= LAST:
+        response = await fetch(
+            env, 12, offset, session_id=session, session_epoch=epoch, partition_max_bytes=600
+        )
+        assert response.error_code == KafkaError.NONE
+        assert response.session_id == session
+        epoch += 1
+        batches = batches_of(only(response).records)
+        assert batches, f"no progress at {offset}"
+        got += batches
+        offset = parse_batch_header(batches[-1]).next_offset
+    assert got == env.all_batches
+    assert env.tier.broker_checks.answered_alone > 0
+    incremental = [f.session_epoch for f in env.broker.fetches() if f.session_epoch > 0]
+    assert incremental == list(range(1, len(incremental) + 1))
+    assert len(incremental) < epoch - 1
+
+
+async def test_a_wrong_session_epoch_reaches_the_broker_and_ends_the_session(
+    make_env: EnvFactory,
+) -> None:
+    env = await make_env(broker_check_reuse_ms=_REUSE_FOREVER)
+    session = (await fetch(env, 12, 0, session_id=0, session_epoch=0)).session_id
+    await _session_step(env, session, 1, 1)
+    await _session_step(env, session, 2, 2)
+    alone = env.tier.broker_checks.answered_alone
+    assert alone > 0
+    asked = len(env.broker.fetches())
+    response = await _session_step(env, session, 4, 3)  # epoch 3 skipped
+    assert response.error_code == KafkaError.INVALID_FETCH_SESSION_EPOCH
+    assert len(env.broker.fetches()) == asked + 1
+    response = await _session_step(env, session, 5, 3)
+    assert response.error_code == KafkaError.FETCH_SESSION_ID_NOT_FOUND
+    assert env.tier.broker_checks.answered_alone == alone
+
+
+async def test_a_session_consumer_sees_the_brokers_refusal_once_the_interval_is_over(
+    make_env: EnvFactory,
+) -> None:
+    env = await make_env(broker_check_reuse_ms=20)
+    session = (await fetch(env, 12, 0, session_id=0, session_epoch=0)).session_id
+    assert only(await _session_step(env, session, 1, 1)).error_code == KafkaError.NONE
+    env.model.error = KafkaError.TOPIC_AUTHORIZATION_FAILED  # the ACL is revoked
+    await asyncio.sleep(0.05)
+    for epoch in (2, 3):
+        part = only(await _session_step(env, session, epoch, 1))
+        assert part.error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert not part.records
+    assert env.broker.fetches()[-1].session_epoch == 3 - env.tier.broker_checks.answered_alone
 
 
 async def test_a_partition_beyond_the_remote_tier_goes_to_the_broker(make_env: EnvFactory) -> None:
