@@ -29,10 +29,12 @@ storage does.
 Remote data goes only to partitions the broker itself has just answered on this
 connection without an error other than OFFSET_OUT_OF_RANGE (or, in an incremental fetch
 session, left out as unchanged — it still checked them), so the broker's authorisation
-governs remote reads too. "Just" is one exception: a sessionless Fetch whose every
-partition is served remotely, each answered by the broker on this connection without error
-within ``remote.fetch.broker.check.reuse.ms``, is answered without the broker
-(:mod:`proxy.remote.broker_checks` says why that is within Kafka's own semantics); such a
+governs remote reads too. "Just" is one exception: a sessionless Fetch, or an incremental
+one in step with its fetch session, whose every partition is served remotely, each answered
+by the broker on this connection without error within
+``remote.fetch.broker.check.reuse.ms``, is answered without the broker
+(:mod:`proxy.remote.broker_checks` says why that is within Kafka's own semantics;
+:mod:`proxy.remote.sessions` how the broker's session epochs stay in sequence); such a
 Fetch's response goes through :meth:`FetchInterceptor.on_response` like any other, with
 nothing to learn. Follower fetches pass through untouched.
 """

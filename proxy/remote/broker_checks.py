@@ -5,10 +5,12 @@ Every Fetch of a remote-served partition sends the broker a *probe* (see
 epoch for it. A probe reads nothing, but the broker's fixed cost per Fetch (request
 parsing, the authoriser, the replica manager, a response) is paid for each: at 1 MiB
 fetches Apache Kafka spent more CPU per GiB answering probes (1.68 CPU-s) than serving the
-same data from its own log (1.29). So a connection's sessionless Fetch whose every
-partition is served remotely is answered without the broker while the broker's last word on
-each of those partitions, on this very connection, is recent
-(``remote.fetch.broker.check.reuse.ms``).
+same data from its own log (1.29). So a connection's Fetch whose every partition is served
+remotely is answered without the broker while the broker's last word on each of those
+partitions, on this very connection, is recent (``remote.fetch.broker.check.reuse.ms``),
+if the Fetch is sessionless or an incremental one in step with its fetch session (Kafka's
+Java consumer always fetches in a session; :mod:`proxy.remote.sessions` keeps the broker's
+session epochs in sequence).
 
 What that changes, and why it is within what Kafka itself does: an ACL revocation, a leader
 move or a topic deletion reaches this connection's remote reads up to the reuse interval
@@ -22,9 +24,13 @@ the broker last reported.
 
 Rules of this file (everything that decides whether the broker may be skipped lives here):
 
-- A check is recorded only when the broker answered a partition of a *sessionless* Fetch
-  on a connection without error, the whole response being without error and unthrottled,
-  with the leader epoch the client sent for it and the time of the answer.
+- A check is recorded only when the broker answered a partition of a Fetch on a connection
+  without error, the whole response being without error and unthrottled, with the leader
+  epoch the client sent for it and the time of the answer. A partition of an incremental
+  fetch session that the broker left out of its answer counts as answered without error:
+  Kafka's ``FetchSession`` leaves out only partitions without news *and* without error, and
+  it fetched them at the leader epoch the client last listed (every position the client
+  lists is forwarded).
 - Any other answer for the partition on that connection (an error, including
   OFFSET_OUT_OF_RANGE), a whole-response error, or a broker throttle drops the checks.
 - :meth:`BrokerChecks.vouch` is a pure predicate: every partition asked has a check on this

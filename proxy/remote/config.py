@@ -139,9 +139,10 @@ class RemoteFetchConfig:
         "remote.fetch.broker.check.reuse.ms",
         100,
         "How long the broker's answer for a remote-served partition stands on one client "
-        "connection: a sessionless Fetch whose every partition is served from the remote "
-        "tier, each answered by the broker on that connection without error this recently "
-        "and at the same leader epoch, is answered without asking the broker. An ACL "
+        "connection: a sessionless Fetch, or an incremental one in step with its fetch "
+        "session, whose every partition is served from the remote tier, each answered by "
+        "the broker on that connection without error this recently and at the same leader "
+        "epoch, is answered without asking the broker. An ACL "
         "revocation, leader move or topic deletion then reaches that connection's remote "
         "reads up to this much later (Kafka's own Fetches read up to fetch.max.wait.ms, "
         "500 ms, after their one authorisation). 0: every Fetch asks the broker.",

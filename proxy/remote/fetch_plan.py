@@ -27,8 +27,9 @@ last stable offset and log start; at its high watermark it has nothing to read (
 only if records arrived since the offsets were learned). A reach probe, or a probe while
 the high watermark is not known, is answered with one batch (Kafka's "at least one batch"
 allowance), which the proxy drops. Every other partition is forwarded as the client asked.
-A sessionless Fetch whose every partition would be a probe that the broker answered on the
-same connection a moment ago is not forwarded at all (see :mod:`proxy.remote.broker_checks`).
+A sessionless Fetch, or an incremental one in step with its fetch session, whose every
+partition would be a probe that the broker answered on the same connection a moment ago is
+not forwarded at all (see :mod:`proxy.remote.broker_checks`).
 
 When the broker answers, :func:`verdict` says who answers each tiered partition: the remote
 tier, the broker, or neither yet.

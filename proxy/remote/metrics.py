@@ -195,8 +195,9 @@ class _TierCollector:
         )
         yield _counter(
             "tierproxy_remote_fetch_answered_without_broker",
-            "Sessionless Fetches of remote-served partitions answered without asking the "
-            "broker, because it had answered them on the same connection within "
+            "Fetches of remote-served partitions (sessionless, or incremental in step with "
+            "their fetch session) answered without asking the broker, because it had "
+            "answered them on the same connection within "
             "remote.fetch.broker.check.reuse.ms.",
             tier.broker_checks.answered_alone,
         )
