@@ -49,10 +49,12 @@ public final class RecordDigest {
         long records = Long.parseLong(args[2]);
         String isolation = args[3];
         String mode = args[4];
+        // Optional: max.partition.fetch.bytes (small, for many Fetches in one fetch session).
+        String fetchBytes = args.length > 5 ? args[5] : null;
         long deadline = System.currentTimeMillis() + DEADLINE_MS;
         Set<String> seen = new HashSet<>();
         if (mode.equals("assign")) {
-            readAssigned(bootstrap, topic, isolation, deadline, seen);
+            readAssigned(bootstrap, topic, isolation, fetchBytes, deadline, seen);
         } else {
             readInGroup(bootstrap, topic, records, isolation, mode, deadline, seen);
         }
@@ -72,10 +74,13 @@ public final class RecordDigest {
     }
 
     private static void readAssigned(
-            String bootstrap, String topic, String isolation, long deadline, Set<String> seen)
-            throws Exception {
-        try (KafkaConsumer<byte[], byte[]> consumer =
-                new KafkaConsumer<>(config(bootstrap, isolation))) {
+            String bootstrap, String topic, String isolation, String fetchBytes, long deadline,
+            Set<String> seen) throws Exception {
+        Properties props = config(bootstrap, isolation);
+        if (fetchBytes != null) {
+            props.put("max.partition.fetch.bytes", fetchBytes);
+        }
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
             List<TopicPartition> partitions = consumer.partitionsFor(topic).stream()
                     .map(info -> new TopicPartition(topic, info.partition()))
                     .collect(Collectors.toList());

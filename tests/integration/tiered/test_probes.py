@@ -12,6 +12,11 @@ names the relay as its address in Metadata, so every request the proxy sends ups
 every answer passes through it. A transaction is left open after the tiered range, so the
 last stable offset is below the high watermark and the two levels probe at different places.
 
+Kafka's Java consumer fetches in an incremental fetch session (KIP-227): the proxy answers
+its in-step Fetches over the remote tier alone, and the Fetches it forwards carry epochs
+moved back by their number, so that the broker's own ``FetchSession`` sees them in sequence
+(it answers INVALID_FETCH_SESSION_EPOCH to anything else).
+
 That holds from a partition's very first probe when the client asked Metadata through the
 same proxy first, as real clients do: the proxy then asks the leaders for the offsets of the
 tiered partitions named in the answer (:mod:`proxy.remote.broker_offsets`). A Fetch that
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import threading
 import uuid
 from collections.abc import Iterator
@@ -52,6 +58,7 @@ from proxy.embedded import (
     delete_bucket,
     ensure_jars,
 )
+from proxy.embedded.kafka_tools import run_tool
 from proxy.embedded.ports import LOOPBACK
 from proxy.embedded.tierproxy import TierproxyServer, proxy_process
 from proxy.remote.fetch_plan import PROBE_BYTES
@@ -71,6 +78,18 @@ from tests.integration.tiered.support import (
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
 _RELAYED = "RELAYED"
+RECORD_DIGEST = Path(__file__).parents[2] / "java" / "RecordDigest.java"
+_RECORD = re.compile(r"^(\d+) (\d+) ([0-9a-f]{64})$")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionFetch:
+    """One Fetch the proxy sent in a fetch session, and the broker's whole-response answer."""
+
+    connection: int
+    session_id: int
+    epoch: int
+    error: int
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +123,35 @@ class Recording:
             requests = _frames(data for c, back, data in chunks if c == connection and not back)
             answers = _frames(data for c, back, data in chunks if c == connection and back)
             found += _probes(zip(requests, answers, strict=False))
+        return found
+
+    def session_fetches(self) -> list[SessionFetch]:
+        with self._lock:
+            chunks = list(self._chunks)
+        found: list[SessionFetch] = []
+        for connection in sorted({c for c, _, _ in chunks}):
+            requests = _frames(data for c, back, data in chunks if c == connection and not back)
+            answers = _frames(data for c, back, data in chunks if c == connection and back)
+            for request, answer in zip(requests, answers, strict=False):
+                header = parse_request_header(request)
+                if header.api_key != ApiKey.FETCH or header.api_version < 7:
+                    continue
+                version = header.api_version
+                body = decode_request(ApiKey.FETCH, version, memoryview(request)[header.size :])
+                if body.session_id == 0 and body.session_epoch < 0:
+                    continue  # sessionless
+                header_version = response_header_version(ApiKey.FETCH, version)
+                assert header_version is not None
+                _, size = parse_response_header(answer, header_version)
+                reply = decode_response(ApiKey.FETCH, version, memoryview(answer)[size:])
+                found.append(
+                    SessionFetch(
+                        connection=connection,
+                        session_id=body.session_id or reply.session_id,
+                        epoch=body.session_epoch,
+                        error=int(reply.error_code),
+                    )
+                )
         return found
 
 
@@ -251,6 +299,51 @@ def test_probes_ask_where_the_broker_has_nothing_to_read(
     at = [(p.last_stable_offset if committed else p.high_watermark) for p in probes]
     assert [probe.fetch_offset for probe in probes] == at, probes
     assert [probe.record_bytes for probe in probes] == [0] * len(probes), probes
+
+
+def test_a_java_consumer_in_a_fetch_session_is_answered_alone_in_step(
+    relay: tuple[LatencyRelay, Recording],
+    relayed_broker: KafkaBroker,
+    open_transaction_after: TieredTopic,
+    s3: S3Info,
+    tmp_path: Path,
+) -> None:
+    """Kafka's Java consumer, one batch per Fetch (``max.partition.fetch.bytes`` 1): most of
+    its Fetches over the remote tier are answered by the proxy alone, the real broker never
+    sees an epoch out of sequence, and the consumer gets every offset once."""
+    tiered = open_transaction_after
+    recording = relay[1]
+    before = len(recording.session_fetches())
+    with running(relayed_proxy(relay[0], relayed_broker, tiered, s3, tmp_path)) as proxy:
+        run = run_tool(
+            ensure_jars(KAFKA_4),
+            str(RECORD_DIGEST),
+            proxy.bootstrap,
+            tiered.topic,
+            "0",
+            READ_UNCOMMITTED,
+            "assign",
+            "1",
+            timeout_s=180,
+        )
+        alone = proxy.metric("tierproxy_remote_fetch_answered_without_broker_total")
+    delivered = [
+        (int(m[1]), int(m[2])) for line in run.stdout.splitlines() if (m := _RECORD.match(line))
+    ]
+    ends = tiered.high_watermarks
+    expected = sorted((r[0], r[1]) for r in tiered.expected[READ_UNCOMMITTED])
+    assert sorted(r for r in delivered if r[1] < ends[r[0]]) == expected  # each offset once
+    assert alone > 0, "every Fetch of the session went to the broker"
+
+    fetches = recording.session_fetches()[before:]
+    assert [f for f in fetches if f.error != 0] == [], "the broker refused a session Fetch"
+    sessions: dict[tuple[int, int], list[int]] = {}
+    for f in fetches:
+        if f.epoch > 0:
+            sessions.setdefault((f.connection, f.session_id), []).append(f.epoch)
+    assert sessions, "no incremental Fetch reached the broker"
+    for epochs in sessions.values():
+        assert epochs == list(range(1, len(epochs) + 1)), epochs
 
 
 def test_a_fetch_without_metadata_first_falls_back_to_a_reach_probe(
