@@ -202,6 +202,25 @@ async def test_a_session_consumer_asks_the_broker_only_until_it_has_answered(
     assert len(incremental) < epoch - 1
 
 
+async def test_a_partition_left_out_of_an_incremental_answer_counts_as_checked(
+    make_env: EnvFactory,
+) -> None:
+    """Kafka leaves a session partition out of an incremental answer only without news and
+    without error: the broker checked it, and the next step may go without the broker."""
+    env = await make_env(broker_check_reuse_ms=_REUSE_FOREVER)
+    env.broker.throttle_ms = 10  # a throttled answer vouches for nothing
+    session = (await fetch(env, 12, 0, session_id=0, session_epoch=0)).session_id
+    env.broker.throttle_ms = 0
+    asked = len(env.broker.fetches())
+    # The probe, at the broker's high watermark, has no news: the broker leaves it out.
+    assert batches_of(only(await _session_step(env, session, 1, 1)).records)
+    assert len(env.broker.fetches()) == asked + 1
+    alone = env.tier.broker_checks.answered_alone
+    assert batches_of(only(await _session_step(env, session, 2, 2)).records)
+    assert env.tier.broker_checks.answered_alone == alone + 1
+    assert len(env.broker.fetches()) == asked + 1
+
+
 async def test_a_wrong_session_epoch_reaches_the_broker_and_ends_the_session(
     make_env: EnvFactory,
 ) -> None:
