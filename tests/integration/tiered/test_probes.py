@@ -116,43 +116,59 @@ class Recording:
             self._chunks.append((connection, back, data))
 
     def probes(self) -> list[Probe]:
-        with self._lock:
-            chunks = list(self._chunks)
-        found: list[Probe] = []
-        for connection in sorted({c for c, _, _ in chunks}):
-            requests = _frames(data for c, back, data in chunks if c == connection and not back)
-            answers = _frames(data for c, back, data in chunks if c == connection and back)
-            found += _probes(zip(requests, answers, strict=False))
-        return found
+        return [probe for exchanges in self._fetches() for probe in _probes(exchanges)]
 
     def session_fetches(self) -> list[SessionFetch]:
+        return [
+            SessionFetch(
+                connection=connection,
+                session_id=fetch.request.session_id or fetch.response.session_id,
+                epoch=fetch.request.session_epoch,
+                error=int(fetch.response.error_code),
+            )
+            for connection, exchanges in enumerate(self._fetches())
+            for fetch in exchanges
+            if fetch.version >= 7 and not _sessionless(fetch.request)
+        ]
+
+    def _fetches(self) -> list[list[_Fetch]]:
+        """Each connection's Fetches and their answers, decoded, in order."""
         with self._lock:
             chunks = list(self._chunks)
-        found: list[SessionFetch] = []
+        found: list[list[_Fetch]] = []
         for connection in sorted({c for c, _, _ in chunks}):
             requests = _frames(data for c, back, data in chunks if c == connection and not back)
             answers = _frames(data for c, back, data in chunks if c == connection and back)
-            for request, answer in zip(requests, answers, strict=False):
-                header = parse_request_header(request)
-                if header.api_key != ApiKey.FETCH or header.api_version < 7:
-                    continue
-                version = header.api_version
-                body = decode_request(ApiKey.FETCH, version, memoryview(request)[header.size :])
-                if body.session_id == 0 and body.session_epoch < 0:
-                    continue  # sessionless
-                header_version = response_header_version(ApiKey.FETCH, version)
-                assert header_version is not None
-                _, size = parse_response_header(answer, header_version)
-                reply = decode_response(ApiKey.FETCH, version, memoryview(answer)[size:])
-                found.append(
-                    SessionFetch(
-                        connection=connection,
-                        session_id=body.session_id or reply.session_id,
-                        epoch=body.session_epoch,
-                        error=int(reply.error_code),
-                    )
-                )
+            exchanges = zip(requests, answers, strict=False)
+            found.append([f for r, a in exchanges if (f := _decoded_fetch(r, a)) is not None])
         return found
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Fetch:
+    version: int
+    request: Any
+    response: Any
+
+
+def _sessionless(request: Any) -> bool:
+    return bool(request.session_id == 0 and request.session_epoch < 0)
+
+
+def _decoded_fetch(request: bytes, answer: bytes) -> _Fetch | None:
+    """A Fetch and its answer, decoded; ``None`` for another API."""
+    header = parse_request_header(request)
+    if header.api_key != ApiKey.FETCH:
+        return None
+    version = header.api_version
+    header_version = response_header_version(ApiKey.FETCH, version)
+    assert header_version is not None
+    _, size = parse_response_header(answer, header_version)
+    return _Fetch(
+        version=version,
+        request=decode_request(ApiKey.FETCH, version, memoryview(request)[header.size :]),
+        response=decode_response(ApiKey.FETCH, version, memoryview(answer)[size:]),
+    )
 
 
 def _frames(chunks: Iterator[bytes]) -> list[bytes]:
@@ -166,30 +182,20 @@ def _frames(chunks: Iterator[bytes]) -> list[bytes]:
     return frames
 
 
-def _probes(exchanges: Iterator[tuple[bytes, bytes]]) -> list[Probe]:
+def _probes(fetches: list[_Fetch]) -> list[Probe]:
     """The probes of one connection. In a fetch session the broker leaves unchanged
     partitions out of its answers and the proxy leaves unchanged positions out of its
     requests, so the positions asked are tracked across the connection's Fetches."""
     asked: dict[PartitionKey, FetchPosition] = {}
     found: list[Probe] = []
-    for request, answer in exchanges:
-        header = parse_request_header(request)
-        if header.api_key != ApiKey.FETCH:
-            continue
-        version = header.api_version
-        view = read_fetch_request(
-            decode_request(ApiKey.FETCH, version, memoryview(request)[header.size :]), version
-        )
+    for fetch in fetches:
+        view = read_fetch_request(fetch.request, fetch.version)
         if view.session_epoch <= 0:  # a full fetch lists every partition
             asked.clear()
         asked.update(view.partitions)
         for key in view.forgotten:
             asked.pop(key, None)
-        header_version = response_header_version(ApiKey.FETCH, version)
-        assert header_version is not None
-        _, size = parse_response_header(answer, header_version)
-        body = decode_response(ApiKey.FETCH, version, memoryview(answer)[size:])
-        for part in FetchResponseEditor(body, version).partitions():
+        for part in FetchResponseEditor(fetch.response, fetch.version).partitions():
             position = asked.get(part.key)
             if position is None or position.partition_max_bytes != PROBE_BYTES:
                 continue
