@@ -57,15 +57,17 @@ taken per visit (two paths back to back, an A/B pair) and their medians reported
 cells, each path of each topic is read once, unmeasured (a fresh proxy's first read loads
 every index; the broker's JIT warms up). Reported per cell: median MiB/s of each path, the
 ratios, CPU seconds per GiB of the broker on each path, of the proxy on tierproxy's, of the
-client (this process and the JVM it ran) on each, and Fetch requests per GiB on each;
-``headline``: the worst and median cells against the goals. Data is warm (page cache) on
-every path. The proxy runs with its default chunk cache (256 MiB, ``--chunk-cache-mib``),
-smaller than the data, so every round reads the remote tier again; its GETs per GiB
-(``proxy_gets_per_gib_tierproxy``; 256 would be each 4 MiB chunk once) show it, and show a
-cache too small for its readers: at 32 MiB, 8 partitions' readers evicted each other's
-chunks (1,415 GETs per GiB). ``--profile DIR`` samples the proxy with py-spy during each
-cell; ``--baseline-tree DIR`` adds a fourth path, the same reads through a proxy run from
-another checkout (the code before a change), for before/after figures from one run.
+client (this process and the JVM it ran) on each, and Fetch requests per GiB on each (on
+tierproxy's, also those the proxy forwarded to the broker rather than answering alone,
+``proxy_forwarded_fetches_per_gib_tierproxy``); ``headline``: the worst and median cells
+against the goals. Data is warm (page cache) on every path. The proxy runs with its default
+chunk cache (256 MiB, ``--chunk-cache-mib``), smaller than the data, so every round reads
+the remote tier again; its GETs per GiB (``proxy_gets_per_gib_tierproxy``; 256 would be each
+4 MiB chunk once) show it, and show a cache too small for its readers: at 32 MiB, 8
+partitions' readers evicted each other's chunks (1,415 GETs per GiB). ``--profile DIR``
+samples the proxy with py-spy during each cell; ``--baseline-tree DIR`` adds a fourth path,
+the same reads through a proxy run from another checkout (the code before a change), for
+before/after figures from one run.
 
 Tail latency (:mod:`bench.tail`, ``--tail-seconds`` per round, 0 to skip; needs 1 in
 ``--partitions``): a consumer at the head of the log (raw Fetch v12, 64 KiB fetches) alone and
@@ -375,6 +377,7 @@ async def measure_matrix(
         visits: list[dict[str, PathRound]] = []
         profile = profile_path(args.profile, cell)
         gets_before = {path: gets(proxy) for path, (_pids, proxy) in proxies.items()}
+        alone_before = {path: answered_alone(proxy) for path, (_pids, proxy) in proxies.items()}
         with record(proxies[TIERPROXY][0].proxy, profile):
             for index in range(args.pairs):
                 visits.append({path: await reads[path]() for path in visit_order(index, paths)})
@@ -383,6 +386,10 @@ async def measure_matrix(
             gib = sum(visit[path].mib for visit in visits) / 1024
             key = "tierproxy" if path == TIERPROXY else "baseline"
             summary[f"proxy_gets_per_gib_{key}"] = (gets(proxy) - gets_before[path]) / gib
+            # The client's Fetches less those the proxy answered alone: what reached the broker.
+            fetches = sum(visit[path].fetches_per_gib * visit[path].mib / 1024 for visit in visits)
+            alone = answered_alone(proxy) - alone_before[path]
+            summary[f"proxy_forwarded_fetches_per_gib_{key}"] = (fetches - alone) / gib
         summaries[cell] = summary
         results[cell.name] = {
             "summary": summary,
@@ -394,6 +401,11 @@ async def measure_matrix(
         if profile is not None:
             print("\n".join(summarise_profile(profile, top=25).lines()))
     return results, summaries
+
+
+def answered_alone(proxy: TierproxyServer) -> float:
+    """Fetches the proxy answered without asking the broker (it forwarded the others)."""
+    return proxy.metric("tierproxy_remote_fetch_answered_without_broker_total")
 
 
 def profile_path(directory: Path | None, cell: Cell) -> Path | None:
@@ -419,13 +431,15 @@ def print_cell(cell: Cell, summary: Mapping[str, float]) -> None:
         f"{summary['client_cpu_s_per_gib_tierproxy']:.2f} c "
         f"{summary['client_cpu_s_per_gib_local']:.2f}; Fetches/GiB a "
         f"{summary['fetches_per_gib_native']:.0f} b {summary['fetches_per_gib_tierproxy']:.0f} "
-        f"c {summary['fetches_per_gib_local']:.0f}; proxy GETs/GiB b "
+        f"c {summary['fetches_per_gib_local']:.0f} (b forwarded to the broker "
+        f"{summary['proxy_forwarded_fetches_per_gib_tierproxy']:.0f}); proxy GETs/GiB b "
         f"{summary['proxy_gets_per_gib_tierproxy']:.0f}"
     )
     if "ratio_tierproxy_to_baseline" in summary:
         print(
             f"  baseline tree: {summary['baseline_mib_per_s']:.0f} MiB/s, proxy "
-            f"{summary['proxy_cpu_s_per_gib_baseline']:.2f} CPU-s/GiB; this tree / baseline "
+            f"{summary['proxy_cpu_s_per_gib_baseline']:.2f} CPU-s/GiB, Fetches/GiB forwarded "
+            f"{summary['proxy_forwarded_fetches_per_gib_baseline']:.0f}; this tree / baseline "
             f"{summary['ratio_tierproxy_to_baseline']:.2f}"
         )
 
