@@ -46,6 +46,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from bench.common import RESULTS
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry, epoch_for_offset
 from protocol.murmur2 import metadata_partition_for
 from storage.model import (
@@ -57,7 +58,6 @@ from storage.model import (
 from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.snapshot import SnapshotStore
 
-RESULTS = Path(__file__).parent / "results"
 KIP_405_BYTES_PER_ENTRY = 100
 SEGMENT_OFFSETS = 1_000
 EPOCH_EVERY = 10_000

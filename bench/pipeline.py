@@ -57,7 +57,8 @@ nothing can close; after one warm-up cycle, ``--idle-cycles`` cycles are timed, 
 of ``--backends``.
 
 Results: ``bench/results/<--out>.json`` (with the commit and whether the tree was clean) and
-``.png`` (``pipeline`` by default).
+``.png`` (``pipeline`` by default); ``$TIERPROXY_BENCH_RESULTS`` instead of ``bench/results``
+when set, as for every benchmark.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ from typing import Any, Literal
 
 from confluent_kafka import Producer
 
-from bench.common import git_state
+from bench.common import RESULTS, git_state
 from bench.jvm_threads import ROLES, JvmThreads
 from proxy.embedded import SeaweedFS, broker_from_env, create_bucket, create_topic
 from proxy.embedded.info import BrokerInfo, S3Info
@@ -88,7 +89,6 @@ from storage.kafka_client import FetchTarget, KafkaClient
 from storage.tiering.job import build_spark, open_pipeline, settings_from_flat
 from storage.tiering.report import CycleReport
 
-RESULTS = Path(__file__).parent / "results"
 MIB = 1024 * 1024
 GIB = 1024 * MIB
 VALUE_BYTES = 1024

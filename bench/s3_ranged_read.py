@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from bench.common import RESULTS
 from protocol.metadata_records import RemoteLogSegmentState
 from proxy.embedded.info import S3Info
 from proxy.embedded.s3 import create_bucket, delete_bucket, s3_info_from_env
@@ -56,7 +57,6 @@ from storage.rsm.s3 import S3RemoteStorage
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
-RESULTS = Path(__file__).parent / "results"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
