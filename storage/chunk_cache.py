@@ -6,7 +6,10 @@ aligned chunks (4 MiB by default, as Aiven's tiered-storage plugin does) turns f
 fetches into one GET, and lets every consumer of the same range share it:
 
 - a chunk is ``[i * chunk_bytes, (i + 1) * chunk_bytes)`` of one segment copy's ``.log``,
-  keyed by the copy's id (never reused, so an entry is never stale);
+  keyed by the copy's id (never reused, so an entry is never stale); remote storage that
+  can map its files (a local directory) gives the file's pages themselves, so records go
+  from the page cache to the client's socket uncopied and count against the bound all the
+  same;
 - memory is an LRU bounded by the total bytes held (cachetools ``LRUCache`` sized by
   ``len``); evicted chunks go back to remote storage that can read later GETs into them
   (S3's lean GET: no new buffer to zero-fill, :class:`storage.rsm.s3_ranged_get.SpareBodies`);
@@ -106,8 +109,9 @@ class _Read(NamedTuple):
     answered: float
 
 
-_Chunk = bytes | bytearray
-"""A chunk as remote storage returned it (S3 reads in place, into a bytearray); never changed."""
+_Chunk = bytes | bytearray | memoryview
+"""A chunk as remote storage returned it (S3 reads in place, into a bytearray; a local
+directory maps its file, a memoryview); never changed."""
 
 
 @runtime_checkable
@@ -116,6 +120,16 @@ class _Recycles(Protocol):
     (:meth:`storage.rsm.s3.S3RemoteStorage.recycle`)."""
 
     def recycle(self, data: bytes | bytearray) -> None: ...
+
+
+@runtime_checkable
+class _Maps(Protocol):
+    """Remote storage that hands out its files' pages themselves, uncopied
+    (:meth:`storage.rsm.local.LocalRemoteStorage.map_log_segment`)."""
+
+    async def map_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start: int, end: int
+    ) -> memoryview: ...
 
 
 class _SizedLRU(LRUCache[_Key, _Chunk]):
@@ -238,6 +252,7 @@ class ChunkCache:
             raise ValueError("chunk_bytes must be positive and the bounds not negative")
         self._rsm = rsm
         self._recycle = rsm.recycle if isinstance(rsm, _Recycles) else None
+        self._fetch = rsm.map_log_segment if isinstance(rsm, _Maps) else rsm.fetch_log_segment
         self.chunk_bytes = chunk_bytes
         self._bounds = ReadAheadBounds.for_budget(
             prefetch_chunks=prefetch_chunks,
@@ -505,7 +520,7 @@ class ChunkCache:
             end = min(start + self.chunk_bytes, metadata.segment_size_in_bytes)
             self.gets += 1
             began = self._clock()
-            data = await self._rsm.fetch_log_segment(metadata, start, end)
+            data = await self._fetch(metadata, start, end)
             self._timed_get(self._clock() - began)
             self._write_disk(key, data)
         else:
@@ -525,7 +540,7 @@ class ChunkCache:
 
     def _evicted(self, data: _Chunk) -> None:
         self.evictions += 1
-        if self._recycle is not None:
+        if self._recycle is not None and not isinstance(data, memoryview):
             self._recycle(data)
 
     # -- disk tier ------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import uuid
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol.buffers import Buffers
 from protocol.metadata_records import RemoteLogSegmentState
 from storage.chunk_cache import ChunkCache
 from storage.model import (
@@ -22,6 +24,7 @@ from storage.model import (
     TopicIdPartition,
 )
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
+from storage.rsm.local import LocalRemoteStorage
 
 TP = TopicIdPartition(topic_id=uuid.uuid4(), topic="t", partition=0)
 
@@ -44,6 +47,17 @@ def content(metadata: RemoteLogSegmentMetadata) -> bytes:
     seed = metadata.segment_id.id.bytes
     size = metadata.segment_size_in_bytes
     return (seed * (size // len(seed) + 1))[:size]
+
+
+def local_segment_data(log: bytes) -> LogSegmentData:
+    return LogSegmentData(
+        log=log,
+        offset_index=b"",
+        time_index=b"",
+        transaction_index=b"",
+        producer_snapshot=b"",
+        leader_epoch_checkpoint=b"",
+    )
 
 
 class FakeStorage:
@@ -106,6 +120,37 @@ def test_any_range_reads_the_same_bytes_as_the_object(
         assert cache.size_bytes <= 3 * chunk
 
     asyncio.run(run())
+
+
+def test_chunks_of_a_local_directory_are_its_pages_and_read_the_same_bytes(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """The local directory maps its files (no copy); chunk sizes off page boundaries too."""
+    root = tmp_path_factory.mktemp("local-tier")
+    size = 3 * 4096 + 123
+    meta = segment(size)
+    log = os.urandom(size)
+    with asyncio.Runner() as runner:
+        storage = LocalRemoteStorage(root)
+        runner.run(storage.copy_log_segment(meta, local_segment_data(log)))
+
+        @settings(max_examples=80, deadline=None)
+        @given(
+            chunk=st.sampled_from([1000, 4096, 5000, 8192]),
+            ranges=st.lists(
+                st.tuples(st.integers(0, size + 10), st.integers(0, 9000)), min_size=1, max_size=6
+            ),
+        )
+        def check(chunk: int, ranges: list[tuple[int, int]]) -> None:
+            cache = ChunkCache(storage, max_bytes=3 * chunk, chunk_bytes=chunk)
+            for start, length in ranges:
+                got = runner.run(cache.read(meta, start, start + length))
+                assert bytes(got) == log[start : start + length]
+                parts = got.parts if isinstance(got, Buffers) else (got,)
+                assert all(isinstance(part, memoryview) and part.readonly for part in parts)
+            assert cache.size_bytes <= 3 * chunk
+
+        check()
 
 
 async def test_chunks_are_aligned_and_read_once() -> None:

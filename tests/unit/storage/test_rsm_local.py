@@ -221,3 +221,67 @@ async def test_calls_after_close_fail(tmp_path: Path) -> None:
     await storage.close()
     with pytest.raises(RemoteStorageError, match="closed"):
         await storage.fetch_log_segment(new_metadata(), 0)
+
+
+# -- mapped ranges (the chunk cache's reads: the file's pages, uncopied) -----------------
+
+
+def test_mapped_ranges_at_random_boundaries_equal_the_slice(tmp_path: Path) -> None:
+    metadata = new_metadata()
+    with asyncio.Runner() as runner:
+        storage = LocalRemoteStorage(tmp_path)
+        runner.run(storage.copy_log_segment(metadata, segment_data(LOG)))
+
+        @settings(max_examples=150, deadline=None)
+        @given(
+            start=st.integers(min_value=0, max_value=len(LOG)),
+            length=st.integers(min_value=0, max_value=len(LOG) + 1000),
+        )
+        def check(start: int, length: int) -> None:
+            view = runner.run(storage.map_log_segment(metadata, start, start + length))
+            assert view.tobytes() == LOG[start : start + length]
+
+        check()
+
+
+async def test_a_mapped_range_is_read_only(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    metadata = new_metadata()
+    await storage.copy_log_segment(metadata, segment_data(LOG))
+    view = await storage.map_log_segment(metadata, 5000, 9000)
+    assert view.readonly
+    with pytest.raises(TypeError):
+        view[0] = 1
+
+
+async def test_a_mapped_range_outlives_its_deleted_segment(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    metadata = new_metadata()
+    await storage.copy_log_segment(metadata, segment_data(LOG))
+    view = await storage.map_log_segment(metadata, 4096, len(LOG))
+    await storage.delete_log_segment(metadata)
+    assert view.tobytes() == LOG[4096:]
+
+
+async def test_mapped_ranges_fail_as_reads_do(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    metadata = new_metadata()
+    with pytest.raises(RemoteResourceNotFoundError):
+        await storage.map_log_segment(metadata, 0, 10)
+    await storage.copy_log_segment(metadata, segment_data(b"0123456789"))
+    with pytest.raises(RemoteRangeError, match="beyond its size 10"):
+        await storage.map_log_segment(metadata, 11, 20)
+    with pytest.raises(ValueError):
+        await storage.map_log_segment(metadata, 5, 4)
+    assert len(await storage.map_log_segment(metadata, 10, 20)) == 0
+    assert len(await storage.map_log_segment(metadata, 3, 3)) == 0
+    await storage.close()
+    with pytest.raises(RemoteStorageError, match="closed"):
+        await storage.map_log_segment(metadata, 0, 10)
+
+
+async def test_an_empty_log_maps_empty(tmp_path: Path) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    metadata = new_metadata()
+    await storage.copy_log_segment(metadata, segment_data(b""))
+    assert len(await storage.map_log_segment(metadata, 0, 100)) == 0
