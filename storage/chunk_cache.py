@@ -131,6 +131,8 @@ class _Maps(Protocol):
         self, metadata: RemoteLogSegmentMetadata, start: int, end: int
     ) -> memoryview: ...
 
+    def unmap(self, view: memoryview) -> None: ...
+
 
 class _SizedLRU(LRUCache[_Key, _Chunk]):
     """An LRU of chunk bytes that reports the chunks it evicts."""
@@ -253,6 +255,7 @@ class ChunkCache:
         self._rsm = rsm
         self._recycle = rsm.recycle if isinstance(rsm, _Recycles) else None
         self._fetch = rsm.map_log_segment if isinstance(rsm, _Maps) else rsm.fetch_log_segment
+        self._unmap = rsm.unmap if isinstance(rsm, _Maps) else None
         self.chunk_bytes = chunk_bytes
         self._bounds = ReadAheadBounds.for_budget(
             prefetch_chunks=prefetch_chunks,
@@ -540,7 +543,10 @@ class ChunkCache:
 
     def _evicted(self, data: _Chunk) -> None:
         self.evictions += 1
-        if self._recycle is not None and not isinstance(data, memoryview):
+        if isinstance(data, memoryview):
+            if self._unmap is not None:
+                self._unmap(data)
+        elif self._recycle is not None:
             self._recycle(data)
 
     # -- disk tier ------------------------------------------------------------------------

@@ -153,6 +153,32 @@ def test_chunks_of_a_local_directory_are_its_pages_and_read_the_same_bytes(
         check()
 
 
+class UnmapRecordingStorage(LocalRemoteStorage):
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.unmapped: list[bytes] = []
+
+    def unmap(self, view: memoryview) -> None:
+        self.unmapped.append(view.tobytes())
+        super().unmap(view)
+
+
+async def test_evicted_chunks_of_a_local_directory_go_back_to_be_unmapped(
+    tmp_path: Path,
+) -> None:
+    meta = segment(3 * 4096)
+    log = os.urandom(meta.segment_size_in_bytes)
+    storage = UnmapRecordingStorage(tmp_path)
+    await storage.copy_log_segment(meta, local_segment_data(log))
+    cache = ChunkCache(storage, max_bytes=4096, chunk_bytes=4096, prefetch_chunks=0)
+    for index in range(3):
+        assert (
+            bytes(await cache.read(meta, index * 4096, (index + 1) * 4096))
+            == log[index * 4096 : (index + 1) * 4096]
+        )
+    assert storage.unmapped == [log[:4096], log[4096:8192]]
+
+
 async def test_chunks_are_aligned_and_read_once() -> None:
     storage = FakeStorage()
     meta = segment(100)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import uuid
+import weakref
 from pathlib import Path
 
 import pytest
@@ -285,3 +287,19 @@ async def test_an_empty_log_maps_empty(tmp_path: Path) -> None:
     metadata = new_metadata()
     await storage.copy_log_segment(metadata, segment_data(b""))
     assert len(await storage.map_log_segment(metadata, 0, 100)) == 0
+
+
+async def test_an_unmapped_range_is_unmapped_by_the_next_mappings_thread(tmp_path: Path) -> None:
+    """The event loop never pays for an unmap (it waited for the memory map lock)."""
+    storage = LocalRemoteStorage(tmp_path)
+    metadata = new_metadata()
+    await storage.copy_log_segment(metadata, segment_data(LOG))
+    view = await storage.map_log_segment(metadata, 0, 8192)
+    unmapped_in: list[threading.Thread] = []
+    mapping = weakref.ref(view.obj, lambda _ref: unmapped_in.append(threading.current_thread()))
+    storage.unmap(view)
+    del view
+    assert mapping() is not None
+    await storage.map_log_segment(metadata, 8192, 16384)
+    assert mapping() is None
+    assert unmapped_in and unmapped_in[0] is not threading.current_thread()

@@ -73,6 +73,17 @@ class FaultyStorage:
         await self._fault()
         return await self.inner.fetch_log_segment(metadata, start, end)
 
+    async def map_log_segment(
+        self, metadata: RemoteLogSegmentMetadata, start: int, end: int
+    ) -> memoryview:
+        """The chunk cache's reads, as the proxy makes them from a local directory."""
+        self.log_reads.append(metadata.start_offset)
+        await self._fault()
+        return await self.inner.map_log_segment(metadata, start, end)
+
+    def unmap(self, view: memoryview) -> None:
+        self.inner.unmap(view)
+
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
         self.index_reads += 1
         await self._fault()
