@@ -25,6 +25,7 @@ from storage.model import (
 )
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
 from storage.rsm.local import LocalRemoteStorage
+from tests.unit.storage.test_rsm_local import segment_data
 
 TP = TopicIdPartition(topic_id=uuid.uuid4(), topic="t", partition=0)
 
@@ -47,17 +48,6 @@ def content(metadata: RemoteLogSegmentMetadata) -> bytes:
     seed = metadata.segment_id.id.bytes
     size = metadata.segment_size_in_bytes
     return (seed * (size // len(seed) + 1))[:size]
-
-
-def local_segment_data(log: bytes) -> LogSegmentData:
-    return LogSegmentData(
-        log=log,
-        offset_index=b"",
-        time_index=b"",
-        transaction_index=b"",
-        producer_snapshot=b"",
-        leader_epoch_checkpoint=b"",
-    )
 
 
 class FakeStorage:
@@ -132,7 +122,7 @@ def test_chunks_of_a_local_directory_are_its_pages_and_read_the_same_bytes(
     log = os.urandom(size)
     with asyncio.Runner() as runner:
         storage = LocalRemoteStorage(root)
-        runner.run(storage.copy_log_segment(meta, local_segment_data(log)))
+        runner.run(storage.copy_log_segment(meta, segment_data(log)))
 
         @settings(max_examples=80, deadline=None)
         @given(
@@ -169,7 +159,7 @@ async def test_evicted_chunks_of_a_local_directory_go_back_to_be_unmapped(
     meta = segment(3 * 4096)
     log = os.urandom(meta.segment_size_in_bytes)
     storage = UnmapRecordingStorage(tmp_path)
-    await storage.copy_log_segment(meta, local_segment_data(log))
+    await storage.copy_log_segment(meta, segment_data(log))
     cache = ChunkCache(storage, max_bytes=4096, chunk_bytes=4096, prefetch_chunks=0)
     for index in range(3):
         assert (

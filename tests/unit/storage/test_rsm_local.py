@@ -103,7 +103,7 @@ async def test_ranged_reads_equal_the_slice(tmp_path: Path, start: int, end: int
     assert await storage.fetch_log_segment(metadata, start, end) == LOG[start:end]
 
 
-def test_ranged_reads_at_random_boundaries_equal_the_slice(tmp_path: Path) -> None:
+def test_ranged_and_mapped_reads_at_random_boundaries_equal_the_slice(tmp_path: Path) -> None:
     metadata = new_metadata()
     with asyncio.Runner() as runner:
         storage = LocalRemoteStorage(tmp_path)
@@ -117,6 +117,10 @@ def test_ranged_reads_at_random_boundaries_equal_the_slice(tmp_path: Path) -> No
         def check(start: int, length: int | None) -> None:
             end = None if length is None else start + length
             assert runner.run(storage.fetch_log_segment(metadata, start, end)) == LOG[start:end]
+            mapped = runner.run(
+                storage.map_log_segment(metadata, start, len(LOG) if end is None else end)
+            )
+            assert mapped.tobytes() == LOG[start:end]
 
         check()
 
@@ -226,24 +230,6 @@ async def test_calls_after_close_fail(tmp_path: Path) -> None:
 
 
 # -- mapped ranges (the chunk cache's reads: the file's pages, uncopied) -----------------
-
-
-def test_mapped_ranges_at_random_boundaries_equal_the_slice(tmp_path: Path) -> None:
-    metadata = new_metadata()
-    with asyncio.Runner() as runner:
-        storage = LocalRemoteStorage(tmp_path)
-        runner.run(storage.copy_log_segment(metadata, segment_data(LOG)))
-
-        @settings(max_examples=150, deadline=None)
-        @given(
-            start=st.integers(min_value=0, max_value=len(LOG)),
-            length=st.integers(min_value=0, max_value=len(LOG) + 1000),
-        )
-        def check(start: int, length: int) -> None:
-            view = runner.run(storage.map_log_segment(metadata, start, start + length))
-            assert view.tobytes() == LOG[start : start + length]
-
-        check()
 
 
 async def test_a_mapped_range_is_read_only(tmp_path: Path) -> None:
