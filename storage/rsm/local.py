@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import mmap
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final, TypeVar
@@ -49,9 +50,9 @@ __all__ = ["LocalRemoteStorage"]
 
 _T = TypeVar("_T")
 
-_MADV_POPULATE_READ: Final = 22
+_MADV_POPULATE_READ: Final = getattr(mmap, "MADV_POPULATE_READ", 22)
 """Linux's ``madvise`` advice (5.14+) that maps a range's pages now, reading them if
-needed; Python 3.11's ``mmap`` module does not name it."""
+needed; Python 3.11's ``mmap`` module does not name it (22 is Linux's number)."""
 
 
 class LocalRemoteStorage:
@@ -237,7 +238,10 @@ def _populate(mapped: mmap.mmap) -> None:
     """Map every page of ``mapped`` now, in this (pool) thread, so that the event loop
     never waits for the disk when it sends them. Where the kernel has no
     ``MADV_POPULATE_READ``, only ask it to read ahead: the first access maps them."""
-    try:
-        mapped.madvise(_MADV_POPULATE_READ)
-    except OSError:
-        mapped.madvise(mmap.MADV_WILLNEED)
+    if sys.platform == "linux":
+        try:
+            mapped.madvise(_MADV_POPULATE_READ)
+            return
+        except OSError:
+            pass  # an older kernel: EINVAL
+    mapped.madvise(mmap.MADV_WILLNEED)
