@@ -12,15 +12,16 @@ File I/O runs in the default thread pool (``asyncio.to_thread``): it blocks, and
 serving Kafka clients must not stall on a disk. One thread hop per call, not per file.
 
 The chunk cache reads ``.log`` ranges with :meth:`LocalRemoteStorage.map_log_segment`: a
-read-only mapping of the file, its pages mapped in the thread (``MADV_POPULATE_READ``), so
-the records go from the page cache to the client's socket with no copy in between. Reading
-them into a fresh buffer was the proxy's largest own-time entry in catch-up reads (a third
-of its samples: the copy, and the zeroed pages of every new 4 MiB buffer). A mapping stays
-valid after its file is deleted (Linux keeps the inode while mapped); files are replaced by
-rename and never truncated in place, so a mapped page never vanishes under a reader.
-Mappings are unmapped in the pool thread too (:meth:`LocalRemoteStorage.unmap`): an unmap
-on the event loop waited for the process's memory map lock behind the pool's reads (9 % of
-the proxy's samples at 8 MiB fetches, in the LRU's eviction).
+read-only mapping of the file, its pages read in and mapped in the thread without holding
+the GIL (:mod:`storage.rsm.mapped_pages`), so the records go from the page cache to the
+client's socket with no copy in between. Reading them into a fresh buffer was the proxy's
+largest own-time entry in catch-up reads (a third of its samples: the copy, and the zeroed
+pages of every new 4 MiB buffer). A mapping stays valid after its file is deleted (Linux
+keeps the inode while mapped); files are replaced by rename and never truncated in place,
+so a mapped page never vanishes under a reader. Mappings are unmapped in the pool thread
+too (:meth:`LocalRemoteStorage.unmap`): an unmap on the event loop waited for the process's
+memory map lock behind the pool's reads (9 % of the proxy's samples at 8 MiB fetches, in
+the LRU's eviction).
 
 Local errors (a full disk, permissions) are reported as non-retriable: unlike a network blip,
 they do not go away by waiting a few hundred milliseconds.
@@ -29,12 +30,10 @@ they do not go away by waiting a few hundred milliseconds.
 from __future__ import annotations
 
 import asyncio
-import mmap
 import os
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import TypeVar
 
 from storage.durable import fsync_directory, write_atomically
 from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
@@ -45,14 +44,11 @@ from storage.rsm.base import (
     check_range,
 )
 from storage.rsm.layout import RemoteLayout
+from storage.rsm.mapped_pages import map_read_only
 
 __all__ = ["LocalRemoteStorage"]
 
 _T = TypeVar("_T")
-
-_MADV_POPULATE_READ: Final = getattr(mmap, "MADV_POPULATE_READ", 22)
-"""Linux's ``madvise`` advice (5.14+) that maps a range's pages now, reading them if
-needed; Python 3.11's ``mmap`` module does not name it (22 is Linux's number)."""
 
 
 class LocalRemoteStorage:
@@ -200,13 +196,7 @@ class LocalRemoteStorage:
             stop = min(end, size)
             if stop == start:
                 return memoryview(b"")
-            # A mapping starts on a page boundary; the view starts at ``start`` inside it.
-            lead = start % mmap.ALLOCATIONGRANULARITY
-            mapped = mmap.mmap(
-                file.fileno(), stop - start + lead, prot=mmap.PROT_READ, offset=start - lead
-            )
-        _populate(mapped)
-        return memoryview(mapped)[lead:]
+            return map_read_only(file.fileno(), start, stop - start)
 
     def _write_files(self, files: Sequence[tuple[str, bytes | memoryview]]) -> None:
         directories: set[Path] = set()
@@ -232,16 +222,3 @@ class LocalRemoteStorage:
         for directory in directories:
             fsync_directory(directory)
         return deleted
-
-
-def _populate(mapped: mmap.mmap) -> None:
-    """Map every page of ``mapped`` now, in this (pool) thread, so that the event loop
-    never waits for the disk when it sends them. Where the kernel has no
-    ``MADV_POPULATE_READ``, only ask it to read ahead: the first access maps them."""
-    if sys.platform == "linux":
-        try:
-            mapped.madvise(_MADV_POPULATE_READ)
-            return
-        except OSError:
-            pass  # an older kernel: EINVAL
-    mapped.madvise(mmap.MADV_WILLNEED)

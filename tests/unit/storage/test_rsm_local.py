@@ -22,7 +22,6 @@ from storage.model import (
     RemoteLogSegmentState,
     TopicIdPartition,
 )
-from storage.rsm import local
 from storage.rsm.base import (
     RemoteRangeError,
     RemoteResourceNotFoundError,
@@ -293,14 +292,3 @@ async def test_an_unmapped_range_is_unmapped_by_the_next_mappings_thread(tmp_pat
     await storage.map_log_segment(metadata, 8192, 16384)
     assert mapping() is None
     assert unmapped_in and unmapped_in[0] is not threading.current_thread()
-
-
-async def test_a_kernel_without_populate_read_still_maps(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Before Linux 5.14 ``MADV_POPULATE_READ`` is EINVAL: only read-ahead is asked for."""
-    monkeypatch.setattr(local, "_MADV_POPULATE_READ", 0x7FFF)
-    storage = LocalRemoteStorage(tmp_path)
-    metadata = new_metadata()
-    await storage.copy_log_segment(metadata, segment_data(LOG))
-    assert (await storage.map_log_segment(metadata, 100, 9000)).tobytes() == LOG[100:9000]
