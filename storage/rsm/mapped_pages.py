@@ -63,7 +63,8 @@ def _map_with_libc(libc: ctypes.CDLL, fd: int, offset: int, length: int) -> memo
         errno = ctypes.get_errno()
         raise OSError(errno, f"mmap: {os.strerror(errno)}")
     pages = (ctypes.c_char * length).from_address(address)
-    weakref.finalize(pages, libc.munmap, address, length)
+    unmap = weakref.finalize(pages, libc.munmap, address, length)
+    unmap.atexit = False  # a view still used while the interpreter exits must stay valid
     return memoryview(pages).cast("B").toreadonly()
 
 
