@@ -45,7 +45,9 @@ class RemoteStorageConfig:
     local_dir: str = setting(
         "remote.log.storage.local.dir",
         "tierproxy-remote-storage",
-        "Root directory of the local backend (created on first write).",
+        "Root directory of the local backend (created on first write). Its files are "
+        "written once and replaced by rename; the proxy serves them from read-only "
+        "mappings, so nothing else may modify or truncate them in place.",
     )
     prefix: str = setting(
         "remote.log.storage.prefix",
