@@ -50,6 +50,8 @@ from collections.abc import Awaitable, Callable
 from typing import Final, cast
 from urllib.parse import urlsplit
 
+from storage.unfilled import unfilled_bytearray
+
 __all__ = [
     "MAX_HEAD_BYTES",
     "PAUSE_SECONDS",
@@ -90,13 +92,15 @@ class _UnexpectedAnswerError(Exception):
 class SpareBodies:
     """Buffers of earlier answers, filled again instead of allocating new ones.
 
-    A new 4 MiB ``bytearray`` is zero-filled, and each of its 4 KiB pages faults in, before
-    the socket writes into it: 0.57 ms of CPU for a new buffer and its fill against 0.31 ms
-    to fill one already in use (a micro-benchmark), and ``ResponseReader._read_head``, where
-    bodies were allocated, was 9 % of the proxy's profile samples in catch-up at 1 MiB and
-    at 8 MiB fetches. A spare is reused only when nothing else refers to it (CPython's
-    reference count): a view of it that a Fetch response is still writing to a client's
-    socket, a disk-tier write or a reader that has not resumed yet all hold a reference.
+    A new 4 MiB ``bytearray`` was zero-filled, and each of its 4 KiB pages faults in, before
+    the socket writes into it (new ones are no longer filled, :mod:`storage.unfilled`, but
+    their pages still fault in where the allocator maps fresh memory): 0.57 ms of CPU for a
+    new buffer and its fill against 0.31 ms to fill one already in use (a micro-benchmark),
+    and ``ResponseReader._read_head``, where bodies were allocated, was 9 % of the proxy's
+    profile samples in catch-up at 1 MiB and at 8 MiB fetches. A spare is reused only when
+    nothing else refers to it (CPython's reference count): a view of it that a Fetch
+    response is still writing to a client's socket, a disk-tier write or a reader that has
+    not resumed yet all hold a reference.
     """
 
     def __init__(self, limit: int = _SPARE_BODIES) -> None:
@@ -108,13 +112,13 @@ class SpareBodies:
 
     def take(self, length: int) -> bytearray:
         """A buffer of ``length`` bytes to read an answer into: a spare no one refers to
-        any more, or a new one."""
+        any more, or a new one, not zero-filled (the answer overwrites it whole)."""
         for index in range(len(self._spare)):
             if len(self._spare[index]) == length and self._references(index) == _UNREFERENCED:
                 body = self._spare[index]
                 del self._spare[index]
                 return body
-        return bytearray(length)
+        return unfilled_bytearray(length)
 
     def _references(self, index: int) -> int:
         """References to the spare at ``index``, counted the same way for every spare (and
@@ -142,7 +146,7 @@ class ResponseReader(asyncio.BufferedProtocol):
 
     def __init__(
         self,
-        allocate: Callable[[int], bytearray] = bytearray,
+        allocate: Callable[[int], bytearray] = unfilled_bytearray,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._allocate = allocate

@@ -316,13 +316,15 @@ def _binary(data: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> Any
     The keys (or values) and the bytes between them tile ``data`` from its start: as one
     binary array of alternating gaps and values over ``data``'s buffer, Arrow's ``take`` of
     every second element copies the values out in C, one ``memcpy`` each (several times
-    faster than a numpy mask over the span).
+    faster than a numpy mask over the span). A column of nulls only (records without keys,
+    the usual case for keys) is made without a ``take`` over empty tiles.
     """
     valid = lengths >= 0
+    count = len(lengths)
+    nulls = count - int(np.count_nonzero(valid))
+    if nulls == count:
+        return pa.nulls(count, pa.binary())
     sizes = np.where(valid, lengths, 0)
-    count = len(sizes)
-    if count == 0:
-        return pa.array([], pa.binary())
     bounds = np.zeros(2 * count + 1, dtype=np.int64)
     bounds[1::2] = starts
     bounds[2::2] = starts + sizes
@@ -332,7 +334,6 @@ def _binary(data: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> Any
         pa.binary(), 2 * count, [None, pa.py_buffer(bounds.astype(np.int32)), pa.py_buffer(data)]
     )
     taken = tiles.take(pa.array(np.arange(1, 2 * count, 2, dtype=np.int64)))
-    nulls = count - int(np.count_nonzero(valid))
     if nulls == 0:
         return taken
     validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
