@@ -40,9 +40,11 @@ OffsetRanges = Mapping[tuple[str, int], tuple[int, int]]
 
 log = logging.getLogger(__name__)
 
-READ_BYTES: Final = 32 * 1024 * 1024
+READ_BYTES: Final = 64 * 1024 * 1024
 """Bytes of a slice one GET reads at most (where batch boundaries allow): see
 :meth:`RemoteSlice.reads`."""
+FIRST_READ_BYTES: Final = 4 * 1024 * 1024
+"""Bytes of a slice's first GET at most: its task's rows start while the rest is received."""
 _EARLIEST: Final = -2
 _LATEST: Final = -1
 
@@ -356,10 +358,14 @@ def _byte_ranges(found: RemoteSegment, max_bytes: int) -> list[tuple[int, int]]:
 
 def _read_cuts(cuts: Sequence[int], first: int, end: int) -> tuple[int, ...]:
     """Where the executor's GETs of the slice ``[first, end)`` are cut: at some of the
-    index entries ``cuts``, :data:`READ_BYTES` or so apart."""
+    index entries ``cuts``, :data:`FIRST_READ_BYTES` or so after ``first``, then
+    :data:`READ_BYTES` or so apart."""
     inside = [cut for cut in cuts if first < cut < end]
-    pieces = _pieces(first, inside, end, READ_BYTES)
-    return tuple(piece_end for _piece_start, piece_end in pieces[:-1])
+    (_first, head), *_rest = _pieces(first, inside, end, FIRST_READ_BYTES)
+    if head == end:
+        return ()
+    pieces = _pieces(head, [cut for cut in inside if cut > head], end, READ_BYTES)
+    return (head, *(piece_end for _piece_start, piece_end in pieces[:-1]))
 
 
 def _batch_starts(found: RemoteSegment) -> tuple[int, list[int], int]:

@@ -33,7 +33,7 @@ CPU samples (``perf record`` of both workers: ``gc_collect_main``, ``visit_reach
 samples on the daemon's ``gc.collect()`` line.
 
 glibc's allocator is told to keep freed memory (:func:`keep_freed_memory`): every GET's body
-is a new ``bytearray`` (then of up to 16 MiB, now 32 MiB), and with glibc's defaults (the
+is a new ``bytearray`` (then of up to 16 MiB, now 64 MiB), and with glibc's defaults (the
 heap is trimmed once 32 MiB at its top are free) each one was handed back to the kernel and
 faulted in again, zeroed, page by page: page faults and the kernel's ``clear_page_erms``
 were about a fifth of the Python workers' CPU samples (``perf record``, after the heap was
@@ -70,12 +70,13 @@ _frozen_with: int | None = None
 """How many storage managers the worker had when it last froze its heap (``None``: never)."""
 
 
-_KEPT_FREE_BYTES: Final = 128 * 1024 * 1024
-"""Free memory glibc keeps at the heap's top: a few GET bodies (a slice's current and
-next read in each of a worker's threads)."""
-_MMAP_ABOVE_BYTES: Final = 64 * 1024 * 1024
+_KEPT_FREE_BYTES: Final = 192 * 1024 * 1024
+"""Free memory glibc keeps at the heap's top: a few GET bodies (a task's current and
+next read, and the Arrow copies of a group)."""
+_MMAP_ABOVE_BYTES: Final = 96 * 1024 * 1024
 """Allocations above this are mapped on their own (and unmapped when freed): none of a
-slice's reads (at most 32 MiB each, where batches allow)."""
+slice's reads (at most 64 MiB each, where batches allow; a ``bytearray`` asks one byte
+more)."""
 _tuned = False
 
 

@@ -99,7 +99,9 @@ def test_slices_hold_every_record_of_the_range_once(
 
 
 def test_a_slice_is_read_in_several_gets_of_whole_batches(monkeypatch: pytest.MonkeyPatch) -> None:
-    """GETs of about ``READ_BYTES`` each, cut at batch starts, tile every slice."""
+    """A first GET of about ``FIRST_READ_BYTES``, then GETs of about ``READ_BYTES`` each,
+    cut at batch starts, tile every slice."""
+    monkeypatch.setattr(planner, "FIRST_READ_BYTES", 100)
     monkeypatch.setattr(planner, "READ_BYTES", 300)
     offsets, tasks, end = asyncio.run(_plan_and_read([[10] * 40, [3] * 20], 0, 10**6, 5000))
     assert offsets == list(range(end))
@@ -108,6 +110,33 @@ def test_a_slice_is_read_in_several_gets_of_whole_batches(monkeypatch: pytest.Mo
         assert len(reads) > 1
         assert reads[0][0] == piece.start_position and reads[-1][1] == piece.end_position
         assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(reads))
+
+
+@given(
+    first=st.integers(0, 1000),
+    gaps=st.lists(st.integers(1, 400), min_size=1, max_size=30),
+    first_limit=st.integers(1, 600),
+    limit=st.integers(1, 2000),
+)
+def test_read_cuts_start_small_then_stay_within_the_limit(
+    first: int, gaps: list[int], first_limit: int, limit: int
+) -> None:
+    """Cuts are batch starts inside the slice, in order; the first GET is at most
+    ``FIRST_READ_BYTES`` and each later one at most ``READ_BYTES``, unless one batch span
+    alone is larger."""
+    starts = list(itertools.accumulate(gaps, initial=first))
+    entries, end = starts[1:-1], starts[-1]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(planner, "FIRST_READ_BYTES", first_limit)
+        patch.setattr(planner, "READ_BYTES", limit)
+        cuts = planner._read_cuts(entries, first, end)
+    assert set(cuts) <= set(entries)
+    bounds = [first, *cuts, end]
+    assert all(a < b for a, b in itertools.pairwise(bounds))
+    spans = {(a, b): b - a for a, b in itertools.pairwise(starts)}
+    for n, (a, b) in enumerate(itertools.pairwise(bounds)):
+        allowed = first_limit if n == 0 else limit
+        assert b - a <= allowed or (a, b) in spans
 
 
 def test_a_large_segment_is_read_as_several_byte_ranges() -> None:
