@@ -263,14 +263,21 @@ def running_proxy(
     broker: BrokerInfo, log_dir: Path, *, source: Path | None = None, name: str = "proxy"
 ) -> Iterator[tuple[Endpoint, int]]:
     """``tierproxy serve`` in front of ``broker``: this checkout's, or the one in ``source``
-    (a baseline tree, e.g. from ``git archive``) first on the module path."""
+    (a baseline tree, e.g. from ``git archive``) first on the module path.
+
+    A baseline runs with ``-P``: ``python -m`` puts the working directory ahead of
+    ``PYTHONPATH``, so run from a checkout, the "baseline" imported that checkout's proxy
+    and every A/B compared the tree with itself.
+    """
     port = free_port()
     env = None if source is None else {**os.environ, "PYTHONPATH": str(source)}
+    isolation = [] if source is None else ["-P"]
     process = ManagedProcess(
         name,
         [
-            sys.executable, "-m", "proxy.cli", "serve", "--bootstrap", broker.bootstrap,
-            "--listen", f"127.0.0.1:{port}", "--log-level", "WARNING",
+            sys.executable, *isolation, "-m", "proxy.cli", "serve",
+            "--bootstrap", broker.bootstrap, "--listen", f"127.0.0.1:{port}",
+            "--log-level", "WARNING",
         ],
         log_path=log_dir / f"{name}.log",
         env=env,
