@@ -58,6 +58,12 @@ SPLICE_AVAILABLE: Final = hasattr(os, "splice") and hasattr(fcntl, "F_SETPIPE_SZ
 
 _FLAGS: Final = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK", 0)
 _MORE: Final = getattr(os, "SPLICE_F_MORE", 0)
+_WAKE_BYTES: Final = 128 * 1024
+"""How many bytes must wait in the broker's socket before a waiting splice wakes
+(SO_RCVLOWAT). Waking at every segment cost three times the system calls; waking at half
+the pipe (512 KiB) held each 1 MiB answer until half of it had arrived before any of it
+went on: in two quiet same-run A/Bs (raw Fetch loops, 5 pairs each) 128 KiB gave 1.17-1.53x the
+throughput at 1 MiB answers and 0.90-1.21x at 8 MiB, at the same or less CPU per GiB."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,7 +197,7 @@ class Splicer:
                 self._prelude_in_pipe = max(0, self._prelude_in_pipe - written)
         except BlockingIOError:
             if side == "broker":
-                self._wake_at(min(self._left, self._capacity // 2))
+                self._wake_at(min(self._left, _WAKE_BYTES))
             self._wait(self._sink if side == "client" else self._source)
         except OSError as err:
             self._finish(SpliceFailure(side=side, error=str(err) or type(err).__name__))
