@@ -65,9 +65,9 @@ the pipe (512 KiB) held each 1 MiB answer until half of it had arrived before an
 went on: in two quiet same-run A/Bs (raw Fetch loops, 5 pairs each) 128 KiB gave 1.17-1.53x the
 throughput at 1 MiB answers and 0.90-1.21x at 8 MiB, at the same or less CPU per GiB.
 Tried against it later on a busy shared machine (raw Fetch v12, 1 MiB answers, 8-14 rounds
-each, medians): 256 KiB gave 0.68x the throughput; 64 KiB and 32 KiB 0.89-0.99x, within the
+each, medians): 256 KiB gave 0.68x the throughput; 64 KiB and 32 KiB 0.89-1.12x, within the
 noise; 32 KiB only until the first bytes of a splice arrived (128 KiB after) 0.99-1.18x in
-three runs but 0.94x (0.63-1.17) at 0.55 against 0.36 CPU-s/GiB in the bench's own 5-pair A/B.
+three runs but 0.94x (pairs 0.58-1.17) at 0.55 against 0.36 CPU-s/GiB in the bench's own 5-pair A/B.
 Neither lever the pipe nor the socket's buffers: Kafka's 100 KiB ``socket.send.buffer.bytes``
 lets it send about 256 KiB per burst, well below the 1 MiB pipe and the ~8 MiB the broker
 socket's receive buffer grows to."""
