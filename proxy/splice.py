@@ -64,13 +64,14 @@ _WAKE_BYTES: Final = 128 * 1024
 the pipe (512 KiB) held each 1 MiB answer until half of it had arrived before any of it
 went on: in two quiet same-run A/Bs (raw Fetch loops, 5 pairs each) 128 KiB gave 1.17-1.53x the
 throughput at 1 MiB answers and 0.90-1.21x at 8 MiB, at the same or less CPU per GiB.
-Tried against it later on a busy shared machine (raw Fetch v12, 1 MiB answers, 8-14 rounds
+Tried against it later on a busy shared machine (raw Fetch v12, 1 MiB answers, 4-14 rounds
 each, medians): 256 KiB gave 0.68x the throughput; 64 KiB and 32 KiB 0.89-1.12x, within the
 noise; 32 KiB only until the first bytes of a splice arrived (128 KiB after) 0.99-1.18x in
 three runs but 0.94x (pairs 0.58-1.17) at 0.55 against 0.36 CPU-s/GiB in the bench's own 5-pair A/B.
-Neither lever the pipe nor the socket's buffers: Kafka's 100 KiB ``socket.send.buffer.bytes``
-lets it send about 256 KiB per burst, well below the 1 MiB pipe and the ~8 MiB the broker
-socket's receive buffer grows to."""
+Neither the pipe's size nor the broker socket's receive buffer is a lever: Kafka's 100 KiB
+``socket.send.buffer.bytes`` sends about 256 KiB per burst, well below the 1 MiB pipe and the
+~8 MiB that buffer grows to (a broker left to autotune its send buffer sent whole answers,
+but spent 0.5-0.8 instead of 0.3 CPU-s/GiB, and the proxy's ratio to it did not rise)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
