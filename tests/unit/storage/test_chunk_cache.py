@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from protocol.buffers import Buffers
 from protocol.metadata_records import RemoteLogSegmentState
-from storage.chunk_cache import ChunkCache
+from storage.chunk_cache import ChunkCache, _RecentLRU
 from storage.model import (
     IndexType,
     LogSegmentData,
@@ -735,3 +735,27 @@ async def test_a_read_past_a_segments_first_chunk_not_measured_gets_the_minimum(
     await cache.read(first, 32, 64)
     assert cache.read_ahead_bytes(other, 0) == 20 * 32
     assert cache.read_ahead_bytes(other, 32 * 10) == 32
+
+
+@given(
+    maxsize=st.integers(1, 4),
+    operations=st.lists(st.tuples(st.booleans(), st.integers(0, 6), st.integers()), max_size=60),
+)
+def test_recent_lru_keeps_the_most_recently_used(
+    maxsize: int, operations: list[tuple[bool, int, int]]
+) -> None:
+    """The read-ahead's bounded maps agree with a brute-force LRU: a lookup or a store makes
+    a key the most recently used, and a store beyond the bound drops the least recent."""
+    recent: _RecentLRU[int, int] = _RecentLRU(maxsize)
+    model: list[tuple[int, int]] = []  # least recently used first
+    for store, key, value in operations:
+        found = next((v for k, v in model if k == key), None)
+        if store:
+            model = [(k, v) for k, v in model if k != key] + [(key, value)]
+            model = model[-maxsize:]
+            recent[key] = value
+        else:
+            if found is not None:
+                model = [(k, v) for k, v in model if k != key] + [(key, found)]
+            assert recent.get(key) == found
+    assert [recent.get(k) for k, _ in model] == [v for _, v in model]
