@@ -166,3 +166,37 @@ async def test_idle_ratio_measures_busy_time_between_calls() -> None:
 def test_invalid_sizes_are_refused() -> None:
     with pytest.raises(ValueError, match="workers"):
         ReaderPool(workers=0, max_pending=1)
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+@pytest.mark.parametrize("bursts", [[1, 1, 1], [5, 0, 2], [2, 7, 1, 4]])
+async def test_every_read_of_bursts_runs_once(workers: int, bursts: list[int]) -> None:
+    """Each submit wakes one idle worker: reads submitted in bursts (between which the
+    workers go idle again, or not) all run once, never more than ``workers`` at a time."""
+    pool = ReaderPool(workers=workers, max_pending=100)
+    pool.start()
+    running = peak = 0
+    ran: list[int] = []
+
+    def read(n: int) -> Callable[[], Awaitable[int]]:
+        async def run() -> int:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            await asyncio.sleep(0)
+            running -= 1
+            ran.append(n)
+            return n
+
+        return run
+
+    futures: list[asyncio.Future[int]] = []
+    for size in bursts:
+        futures += [
+            pool.submit(f"c{len(futures) % 2}", read(len(futures) + i)) for i in range(size)
+        ]
+        await asyncio.sleep(0)
+    assert await asyncio.gather(*futures) == list(range(len(futures)))
+    assert sorted(ran) == list(range(len(futures)))
+    assert peak <= workers
+    await pool.close()
