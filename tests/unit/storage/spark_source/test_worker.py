@@ -72,6 +72,7 @@ def test_the_allocator_is_tuned_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert calls == [
         (glibc_malloc.M_TRIM_THRESHOLD, worker._KEPT_FREE_BYTES),
         (glibc_malloc.M_MMAP_THRESHOLD, worker._MMAP_ABOVE_BYTES),
+        (glibc_malloc.M_ARENA_MAX, 1),
     ]
 
 
