@@ -51,21 +51,6 @@ READ_COMMITTED: Final = 1
 NO_SESSION: Final = 0
 FINAL_EPOCH: Final = -1
 
-_NESTED_CLASSES: dict[tuple[type[Any], str], type[Any]] = {}
-
-
-def _nested_class(entity_class: type[Any], field_name: str) -> type[Any]:
-    """:func:`~protocol.messages.nested_class`, looked up once per class and field: every
-    remote-served Fetch builds an editor, and the lookup (``dataclasses.fields`` and kio's
-    field classification, twice per editor) was a sixth of the Fetch interceptor's own
-    response time in a cProfile of a one-partition catch-up. kio's classes never change."""
-    key = (entity_class, field_name)
-    found = _NESTED_CLASSES.get(key)
-    if found is None:
-        found = _NESTED_CLASSES[key] = nested_class(entity_class, field_name)
-    return found
-
-
 PartitionKey = tuple[str | uuid.UUID, int]
 """A partition as the request names it: (topic name, or topic id from v13, partition)."""
 
@@ -186,8 +171,8 @@ def rewrite_fetch_request(
     """``body`` listing exactly ``partitions``, reusing the client's entries where it listed
     the partition (only the offset and byte limit change), and with ``min_bytes`` and
     ``session_epoch`` (v7+) if given."""
-    topic_class = _nested_class(type(body), "topics")
-    partition_class = _nested_class(topic_class, "partitions")
+    topic_class = nested_class(type(body), "topics")
+    partition_class = nested_class(topic_class, "partitions")
     originals = {
         (_topic_key(topic, version), int(part.partition)): part
         for topic in body.topics
@@ -266,8 +251,8 @@ class FetchResponseEditor:
     def __init__(self, body: Any, version: int) -> None:
         self._body = body
         self.version = version
-        self._topic_class = _nested_class(type(body), "responses")
-        self._partition_class = _nested_class(self._topic_class, "partitions")
+        self._topic_class = nested_class(type(body), "responses")
+        self._partition_class = nested_class(self._topic_class, "partitions")
         self._topics = [
             _TopicEntries(
                 key=_topic_key(topic, version), original=topic, parts=list(topic.partitions)
@@ -346,7 +331,7 @@ class FetchResponseEditor:
         the fields not modelled here) or adds one after its topic's others."""
         aborted = None
         if partition.aborted is not None:
-            aborted_class = _nested_class(self._partition_class, "aborted_transactions")
+            aborted_class = nested_class(self._partition_class, "aborted_transactions")
             aborted = tuple(
                 aborted_class(producer_id=t.producer_id, first_offset=t.first_offset)
                 for t in partition.aborted

@@ -22,7 +22,6 @@ from storage.spark_source.slices import LocalSlice, RemoteSlice, Task
 from storage.spark_source.split import Buffer, Columns
 from storage.spark_source.worker import (
     freeze_heap,
-    keep_freed_memory,
     remote_storage,
     run,
     start,
@@ -49,7 +48,6 @@ class LocalReadError(Exception):
 def read_task(task: Task, settings: SourceSettings, *, include_headers: bool) -> Iterator[Any]:
     """The task's rows, as ``pyarrow.RecordBatch`` es in Spark's Kafka schema."""
     freeze_heap()
-    keep_freed_memory()
     first = task[0]
     if isinstance(first, LocalSlice):
         columns = _local_columns(first, settings, include_headers=include_headers)
