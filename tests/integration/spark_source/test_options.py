@@ -4,6 +4,7 @@ the equality tests (Apache Kafka, SeaweedFS, local Spark)."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -25,6 +26,16 @@ def test_assign_reads_only_the_named_partitions(spark: Any, source_topic: Source
     frame = load(spark, source_topic, assign=json.dumps({source_topic.topic: [1]}), subscribe="")
     expected = [r for r in source_topic.rows[READ_UNCOMMITTED] if r[3] == 1]
     assert_rows(frame, without_headers(expected))
+
+
+def test_subscribe_pattern_resolves_topics_from_the_brokers_metadata(
+    spark: Any, source_topic: SourceTopic
+) -> None:
+    """A pattern is matched whole against the cluster's topics (Java's ``matches``): one
+    that names the topic only with a wildcard reads exactly its rows."""
+    pattern = re.escape(source_topic.topic[:-3]) + ".{3}"
+    frame = load(spark, source_topic, subscribePattern=pattern, subscribe="")
+    assert_rows(frame, without_headers(source_topic.rows[READ_UNCOMMITTED]))
 
 
 def test_min_partitions_gives_more_tasks_and_the_same_rows(
