@@ -44,6 +44,8 @@ class SourceTopic:
     topic: str
     settings: Mapping[str, Any]
     """The data source's options for the remote tier and the broker."""
+    config: Mapping[str, Any]
+    """The same settings as a ``tierproxy.toml`` holds them (flat, typed)."""
     high_watermarks: dict[int, int]
     broker_log_starts: dict[int, int]
     rows: dict[str, list[Row]]
@@ -173,6 +175,7 @@ def source_topic(
         assert report.segments_copied >= PARTITIONS * 3, report
         log_starts = earliest_offsets(broker.bootstrap, topic, PARTITIONS)
         assert all(start > 0 for start in log_starts.values()), log_starts
+        storage = storage_settings(s3, bucket, metadata_topic)
         yield SourceTopic(
             topic=topic,
             settings={
@@ -181,9 +184,10 @@ def source_topic(
                     f"tierproxy.{key}": str(value).lower()
                     if isinstance(value, bool)
                     else str(value)
-                    for key, value in storage_settings(s3, bucket, metadata_topic).items()
+                    for key, value in storage.items()
                 },
             },
+            config={"bootstrap.servers": broker.bootstrap, **storage},
             high_watermarks=ends,
             broker_log_starts=log_starts,
             rows=rows,
