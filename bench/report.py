@@ -337,6 +337,7 @@ def _spark_version() -> str:
 def _servers_from_env(environ: Mapping[str, str]) -> tuple[str, str]:
     """Which broker and S3 server the benchmarks use, by the harness's precedence
     (:func:`proxy.embedded.broker_from_env`, whose servers would create work directories)."""
+    from proxy.embedded.kafka_jars import KAFKA_4
     from proxy.embedded.s3 import s3_info_from_env
 
     if bootstrap := environ.get("KAFKA_BOOTSTRAP"):
@@ -344,7 +345,7 @@ def _servers_from_env(environ: Mapping[str, str]) -> tuple[str, str]:
     elif kafka_home := environ.get("KAFKA_HOME"):
         broker = f"Apache Kafka (KRaft) from KAFKA_HOME={kafka_home}"
     else:
-        broker = "embedded Tansu"
+        broker = f"embedded Apache Kafka {KAFKA_4} (KRaft, jars from Maven Central)"
     s3 = s3_info_from_env(environ)
     return broker, f"S3_ENDPOINT={s3.endpoint_url}" if s3 is not None else "embedded SeaweedFS"
 

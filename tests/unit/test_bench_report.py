@@ -20,6 +20,7 @@ from bench.report import (
     run_benchmark,
     split_figures,
 )
+from proxy.embedded.kafka_jars import KAFKA_4
 
 PIPELINE_LIKE = {
     "broker": "tansu",
@@ -146,7 +147,9 @@ def test_machine_info_names_cores_memory_and_servers() -> None:
     assert info["cores"].isdigit()
     assert info["broker"] == "external broker at KAFKA_BOOTSTRAP=kafka:9092"
     assert info["S3"] == "S3_ENDPOINT=http://minio:9000"
-    assert machine_info({})["broker"] == "embedded Tansu"
+    assert machine_info({})["broker"] == (
+        f"embedded Apache Kafka {KAFKA_4} (KRaft, jars from Maven Central)"
+    )
 
 
 def test_numbers_are_formatted_for_reading() -> None:
