@@ -7,7 +7,7 @@ Run::
     .venv/bin/python -m bench.spark_source --gib 1 --pairs 3 --backend local
 
 Servers: the broker the environment names (``KAFKA_BOOTSTRAP`` > ``KAFKA_HOME`` > embedded
-Tansu) and, for the s3 backend, SeaweedFS (or ``S3_ENDPOINT``); Spark ``local[2]`` with
+Apache Kafka) and, for the s3 backend, SeaweedFS (or ``S3_ENDPOINT``); Spark ``local[2]`` with
 ``spark-sql-kafka-0-10`` from Maven Central (4.2.0: Maven Central has no 4.3.0 build).
 
 Data: ``--gib`` of 1 KiB records (random, uncompressed, stamped a day ago) in
