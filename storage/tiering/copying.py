@@ -178,11 +178,9 @@ class CopyDriver:
         if not jobs:
             return
         started = time.monotonic()
-        await self._publish(segment_record(job.metadata) for job in jobs)
-        log.info(
-            "published %d COPY_SEGMENT_STARTED in %.2f s", len(jobs), time.monotonic() - started
-        )
-        started = time.monotonic()
+        # The copy stage is prepared while COPY_SEGMENT_STARTED is published, and starts
+        # only once every record is in (:class:`.stages.StageRunner`).
+        published = asyncio.ensure_future(self._publish_started(jobs))
         try:
             outcomes: list[CopyResult] = await self._runner.run(
                 "copy",
@@ -194,13 +192,15 @@ class CopyDriver:
                     storage_factory=self._storage_factory,
                 ),
                 total_bytes=sum(j.metadata.segment_size_in_bytes for j in jobs),
+                after=published,
             )
         except Exception as err:
+            await published  # a publish failure fails the cycle (no copy ran), as it always did
             # Every copy stays COPY_SEGMENT_STARTED; the next cycle deletes them and retries.
             errors.append(f"the copy stage failed: {first_line(err)}")
             outcomes = []
         log.info(
-            "built and uploaded %d segments in %.2f s (task time %.2f s)",
+            "published, built and uploaded %d segments in %.2f s (task time %.2f s)",
             len(jobs),
             time.monotonic() - started,
             sum(o.seconds for o in outcomes),
@@ -420,6 +420,13 @@ class CopyDriver:
                     self._scans[tp] = owner.tail
         for tp in broken:
             self._final_states.pop(tp, None)
+
+    async def _publish_started(self, jobs: Sequence[CopyJob]) -> None:
+        started = time.monotonic()
+        await self._publish(segment_record(job.metadata) for job in jobs)
+        log.info(
+            "published %d COPY_SEGMENT_STARTED in %.2f s", len(jobs), time.monotonic() - started
+        )
 
     async def _publish(self, records: Iterable[MetadataRecord]) -> None:
         await asyncio.gather(*(self._rlmm.publish(r) for r in records))

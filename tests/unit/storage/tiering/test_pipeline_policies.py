@@ -8,7 +8,7 @@ say why once, and tier the others.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -124,6 +124,7 @@ class NoStages:
         func: Callable[[Iterator[T]], Iterator[R]],
         *,
         total_bytes: int,
+        after: Awaitable[object] | None = None,
     ) -> list[R]:
         raise AssertionError(f"unexpected {description} stage")
 
