@@ -11,7 +11,7 @@ Run::
     .venv/bin/python -m bench.pipeline --gib 0.5 --pairs 5 --backends local
 
 Servers: the broker the environment names (``KAFKA_BOOTSTRAP`` > ``KAFKA_HOME`` > embedded
-Tansu) and, when the s3 backend is measured, SeaweedFS (or ``S3_ENDPOINT``), as the tests use
+Apache Kafka) and, when the s3 backend is measured, SeaweedFS (or ``S3_ENDPOINT``), as the tests use
 them; Spark ``local[2]``.
 
 Two candidates (``--backends``, default both): the cycle copying to S3, and the same cycle with
@@ -43,8 +43,7 @@ Python workers (keys ``..._driver_cpu_s_per_gib``, ``..._jvm_cpu_s_per_gib``,
 ``..._workers_cpu_s_per_gib``), and the broker's share by thread role (``..._broker_network_``,
 ``_handlers_``, ``_jit_`` and ``_other_cpu_s_per_gib``: Kafka's network threads, its request
 handler threads, the JVM's compiler threads and the rest; see :mod:`bench.jvm_threads`), for
-the raw fetch too. Data is warm: just written, in the broker's memory (Tansu) or
-page cache.
+the raw fetch too. Data is warm: just written, in the broker's page cache.
 
 JSON keys: the S3 cycle keeps the original names (``pipeline_mb_s``, ``ratio``,
 ``pipeline_cpu_s_per_gib``, ``broker_cpu_s_per_gib``, ``s3_cpu_s_per_gib``, ...,
