@@ -74,7 +74,10 @@ rounds; the proxy is idle while the broker is read directly) and prints where it
 ``--tail-seconds 0`` skips the tail-latency rounds. ``--baseline-tree DIR`` also runs a proxy
 from another checkout (say, the commit before a change) and alternates one catch-up
 consumer between it and this tree's proxy: before/after figures from one run (the
-object-storage-latency rows too: both proxies behind the same delaying forwarder).
+object-storage-latency rows too: both proxies behind the same delaying forwarder), with the
+spread of the pairs' ratios (the machine is shared: a median alone hides how noisy it was)
+and the S3 process's CPU per GiB behind each proxy (a change to the GETs may cost or save
+the store more than the proxy: they share the cores).
 
 Data is warm on both paths: the broker's log and SeaweedFS's volume files (or the local
 tier's files) in the page cache. With ``--tier local`` no S3 CPU is measured: the rounds'
@@ -491,12 +494,14 @@ async def baseline_rounds(
                 catchup_round(before, setup, old_pids, 1, fetch_mib),
                 catchup_round(proxy, setup, pids, 1, fetch_mib),
             )
+            ratios = [p.b.mib_per_s / p.a.mib_per_s for p in pairs]
             summary = {
                 "baseline_mib_per_s": median([p.a.mib_per_s for p in pairs]),
                 "proxy_mib_per_s": median([p.b.mib_per_s for p in pairs]),
-                "ratio_proxy_to_baseline": median([p.b.mib_per_s / p.a.mib_per_s for p in pairs]),
+                "ratio_proxy_to_baseline": median(ratios),
                 "baseline_cpu_s_per_gib": median([p.a.proxy_cpu_s_per_gib for p in pairs]),
                 "proxy_cpu_s_per_gib": median([p.b.proxy_cpu_s_per_gib for p in pairs]),
+                **_s3_cpu(pairs),
             }
             name = f"1 consumer, {fetch_mib} MiB fetches"
             results[name] = {"summary": summary, "rounds": [asdict(p) for p in pairs]}
@@ -504,9 +509,30 @@ async def baseline_rounds(
                 f"{name:28s} baseline {summary['baseline_mib_per_s']:7.1f} MiB/s "
                 f"{summary['baseline_cpu_s_per_gib']:.2f} CPU-s/GiB  this tree "
                 f"{summary['proxy_mib_per_s']:7.1f} MiB/s {summary['proxy_cpu_s_per_gib']:.2f} "
-                f"CPU-s/GiB  ratio {summary['ratio_proxy_to_baseline']:.3f}"
+                f"CPU-s/GiB  ratio {summary['ratio_proxy_to_baseline']:.3f} "
+                f"({min(ratios):.3f}-{max(ratios):.3f})" + _s3_cpu_text(summary)
             )
     return results
+
+
+def _s3_cpu(pairs: list[Pair[CatchupRound]]) -> dict[str, float]:
+    """Medians of the S3 process's CPU per GiB behind each proxy (none for a directory
+    tier): what a change to the GETs costs or saves the store, which shares the cores."""
+    if any(p.a.s3_cpu_s_per_gib is None or p.b.s3_cpu_s_per_gib is None for p in pairs):
+        return {}
+    return {
+        "baseline_s3_cpu_s_per_gib": median([p.a.s3_cpu_s_per_gib or 0.0 for p in pairs]),
+        "proxy_s3_cpu_s_per_gib": median([p.b.s3_cpu_s_per_gib or 0.0 for p in pairs]),
+    }
+
+
+def _s3_cpu_text(summary: dict[str, float]) -> str:
+    if "proxy_s3_cpu_s_per_gib" not in summary:
+        return ""
+    return (
+        f"  S3 CPU-s/GiB baseline {summary['baseline_s3_cpu_s_per_gib']:.2f} "
+        f"this tree {summary['proxy_s3_cpu_s_per_gib']:.2f}"
+    )
 
 
 GET_METRICS = (
