@@ -50,6 +50,7 @@ from collections.abc import Awaitable, Callable
 from typing import Final, cast
 from urllib.parse import urlsplit
 
+from storage.read_ahead import MAX_READ_AHEAD_BYTES
 from storage.unfilled import unfilled_bytearray
 
 __all__ = [
@@ -77,9 +78,14 @@ copied once more (from here into its buffer), unlike the rest of it."""
 PAUSE_SECONDS: Final = 60.0
 """How long a transport failure sends GETs through botocore instead."""
 _CONTENT_RANGE: Final = re.compile(rb"bytes (\d+)-(\d+)/(\d+|\*)")
-_SPARE_BODIES: Final = 4
-"""Bodies kept for reuse at most: a catch-up reader frees about one per GET (the chunk its
-GET's arrival evicts), so a few are enough; more would only hold memory the cache let go."""
+_SPARE_BYTES: Final = MAX_READ_AHEAD_BYTES
+"""Bytes of bodies kept for reuse at most: one reader's deepest read-ahead. A catch-up
+reader frees about one body per GET in steady state (the chunk its read admits to the cache
+evicts one), but a reader that starts (or starts again) sends its whole read-ahead at once,
+up to 16 GETs of 4 MiB, before the cache evicts anything. Four spares covered four of
+them: in ``bench.catchup`` (one consumer, rounds that start again) 28 % of the bodies were
+new, and their pages faulting in (``clear_page_erms`` under ``_copy_to_iter``, with
+``exc_page_fault``) were about 5 % of the proxy's ``perf`` samples."""
 
 Presign = Callable[[str, str], Awaitable[str]]
 """``(bucket, key)`` to a presigned GET URL of the object."""
@@ -103,12 +109,18 @@ class SpareBodies:
     not resumed yet all hold a reference.
     """
 
-    def __init__(self, limit: int = _SPARE_BODIES) -> None:
-        self._spare: deque[bytearray] = deque(maxlen=limit)
+    def __init__(self, limit_bytes: int = _SPARE_BYTES) -> None:
+        self._spare: deque[bytearray] = deque()
+        self._limit = limit_bytes
+        self._bytes = 0
 
     def give(self, body: bytearray) -> None:
-        """Keep ``body`` for a later answer of its length (the oldest spare goes if full)."""
+        """Keep ``body`` for a later answer of its length (the oldest spares go if that
+        exceeds the limit)."""
         self._spare.append(body)
+        self._bytes += len(body)
+        while self._bytes > self._limit:
+            self._bytes -= len(self._spare.popleft())
 
     def take(self, length: int) -> bytearray:
         """A buffer of ``length`` bytes to read an answer into: a spare no one refers to
@@ -117,6 +129,7 @@ class SpareBodies:
             if len(self._spare[index]) == length and self._references(index) == _UNREFERENCED:
                 body = self._spare[index]
                 del self._spare[index]
+                self._bytes -= length
                 return body
         return unfilled_bytearray(length)
 

@@ -223,7 +223,7 @@ async def test_a_server_that_does_not_answer_in_the_read_timeout_gives_none() ->
 
 
 def test_a_spare_is_reused_only_when_no_one_refers_to_it() -> None:
-    spares = SpareBodies(limit=2)
+    spares = SpareBodies(limit_bytes=20)
     body = bytearray(b"x" * 10)
     spares.give(body)
     body_id = id(body)  # the spare keeps the object alive: its id stays its own
@@ -236,6 +236,19 @@ def test_a_spare_is_reused_only_when_no_one_refers_to_it() -> None:
     taken = spares.take(10)  # held: a freed body's id could be the next new buffer's
     assert id(taken) == body_id
     assert spares.take(10) is not taken  # taken: no longer a spare
+
+
+def test_spares_beyond_the_byte_limit_go_oldest_first() -> None:
+    """A reader that starts again sends its whole read-ahead at once: as many spares as fit
+    the limit are kept for it, whatever their number."""
+    spares = SpareBodies(limit_bytes=30)
+    bodies = [bytearray(10) for _ in range(4)]
+    kept = {id(body) for body in bodies[1:]}  # alive as spares: their ids stay theirs
+    for body in bodies:
+        spares.give(body)
+    del bodies, body
+    taken = [spares.take(10) for _ in range(4)]
+    assert [id(body) in kept for body in taken] == [True, True, True, False]
 
 
 async def test_an_answer_is_read_into_a_recycled_body_of_its_length(
