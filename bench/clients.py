@@ -39,6 +39,7 @@ from proxy.embedded.kafka_tools import run_tool
 from storage.kafka_client import KafkaClient
 
 __all__ = [
+    "READ_COMMITTED",
     "RECORD_BYTES",
     "Consumed",
     "Endpoint",
@@ -57,6 +58,8 @@ __all__ = [
 ]
 
 RECORD_BYTES = KIB
+READ_COMMITTED = 1
+"""Fetch's ``isolation_level`` of a READ_COMMITTED consumer (librdkafka's default)."""
 MAX_EMPTY_RESPONSES = 20
 """A raw loop gives up after this many answers in a row without records (an error it does
 not handle, or an end offset past the data): 10 s of 500 ms long polls."""
@@ -134,9 +137,12 @@ def fetch_request_for(
     topic_id: uuid.UUID,
     offsets: Mapping[int, int],
     partition_max_bytes: int,
+    *,
+    isolation_level: int = 0,
 ) -> Any:
     """A Fetch of each partition in ``offsets`` from its offset, as a consumer of several
-    partitions sends it: one request, ``partition_max_bytes`` per partition, 64 MiB in all."""
+    partitions sends it: one request, ``partition_max_bytes`` per partition, 64 MiB in all;
+    READ_UNCOMMITTED (``isolation_level`` 0) unless told."""
     body_class = request_class(ApiKey.FETCH, version)
     topic_class = nested_class(body_class, "topics")
     partition_class = nested_class(topic_class, "partitions")
@@ -146,7 +152,7 @@ def fetch_request_for(
         max_wait=datetime.timedelta(milliseconds=500),
         min_bytes=1,
         max_bytes=64 * MIB,
-        isolation_level=0,
+        isolation_level=isolation_level,
         session_id=0,
         session_epoch=-1,
         topics=(
@@ -220,6 +226,7 @@ async def raw_fetch_partitions(
     partition_max_bytes: int,
     tally: FetchTally | None = None,
     pace: Callable[[int], Awaitable[None]] | None = None,
+    isolation_level: int = 0,
 ) -> int:
     """Fetch offsets [0, ends[p]) of each partition p, one request at a time for all the
     partitions not read to their end yet (as a consumer fetches from one broker); bytes
@@ -234,7 +241,14 @@ async def raw_fetch_partitions(
             connection.send(
                 ApiKey.FETCH,
                 version,
-                fetch_request_for(version, topic, topic_id, offsets, partition_max_bytes),
+                fetch_request_for(
+                    version,
+                    topic,
+                    topic_id,
+                    offsets,
+                    partition_max_bytes,
+                    isolation_level=isolation_level,
+                ),
             )
             frame = await connection.receive()
             _, header_size = parse_response_header(frame, header_version)
