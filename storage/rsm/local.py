@@ -12,13 +12,14 @@ File I/O runs in the default thread pool (``asyncio.to_thread``): it blocks, and
 serving Kafka clients must not stall on a disk. One thread hop per call, not per file.
 
 The chunk cache reads ``.log`` ranges with :meth:`LocalRemoteStorage.map_log_segment`: a
-read-only mapping of the file, its pages read in and mapped in the thread without holding
-the GIL (:mod:`storage.rsm.mapped_pages`), so the records go from the page cache to the
+read-only view of the file's mapping (one per file in use, shared by its chunks), its pages
+read in and mapped in the thread without holding the GIL (:mod:`storage.rsm.mapped_pages`,
+which says why one mapping per file), so the records go from the page cache to the
 client's socket with no copy in between. Reading them into a fresh buffer was the proxy's
 largest own-time entry in catch-up reads (a third of its samples: the copy, and the zeroed
 pages of every new 4 MiB buffer). A mapping stays valid after its file is deleted (Linux
 keeps the inode while mapped); files are replaced by rename and never truncated in place,
-so a mapped page never vanishes under a reader. Mappings are unmapped in the pool thread
+so a mapped page never vanishes under a reader. Views are released in the pool thread
 too (:meth:`LocalRemoteStorage.unmap`): an unmap on the event loop waited for the process's
 memory map lock behind the pool's reads (9 % of the proxy's samples at 8 MiB fetches, in
 the LRU's eviction).
@@ -52,7 +53,7 @@ from storage.rsm.base import (
     check_range,
 )
 from storage.rsm.layout import RemoteLayout
-from storage.rsm.mapped_pages import map_read_only
+from storage.rsm.mapped_pages import MappedFiles
 
 __all__ = ["LocalRemoteStorage"]
 
@@ -67,6 +68,7 @@ class LocalRemoteStorage:
         self._layout = RemoteLayout(prefix=prefix)
         self._closed = False
         self._unmapped: list[memoryview] = []
+        self._mapped = MappedFiles()
 
     @property
     def root(self) -> Path:
@@ -197,14 +199,13 @@ class LocalRemoteStorage:
             return file.read(stop - start)
 
     def _map_range(self, key: str, start: int, end: int) -> memoryview:
-        with open(self._root / key, "rb") as file:
-            size = os.fstat(file.fileno()).st_size
-            if start > size:
-                raise RemoteRangeError(key=key, start=start, size=size)
-            stop = min(end, size)
-            if stop == start:
-                return memoryview(b"")
-            return map_read_only(file.fileno(), start, stop - start)
+        mapped = self._mapped.open(self._root / key)
+        if start > mapped.size:
+            raise RemoteRangeError(key=key, start=start, size=mapped.size)
+        stop = min(end, mapped.size)
+        if stop == start:
+            return memoryview(b"")
+        return mapped.view(start, stop - start)
 
     def _write_files(self, files: Sequence[tuple[str, bytes | memoryview]]) -> None:
         directories: set[Path] = set()

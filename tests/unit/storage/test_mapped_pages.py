@@ -2,77 +2,159 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import gc
 import os
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage.rsm import mapped_pages
-from storage.rsm.mapped_pages import map_read_only
+from storage.rsm.mapped_pages import MappedFile, MappedFiles
 
 CONTENT = os.urandom(5 * 4096 + 321)
 
-Mapper = Callable[[int, int, int], memoryview]
-
 
 @pytest.fixture(scope="module")
-def fd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    path = tmp_path_factory.mktemp("pages") / "segment.log"
-    path.write_bytes(CONTENT)
-    descriptor = os.open(path, os.O_RDONLY)
-    yield descriptor
-    os.close(descriptor)
+def path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    segment = tmp_path_factory.mktemp("pages") / "segment.log"
+    segment.write_bytes(CONTENT)
+    return segment
 
 
-def through_the_module(fd: int, offset: int, length: int) -> memoryview:
-    """The mapping made where libc is not reached through ctypes (not Linux)."""
-    lead = offset % 4096
-    return mapped_pages._map_with_module(fd, offset - lead, length + lead)[lead:]
+@pytest.fixture(params=["libc", "mmap"])
+def mapped(request: pytest.FixtureRequest, path: Path) -> Iterator[MappedFile]:
+    """The file's mapping through libc, and through the ``mmap`` module (not Linux)."""
+    if request.param == "mmap":
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(mapped_pages, "_LIBC", None)
+            yield MappedFile(path)
+    else:
+        yield MappedFile(path)
 
 
-MAPPERS = [pytest.param(map_read_only, id="libc"), pytest.param(through_the_module, id="mmap")]
+@settings(
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ranges=st.lists(st.tuples(st.integers(0, len(CONTENT) - 1), st.integers(1, len(CONTENT)))))
+def test_views_hold_the_files_bytes(mapped: MappedFile, ranges: list[tuple[int, int]]) -> None:
+    views = []
+    for offset, wanted in ranges:
+        length = min(wanted, len(CONTENT) - offset)
+        view = mapped.view(offset, length)
+        assert (len(view), view.readonly, view.format) == (length, True, "B")
+        assert view.tobytes() == CONTENT[offset : offset + length]
+        views.append((offset, view))
+        if len(views) > 2:  # released while others of the same pages are in use
+            del views[0]
+    for offset, view in views:
+        assert view.tobytes() == CONTENT[offset : offset + len(view)]
 
 
-@pytest.mark.parametrize("mapper", MAPPERS)
-@settings(max_examples=100, deadline=None)
-@given(offset=st.integers(0, len(CONTENT) - 1), length=st.integers(1, len(CONTENT)))
-def test_views_hold_the_files_bytes(mapper: Mapper, fd: int, offset: int, length: int) -> None:
-    length = min(length, len(CONTENT) - offset)
-    view = mapper(fd, offset, length)
-    assert (len(view), view.readonly, view.format) == (length, True, "B")
-    assert view.tobytes() == CONTENT[offset : offset + length]
-
-
-def test_a_view_outlives_its_descriptor_and_unmaps_with_its_last_view(tmp_path: Path) -> None:
+def test_a_view_outlives_its_file_and_mapping_and_goes_with_its_last_view(tmp_path: Path) -> None:
     path = tmp_path / "segment.log"
     path.write_bytes(CONTENT)
-    descriptor = os.open(path, os.O_RDONLY)
-    view = map_read_only(descriptor, 4096 + 5, 100)
-    os.close(descriptor)
+    mapped = MappedFile(path)
+    view = mapped.view(4096 + 5, 100)
     path.unlink()
-    pages = weakref.ref(view.obj)
+    mapping, pages = weakref.ref(mapped), weakref.ref(view.obj)
+    del mapped
     part = view[10:20]
     del view
-    assert pages() is not None
+    assert mapping() is not None and pages() is not None
     assert part.tobytes() == CONTENT[4096 + 15 : 4096 + 25]
     del part
-    assert pages() is None
+    gc.collect()
+    assert mapping() is None and pages() is None
 
 
-@pytest.mark.parametrize(("offset", "length"), [(-1, 10), (0, 0)])
-def test_impossible_mappings_are_the_callers_bug(fd: int, offset: int, length: int) -> None:
+@pytest.mark.parametrize(("offset", "length"), [(-1, 10), (0, 0), (len(CONTENT) - 5, 6)])
+def test_impossible_views_are_the_callers_bug(path: Path, offset: int, length: int) -> None:
     with pytest.raises(ValueError):
-        map_read_only(fd, offset, length)
+        MappedFile(path).view(offset, length)
 
 
-def test_a_descriptor_that_cannot_be_mapped_is_an_os_error(tmp_path: Path) -> None:
-    descriptor = os.open(tmp_path, os.O_RDONLY)  # a directory
-    try:
-        with pytest.raises(OSError):
-            map_read_only(descriptor, 0, 10)
-    finally:
-        os.close(descriptor)
+def test_an_empty_file_maps_to_no_pages(tmp_path: Path) -> None:
+    path = tmp_path / "empty.log"
+    path.write_bytes(b"")
+    assert MappedFile(path).size == 0
+
+
+def test_a_file_that_cannot_be_mapped_is_an_os_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        MappedFile(tmp_path / "absent.log")
+    with pytest.raises(OSError):
+        MappedFile(tmp_path)  # a directory
+
+
+def test_views_of_a_file_in_use_share_its_mapping_until_it_is_replaced(tmp_path: Path) -> None:
+    files = MappedFiles()
+    path = tmp_path / "segment.log"
+    path.write_bytes(CONTENT)
+    first = files.open(path)
+    view = first.view(0, 10)
+    assert files.open(path) is first
+    replacement = tmp_path / "segment.tmp"
+    replacement.write_bytes(CONTENT[::-1])
+    replacement.rename(path)
+    second = files.open(path)
+    assert second is not first
+    assert second.view(0, 10).tobytes() == CONTENT[::-1][:10]
+    assert view.tobytes() == CONTENT[:10]
+    path.unlink()
+    with pytest.raises(FileNotFoundError):
+        files.open(path)
+
+
+def test_a_file_no_longer_in_use_is_mapped_again(tmp_path: Path) -> None:
+    files = MappedFiles()
+    path = tmp_path / "segment.log"
+    path.write_bytes(CONTENT)
+    first = weakref.ref(files.open(path))
+    gc.collect()
+    assert first() is None
+    assert files.open(path).view(0, 4).tobytes() == CONTENT[:4]
+
+
+class _PopulateRefused:
+    """libc whose ``MADV_POPULATE_READ`` fails with ``errno`` (the rest is the real libc)."""
+
+    def __init__(self, errno: int) -> None:
+        libc = mapped_pages._LIBC
+        assert libc is not None
+        self.real, self.errno = libc, errno
+        self.mmap, self.munmap = libc.mmap, libc.munmap
+        self.advice: list[int] = []
+
+    def madvise(self, address: int, size: int, advise: int) -> int:
+        self.advice.append(advise)
+        if advise == mapped_pages._MADV_POPULATE_READ:
+            ctypes.set_errno(self.errno)
+            return -1
+        return int(self.real.madvise(address, size, advise))
+
+
+def test_kernels_without_populate_advice_read_ahead_instead(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before Linux 5.14 ``MADV_POPULATE_READ`` is ``EINVAL``: the pages are read ahead."""
+    old_kernel = _PopulateRefused(errno.EINVAL)
+    monkeypatch.setattr(mapped_pages, "_LIBC", old_kernel)
+    monkeypatch.setattr(mapped_pages._Populate, "by_advice", True)
+    mapped = MappedFile(path)
+    assert mapped.view(100, 5000).tobytes() == CONTENT[100:5100]
+    assert mapped.view(0, 10).tobytes() == CONTENT[:10]
+    assert old_kernel.advice.count(mapped_pages._MADV_POPULATE_READ) == 1
+    assert mapped_pages._Populate.by_advice is False
+
+
+def test_other_populate_failures_are_os_errors(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mapped_pages, "_LIBC", _PopulateRefused(errno.EIO))
+    monkeypatch.setattr(mapped_pages._Populate, "by_advice", True)
+    with pytest.raises(OSError, match="madvise"):
+        MappedFile(path).view(0, 10)
