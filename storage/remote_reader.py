@@ -41,7 +41,7 @@ Errors
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -173,7 +173,7 @@ class RemoteLogReader:
         while True:
             if segment is None:
                 raise OffsetNotInRemoteError(f"offset {fetch_offset} of {tp} is not in remote")
-            records = await self._read_segment(segment, fetch_offset, max_bytes)
+            records = await self._read_segment(segment, fetch_offset, max_bytes, lineage)
             if records:
                 break
             # The segment ends in a gap before the offset: the next one on the lineage holds it.
@@ -231,20 +231,26 @@ class RemoteLogReader:
     # -- reading batches ---------------------------------------------------------------
 
     async def _read_segment(
-        self, segment: RemoteLogSegmentMetadata, fetch_offset: int, max_bytes: int
+        self,
+        segment: RemoteLogSegmentMetadata,
+        fetch_offset: int,
+        max_bytes: int,
+        lineage: Sequence[EpochEntry],
     ) -> memoryview | Buffers:
         index = OffsetIndex(
             await self._indexes.get(segment, IndexType.OFFSET), base_offset=segment.start_offset
         )
         target = max(fetch_offset, segment.start_offset)
         start = index.lookup(target).position
-        if self._chunks.read_ahead_bytes(segment, start):
+        following = _Following(self._metadata, segment, lineage)
+        ahead = self._chunks.read_ahead_bytes(segment, start)
+        if ahead:
             # Before the read too: a reader's first read (its chunks GET) and the read-ahead
             # into the next segments go out together, not one GET time apart; this read's
             # own chunks first (the read joins their GETs).
             size = segment.segment_size_in_bytes
             self._chunks.prefetch(segment, start, min(max_bytes, size - start))
-            self._read_ahead_past(segment, start)
+            self._read_ahead_past(following, start, ahead)
         records = await read_batches(
             fetch=lambda start, end: self._chunks.read(segment, start, end),
             offset_index=index,
@@ -252,30 +258,25 @@ class RemoteLogReader:
             max_bytes=max_bytes,
             segment_size=segment.segment_size_in_bytes,
         )
-        self._read_ahead_past(segment, start + len(records))
+        position = start + len(records)
+        self._read_ahead_past(following, position, self._chunks.read_ahead_bytes(segment, position))
         return records
 
-    def _read_ahead_past(self, segment: RemoteLogSegmentMetadata, position: int) -> None:
-        """Prefetch the next segments as far as a reader at ``position`` reads ahead."""
-        ahead = max(self._chunks.read_ahead_bytes(segment, position), self._chunks.chunk_bytes)
-        if position + ahead >= segment.segment_size_in_bytes:
-            self._prefetch_next(segment, position + ahead - segment.segment_size_in_bytes)
-
-    def _prefetch_next(self, segment: RemoteLogSegmentMetadata, size_bytes: int) -> None:
-        """Prefetch ``size_bytes`` from the start of the segments after ``segment`` (more
-        than one when they are smaller than the read-ahead)."""
-        tp = segment.topic_id_partition
-        lineage = self._metadata.lineage(tp)
-        following = self._metadata.segment_for(tp, segment.end_offset + 1, lineage)
-        for _ in range(_PREFETCH_SEGMENTS):
-            if following is None:
-                return
-            self._chunks.prefetch(following, 0, size_bytes, after=segment)
-            size_bytes -= following.segment_size_in_bytes
+    def _read_ahead_past(self, following: _Following, position: int, ahead: int) -> None:
+        """Prefetch the segments after ``following.segment`` as far as a reader at
+        ``position`` of it reads ahead (``ahead`` bytes, at least a chunk), more than one
+        when they are smaller than the read-ahead."""
+        segment = following.segment
+        size_bytes = position + max(ahead, self._chunks.chunk_bytes)
+        size_bytes -= segment.segment_size_in_bytes
+        if size_bytes < 0:
+            return
+        for next_segment in following:
+            self._chunks.prefetch(next_segment, 0, size_bytes, after=segment)
+            size_bytes -= next_segment.segment_size_in_bytes
             if size_bytes <= 0:
                 return
-            segment = following
-            following = self._metadata.segment_for(tp, following.end_offset + 1, lineage)
+            segment = next_segment
 
     # -- transactions ------------------------------------------------------------------
 
@@ -370,6 +371,40 @@ class RemoteLogReader:
                 consumed = header.size
             position += consumed
         return None
+
+
+class _Following:
+    """The segments after ``segment`` on the lineage, up to :data:`_PREFETCH_SEGMENTS`, each
+    looked up once however often one read walks them (before and after it reads: the
+    metadata cache's ``segment_for`` makes a new metadata value per call)."""
+
+    __slots__ = ("_ended", "_found", "_lineage", "_metadata", "segment")
+
+    def __init__(
+        self,
+        metadata: RemoteSegmentLookup,
+        segment: RemoteLogSegmentMetadata,
+        lineage: Sequence[EpochEntry],
+    ) -> None:
+        self._metadata = metadata
+        self.segment = segment
+        self._lineage = lineage
+        self._found: list[RemoteLogSegmentMetadata] = []
+        self._ended = False
+
+    def __iter__(self) -> Iterator[RemoteLogSegmentMetadata]:
+        yield from self._found
+        last = self._found[-1] if self._found else self.segment
+        while not self._ended and len(self._found) < _PREFETCH_SEGMENTS:
+            following = self._metadata.segment_for(
+                last.topic_id_partition, last.end_offset + 1, self._lineage
+            )
+            if following is None:
+                self._ended = True
+                return
+            self._found.append(following)
+            yield following
+            last = following
 
 
 def _first_record_at(

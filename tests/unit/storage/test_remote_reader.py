@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -250,6 +251,37 @@ async def test_one_read_stays_within_one_segment_and_prefetches_the_next(tmp_pat
         # One GET per segment: the second read was served by the prefetch (cached or still
         # in flight), not by a GET of its own.
         assert counters[0].log_reads == 2
+    finally:
+        await log.close()
+
+
+async def test_a_read_looks_up_each_following_segment_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both of a read's read-aheads into the next segments (before and after it reads) walk
+    them; each is looked up in the metadata cache once per read, the read's own lineage."""
+    segments = [[data_batch(2 * i, 2, value_size=100)] for i in range(6)]
+    log = TieredLog.create(tmp_path, chunk_bytes=1024, prefetch_chunks=4)
+    for batches in segments:
+        await log.copy(batches)
+    lookups: list[int] = []
+    segment_for = log.metadata.segment_for
+
+    def counted(
+        tp: TopicIdPartition, offset: int, lineage: Sequence[EpochEntry]
+    ) -> RemoteLogSegmentMetadata | None:
+        lookups.append(offset)
+        return segment_for(tp, offset, lineage)
+
+    monkeypatch.setattr(log.metadata, "segment_for", counted)
+    try:
+        for offset in range(0, 12, 2):
+            lookups.clear()
+            got = await log.reader.read(TP, offset, 1 << 20)
+            assert bytes(got.records) == segments[offset // 2][0]
+            assert lookups[0] == offset
+            assert len(lookups) == len(set(lookups))  # each segment once
+            assert sorted(lookups) == lookups
     finally:
         await log.close()
 
