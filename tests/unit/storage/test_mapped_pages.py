@@ -8,6 +8,7 @@ import gc
 import os
 import weakref
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,26 @@ def test_other_populate_failures_are_os_errors(path: Path, monkeypatch: pytest.M
     monkeypatch.setattr(mapped_pages._Populate, "by_advice", True)
     with pytest.raises(OSError, match="madvise"):
         MappedFile(path).view(0, 10)
+
+
+def test_threads_viewing_files_at_once_see_their_bytes(tmp_path: Path) -> None:
+    """Pool threads map, view and release chunks of the same files concurrently (the
+    chunk cache's reads and read-ahead), some of them as the files are replaced."""
+    files = MappedFiles()
+    contents = {tmp_path / f"{i}.log": os.urandom(3 * 4096 + 7 * i) for i in range(3)}
+    for path, content in contents.items():
+        path.write_bytes(content)
+
+    def read(step: int) -> None:
+        path = tmp_path / f"{step % 3}.log"
+        if step % 50 == 49:  # a copy written again: same bytes, a new file
+            replacement = path.with_suffix(f".{step}.tmp")
+            replacement.write_bytes(contents[path])
+            replacement.rename(path)
+        mapped = files.open(path)
+        offset = (step * 4096) % mapped.size
+        length = min(4096 + step, mapped.size - offset)
+        assert mapped.view(offset, length).tobytes() == contents[path][offset : offset + length]
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(read, range(400)))
