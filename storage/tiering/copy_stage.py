@@ -10,6 +10,7 @@ COPY_SEGMENT_FINISHED only for segments that come back without error.
 
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import time
@@ -34,7 +35,14 @@ from storage.tiering.scan import WindowScanner
 from storage.tiering.spill import open_spill
 from storage.tiering.worker import StorageFactory, run_each, worker_runtime
 
-__all__ = ["CopyJob", "CopyResult", "SpillPiece", "copy_segments"]
+__all__ = [
+    "CopyJob",
+    "CopyResult",
+    "SpillPiece",
+    "copy_segment",
+    "copy_segments",
+    "task_storage",
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,13 +180,26 @@ async def _copy_one(job: CopyJob, broker: BrokerSettings, rsm: RemoteStorageMana
     )
 
 
-def copy_segments(
-    jobs: Iterable[CopyJob],
-    broker: BrokerSettings,
-    storage: RemoteStorageConfig,
-    storage_factory: StorageFactory | None = None,
-) -> Iterator[CopyResult]:
-    """Stage 2 (``mapPartitions``): build and upload each segment; errors are returned.
+async def copy_segment(
+    job: CopyJob, broker: BrokerSettings, rsm: RemoteStorageManager
+) -> CopyResult:
+    """Build and upload one segment; a failure is returned, never raised."""
+    try:
+        return await _copy_one(job, broker, rsm)
+    except Exception as err:
+        return CopyResult(
+            segment_id=job.metadata.segment_id.id,
+            size=0,
+            seconds=0.0,
+            refetched=False,
+            error=f"{type(err).__name__}: {err}",
+        )
+
+
+def task_storage(
+    storage: RemoteStorageConfig, storage_factory: StorageFactory | None
+) -> RemoteStorageManager:
+    """The worker's remote storage manager for ``storage``.
 
     :param storage_factory: builds the remote storage manager inside the task
         (:func:`storage.rsm.factory.create_remote_storage` by default); a seam for other
@@ -189,21 +210,17 @@ def copy_segments(
         from storage.rsm.factory import create_remote_storage  # noqa: PLC0415
 
         storage_factory = create_remote_storage
-    factory = storage_factory
+    return worker_runtime().storage(storage_factory, storage)
 
-    runtime = worker_runtime()
-    rsm = runtime.storage(factory, storage)
 
-    async def copy_or_fail(job: CopyJob) -> CopyResult:
-        try:
-            return await _copy_one(job, broker, rsm)
-        except Exception as err:
-            return CopyResult(
-                segment_id=job.metadata.segment_id.id,
-                size=0,
-                seconds=0.0,
-                refetched=False,
-                error=f"{type(err).__name__}: {err}",
-            )
-
-    yield from runtime.run(run_each(list(jobs), copy_or_fail))
+def copy_segments(
+    jobs: Iterable[CopyJob],
+    broker: BrokerSettings,
+    storage: RemoteStorageConfig,
+    storage_factory: StorageFactory | None = None,
+) -> Iterator[CopyResult]:
+    """Stage 2 (``mapPartitions``): build and upload each segment; errors are returned."""
+    rsm = task_storage(storage, storage_factory)
+    yield from worker_runtime().run(
+        run_each(list(jobs), functools.partial(copy_segment, broker=broker, rsm=rsm))
+    )

@@ -36,37 +36,34 @@ from protocol.indexes.producer_snapshot import parse_producer_snapshot
 from protocol.metadata_records import MetadataRecord
 from storage.model import (
     IndexType,
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
 )
 from storage.rlmm.cache import RemoteLogMetadataCache
-from storage.rlmm.records import segment_record, segment_update_record
+from storage.rlmm.records import segment_update_record
 from storage.rsm.base import RemoteStorageError, RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.chain import (
-    ChainError,
     ChainState,
-    ProducerEvent,
-    fold_chain,
-    metadata_epochs,
 )
 from storage.tiering.config import TieringConfig
-from storage.tiering.copy_stage import CopyJob, CopyResult, SpillPiece, copy_segments
+from storage.tiering.copy_stage import CopyJob, CopyResult
 from storage.tiering.cycle import MetadataManager, ScanMemory, TieredPartition, first_line
-from storage.tiering.fetch_stage import BrokerSettings, FetchWindow, WindowResult, fetch_windows
+from storage.tiering.fetch_stage import BrokerSettings, FetchWindow
 from storage.tiering.planner import (
-    BatchSpan,
-    PlannedSegment,
-    cut_segments,
     estimate_bytes,
     may_close,
     plan_windows,
 )
 from storage.tiering.report import TopicStats
-from storage.tiering.scan import spans_from_array
 from storage.tiering.stages import StageRunner
+from storage.tiering.tier_stage import (
+    MetadataSink,
+    PartitionOutcome,
+    PartitionWork,
+    tier_partitions,
+)
 from storage.tiering.worker import ITEMS_AT_ONCE, StorageFactory
 
 __all__ = ["CopyDriver"]
@@ -95,10 +92,12 @@ class CopyDriver:
         rlmm: MetadataManager,
         rsm: RemoteStorageManager,
         runner: StageRunner,
+        sink: MetadataSink,
         storage_factory: StorageFactory | None,
         clock: Callable[[], int],
     ) -> None:
         self._config = config
+        self._sink = sink
         self._storage = storage
         self._broker = broker
         self._rlmm = rlmm
@@ -135,79 +134,109 @@ class CopyDriver:
         stats: dict[str, TopicStats],
         errors: list[str],
     ) -> None:
-        """Fetch, plan, publish COPY_SEGMENT_STARTED, build and upload, and publish
-        COPY_SEGMENT_FINISHED for what made it; failures go to ``errors``."""
+        """Fetch, plan, publish COPY_SEGMENT_STARTED, build and upload (one Spark job), and
+        publish COPY_SEGMENT_FINISHED for what made it; failures go to ``errors``."""
         windows = self._plan_windows(partitions, run_id, now)
         if not windows:
             return
-        total = sum(self.estimate(p, p.last_stable)[0] for p in partitions if p.windows)
-        started = time.monotonic()
-        try:
-            results: list[WindowResult] = await self._runner.run(
-                "fetch",
-                windows,
-                functools.partial(fetch_windows, broker=self._broker),
-                total_bytes=total,
-            )
-        except Exception as err:
-            # Spark gave up on a task (an executor died, say): nothing was published yet.
-            errors.append(f"the fetch stage failed: {first_line(err)}")
-            return
-        log.info(
-            "fetched %d windows (%d bytes) in %.2f s (task time %.2f s)",
-            len(windows),
-            sum(r.size for r in results),
-            time.monotonic() - started,
-            sum(r.seconds for r in results),
-        )
-        by_window = {r.window: r for r in results}
-        jobs: list[CopyJob] = []
-        owners: dict[uuid.UUID, TieredPartition] = {}
+        works: list[PartitionWork] = []
+        owners: dict[TopicIdPartition, TieredPartition] = {}
         for p in partitions:
             if not p.windows:
                 continue
-            topic_stats = stats[p.tp.topic]
             try:
-                planned = await self._plan_segments(p, by_window, now, topic_stats)
-            except (ChainError, RemoteStorageError, CorruptIndexError) as err:
+                prior = await self._prior_state(p)
+            except (RemoteStorageError, CorruptIndexError) as err:
                 errors.append(f"{p.tp}: cannot plan segments: {err}")
                 continue
-            for job in planned:
-                owners[job.metadata.segment_id.id] = p
-            jobs += planned
-        if not jobs:
-            return
+            owners[p.tp] = p
+            works.append(
+                PartitionWork(
+                    tp=p.tp,
+                    windows=tuple(p.windows),
+                    copy_start=p.copy_start,
+                    segment_bytes=p.policy.segment_bytes,
+                    segment_ms=p.policy.segment_ms,
+                    now_ms=now,
+                    leader_id=p.leader_id,
+                    leader_epoch=p.leader_epoch,
+                    prior=prior,
+                    bytes_per_second=self._config.copy_max_bytes_per_second / self._readers,
+                )
+            )
+        total = sum(self.estimate(p, p.last_stable)[0] for p in owners.values())
         started = time.monotonic()
-        # The copy stage is prepared while COPY_SEGMENT_STARTED is published, and starts
-        # only once every record is in (:class:`.stages.StageRunner`).
-        published = asyncio.ensure_future(self._publish_started(jobs))
         try:
-            outcomes: list[CopyResult] = await self._runner.run(
+            results: list[PartitionOutcome] = await self._runner.run(
                 "copy",
-                jobs,
+                works,
                 functools.partial(
-                    copy_segments,
+                    tier_partitions,
                     broker=self._broker,
+                    sink=self._sink,
                     storage=self._storage,
                     storage_factory=self._storage_factory,
                 ),
-                total_bytes=sum(j.metadata.segment_size_in_bytes for j in jobs),
-                after=published,
+                total_bytes=total,
             )
         except Exception as err:
-            await published  # a publish failure fails the cycle (no copy ran), as it always did
-            # Every copy stays COPY_SEGMENT_STARTED; the next cycle deletes them and retries.
-            errors.append(f"the copy stage failed: {first_line(err)}")
-            outcomes = []
+            # Spark gave up on a task (an executor died, say): what its tasks announced stays
+            # COPY_SEGMENT_STARTED, and the next cycle deletes it.
+            errors.append(f"the copy job failed: {first_line(err)}")
+            return
+        jobs: list[CopyJob] = []
+        copies: list[CopyResult] = []
+        segment_owners: dict[uuid.UUID, TieredPartition] = {}
+        for outcome in results:
+            p = owners[outcome.tp]
+            self._remember(p, outcome, stats[p.tp.topic], errors)
+            for job in outcome.plan.jobs:
+                segment_owners[job.metadata.segment_id.id] = p
+            jobs += outcome.plan.jobs
+            copies += outcome.copies
         log.info(
-            "published, built and uploaded %d segments in %.2f s (task time %.2f s)",
+            "fetched %d windows (%d bytes), published, built and uploaded %d of %d segments "
+            "in %.2f s (task time %.2f s)",
+            len(windows),
+            sum(w.size for o in results for w in o.windows),
+            sum(c.error is None for c in copies),
             len(jobs),
             time.monotonic() - started,
-            sum(o.seconds for o in outcomes),
+            sum(w.seconds for o in results for w in o.windows) + sum(c.seconds for c in copies),
         )
+        if not jobs:
+            return
         started = time.monotonic()
-        await self._finish_copies(jobs, outcomes, owners, stats, errors)
+        if copies:
+            # The tasks' COPY_SEGMENT_STARTED must be in the cache before FINISHED is checked.
+            await self._rlmm.wait_until_caught_up()
+        await self._finish_copies(jobs, copies, segment_owners, stats, errors)
         log.info("published COPY_SEGMENT_FINISHED in %.2f s", time.monotonic() - started)
+
+    def _remember(
+        self,
+        p: TieredPartition,
+        outcome: PartitionOutcome,
+        stats: TopicStats,
+        errors: list[str],
+    ) -> None:
+        """Note failed windows and keep what the partition's read found for the next cycle."""
+        for window, result in zip(p.windows, outcome.windows, strict=True):
+            if result.error is not None:
+                stats.notes.append(
+                    f"partition {p.tp.partition}: reading offsets {window.start_offset}.."
+                    f"{window.end_offset - 1} failed: {result.error}"
+                )
+                break
+        if outcome.error is not None:
+            errors.append(f"{p.tp}: cannot plan segments: {outcome.error}")
+            return
+        plan = outcome.plan
+        if plan.scan is not None:
+            self._scans[p.tp] = plan.scan
+        p.tail = plan.tail
+        if plan.final is not None:
+            self._final_states[p.tp] = plan.final
 
     def estimate(self, p: TieredPartition, end: int) -> tuple[int, int | None]:
         """Estimated bytes in ``[copy start, end)`` and the first batch's max timestamp."""
@@ -267,80 +296,6 @@ class CopyDriver:
                 p.windows = [paced[w.window] for w in p.windows]
             return paced
         return windows
-
-    async def _plan_segments(
-        self,
-        p: TieredPartition,
-        results: Mapping[int, WindowResult],
-        now: int,
-        stats: TopicStats,
-    ) -> list[CopyJob]:
-        spans: list[BatchSpan] = []
-        events: list[ProducerEvent] = []
-        paths: dict[int, str] = {}
-        complete_to = p.copy_start
-        for window in p.windows:
-            result = results.get(window.window)
-            if result is None or result.error is not None:
-                stats.notes.append(
-                    f"partition {p.tp.partition}: reading offsets {window.start_offset}.."
-                    f"{window.end_offset - 1} failed: {result.error if result else 'no result'}"
-                )
-                break
-            spans += spans_from_array(window.window, result.spans)
-            events += result.events
-            paths[window.window] = result.spill_path
-            complete_to = window.end_offset
-        if spans:
-            self._scans[p.tp] = ScanMemory(
-                start=p.copy_start,
-                end=complete_to,
-                size=sum(s.size for s in spans),
-                first_max_timestamp=spans[0].first_max_timestamp,
-            )
-        segments = cut_segments(
-            spans,
-            copy_start=p.copy_start,
-            segment_bytes=p.policy.segment_bytes,
-            segment_ms=p.policy.segment_ms,
-            now_ms=now,
-        )
-        if not segments:
-            return []
-        tail = spans[segments[-1].end_span :]
-        p.tail = ScanMemory(
-            start=segments[-1].end_offset + 1,
-            end=complete_to,
-            size=sum(s.size for s in tail),
-            first_max_timestamp=tail[0].first_max_timestamp if tail else None,
-        )
-        chains, final = fold_chain(await self._prior_state(p), spans, segments, events)
-        self._final_states[p.tp] = final
-        jobs = []
-        for segment, chain in zip(segments, chains, strict=True):
-            metadata = RemoteLogSegmentMetadata(
-                segment_id=RemoteLogSegmentId.generate(p.tp),
-                start_offset=segment.start_offset,
-                end_offset=segment.end_offset,
-                max_timestamp=segment.max_timestamp,
-                leader_epoch=p.leader_epoch,
-                event_timestamp=now,
-                segment_leader_epochs=metadata_epochs(
-                    chain.segment_leader_epochs, segment.start_offset
-                ),
-                segment_size_in_bytes=segment.size,
-                state=_S.COPY_SEGMENT_STARTED,
-            )
-            jobs.append(
-                CopyJob(
-                    metadata=metadata,
-                    pieces=_pieces(spans, segment, paths),
-                    prior=chain.prior,
-                    leader_id=p.leader_id,
-                    bytes_per_second=self._config.copy_max_bytes_per_second / self._readers,
-                )
-            )
-        return jobs
 
     async def _prior_state(self, p: TieredPartition) -> ChainState:
         """The state after the partition's last remote segment (from its files)."""
@@ -421,30 +376,9 @@ class CopyDriver:
         for tp in broken:
             self._final_states.pop(tp, None)
 
-    async def _publish_started(self, jobs: Sequence[CopyJob]) -> None:
-        started = time.monotonic()
-        await self._publish(segment_record(job.metadata) for job in jobs)
-        log.info(
-            "published %d COPY_SEGMENT_STARTED in %.2f s", len(jobs), time.monotonic() - started
-        )
-
     async def _publish(self, records: Iterable[MetadataRecord]) -> None:
         await asyncio.gather(*(self._rlmm.publish(r) for r in records))
 
 
 def _with_rate(window: FetchWindow, rate: float) -> FetchWindow:
     return replace(window, bytes_per_second=rate)
-
-
-def _pieces(
-    spans: Sequence[BatchSpan], segment: PlannedSegment, paths: Mapping[int, str]
-) -> tuple[SpillPiece, ...]:
-    pieces: list[SpillPiece] = []
-    for span in spans[segment.first_span : segment.end_span]:
-        last = pieces[-1] if pieces else None
-        path = paths[span.window]
-        if last is not None and last.path == path and last.position + last.size == span.position:
-            pieces[-1] = SpillPiece(path=path, position=last.position, size=last.size + span.size)
-        else:
-            pieces.append(SpillPiece(path=path, position=span.position, size=span.size))
-    return tuple(pieces)

@@ -46,8 +46,17 @@ class MetadataManager(Protocol):
     @property
     def cache(self) -> RemoteLogMetadataCache: ...
 
+    @property
+    def partition_count(self) -> int:
+        """The metadata topic's partitions (tasks publish to the one the RLMM would)."""
+        ...
+
     async def publish(self, record: MetadataRecord) -> None:
         """Publish and return once the record is in :attr:`cache`."""
+        ...
+
+    async def wait_until_caught_up(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (the RLMM contract)
+        """Return once every record now in the topic (the tasks' too) is in :attr:`cache`."""
         ...
 
 

@@ -13,6 +13,7 @@ the copy stage, which reads a segment again when its spill is on another executo
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -35,6 +36,7 @@ __all__ = [
     "Pace",
     "WindowResult",
     "broker_client",
+    "fetch_window",
     "fetch_windows",
     "read_range",
 ]
@@ -269,23 +271,26 @@ async def _fetch_window(window: FetchWindow, broker: BrokerSettings) -> WindowRe
     )
 
 
+async def fetch_window(window: FetchWindow, broker: BrokerSettings) -> WindowResult:
+    """Read one window into its spill file; a failure is returned, never raised."""
+    prune_spill(Path(window.spill_dir), keep=window.run_id)
+    try:
+        return await _fetch_window(window, broker)
+    except Exception as err:
+        return WindowResult(
+            window=window.window,
+            spill_path="",
+            size=0,
+            spans=b"",
+            events=(),
+            batches=0,
+            seconds=0.0,
+            error=f"{type(err).__name__}: {err}",
+        )
+
+
 def fetch_windows(windows: Iterable[FetchWindow], broker: BrokerSettings) -> Iterator[WindowResult]:
     """Stage 1 (``mapPartitions``): read each window into a spill file; errors are returned."""
-
-    async def fetch_or_fail(window: FetchWindow) -> WindowResult:
-        prune_spill(Path(window.spill_dir), keep=window.run_id)
-        try:
-            return await _fetch_window(window, broker)
-        except Exception as err:
-            return WindowResult(
-                window=window.window,
-                spill_path="",
-                size=0,
-                spans=b"",
-                events=(),
-                batches=0,
-                seconds=0.0,
-                error=f"{type(err).__name__}: {err}",
-            )
-
-    yield from worker_runtime().run(run_each(list(windows), fetch_or_fail))
+    yield from worker_runtime().run(
+        run_each(list(windows), functools.partial(fetch_window, broker=broker))
+    )

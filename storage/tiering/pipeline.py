@@ -76,6 +76,7 @@ from storage.tiering.retention_driver import RetentionDriver
 from storage.tiering.spill import recycle_spill
 from storage.tiering.stages import StageRunner
 from storage.tiering.survey import PartitionSurvey
+from storage.tiering.tier_stage import MetadataSink
 from storage.tiering.worker import StorageFactory
 
 __all__ = ["MetadataManager", "TieringPipeline", "wall_clock_ms"]
@@ -134,6 +135,11 @@ class TieringPipeline:
             rlmm=rlmm,
             rsm=rsm,
             runner=runner,
+            sink=MetadataSink(
+                topic=metadata_topic,
+                partition_count=rlmm.partition_count,
+                timeout_ms=config.request_timeout_ms,
+            ),
             storage_factory=storage_factory,
             clock=clock,
         )

@@ -1,0 +1,282 @@
+"""The copy of a cycle as one Spark job: each task fetches, plans, announces and uploads.
+
+:func:`tier_partitions` runs under ``mapPartitions``, one item per partition: its windows are
+read into spill files (:func:`.fetch_stage.fetch_window`), its segments are cut and their
+inherited state folded (:func:`plan_partition`, pure), and then, one segment after the other,
+COPY_SEGMENT_STARTED is produced to the metadata topic (``acks=all``, to the partition the
+RLMM would choose, so the driver's COPY_SEGMENT_FINISHED follows it in order) and only once
+it is acknowledged are the segment's objects written (:func:`.copy_stage.copy_segment`). The
+driver publishes COPY_SEGMENT_FINISHED for what comes back.
+
+Why one job instead of a fetch job followed by a copy job: the fetch is CPU-bound (broker,
+Python workers and the Spark JVM share the cores) and the upload to a local directory is
+disk-bound, and in two jobs they ran one after the other, with Spark's fixed cost (~46 ms a
+job on local[2]) paid twice. In one job a partition's upload overlaps the next partition's
+fetch in the same task, and the other task's.
+
+A task that dies or is retried leaves COPY_SEGMENT_STARTED segments with ids nobody will
+finish: the next cycle's clean-up deletes them (:mod:`.cleanup`), as it does after a failed
+copy stage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from protocol.indexes import CorruptIndexError
+from protocol.metadata_records import encode_metadata_record
+from protocol.murmur2 import metadata_partition_for
+from storage.kafka_client.producer import TopicProducer
+from storage.model import (
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
+from storage.rlmm.records import segment_record, validate_segment
+from storage.rsm.base import RemoteStorageManager
+from storage.rsm.config import RemoteStorageConfig
+from storage.tiering.chain import ChainError, ChainState, ProducerEvent, fold_chain, metadata_epochs
+from storage.tiering.copy_stage import CopyJob, CopyResult, SpillPiece, copy_segment, task_storage
+from storage.tiering.cycle import ScanMemory
+from storage.tiering.fetch_stage import (
+    BrokerSettings,
+    FetchWindow,
+    WindowResult,
+    broker_client,
+    fetch_window,
+)
+from storage.tiering.planner import BatchSpan, PlannedSegment, cut_segments
+from storage.tiering.scan import spans_from_array
+from storage.tiering.worker import StorageFactory, run_each, worker_runtime
+
+__all__ = [
+    "MetadataSink",
+    "PartitionOutcome",
+    "PartitionPlan",
+    "PartitionWork",
+    "plan_partition",
+    "tier_partitions",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MetadataSink:
+    """Where tasks publish COPY_SEGMENT_STARTED: the RLMM's topic, as its producer does."""
+
+    topic: str
+    partition_count: int
+    timeout_ms: int
+    """How long a task waits for the record's acknowledgement before its copy fails."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionWork:
+    """The input of one item: a partition's windows and what planning its segments needs."""
+
+    tp: TopicIdPartition
+    windows: tuple[FetchWindow, ...]
+    copy_start: int
+    segment_bytes: int
+    segment_ms: int
+    now_ms: int
+    leader_id: int
+    leader_epoch: int
+    prior: ChainState
+    """The state after the partition's last remote segment (the driver reads it)."""
+    bytes_per_second: float
+    """A segment's share of the copy quota, should it be read from the broker again."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionPlan:
+    """The segments cut from a partition's windows, and what the driver remembers of them."""
+
+    jobs: tuple[CopyJob, ...]
+    scan: ScanMemory | None
+    """What the windows read, from the copy start (``None``: nothing)."""
+    tail: ScanMemory | None
+    """What follows the last segment (``None``: no segment was cut)."""
+    final: ChainState | None
+    """The state after the last segment."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PartitionOutcome:
+    """The output of one item."""
+
+    tp: TopicIdPartition
+    windows: tuple[WindowResult, ...]
+    """Without their spans (the plan holds what the driver needs of them)."""
+    plan: PartitionPlan
+    copies: tuple[CopyResult, ...]
+    """One per job copied, in order; a job without one was never announced."""
+    error: str | None = None
+    """Why no segment was planned (the windows' own failures are in ``windows``)."""
+
+
+def plan_partition(work: PartitionWork, results: Sequence[WindowResult]) -> PartitionPlan:
+    """Cut segments from the windows read without a gap from the copy start.
+
+    :raises ChainError: the batches break the leader-epoch or producer-state chain.
+    """
+    spans: list[BatchSpan] = []
+    events: list[ProducerEvent] = []
+    paths: dict[int, str] = {}
+    complete_to = work.copy_start
+    for window, result in zip(work.windows, results, strict=True):
+        if result.error is not None:
+            break
+        spans += spans_from_array(window.window, result.spans)
+        events += result.events
+        paths[window.window] = result.spill_path
+        complete_to = window.end_offset
+    if not spans:
+        return PartitionPlan(jobs=(), scan=None, tail=None, final=None)
+    scan = ScanMemory(
+        start=work.copy_start,
+        end=complete_to,
+        size=sum(s.size for s in spans),
+        first_max_timestamp=spans[0].first_max_timestamp,
+    )
+    segments = cut_segments(
+        spans,
+        copy_start=work.copy_start,
+        segment_bytes=work.segment_bytes,
+        segment_ms=work.segment_ms,
+        now_ms=work.now_ms,
+    )
+    if not segments:
+        return PartitionPlan(jobs=(), scan=scan, tail=None, final=None)
+    rest = spans[segments[-1].end_span :]
+    tail = ScanMemory(
+        start=segments[-1].end_offset + 1,
+        end=complete_to,
+        size=sum(s.size for s in rest),
+        first_max_timestamp=rest[0].first_max_timestamp if rest else None,
+    )
+    chains, final = fold_chain(work.prior, spans, segments, events)
+    jobs = tuple(
+        CopyJob(
+            metadata=RemoteLogSegmentMetadata(
+                segment_id=RemoteLogSegmentId.generate(work.tp),
+                start_offset=segment.start_offset,
+                end_offset=segment.end_offset,
+                max_timestamp=segment.max_timestamp,
+                leader_epoch=work.leader_epoch,
+                event_timestamp=work.now_ms,
+                segment_leader_epochs=metadata_epochs(
+                    chain.segment_leader_epochs, segment.start_offset
+                ),
+                segment_size_in_bytes=segment.size,
+                state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+            ),
+            pieces=_pieces(spans, segment, paths),
+            prior=chain.prior,
+            leader_id=work.leader_id,
+            bytes_per_second=work.bytes_per_second,
+        )
+        for segment, chain in zip(segments, chains, strict=True)
+    )
+    return PartitionPlan(jobs=jobs, scan=scan, tail=tail, final=final)
+
+
+class _Task:
+    """One task's clients: the broker's (fetches and the metadata producer) and the storage."""
+
+    def __init__(
+        self,
+        broker: BrokerSettings,
+        sink: MetadataSink,
+        producer: TopicProducer,
+        rsm: RemoteStorageManager,
+    ) -> None:
+        self._broker = broker
+        self._sink = sink
+        self._producer = producer
+        self._rsm = rsm
+
+    async def tier(self, work: PartitionWork) -> PartitionOutcome:
+        results = [await fetch_window(w, self._broker) for w in work.windows]
+        windows = tuple(_without_spans(r) for r in results)
+        try:
+            plan = plan_partition(work, results)
+        except (ChainError, CorruptIndexError) as err:
+            empty = PartitionPlan(jobs=(), scan=None, tail=None, final=None)
+            return PartitionOutcome(
+                tp=work.tp, windows=windows, plan=empty, copies=(), error=str(err)
+            )
+        copies: list[CopyResult] = []
+        for job in plan.jobs:
+            copied = await self._announce_and_copy(job)
+            copies.append(copied)
+            if copied.error is not None:
+                break  # the driver finishes only an unbroken run from the remote log end
+        return PartitionOutcome(tp=work.tp, windows=windows, plan=plan, copies=tuple(copies))
+
+    async def _announce_and_copy(self, job: CopyJob) -> CopyResult:
+        metadata = job.metadata
+        tp = metadata.topic_id_partition
+        partition = metadata_partition_for(f"{tp.topic}-{tp.partition}", self._sink.partition_count)
+        try:
+            validate_segment(metadata)
+            async with asyncio.timeout(self._sink.timeout_ms / 1000):
+                await self._producer.send(
+                    partition, encode_metadata_record(segment_record(metadata))
+                )
+        except Exception as err:
+            return CopyResult(
+                segment_id=metadata.segment_id.id,
+                size=0,
+                seconds=0.0,
+                refetched=False,
+                error=f"COPY_SEGMENT_STARTED not published: {type(err).__name__}: {err}",
+            )
+        return await copy_segment(job, self._broker, self._rsm)
+
+
+def tier_partitions(
+    works: Iterable[PartitionWork],
+    broker: BrokerSettings,
+    sink: MetadataSink,
+    storage: RemoteStorageConfig,
+    storage_factory: StorageFactory | None = None,
+) -> Iterator[PartitionOutcome]:
+    """The job (``mapPartitions``): fetch, plan, announce and copy each partition's segments."""
+    rsm = task_storage(storage, storage_factory)
+
+    async def run() -> list[PartitionOutcome]:
+        async with broker_client(broker) as client:
+            producer = TopicProducer(
+                client, sink.topic, request_timeout_ms=broker.request_timeout_ms
+            )
+            task = _Task(broker, sink, producer, rsm)
+            return await run_each(list(works), task.tier)
+
+    started = time.monotonic()
+    outcomes = worker_runtime().run(run())
+    del started
+    yield from outcomes
+
+
+def _without_spans(result: WindowResult) -> WindowResult:
+    from dataclasses import replace  # noqa: PLC0415
+
+    return replace(result, spans=b"")
+
+
+def _pieces(
+    spans: Sequence[BatchSpan], segment: PlannedSegment, paths: Mapping[int, str]
+) -> tuple[SpillPiece, ...]:
+    pieces: list[SpillPiece] = []
+    for span in spans[segment.first_span : segment.end_span]:
+        last = pieces[-1] if pieces else None
+        path = paths[span.window]
+        if last is not None and last.path == path and last.position + last.size == span.position:
+            pieces[-1] = SpillPiece(path=path, position=last.position, size=last.size + span.size)
+        else:
+            pieces.append(SpillPiece(path=path, position=span.position, size=span.size))
+    return tuple(pieces)
