@@ -10,12 +10,11 @@ COPY_SEGMENT_FINISHED only for segments that come back without error.
 
 from __future__ import annotations
 
-import functools
 import mmap
 import os
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,14 +32,13 @@ from storage.tiering.fetch_stage import (
 )
 from storage.tiering.scan import WindowScanner
 from storage.tiering.spill import open_spill
-from storage.tiering.worker import StorageFactory, run_each, worker_runtime
+from storage.tiering.worker import StorageFactory, worker_runtime
 
 __all__ = [
     "CopyJob",
     "CopyResult",
     "SpillPiece",
     "copy_segment",
-    "copy_segments",
     "task_storage",
 ]
 
@@ -211,16 +209,3 @@ def task_storage(
 
         storage_factory = create_remote_storage
     return worker_runtime().storage(storage_factory, storage)
-
-
-def copy_segments(
-    jobs: Iterable[CopyJob],
-    broker: BrokerSettings,
-    storage: RemoteStorageConfig,
-    storage_factory: StorageFactory | None = None,
-) -> Iterator[CopyResult]:
-    """Stage 2 (``mapPartitions``): build and upload each segment; errors are returned."""
-    rsm = task_storage(storage, storage_factory)
-    yield from worker_runtime().run(
-        run_each(list(jobs), functools.partial(copy_segment, broker=broker, rsm=rsm))
-    )

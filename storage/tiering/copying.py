@@ -59,12 +59,13 @@ from storage.tiering.planner import (
 from storage.tiering.report import TopicStats
 from storage.tiering.stages import StageRunner
 from storage.tiering.tier_stage import (
+    FETCHES_AT_ONCE,
     MetadataSink,
     PartitionOutcome,
     PartitionWork,
     tier_partitions,
 )
-from storage.tiering.worker import ITEMS_AT_ONCE, StorageFactory
+from storage.tiering.worker import StorageFactory
 
 __all__ = ["CopyDriver"]
 
@@ -112,8 +113,8 @@ class CopyDriver:
     @property
     def _readers(self) -> int:
         """How many windows or segments may be read from the broker at once, to share the
-        copy quota between: every task works on up to ``ITEMS_AT_ONCE`` of them."""
-        return self._runner.parallelism * ITEMS_AT_ONCE
+        copy quota between: every task reads up to ``FETCHES_AT_ONCE`` of them."""
+        return self._runner.parallelism * FETCHES_AT_ONCE
 
     @property
     def _cache(self) -> RemoteLogMetadataCache:

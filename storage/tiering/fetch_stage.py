@@ -13,10 +13,9 @@ the copy stage, which reads a segment again when its spill is on another executo
 from __future__ import annotations
 
 import asyncio
-import functools
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +26,6 @@ from storage.retry import RetryPolicy, call_with_retry
 from storage.tiering.chain import ProducerEvent
 from storage.tiering.scan import WindowScanner
 from storage.tiering.spill import open_spill, prune_spill
-from storage.tiering.worker import run_each, worker_runtime
 
 __all__ = [
     "BrokerSettings",
@@ -37,7 +35,6 @@ __all__ = [
     "WindowResult",
     "broker_client",
     "fetch_window",
-    "fetch_windows",
     "read_range",
 ]
 
@@ -287,10 +284,3 @@ async def fetch_window(window: FetchWindow, broker: BrokerSettings) -> WindowRes
             seconds=0.0,
             error=f"{type(err).__name__}: {err}",
         )
-
-
-def fetch_windows(windows: Iterable[FetchWindow], broker: BrokerSettings) -> Iterator[WindowResult]:
-    """Stage 1 (``mapPartitions``): read each window into a spill file; errors are returned."""
-    yield from worker_runtime().run(
-        run_each(list(windows), functools.partial(fetch_window, broker=broker))
-    )

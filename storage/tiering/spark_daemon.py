@@ -39,8 +39,7 @@ import pyspark.worker  # noqa: F401 (imported for the workers forked below, as a
 from pyspark.daemon import manager
 
 import storage.rsm.factory
-import storage.tiering.copy_stage
-import storage.tiering.fetch_stage  # noqa: F401
+import storage.tiering.tier_stage  # noqa: F401
 
 __all__ = ["main"]
 

@@ -5,13 +5,6 @@ are dealt out in order to at most one Spark task (RDD partition) per core, so Sp
 them over every core or executor and retries a lost task elsewhere. The driver's event loop
 keeps running while a stage runs (the job is submitted from a worker thread), so the metadata
 consumer stays live and the progress bar is fed from Spark's status tracker.
-
-A stage may have to wait for the driver before it starts (the copy stage waits until
-COPY_SEGMENT_STARTED is published, ``after``). Meanwhile the job is prepared, not submitted:
-PySpark sends the descriptors to the JVM and builds the job's RDD and Python function through
-a dozen py4j calls, 6-17 ms per job on local[2] (median 10 ms over 10 jobs of
-``bench.pipeline``, busy machine), which then overlaps the publish instead of following it.
-Nothing runs on an executor before ``after`` has completed.
 """
 
 from __future__ import annotations
@@ -19,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
 from rich.console import Console
@@ -44,8 +37,8 @@ _TASKS_PER_CORE = 1
 """Each task costs the Spark JVM some 6-12 ms of CPU (scheduling, the Python worker's
 protocol, the status store) whatever it does: with 8 trivial tasks per job on local[2] the
 JVM took 71-120 ms per job, with 4 tasks 50-69 ms. Two tasks per core kept every core busy
-while one task ran long; now that a task works on ``ITEMS_AT_ONCE`` items at once
-(:func:`.worker.run_each`), one task per core does, with half the tasks."""
+while one task ran long; now that a task uploads one partition while it reads the next
+(:mod:`.tier_stage`), one task per core does, with half the tasks."""
 _group_numbers = itertools.count()
 
 
@@ -64,11 +57,8 @@ class StageRunner(Protocol):
         func: Callable[[Iterator[T]], Iterator[R]],
         *,
         total_bytes: int,
-        after: Awaitable[object] | None = None,
     ) -> list[R]:
-        """:param after: the job starts only once this has completed; what it raises is
-            raised unchanged, and then no job ran.
-        :raises Exception: what the Spark job raised when a task failed for good."""
+        """:raises Exception: what the Spark job raised when a task failed for good."""
         ...
 
 
@@ -98,41 +88,29 @@ class SparkStageRunner:
         func: Callable[[Iterator[T]], Iterator[R]],
         *,
         total_bytes: int,
-        after: Awaitable[object] | None = None,
     ) -> list[R]:
         if not items:
-            if after is not None:
-                await after
             return []
         group = f"tierproxy-{next(_group_numbers)}"
         tasks = min(len(items), _TASKS_PER_CORE * self.parallelism)
-        prepared = asyncio.ensure_future(asyncio.to_thread(self._prepare, list(items), tasks, func))
-        if after is not None:
-            try:
-                await after
-            except BaseException:
-                await asyncio.gather(prepared, return_exceptions=True)  # never submitted
-                raise
-        rdd = await prepared
         job: asyncio.Future[list[R]] = asyncio.ensure_future(
-            asyncio.to_thread(self._collect, group, description, rdd)
+            asyncio.to_thread(self._collect, group, description, list(items), tasks, func)
         )
         if self._console.is_terminal:
             await self._show_progress(job, group, description, tasks, total_bytes)
         return await job
 
-    def _prepare(
-        self, items: list[T], tasks: int, func: Callable[[Iterator[T]], Iterator[R]]
-    ) -> Any:
-        """The job's RDD, built in the JVM but not run: no task starts until it is collected."""
-        rdd = self._sc.parallelize(items, tasks).mapPartitions(func)
-        rdd._jrdd  # noqa: B018 (builds the JVM's RDD and the pickled function now)
-        return rdd
-
-    def _collect(self, group: str, description: str, rdd: Any) -> list[R]:
+    def _collect(
+        self,
+        group: str,
+        description: str,
+        items: list[T],
+        tasks: int,
+        func: Callable[[Iterator[T]], Iterator[R]],
+    ) -> list[R]:
         self._sc.setJobGroup(group, f"tierproxy: {description}", interruptOnCancel=True)
         try:
-            result: list[R] = rdd.collect()
+            result: list[R] = self._sc.parallelize(items, tasks).mapPartitions(func).collect()
             return result
         finally:
             self._sc.setLocalProperty("spark.jobGroup.id", None)

@@ -22,9 +22,8 @@ copy stage.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from protocol.indexes import CorruptIndexError
 from protocol.metadata_records import encode_metadata_record
@@ -51,7 +50,7 @@ from storage.tiering.fetch_stage import (
 )
 from storage.tiering.planner import BatchSpan, PlannedSegment, cut_segments
 from storage.tiering.scan import spans_from_array
-from storage.tiering.worker import StorageFactory, run_each, worker_runtime
+from storage.tiering.worker import StorageFactory, worker_runtime
 
 __all__ = [
     "MetadataSink",
@@ -118,6 +117,17 @@ class PartitionOutcome:
     """Why no segment was planned (the windows' own failures are in ``windows``)."""
 
 
+FETCHES_AT_ONCE = 1
+"""Partitions a task reads from the broker at once; the others' segments are uploaded
+meanwhile. A task reads one partition after the other and uploads each as soon as it is
+read, so that its upload (disk) overlaps the next read (CPU). With two reads at once
+(``bench.pipeline``, local tier, 256 MiB over 8 partitions, busy machine) both tasks read
+two partitions in step and then uploaded them in step: median 481 MB/s over 14 rounds, best
+648, against 510 and 855 with one."""
+
+_NOTHING = PartitionPlan(jobs=(), scan=None, tail=None, final=None)
+
+
 def plan_partition(work: PartitionWork, results: Sequence[WindowResult]) -> PartitionPlan:
     """Cut segments from the windows read without a gap from the copy start.
 
@@ -135,7 +145,7 @@ def plan_partition(work: PartitionWork, results: Sequence[WindowResult]) -> Part
         paths[window.window] = result.spill_path
         complete_to = window.end_offset
     if not spans:
-        return PartitionPlan(jobs=(), scan=None, tail=None, final=None)
+        return _NOTHING
     scan = ScanMemory(
         start=work.copy_start,
         end=complete_to,
@@ -198,16 +208,17 @@ class _Task:
         self._sink = sink
         self._producer = producer
         self._rsm = rsm
+        self._fetching = asyncio.Semaphore(FETCHES_AT_ONCE)
 
     async def tier(self, work: PartitionWork) -> PartitionOutcome:
-        results = [await fetch_window(w, self._broker) for w in work.windows]
-        windows = tuple(_without_spans(r) for r in results)
+        async with self._fetching:
+            results = [await fetch_window(w, self._broker) for w in work.windows]
+        windows = tuple(replace(r, spans=b"") for r in results)  # the plan has them
         try:
             plan = plan_partition(work, results)
         except (ChainError, CorruptIndexError) as err:
-            empty = PartitionPlan(jobs=(), scan=None, tail=None, final=None)
             return PartitionOutcome(
-                tp=work.tp, windows=windows, plan=empty, copies=(), error=str(err)
+                tp=work.tp, windows=windows, plan=_NOTHING, copies=(), error=str(err)
             )
         copies: list[CopyResult] = []
         for job in plan.jobs:
@@ -223,10 +234,9 @@ class _Task:
         partition = metadata_partition_for(f"{tp.topic}-{tp.partition}", self._sink.partition_count)
         try:
             validate_segment(metadata)
+            record = encode_metadata_record(segment_record(metadata))
             async with asyncio.timeout(self._sink.timeout_ms / 1000):
-                await self._producer.send(
-                    partition, encode_metadata_record(segment_record(metadata))
-                )
+                await self._producer.send(partition, record)  # returns once acks=all holds
         except Exception as err:
             return CopyResult(
                 segment_id=metadata.segment_id.id,
@@ -254,18 +264,9 @@ def tier_partitions(
                 client, sink.topic, request_timeout_ms=broker.request_timeout_ms
             )
             task = _Task(broker, sink, producer, rsm)
-            return await run_each(list(works), task.tier)
+            return list(await asyncio.gather(*(task.tier(w) for w in works)))
 
-    started = time.monotonic()
-    outcomes = worker_runtime().run(run())
-    del started
-    yield from outcomes
-
-
-def _without_spans(result: WindowResult) -> WindowResult:
-    from dataclasses import replace  # noqa: PLC0415
-
-    return replace(result, spans=b"")
+    yield from worker_runtime().run(run())
 
 
 def _pieces(

@@ -7,10 +7,9 @@ process instead of once per task.
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import os
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import uvloop
@@ -19,19 +18,10 @@ from storage.glibc_malloc import keep_freed_buffers
 from storage.rsm.base import RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
 
-__all__ = ["ITEMS_AT_ONCE", "StorageFactory", "WorkerRuntime", "run_each", "worker_runtime"]
+__all__ = ["StorageFactory", "WorkerRuntime", "worker_runtime"]
 
 StorageFactory = Callable[[RemoteStorageConfig], RemoteStorageManager]
 T = TypeVar("T")
-R = TypeVar("R")
-
-ITEMS_AT_ONCE = 2
-"""Items a task works on at once. One at a time, each step waited for the one before: a
-window's Fetch waited while its spill was written, a segment's build while the one before it
-was fsynced (py-spy over a 256 MiB cycle to the local-directory tier: the upload threads
-spent about a second per cycle in ``fsync``, with the task's event loop idle behind them).
-Two keep the event loop busy while the other waits on the broker or the disk, without
-holding more than two items' buffers per task."""
 
 
 class WorkerRuntime:
@@ -111,19 +101,3 @@ def worker_runtime() -> WorkerRuntime:
     if _runtime is None or _runtime.pid != os.getpid():
         _runtime = WorkerRuntime()
     return _runtime
-
-
-async def run_each(
-    items: Sequence[T], work: Callable[[T], Awaitable[R]], *, at_once: int = ITEMS_AT_ONCE
-) -> list[R]:
-    """``work`` of every item, at most ``at_once`` at a time; the results in item order.
-
-    ``work`` returns its failures as values: an exception it raises ends the whole run.
-    """
-    gate = asyncio.Semaphore(at_once)
-
-    async def one(item: T) -> R:
-        async with gate:
-            return await work(item)
-
-    return list(await asyncio.gather(*(one(item) for item in items)))

@@ -19,7 +19,7 @@ def inherited(items):
     parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read().split(b"\\0")
     zips = {type(f).__name__ for f in sys.path_importer_cache.values()
             if isinstance(f, zipimport.zipimporter)}
-    yield ("storage.kafka_client" in sys.modules, "storage.tiering.copy_stage" in sys.modules,
+    yield ("storage.kafka_client" in sys.modules, "storage.tiering.tier_stage" in sys.modules,
            parent[2].decode(), tuple(sorted(zips)))
 
 spark = build_spark("local[1]")

@@ -3,7 +3,6 @@ result returned in order, and no task started before what the stage waits for (`
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,30 +47,3 @@ def _touch(paths: Iterator[str]) -> Iterator[str]:
     for path in paths:
         Path(path).touch()
         yield path
-
-
-async def test_no_task_starts_before_after_completes(spark: Any) -> None:
-    runner = SparkStageRunner(spark)
-    finished: list[float] = []
-
-    async def publish() -> None:
-        await asyncio.sleep(1)  # time for the job to be prepared (and wrongly started)
-        finished.append(time.time())
-
-    starts = await runner.run("ordered", [0.0, 0.0], _started_at, total_bytes=0, after=publish())
-    assert len(starts) == 2
-    assert min(starts) >= finished[0]
-
-
-async def test_a_failed_after_is_raised_and_no_job_runs(spark: Any, tmp_path: Path) -> None:
-    runner = SparkStageRunner(spark)
-    marker = tmp_path / "ran"
-
-    async def publish() -> None:
-        raise RuntimeError("metadata topic unavailable")
-
-    with pytest.raises(RuntimeError, match="metadata topic unavailable"):
-        await runner.run("never", [str(marker)], _touch, total_bytes=0, after=publish())
-    assert not marker.exists()
-    assert await runner.run("later", [str(marker)], _touch, total_bytes=0) == [str(marker)]
-    assert marker.exists()

@@ -8,7 +8,7 @@ say why once, and tier the others.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -105,11 +105,16 @@ class FakeBroker:
 
 
 class MetadataManager:
+    partition_count = 1
+
     def __init__(self) -> None:
         self.cache = RemoteLogMetadataCache()
 
     async def publish(self, record: MetadataRecord) -> None:
         self.cache.apply(record)
+
+    async def wait_until_caught_up(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Every record is applied when it is published."""
 
 
 class NoStages:
@@ -124,7 +129,6 @@ class NoStages:
         func: Callable[[Iterator[T]], Iterator[R]],
         *,
         total_bytes: int,
-        after: Awaitable[object] | None = None,
     ) -> list[R]:
         raise AssertionError(f"unexpected {description} stage")
 
