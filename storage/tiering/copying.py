@@ -1,14 +1,17 @@
 """Copying: steps 5 and 6 of a cycle (:mod:`.pipeline`), and what they remember.
 
-5. stage 1 on Spark: fetch tasks read windows of the untiered ranges into spill files and
-   report their batch spans (:mod:`.fetch_stage`); the driver cuts segments
-   (:mod:`.planner`), folds the state each segment inherits (:mod:`.chain`), gives each a
-   fresh segment id and publishes COPY_SEGMENT_STARTED for all of them *before* anything is
-   uploaded;
-6. stage 2 on Spark: copy tasks build and upload the segments (:mod:`.copy_stage`); the
-   driver publishes COPY_SEGMENT_FINISHED for each partition's unbroken run of successes
-   from its remote log end (a success after a failure stays STARTED and is deleted next
-   cycle, so the remote log never has a hole that later copies would skip).
+5. one Spark job (:mod:`.tier_stage`): the driver plans windows of the untiered ranges and
+   hands each task whole partitions, with the state after each partition's last remote
+   segment; a task reads a partition's windows into spill files, cuts its segments
+   (:mod:`.planner`), folds the state each inherits (:mod:`.chain`), and for each segment
+   in turn publishes COPY_SEGMENT_STARTED under a fresh segment id, acknowledged by every
+   in-sync replica *before* anything of it is uploaded, then builds and uploads it
+   (:mod:`.copy_stage`); the task stops a partition at its first failure;
+6. the driver waits until its cache holds the tasks' records and publishes
+   COPY_SEGMENT_FINISHED for every segment that came back uploaded: each partition's run
+   from its remote log end, unbroken, so the remote log never has a hole that later copies
+   would skip. A failed segment, and every segment of a task that died or was retried,
+   stays STARTED and is deleted next cycle.
 
 Between cycles the driver remembers, per partition, what the last read found of the
 untiered tail (so a tail still open is not read again until enough new data can close a
@@ -335,22 +338,19 @@ class CopyDriver:
             tp = metadata.topic_id_partition
             topic_stats = stats[tp.topic]
             outcome = by_id.get(metadata.segment_id.id)
-            if outcome is None or outcome.error is not None or tp in broken:
+            if outcome is None or tp in broken:
+                # Never announced: its task stops a partition at its first failure, so that
+                # the remote log never has a hole that later copies would skip.
+                broken.add(tp)
+                topic_stats.lag_segments += 1
+                continue
+            if outcome.error is not None:
                 broken.add(tp)
                 topic_stats.copy_failures += 1
                 topic_stats.lag_segments += 1
-                reason = (
-                    outcome.error
-                    if outcome is not None and outcome.error
-                    else (
-                        "not copied: an earlier segment of the partition failed"
-                        if outcome is not None
-                        else "the copy task was lost"
-                    )
-                )
                 errors.append(
                     f"{tp}: segment {metadata.start_offset}..{metadata.end_offset} "
-                    f"({metadata.segment_id.id}): {reason}"
+                    f"({metadata.segment_id.id}): {outcome.error}"
                 )
                 continue
             finished.append(metadata)

@@ -16,14 +16,15 @@ A cycle (:meth:`TieringPipeline.run_cycle`):
 4. asks each tiered partition's leader, in one Fetch per broker, for its log start, high
    watermark, last stable offset and a sample of the data to be copied, and skips partitions
    where nothing can have closed yet (:func:`.planner.may_close`);
-5. stage 1 on Spark: fetch tasks read windows of the remaining ranges into spill files and
-   report their batch spans (:mod:`.fetch_stage`); the driver cuts segments (:mod:`.planner`),
-   folds the state each segment inherits (:mod:`.chain`), gives each a fresh segment id and
-   publishes COPY_SEGMENT_STARTED for all of them *before* anything is uploaded;
-6. stage 2 on Spark: copy tasks build and upload the segments; the driver publishes
-   COPY_SEGMENT_FINISHED for each partition's unbroken run of successes from its remote log
-   end (a success after a failure stays STARTED and is deleted next cycle, so the remote log
-   never has a hole that later copies would skip);
+5. one job on Spark (:mod:`.tier_stage`): each task reads whole partitions' windows into
+   spill files, cuts their segments (:mod:`.planner`), folds the state each segment inherits
+   (:mod:`.chain`), and for each segment publishes COPY_SEGMENT_STARTED under a fresh id
+   *before* it uploads anything of it, then builds and uploads it; one partition's upload
+   overlaps the next one's read;
+6. the driver publishes COPY_SEGMENT_FINISHED for each partition's unbroken run of uploaded
+   segments from its remote log end (a task stops a partition at its first failure; what a
+   failed or retried task announced stays STARTED and is deleted next cycle, so the remote
+   log never has a hole that later copies would skip);
 7. local retention: where the broker supports DeleteRecords (Apache Kafka), its log start is
    moved to the end of the tiered, locally expired data, never further, and never past the
    first offset of a transaction still open at the remote log end (READ_COMMITTED reads of it
