@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import struct
 import sys
 import tempfile
@@ -330,11 +331,15 @@ async def test_copies_every_batch_kind_byte_for_byte(
 
 
 class FailingStorage:
-    """Uploads every file of a segment, then fails as if the task had been killed."""
+    """Uploads every file of a segment, then fails as if the task had been killed: the
+    upload raises, or (``kill_worker``) the task's Python worker exits on the spot."""
 
-    def __init__(self, inner: RemoteStorageManager, fail_partition: int) -> None:
+    def __init__(
+        self, inner: RemoteStorageManager, fail_partition: int, *, kill_worker: bool
+    ) -> None:
         self._inner = inner
         self._fail_partition = fail_partition
+        self._kill_worker = kill_worker
 
     async def copy_log_segment(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
@@ -342,6 +347,8 @@ class FailingStorage:
         await self._inner.copy_log_segment(metadata, data)
         tp = metadata.topic_id_partition
         if tp.partition == self._fail_partition and metadata.start_offset > 0:
+            if self._kill_worker:
+                os._exit(1)
             raise RuntimeError("injected: the copy task died after its upload started")
 
     async def fetch_log_segment(
@@ -362,9 +369,12 @@ class FailingStorage:
 @dataclass(frozen=True)
 class FailingStorageFactory:
     fail_partition: int
+    kill_worker: bool = False
 
     def __call__(self, config: RemoteStorageConfig) -> RemoteStorageManager:
-        return FailingStorage(create_remote_storage(config), self.fail_partition)
+        return FailingStorage(
+            create_remote_storage(config), self.fail_partition, kill_worker=self.kill_worker
+        )
 
 
 async def bucket_keys(s3: Any, bucket: str) -> list[str]:
@@ -411,13 +421,54 @@ async def test_killed_copy_leaves_no_finished_entry_and_is_cleaned_up(env: Env) 
         assert [s.start_offset for s in finished] == [0]
         keys = await bucket_keys(s3, s3_bucket)
         assert any(kafka_uuid_string(stuck[0].segment_id.id) in key for key in keys)
-    async with open_pipeline(settings, spark) as pipeline:
+    await assert_next_cycle_heals(env, settings, topic, stuck)
+
+
+@pytest.mark.usefixtures("pickled_by_value")
+async def test_a_task_that_dies_after_announcing_leaves_started_copies_the_next_cycle_redoes(
+    env: Env,
+) -> None:
+    """A task announces each segment (COPY_SEGMENT_STARTED) itself before uploading it; when
+    its worker dies, the job fails, nothing is finished, and what any task announced is a
+    leftover that the next cycle deletes before copying the same offsets again."""
+    broker, spark, topic = env.broker, env.spark, env.topic
+    await asyncio.to_thread(create_topic, broker.bootstrap, topic, PARTITIONS)
+    await asyncio.to_thread(produce_mixed, broker.bootstrap, topic, PARTITIONS)
+    settings = env.settings()
+    factory = FailingStorageFactory(fail_partition=1, kill_worker=True)
+    async with open_pipeline(settings, spark, task_storage_factory=factory) as pipeline:
+        broken = await pipeline.run_cycle()
+        assert any("the copy job failed" in e for e in broken.errors), broken.errors
+        assert broken.segments_copied == 0
+        stuck = [
+            s
+            for tp in topic_partitions(pipeline, topic)
+            for s in pipeline.cache.segments(tp, {RemoteLogSegmentState.COPY_SEGMENT_STARTED})
+        ]
+        tp = pipeline.cache.topic_id_partition(topic, 1)
+        assert tp is not None
+        starts = sorted(s.start_offset for s in stuck if s.topic_id_partition == tp)
+        assert starts[0] == 0
+        assert len(starts) >= 2  # the segment whose upload it died in was announced first
+        assert all(not finished_segments(pipeline, p) for p in topic_partitions(pipeline, topic))
+    await assert_next_cycle_heals(env, settings, topic, stuck)
+
+
+async def assert_next_cycle_heals(
+    env: Env, settings: TieringSettings, topic: str, stuck: list[RemoteLogSegmentMetadata]
+) -> None:
+    """A cycle without faults deletes the ``stuck`` copies and leaves every partition tiered
+    from offset 0 without a gap or an overlap, and no object that no segment owns."""
+    async with open_pipeline(settings, env.spark) as pipeline:
         healed = await pipeline.run_cycle()
         assert not healed.errors, healed.errors
         assert healed.topics[topic].leftovers_deleted == len(stuck)
         assert healed.segments_copied >= len(stuck)
-        assert not pipeline.cache.unreferenced_segments(tp)
         for partition in topic_partitions(pipeline, topic):
+            assert not pipeline.cache.unreferenced_segments(partition)
+            assert not pipeline.cache.segments(
+                partition, {RemoteLogSegmentState.COPY_SEGMENT_STARTED}
+            )
             segments = finished_segments(pipeline, partition)
             assert segments[0].start_offset == 0
             for before, after in itertools.pairwise(segments):
@@ -427,7 +478,7 @@ async def test_killed_copy_leaves_no_finished_entry_and_is_cleaned_up(env: Env) 
             for p in topic_partitions(pipeline, topic)
             for s in pipeline.cache.segments(p)
         }
-        for key in await bucket_keys(s3, s3_bucket):
+        for key in await bucket_keys(env.s3, env.bucket):
             name = key.rsplit("/", 1)[-1]
             assert name[21:].split(".")[0] in live, key
 
