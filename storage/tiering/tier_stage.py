@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from protocol.indexes import CorruptIndexError
 from protocol.metadata_records import encode_metadata_record
@@ -56,7 +57,9 @@ __all__ = [
     "MetadataSink",
     "PartitionOutcome",
     "PartitionPlan",
+    "PartitionTask",
     "PartitionWork",
+    "RecordProducer",
     "plan_partition",
     "tier_partitions",
 ]
@@ -194,14 +197,22 @@ def plan_partition(work: PartitionWork, results: Sequence[WindowResult]) -> Part
     return PartitionPlan(jobs=jobs, scan=scan, tail=tail, final=final)
 
 
-class _Task:
+class RecordProducer(Protocol):
+    """Appends a record to a partition of the metadata topic (:class:`TopicProducer`)."""
+
+    async def send(self, partition: int, value: bytes | None, key: bytes | None = None) -> int:
+        """Return the record's offset once every in-sync replica has it."""
+        ...
+
+
+class PartitionTask:
     """One task's clients: the broker's (fetches and the metadata producer) and the storage."""
 
     def __init__(
         self,
         broker: BrokerSettings,
         sink: MetadataSink,
-        producer: TopicProducer,
+        producer: RecordProducer,
         rsm: RemoteStorageManager,
     ) -> None:
         self._broker = broker
@@ -220,13 +231,19 @@ class _Task:
             return PartitionOutcome(
                 tp=work.tp, windows=windows, plan=_NOTHING, copies=(), error=str(err)
             )
+        copies = await self.copy_in_order(plan.jobs)
+        return PartitionOutcome(tp=work.tp, windows=windows, plan=plan, copies=copies)
+
+    async def copy_in_order(self, jobs: Sequence[CopyJob]) -> tuple[CopyResult, ...]:
+        """Announce and upload a partition's segments one after the other, up to the first
+        failure: the driver finishes only an unbroken run from the remote log end, so what
+        follows a failure is neither announced nor uploaded."""
         copies: list[CopyResult] = []
-        for job in plan.jobs:
-            copied = await self._announce_and_copy(job)
-            copies.append(copied)
-            if copied.error is not None:
-                break  # the driver finishes only an unbroken run from the remote log end
-        return PartitionOutcome(tp=work.tp, windows=windows, plan=plan, copies=tuple(copies))
+        for job in jobs:
+            copies.append(await self._announce_and_copy(job))
+            if copies[-1].error is not None:
+                break
+        return tuple(copies)
 
     async def _announce_and_copy(self, job: CopyJob) -> CopyResult:
         metadata = job.metadata
@@ -263,7 +280,7 @@ def tier_partitions(
             producer = TopicProducer(
                 client, sink.topic, request_timeout_ms=broker.request_timeout_ms
             )
-            task = _Task(broker, sink, producer, rsm)
+            task = PartitionTask(broker, sink, producer, rsm)
             return list(await asyncio.gather(*(task.tier(w) for w in works)))
 
     yield from worker_runtime().run(run())
