@@ -39,6 +39,7 @@ __all__ = [
     "CopyResult",
     "SpillPiece",
     "copy_segment",
+    "failed_copy",
     "task_storage",
 ]
 
@@ -185,13 +186,14 @@ async def copy_segment(
     try:
         return await _copy_one(job, broker, rsm)
     except Exception as err:
-        return CopyResult(
-            segment_id=job.metadata.segment_id.id,
-            size=0,
-            seconds=0.0,
-            refetched=False,
-            error=f"{type(err).__name__}: {err}",
-        )
+        return failed_copy(job, f"{type(err).__name__}: {err}")
+
+
+def failed_copy(job: CopyJob, error: str) -> CopyResult:
+    """The result of a segment that was not uploaded, and why."""
+    return CopyResult(
+        segment_id=job.metadata.segment_id.id, size=0, seconds=0.0, refetched=False, error=error
+    )
 
 
 def task_storage(

@@ -40,7 +40,14 @@ from storage.rlmm.records import segment_record, validate_segment
 from storage.rsm.base import RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.chain import ChainError, ChainState, ProducerEvent, fold_chain, metadata_epochs
-from storage.tiering.copy_stage import CopyJob, CopyResult, SpillPiece, copy_segment, task_storage
+from storage.tiering.copy_stage import (
+    CopyJob,
+    CopyResult,
+    SpillPiece,
+    copy_segment,
+    failed_copy,
+    task_storage,
+)
 from storage.tiering.cycle import ScanMemory
 from storage.tiering.fetch_stage import (
     BrokerSettings,
@@ -255,12 +262,8 @@ class PartitionTask:
             async with asyncio.timeout(self._sink.timeout_ms / 1000):
                 await self._producer.send(partition, record)  # returns once acks=all holds
         except Exception as err:
-            return CopyResult(
-                segment_id=metadata.segment_id.id,
-                size=0,
-                seconds=0.0,
-                refetched=False,
-                error=f"COPY_SEGMENT_STARTED not published: {type(err).__name__}: {err}",
+            return failed_copy(
+                job, f"COPY_SEGMENT_STARTED not published: {type(err).__name__}: {err}"
             )
         return await copy_segment(job, self._broker, self._rsm)
 
