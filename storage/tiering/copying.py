@@ -47,9 +47,7 @@ from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.records import segment_update_record
 from storage.rsm.base import RemoteStorageError, RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
-from storage.tiering.chain import (
-    ChainState,
-)
+from storage.tiering.chain import ChainState
 from storage.tiering.config import TieringConfig
 from storage.tiering.copy_stage import CopyJob, CopyResult
 from storage.tiering.cycle import MetadataManager, ScanMemory, TieredPartition, first_line
@@ -212,8 +210,9 @@ class CopyDriver:
             return
         started = time.monotonic()
         if copies:
-            # The tasks' COPY_SEGMENT_STARTED must be in the cache before FINISHED is checked.
-            await self._rlmm.wait_until_caught_up()
+            # The tasks' COPY_SEGMENT_STARTED must be in the cache before FINISHED is checked
+            # against it; if it cannot be read, the cycle fails and they stay leftovers.
+            await self._rlmm.wait_until_caught_up(self._sink.timeout_ms / 1000)
         await self._finish_copies(jobs, copies, segment_owners, stats, errors)
         log.info("published COPY_SEGMENT_FINISHED in %.2f s", time.monotonic() - started)
 
