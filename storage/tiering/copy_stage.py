@@ -1,11 +1,10 @@
-"""Stage 2 of a copy, on the executors: build each planned segment and upload it.
+"""Building a planned segment and uploading it, on the executors (:mod:`.tier_stage`).
 
-:func:`copy_segments` runs under ``mapPartitions``: each planned segment is rebuilt from the
-spill pieces that hold it (or fetched again from the broker when they are not on this
-executor), checked against its plan, and uploaded under the segment id the driver has
-already published as COPY_SEGMENT_STARTED. A failure is returned, never raised, so that one
-bad segment does not cost the results of the others; the driver publishes
-COPY_SEGMENT_FINISHED only for segments that come back without error.
+:func:`copy_segment` rebuilds a segment from the spill pieces that hold it (or fetches it
+again from the broker when they are not on this executor), checks it against its plan, and
+uploads it under the segment id already published as COPY_SEGMENT_STARTED. A failure is
+returned, never raised, so that one bad segment does not cost the results of the others;
+the driver publishes COPY_SEGMENT_FINISHED only for segments that come back without error.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
-"""Stage 1 of a copy, on the executors: fetch windows of a partition into spill files.
+"""Reading windows of a partition into spill files, on the executors (:mod:`.tier_stage`).
 
-:func:`fetch_windows` runs under ``mapPartitions``: each window ``[start, end)`` of offsets
-is read from the partition leader with raw Fetch requests (READ_UNCOMMITTED, bounded by
+:func:`fetch_window` reads one window: its offsets ``[start, end)`` are
+read from the partition leader with raw Fetch requests (READ_UNCOMMITTED, bounded by
 ``tiering.fetch.max.bytes``, paced by the task's share of the copy quota). The window's own
-batches are written unchanged to a spill file on the executor's disk, and the task returns
-what the planner and the chain fold need (:mod:`.scan`).
+batches are written unchanged to a spill file on the executor's disk, and what the planner
+and the chain fold need is returned (:mod:`.scan`).
 
 The reading itself (:func:`read_range`: the leader, its retries, the pace) is shared with
-the copy stage, which reads a segment again when its spill is on another executor.
+:mod:`.copy_stage`, which reads a segment again when its spill is not on this executor.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ job on local[2]) paid twice. In one job a partition's upload overlaps the next p
 fetch in the same task, and the other task's.
 
 A task that dies or is retried leaves COPY_SEGMENT_STARTED segments with ids nobody will
-finish: the next cycle's clean-up deletes them (:mod:`.cleanup`), as it does after a failed
-copy stage.
+finish: the next cycle's clean-up deletes them (:mod:`.cleanup`), as it did after a failed copy
+stage when the driver announced every segment itself.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """One event loop per Spark Python worker process, and the storage clients built on it.
 
-Both stages run their asyncio code here (:func:`worker_runtime`), and the copy stage takes
-its remote storage manager from it, so that building an S3 client is paid once per worker
+The pipeline's tasks run their asyncio code here (:func:`worker_runtime`), and take their
+remote storage manager from it, so that building an S3 client is paid once per worker
 process instead of once per task.
 """
 
