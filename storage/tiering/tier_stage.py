@@ -12,7 +12,10 @@ Why one job instead of a fetch job followed by a copy job: the fetch is CPU-boun
 Python workers and the Spark JVM share the cores) and the upload to a local directory is
 disk-bound, and in two jobs they ran one after the other, with Spark's fixed cost (~46 ms a
 job on local[2]) paid twice. In one job a partition's upload overlaps the next partition's
-fetch in the same task, and the other task's.
+fetch in the same task, and the other task's. ``bench.pipeline`` (local tier, 256 MiB over 8
+partitions, 3 runs of 5 rounds alternating with the two-job pipeline, quiet machine): median
+773 MB/s against 559, 0.85 of a raw Fetch of the same data against 0.62, and 1.39-1.47 CPU
+seconds per GiB against 1.66-1.74.
 
 A task that dies or is retried leaves COPY_SEGMENT_STARTED segments with ids nobody will
 finish: the next cycle's clean-up deletes them (:mod:`.cleanup`), as it did after a failed copy
