@@ -5,12 +5,21 @@ are dealt out in order to at most one Spark task (RDD partition) per core, so Sp
 them over every core or executor and retries a lost task elsewhere. The driver's event loop
 keeps running while a stage runs (the job is submitted from a worker thread), so the metadata
 consumer stays live and the progress bar is fed from Spark's status tracker.
+
+A failed job returns only once its other tasks have ended. Spark fails a job as soon as one
+task fails for good and only then kills the others; a killed PySpark task's worker runs on
+until Spark destroys it (``spark.python.task.killTimeout``, 2 s, after the kill). Such a
+task could still announce a segment (COPY_SEGMENT_STARTED, :mod:`.tier_stage`) or upload
+one after the cycle had moved on, even after the next cycle's clean-up had passed it. An
+integration test that kills a worker mid-upload saw exactly that: a STARTED copy of the failed
+cycle left behind by the next one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
@@ -39,7 +48,12 @@ protocol, the status store) whatever it does: with 8 trivial tasks per job on lo
 JVM took 71-120 ms per job, with 4 tasks 50-69 ms. Two tasks per core kept every core busy
 while one task ran long; now that a task uploads one partition while it reads the next
 (:mod:`.tier_stage`), one task per core does, with half the tasks."""
+_SETTLE_SECONDS = 60.0
+"""How long a failed job's other tasks may take to end (Spark's kill timeout and a worker's
+destruction take seconds); past it the failure is raised anyway, with a warning."""
 _group_numbers = itertools.count()
+
+log = logging.getLogger(__name__)
 
 
 class StageRunner(Protocol):
@@ -112,12 +126,32 @@ class SparkStageRunner:
         try:
             result: list[R] = self._sc.parallelize(items, tasks).mapPartitions(func).collect()
             return result
+        except BaseException:
+            self._sc.cancelJobGroup(group)
+            self._wait_for_tasks_to_end(group, description)
+            raise
         finally:
             self._sc.setLocalProperty("spark.jobGroup.id", None)
 
-    def _completed_tasks(self, group: str) -> int:
+    def _wait_for_tasks_to_end(self, group: str, description: str) -> None:
+        """Block until no task of ``group``'s jobs runs (see the module's docstring)."""
+        deadline = time.monotonic() + _SETTLE_SECONDS
+        while (running := self._running_tasks(group)) > 0:
+            if time.monotonic() > deadline:
+                log.warning(
+                    "the %s job failed; %d of its tasks still run after %.0f s",
+                    description,
+                    running,
+                    _SETTLE_SECONDS,
+                )
+                return
+            time.sleep(_POLL_SECONDS)
+
+    def _running_tasks(self, group: str) -> int:
+        return sum(stage.numActiveTasks for stage in self._stages(group))
+
+    def _stages(self, group: str) -> Iterator[Any]:
         tracker = self._sc.statusTracker()
-        done = 0
         for job_id in tracker.getJobIdsForGroup(group):
             job = tracker.getJobInfo(job_id)
             if job is None:
@@ -125,8 +159,10 @@ class SparkStageRunner:
             for stage_id in job.stageIds:
                 stage = tracker.getStageInfo(stage_id)
                 if stage is not None:
-                    done += stage.numCompletedTasks
-        return done
+                    yield stage
+
+    def _completed_tasks(self, group: str) -> int:
+        return sum(stage.numCompletedTasks for stage in self._stages(group))
 
     async def _show_progress(
         self,
