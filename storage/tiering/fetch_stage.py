@@ -113,6 +113,20 @@ class WindowResult:
     seconds: float
     error: str | None = None
 
+    @classmethod
+    def failed(cls, window: int, error: str) -> WindowResult:
+        """A window that could not be read: nothing spilled, why in ``error``."""
+        return cls(
+            window=window,
+            spill_path="",
+            size=0,
+            spans=b"",
+            events=(),
+            batches=0,
+            seconds=0.0,
+            error=error,
+        )
+
 
 def broker_client(broker: BrokerSettings) -> KafkaClient:
     """A client of its own for one task, to be entered with ``async with``."""
@@ -274,13 +288,4 @@ async def fetch_window(window: FetchWindow, broker: BrokerSettings) -> WindowRes
     try:
         return await _fetch_window(window, broker)
     except Exception as err:
-        return WindowResult(
-            window=window.window,
-            spill_path="",
-            size=0,
-            spans=b"",
-            events=(),
-            batches=0,
-            seconds=0.0,
-            error=f"{type(err).__name__}: {err}",
-        )
+        return WindowResult.failed(window.window, f"{type(err).__name__}: {err}")

@@ -165,16 +165,7 @@ def test_segments_get_fresh_ids_each_time_they_are_planned(tmp_path: Path) -> No
 def test_a_failed_window_ends_what_is_planned_at_its_start(tmp_path: Path) -> None:
     log = batches(4)
     first, second = window(0, 0, 2, tmp_path), window(1, 2, 4, tmp_path)
-    failed = WindowResult(
-        window=1,
-        spill_path="",
-        size=0,
-        spans=b"",
-        events=(),
-        batches=0,
-        seconds=0.0,
-        error="FetchFailedError: the broker returns no batch",
-    )
+    failed = WindowResult.failed(1, "FetchFailedError: the broker returns no batch")
     plan = plan_partition(
         work((first, second), segment_bytes=len(log[0])), [read(first, log[:2], tmp_path), failed]
     )
