@@ -127,14 +127,25 @@ class SparkStageRunner:
             result: list[R] = self._sc.parallelize(items, tasks).mapPartitions(func).collect()
             return result
         except BaseException:
-            self._sc.cancelJobGroup(group)
-            self._wait_for_tasks_to_end(group, description)
+            self._settle(group, description)
             raise
         finally:
             self._sc.setLocalProperty("spark.jobGroup.id", None)
 
+    def _settle(self, group: str, description: str) -> None:
+        """Cancel ``group``'s jobs and wait for their tasks to end (see the module's
+        docstring); a Spark that cannot answer (its JVM gone) is logged, not raised, so the
+        job's own failure is what the caller sees."""
+        try:
+            self._sc.cancelJobGroup(group)
+            self._wait_for_tasks_to_end(group, description)
+        except Exception as err:
+            log.warning(
+                "the %s job failed; Spark cannot say whether its tasks ended: %s", description, err
+            )
+
     def _wait_for_tasks_to_end(self, group: str, description: str) -> None:
-        """Block until no task of ``group``'s jobs runs (see the module's docstring)."""
+        """Block until no task of ``group``'s jobs runs."""
         deadline = time.monotonic() + _SETTLE_SECONDS
         while (running := self._running_tasks(group)) > 0:
             if time.monotonic() > deadline:

@@ -1,0 +1,63 @@
+"""SparkStageRunner's failure path with a stand-in SparkContext (the real one runs in
+``tests/integration/tiering/test_stages.py``)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from storage.tiering.stages import SparkStageRunner
+
+
+class _Conf:
+    def get(self, key: str) -> str | None:
+        return None
+
+
+class _FailingJob:
+    def mapPartitions(self, func: Any) -> _FailingJob:
+        return self
+
+    def collect(self) -> list[int]:
+        raise RuntimeError("a task failed for good")
+
+
+class _GoneContext:
+    """A SparkContext whose job fails and whose JVM then answers nothing."""
+
+    defaultParallelism = 2
+
+    def getConf(self) -> _Conf:
+        return _Conf()
+
+    def setJobGroup(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def setLocalProperty(self, key: str, value: str | None) -> None:
+        pass
+
+    def parallelize(self, items: list[int], tasks: int) -> _FailingJob:
+        return _FailingJob()
+
+    def cancelJobGroup(self, group: str) -> None:
+        raise ConnectionError("the JVM is gone")
+
+
+class _Session:
+    sparkContext = _GoneContext()
+
+
+def _same(items: Iterator[int]) -> Iterator[int]:
+    return items
+
+
+async def test_the_jobs_failure_is_raised_when_spark_cannot_cancel_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    runner = SparkStageRunner(_Session())
+    with caplog.at_level(logging.WARNING), pytest.raises(RuntimeError, match="failed for good"):
+        await runner.run("copy", [1, 2], _same, total_bytes=0)
+    assert "Spark cannot say whether its tasks ended: the JVM is gone" in caplog.text
