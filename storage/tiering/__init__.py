@@ -42,10 +42,10 @@ install tierproxy on every node (``pip install tierproxy``), or ship a packed vi
         --config tierproxy.toml
 
 (On YARN or Kubernetes use ``--master yarn`` or ``--master k8s://...`` the same way.) The
-driver needs the broker and the metadata topic; every executor needs the broker and the
-object store. Fetch tasks keep what they read in ``tiering.spill.dir`` on the executor's
-local disk until the segments are uploaded; a copy task on another executor reads its range
-from the broker again, so nothing but correctness depends on task placement. Run one
+driver needs the broker and the metadata topic; every executor needs the broker, the
+metadata topic and the object store. A task keeps what it reads in ``tiering.spill.dir`` on
+its executor's local disk until it has uploaded the segments cut from it, so nothing but
+correctness depends on task placement. Run one
 pipeline per cluster: a cycle deletes every unfinished copy it did not start.
 
 Broker settings that keep this safe

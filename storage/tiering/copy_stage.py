@@ -1,10 +1,10 @@
 """Building a planned segment and uploading it, on the executors (:mod:`.tier_stage`).
 
-:func:`copy_segment` rebuilds a segment from the spill pieces that hold it (or fetches it
-again from the broker when they are not on this executor), checks it against its plan, and
-uploads it under the segment id already published as COPY_SEGMENT_STARTED. A failure is
-returned, never raised, so that one bad segment does not cost the results of the others;
-the driver publishes COPY_SEGMENT_FINISHED only for segments that come back without error.
+:func:`copy_segment` rebuilds a segment from the spill pieces that hold it (written by the
+same task, :mod:`.tier_stage`), checks it against its plan, and uploads it under the segment
+id already published as COPY_SEGMENT_STARTED. A failure is returned, never raised, so that
+one bad segment does not cost the results of the others; the driver publishes
+COPY_SEGMENT_FINISHED only for segments that come back without error.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import mmap
 import os
 import time
 import uuid
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from storage.model import RemoteLogSegmentMetadata
@@ -22,14 +22,7 @@ from storage.rsm.base import RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
 from storage.segment.builder import SegmentBuilder
 from storage.tiering.chain import ChainState, metadata_epochs
-from storage.tiering.fetch_stage import (
-    BrokerSettings,
-    FetchFailedError,
-    Pace,
-    broker_client,
-    read_range,
-)
-from storage.tiering.scan import WindowScanner
+from storage.tiering.fetch_stage import FetchFailedError
 from storage.tiering.spill import open_spill
 from storage.tiering.worker import StorageFactory, worker_runtime
 
@@ -59,8 +52,6 @@ class CopyJob:
     metadata: RemoteLogSegmentMetadata
     pieces: tuple[SpillPiece, ...]
     prior: ChainState
-    leader_id: int
-    bytes_per_second: float = field(default=float("inf"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,16 +61,7 @@ class CopyResult:
     segment_id: uuid.UUID
     size: int
     seconds: float
-    refetched: bool
     error: str | None = None
-
-
-def _spilled_here(pieces: Iterable[SpillPiece]) -> bool:
-    """Whether this executor holds every piece (a copy task may run elsewhere than the fetch)."""
-    try:
-        return all(os.stat(p.path).st_size >= p.position + p.size for p in pieces)
-    except FileNotFoundError:
-        return False
 
 
 def _append_spilled(builder: SegmentBuilder, pieces: Sequence[SpillPiece]) -> None:
@@ -124,7 +106,7 @@ def _copy_range(source: int, target: int, position: int, size: int) -> None:
         position += copied
 
 
-async def _copy_one(job: CopyJob, broker: BrokerSettings, rsm: RemoteStorageManager) -> CopyResult:
+async def _copy_one(job: CopyJob, rsm: RemoteStorageManager) -> CopyResult:
     started = time.monotonic()
     metadata = job.metadata
     builder = SegmentBuilder(
@@ -132,28 +114,7 @@ async def _copy_one(job: CopyJob, broker: BrokerSettings, rsm: RemoteStorageMana
         prior_epochs=job.prior.lineage,
         prior_producers=job.prior.producers,
     )
-    refetched = not _spilled_here(job.pieces)
-    if refetched:
-        scanner = WindowScanner(
-            start=metadata.start_offset,
-            end=metadata.end_offset + 1,
-            owns_straddling_batch=True,
-            span_max_bytes=1,
-            span_max_ms=0,
-        )
-        async with broker_client(broker) as client:
-            await read_range(
-                client,
-                topic=metadata.topic_id_partition.topic,
-                partition=metadata.topic_id_partition.partition,
-                leader_id=job.leader_id,
-                scanner=scanner,
-                max_bytes=broker.fetch_max_bytes,
-                pace=Pace(job.bytes_per_second),
-                sink=builder.append,
-            )
-    else:
-        _append_spilled(builder, job.pieces)
+    _append_spilled(builder, job.pieces)
     built = builder.finish()
     planned = (
         metadata.end_offset,
@@ -174,25 +135,21 @@ async def _copy_one(job: CopyJob, broker: BrokerSettings, rsm: RemoteStorageMana
         segment_id=metadata.segment_id.id,
         size=built.size_in_bytes,
         seconds=time.monotonic() - started,
-        refetched=refetched,
     )
 
 
-async def copy_segment(
-    job: CopyJob, broker: BrokerSettings, rsm: RemoteStorageManager
-) -> CopyResult:
-    """Build and upload one segment; a failure is returned, never raised."""
+async def copy_segment(job: CopyJob, rsm: RemoteStorageManager) -> CopyResult:
+    """Build and upload one segment; a failure (a spill file gone, the storage down) is
+    returned, never raised."""
     try:
-        return await _copy_one(job, broker, rsm)
+        return await _copy_one(job, rsm)
     except Exception as err:
         return failed_copy(job, f"{type(err).__name__}: {err}")
 
 
 def failed_copy(job: CopyJob, error: str) -> CopyResult:
     """The result of a segment that was not uploaded, and why."""
-    return CopyResult(
-        segment_id=job.metadata.segment_id.id, size=0, seconds=0.0, refetched=False, error=error
-    )
+    return CopyResult(segment_id=job.metadata.segment_id.id, size=0, seconds=0.0, error=error)
 
 
 def task_storage(

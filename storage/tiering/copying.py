@@ -160,10 +160,8 @@ class CopyDriver:
                     segment_bytes=p.policy.segment_bytes,
                     segment_ms=p.policy.segment_ms,
                     now_ms=now,
-                    leader_id=p.leader_id,
                     leader_epoch=p.leader_epoch,
                     prior=prior,
-                    bytes_per_second=self._config.copy_max_bytes_per_second / self._readers,
                 )
             )
         total = sum(self.estimate(p, p.last_stable)[0] for p in owners.values())

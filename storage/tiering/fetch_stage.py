@@ -6,8 +6,7 @@ read from the partition leader with raw Fetch requests (READ_UNCOMMITTED, bounde
 batches are written unchanged to a spill file on the executor's disk, and what the planner
 and the chain fold need is returned (:mod:`.scan`).
 
-The reading itself (:func:`read_range`: the leader, its retries, the pace) is shared with
-:mod:`.copy_stage`, which reads a segment again when its spill is not on this executor.
+The reading itself is :func:`read_range`: the leader, its retries, the pace.
 """
 
 from __future__ import annotations
@@ -31,11 +30,9 @@ __all__ = [
     "BrokerSettings",
     "FetchFailedError",
     "FetchWindow",
-    "Pace",
     "WindowResult",
     "broker_client",
     "fetch_window",
-    "read_range",
 ]
 
 _BROKER_RETRY = RetryPolicy(

@@ -95,12 +95,9 @@ class PartitionWork:
     segment_bytes: int
     segment_ms: int
     now_ms: int
-    leader_id: int
     leader_epoch: int
     prior: ChainState
     """The state after the partition's last remote segment (the driver reads it)."""
-    bytes_per_second: float
-    """A segment's share of the copy quota, should it be read from the broker again."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -199,8 +196,6 @@ def plan_partition(work: PartitionWork, results: Sequence[WindowResult]) -> Part
             ),
             pieces=_pieces(spans, segment, paths),
             prior=chain.prior,
-            leader_id=work.leader_id,
-            bytes_per_second=work.bytes_per_second,
         )
         for segment, chain in zip(segments, chains, strict=True)
     )
@@ -268,7 +263,7 @@ class PartitionTask:
             return failed_copy(
                 job, f"COPY_SEGMENT_STARTED not published: {type(err).__name__}: {err}"
             )
-        return await copy_segment(job, self._broker, self._rsm)
+        return await copy_segment(job, self._rsm)
 
 
 def tier_partitions(

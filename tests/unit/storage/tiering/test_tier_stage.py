@@ -86,10 +86,8 @@ def work(windows: tuple[FetchWindow, ...], segment_bytes: int) -> PartitionWork:
         segment_bytes=segment_bytes,
         segment_ms=10**12,
         now_ms=2_000,
-        leader_id=1,
         leader_epoch=0,
         prior=ChainState(),
-        bytes_per_second=float("inf"),
     )
 
 
