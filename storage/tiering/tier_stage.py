@@ -32,6 +32,8 @@ from typing import Protocol
 from protocol.indexes import CorruptIndexError
 from protocol.metadata_records import encode_metadata_record
 from protocol.murmur2 import metadata_partition_for
+from storage.kafka_acls import denied, principal_of
+from storage.kafka_client.leaders import TopicAuthorizationError
 from storage.kafka_client.producer import TopicProducer
 from storage.model import (
     RemoteLogSegmentId,
@@ -259,6 +261,9 @@ class PartitionTask:
             record = encode_metadata_record(segment_record(metadata))
             async with asyncio.timeout(self._sink.timeout_ms / 1000):
                 await self._producer.send(partition, record)  # returns once acks=all holds
+        except TopicAuthorizationError as err:
+            why = denied(err.request, err.topic, principal_of(self._broker.security))
+            return failed_copy(job, f"COPY_SEGMENT_STARTED not published: {why}")
         except Exception as err:
             return failed_copy(
                 job, f"COPY_SEGMENT_STARTED not published: {type(err).__name__}: {err}"
