@@ -30,7 +30,7 @@ round for every unfinished partition, 8 MiB per partition, batches counted but n
 then one pipeline cycle per backend copying the whole topic under a fresh prefix with a fresh
 metadata topic (so every cycle has the full backlog). Per round the ratio of each cycle's MB/s
 to that round's raw MB/s; medians over ``--pairs`` rounds. Pipeline time is the whole cycle
-(metadata, planning, both Spark stages, metadata publishes), without starting the metadata
+(metadata, planning, the Spark job, metadata publishes), without starting the metadata
 manager; the CPU figures cover that cycle alone too, from after the pipeline is opened (its
 metadata topic created, the metadata manager started) to the cycle's end. Before the
 measured rounds ``--warmup`` rounds run unrecorded: on a fresh broker the first cycles

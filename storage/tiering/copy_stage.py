@@ -47,7 +47,7 @@ class SpillPiece:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CopyJob:
-    """Stage 2 input: one segment, already published as COPY_SEGMENT_STARTED."""
+    """One segment to build and upload, already published as COPY_SEGMENT_STARTED."""
 
     metadata: RemoteLogSegmentMetadata
     pieces: tuple[SpillPiece, ...]
@@ -56,7 +56,7 @@ class CopyJob:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CopyResult:
-    """Stage 2 output for one segment."""
+    """What building and uploading one segment came to."""
 
     segment_id: uuid.UUID
     size: int

@@ -113,8 +113,8 @@ class CopyDriver:
 
     @property
     def _readers(self) -> int:
-        """How many windows or segments may be read from the broker at once, to share the
-        copy quota between: every task reads up to ``FETCHES_AT_ONCE`` of them."""
+        """How many windows may be read from the broker at once, to share the copy quota
+        between: every task reads up to ``FETCHES_AT_ONCE`` of them."""
         return self._runner.parallelism * FETCHES_AT_ONCE
 
     @property

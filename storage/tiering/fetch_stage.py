@@ -79,7 +79,7 @@ class BrokerSettings:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FetchWindow:
-    """Stage 1 input: one window of one partition."""
+    """One window of one partition, to read into a spill file (:mod:`.tier_stage`)."""
 
     run_id: str
     window: int
@@ -98,7 +98,7 @@ class FetchWindow:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WindowResult:
-    """Stage 1 output for one window."""
+    """What reading one window found: its spill file, spans and producer events."""
 
     window: int
     spill_path: str
@@ -109,6 +109,22 @@ class WindowResult:
     batches: int
     seconds: float
     error: str | None = None
+
+    @classmethod
+    def scanned(
+        cls, window: int, spill_path: str, scanner: WindowScanner, seconds: float
+    ) -> WindowResult:
+        """A window read to its end through ``scanner``, its owned bytes in ``spill_path``."""
+        spans, events = scanner.finish()
+        return cls(
+            window=window,
+            spill_path=spill_path,
+            size=scanner.size,
+            spans=spans,
+            events=events,
+            batches=scanner.batches,
+            seconds=seconds,
+        )
 
     @classmethod
     def failed(cls, window: int, error: str) -> WindowResult:
@@ -267,16 +283,7 @@ async def _fetch_window(window: FetchWindow, broker: BrokerSettings) -> WindowRe
                 pace=Pace(window.bytes_per_second),
                 sink=spill.write,
             )
-    spans, events = scanner.finish()
-    return WindowResult(
-        window=window.window,
-        spill_path=str(path),
-        size=scanner.size,
-        spans=spans,
-        events=events,
-        batches=scanner.batches,
-        seconds=time.monotonic() - started,
-    )
+    return WindowResult.scanned(window.window, str(path), scanner, time.monotonic() - started)
 
 
 async def fetch_window(window: FetchWindow, broker: BrokerSettings) -> WindowResult:

@@ -59,16 +59,7 @@ def read(w: FetchWindow, batches: list[bytes], spill: Path) -> WindowResult:
     step = scanner.feed(b"".join(batches))
     path = spill / f"w{w.window}.bin"
     path.write_bytes(bytes(step.owned))
-    spans, events = scanner.finish()
-    return WindowResult(
-        window=w.window,
-        spill_path=str(path),
-        size=scanner.size,
-        spans=spans,
-        events=events,
-        batches=scanner.batches,
-        seconds=0.0,
-    )
+    return WindowResult.scanned(w.window, str(path), scanner, 0.0)
 
 
 def batches(count: int) -> list[bytes]:
