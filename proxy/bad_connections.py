@@ -22,6 +22,7 @@ from proxy.metrics import ProxyMetrics
 __all__ = [
     "BROKER_CLOSED",
     "CLIENT_DROPPED",
+    "CLIENT_NETWORK_DENIED",
     "FOREIGN_PROTOCOL",
     "FRAME_TOO_LARGE",
     "IDLE",
@@ -31,6 +32,10 @@ __all__ = [
     "MALFORMED_REQUEST",
     "SLOW_REQUEST",
     "SUPPRESSED_REPORT_SECONDS",
+    "TLS_HANDSHAKE_ABANDONED",
+    "TLS_HANDSHAKE_FAILED",
+    "TLS_HANDSHAKE_SHED",
+    "TLS_HANDSHAKE_TIMEOUT",
     "TRUNCATED_REQUEST",
     "BadConnectionLog",
     "TokenBucket",
@@ -51,6 +56,17 @@ BROKER_CLOSED: Final = "broker_closed"
 """The broker closed while requests were in flight: what Kafka does to a request it cannot
 parse (an unknown API key, a garbage body of an API the proxy passes through), and also
 what a broker restart looks like."""
+TLS_HANDSHAKE_TIMEOUT: Final = "tls_handshake_timeout"
+"""The TLS handshake did not finish within ``ssl.handshake.timeout.ms``."""
+TLS_HANDSHAKE_FAILED: Final = "tls_handshake_failed"
+"""The TLS handshake failed: not TLS at all, no common protocol or cipher, a client
+certificate that does not verify."""
+TLS_HANDSHAKE_ABANDONED: Final = "tls_handshake_abandoned"
+"""The client closed or reset before finishing its TLS handshake (a TCP health check)."""
+TLS_HANDSHAKE_SHED: Final = "tls_handshake_shed"
+"""The oldest TLS handshake, closed because ``ssl.handshake.max.pending`` were running."""
+CLIENT_NETWORK_DENIED: Final = "client_network_denied"
+"""The client's address is refused by ``listeners.allow.cidrs``/``listeners.deny.cidrs``."""
 
 LOG_BURST: Final = 20
 """Lines per reason logged back to back before the limit applies: enough to show a handful

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from proxy.client_networks import ClientNetworks
 from storage.config import (
     ConfigError,
     from_settings,
@@ -57,6 +58,10 @@ _SCHEMES = {"PLAINTEXT": False, "SASL_PLAINTEXT": False, "SSL": True, "SASL_SSL"
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _LOG_FORMATS = ("logfmt", "json")
 _CLIENT_AUTH = ("none", "requested", "required")
+METRICS_PASSWORD_ENV = "TIERPROXY_METRICS_BASIC_AUTH_PASSWORD"
+"""Read when neither ``metrics.basic.auth.password`` nor its ``.file`` is set."""
+METRICS_TOKEN_ENV = "TIERPROXY_METRICS_BEARER_TOKEN"
+"""Read when neither ``metrics.bearer.token`` nor its ``.file`` is set."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -178,10 +183,17 @@ class ProxyConfig:
         "remaining connections are cut.",
     )
     metrics_port: int = setting(
-        "metrics.port", 0, "Port of the Prometheus /metrics endpoint; 0 turns it off."
+        "metrics.port",
+        0,
+        "Port of the HTTP endpoint of Prometheus /metrics and the /livez and /readyz health "
+        "checks; 0 turns it off.",
     )
     metrics_host: str = setting(
-        "metrics.host", "127.0.0.1", "Address the Prometheus endpoint binds to."
+        "metrics.host",
+        "127.0.0.1",
+        "Address the metrics and health endpoint binds to. /metrics names topics, users and "
+        "client ids: bind it to all addresses (0.0.0.0) only with metrics.ssl.* and "
+        "metrics.basic.auth.* or metrics.bearer.token.",
     )
     log_level: str = setting("log.level", "INFO", "DEBUG, INFO, WARNING or ERROR.")
     log_format: str = setting(
@@ -213,6 +225,95 @@ class ProxyConfig:
         "none",
         "Client certificates on SSL listeners: none, requested or required.",
         kafka="ssl.client.auth",
+    )
+
+    ssl_handshake_timeout_ms: int = setting(
+        "ssl.handshake.timeout.ms",
+        10_000,
+        "On SSL listeners: close a client connection whose TLS handshake has not finished "
+        "within this (a port scan, a health check that only opens TCP, a plaintext client, a "
+        "client that stalls mid-handshake); it is logged and counted as a bad connection. "
+        "Kafka clients give up on a connection after socket.connection.setup.timeout.ms, "
+        "also 10 s.",
+    )
+    ssl_handshake_max_pending: int = setting(
+        "ssl.handshake.max.pending",
+        1000,
+        "On SSL listeners: most client connections in their TLS handshake at once. Beyond it "
+        "the oldest is closed (logged and counted), so a flood of stalled handshakes costs "
+        "bounded memory and file descriptors, and a real client, which finishes its "
+        "handshake in milliseconds, still gets through.",
+    )
+    listeners_allow_cidrs: str = setting(
+        "listeners.allow.cidrs",
+        "",
+        "Comma-separated client networks (CIDR, IPv4 or IPv6, e.g. 10.0.0.0/8,::1/128) that "
+        "may connect to the proxy's listeners; empty: every network. The broker sees every "
+        "client as coming from the proxy, so host-based ACLs must be enforced here.",
+    )
+    listeners_deny_cidrs: str = setting(
+        "listeners.deny.cidrs",
+        "",
+        "Comma-separated client networks (CIDR) refused even when listeners.allow.cidrs "
+        "admits them. A refused connection is closed at accept, before any TLS handshake, "
+        "and logged (rate-limited) and counted as a bad connection.",
+    )
+    metrics_ssl_certificate_location: str = setting(
+        "metrics.ssl.certificate.location",
+        "",
+        "PEM certificate chain of the metrics and health endpoint; set: it serves HTTPS only.",
+    )
+    metrics_ssl_key_location: str = setting(
+        "metrics.ssl.key.location", "", "PEM private key of metrics.ssl.certificate.location."
+    )
+    metrics_ssl_key_password: str = setting(
+        "metrics.ssl.key.password", "", "Password of that private key, if any.", secret=True
+    )
+    metrics_ssl_ca_location: str = setting(
+        "metrics.ssl.ca.location",
+        "",
+        "PEM CA bundle to verify the scraper's client certificate with (metrics.ssl.client.auth).",
+    )
+    metrics_ssl_client_auth: str = setting(
+        "metrics.ssl.client.auth",
+        "none",
+        "Client certificates on the HTTPS metrics endpoint: none, requested or required.",
+    )
+    metrics_basic_auth_username: str = setting(
+        "metrics.basic.auth.username",
+        "",
+        "User a scraper must send with HTTP basic authentication for /metrics; empty: none.",
+    )
+    metrics_basic_auth_password: str = setting(
+        "metrics.basic.auth.password",
+        "",
+        f"Password of metrics.basic.auth.username. Better kept out of the file: see "
+        f"metrics.basic.auth.password.file, or set ${METRICS_PASSWORD_ENV}.",
+        secret=True,
+    )
+    metrics_basic_auth_password_file: str = setting(
+        "metrics.basic.auth.password.file",
+        "",
+        "File whose content (trailing newline removed) is that password, e.g. a mounted secret.",
+    )
+    metrics_bearer_token: str = setting(
+        "metrics.bearer.token",
+        "",
+        f"Token a scraper may send as 'Authorization: Bearer TOKEN' for /metrics; empty: none. "
+        f"Better kept out of the file: see metrics.bearer.token.file, or set "
+        f"${METRICS_TOKEN_ENV}.",
+        secret=True,
+    )
+    metrics_bearer_token_file: str = setting(
+        "metrics.bearer.token.file",
+        "",
+        "File whose content (trailing newline removed) is that token.",
+    )
+    health_check_interval_ms: int = setting(
+        "health.check.interval.ms",
+        10_000,
+        "How often /readyz's background checks ask the broker, the metadata topic and the "
+        "remote storage; a check whose last success is older than three intervals fails.",
     )
 
     def __post_init__(self) -> None:
@@ -247,6 +348,30 @@ class ProxyConfig:
                 bool(self.ssl_certificate_location),
                 "an SSL listener needs ssl.certificate.location",
             )
+        _require(self.ssl_handshake_timeout_ms > 0, "ssl.handshake.timeout.ms must be > 0")
+        _require(self.ssl_handshake_max_pending > 0, "ssl.handshake.max.pending must be > 0")
+        self.client_networks()
+        _require(
+            self.metrics_ssl_client_auth in _CLIENT_AUTH,
+            f"metrics.ssl.client.auth must be one of {_CLIENT_AUTH}",
+        )
+        _require(
+            not self.metrics_ssl_key_location or bool(self.metrics_ssl_certificate_location),
+            "metrics.ssl.key.location needs metrics.ssl.certificate.location",
+        )
+        _require(self.health_check_interval_ms > 0, "health.check.interval.ms must be > 0")
+
+    def client_networks(self) -> ClientNetworks:
+        """Who may connect, from ``listeners.allow.cidrs`` and ``listeners.deny.cidrs``.
+
+        :raises ConfigError: for an entry that is not a network.
+        """
+        try:
+            return ClientNetworks.parse(
+                allow=self.listeners_allow_cidrs, deny=self.listeners_deny_cidrs
+            )
+        except ValueError as err:
+            raise ConfigError(f"listeners.allow.cidrs / listeners.deny.cidrs: {err}") from err
 
     @property
     def listener(self) -> Listener:

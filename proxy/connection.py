@@ -56,6 +56,7 @@ from typing import Any, Final, TypeVar, cast
 from protocol.buffers import Buffers
 from protocol.errors import RemoteProtocolError
 from protocol.frames import FrameDecoder, FrameTooLarge, InvalidFrameSize, foreign_protocol
+from proxy import audit
 from proxy import bad_connections as reasons
 from proxy.bad_connections import BadConnectionLog
 from proxy.config import HostPort
@@ -441,8 +442,21 @@ class ConnectionPair(asyncio.Protocol):
         if self._closed:
             transport.close()
 
+    @property
+    def client(self) -> str:
+        """The client's address (``ip:port``), once connected."""
+        return self._info.client
+
     def _upstream_made(self, transport: asyncio.Transport) -> None:
         self._upstream = transport
+        if self._client is not None:
+            audit.connection_opened(
+                self.connection_id,
+                node_id=self._node_id,
+                client=self._client,
+                upstream=transport,
+                broker=str(self._upstream_address),
+            )
         transport.set_write_buffer_limits(self._settings.high_water, self._settings.low_water)
         self._upstream_gate = ReadGate(transport)
         self._can_splice = (

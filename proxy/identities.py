@@ -13,13 +13,17 @@ feeds the registry from the requests passing through.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 __all__ = ["ClientIdentities", "user_of"]
 
 
 class ClientIdentities:
     """The Kafka principal (``User:name``) of each client connection, once known."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_principal: Callable[[int, str], None] | None = None) -> None:
+        """:param on_principal: called with the connection id and principal once known."""
+        self._on_principal = on_principal
         self._mechanisms: dict[int, str] = {}
         self._principals: dict[int, str] = {}
 
@@ -35,7 +39,9 @@ class ClientIdentities:
             return
         user = user_of(mechanism, auth_bytes)
         if user is not None:
-            self._principals[connection_id] = f"User:{user}"
+            self._principals[connection_id] = principal = f"User:{user}"
+            if self._on_principal is not None:
+                self._on_principal(connection_id, principal)
 
     def forget(self, connection_id: int) -> None:
         self._mechanisms.pop(connection_id, None)

@@ -115,6 +115,11 @@ class ProxyMetrics:
             buckets=_LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self._tls_handshakes = Gauge(
+            "tierproxy_tls_handshakes_pending",
+            "Client connections in their TLS handshake (at most ssl.handshake.max.pending).",
+            registry=self.registry,
+        )
         self._series: dict[int, _ApiSeries] = {}
 
     def _for(self, api_key: int) -> _ApiSeries:
@@ -154,6 +159,10 @@ class ProxyMetrics:
     def loop_lag(self, seconds: float) -> None:
         """The event loop ran a timer ``seconds`` late."""
         self._loop_lag.observe(seconds)
+
+    def tls_handshakes_pending(self, count: int) -> None:
+        """``count`` client connections are in their TLS handshake."""
+        self._tls_handshakes.set(count)
 
     def upstream_error(self, kind: str) -> None:
         """Talking to the broker failed (``kind``: connect, closed, protocol)."""

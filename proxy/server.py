@@ -4,8 +4,16 @@ Start-up asks the bootstrap brokers for the cluster's brokers and listens for ea
 :mod:`proxy.discovery`); brokers that appear later in a Metadata, FindCoordinator or
 DescribeCluster response get a listener before that response reaches the client.
 
-Shutdown goes in stages: stop accepting, ask every pair to finish the requests it has
-in flight (reading no new ones), wait up to the deadline, then cut what is left.
+A listener that cannot bind at start-up is fatal (:class:`~proxy.listeners.ListenerError`);
+one for a broker that appears later is logged and makes the proxy not ready.
+
+Readiness (:mod:`proxy.health`) gets two checks here: ``listeners`` (every known broker has
+its listener) and ``broker`` (a bootstrap broker answered the proxy's own Metadata request
+within the last few ``health.check.interval.ms``).
+
+Shutdown goes in stages: stop accepting (and abort TLS handshakes in progress), ask every
+pair to finish the requests it has in flight (reading no new ones), wait up to the
+deadline, then cut what is left.
 """
 
 from __future__ import annotations
@@ -15,21 +23,27 @@ import itertools
 import logging
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Final
 
+from proxy import audit
 from proxy.bad_connections import BadConnectionLog
 from proxy.broker_map import BrokerMap, BrokerMapError, BrokerRoute
 from proxy.broker_versions import BrokerVersions
 from proxy.config import HostPort, ProxyConfig, bootstrap_addresses
 from proxy.connection import ConnectionPair, PairSettings
 from proxy.discovery import DiscoveryError, discover_brokers
+from proxy.handshakes import Handshakes
+from proxy.health import Liveness, Readiness, Verdict
+from proxy.identities import ClientIdentities
 from proxy.interceptors.addresses import AddressRewriter
 from proxy.interceptors.api_versions import ApiVersionsInterceptor
 from proxy.interceptors.base import Interceptor
+from proxy.interceptors.sasl_identity import SaslIdentity
+from proxy.listeners import Admission, Listener, ListenerError, listen
 from proxy.logs import event
 from proxy.loop_lag import watch_loop_lag
-from proxy.metrics import MetricsServer, ProxyMetrics
+from proxy.metrics import ProxyMetrics
 from proxy.router import Router, served_above_broker
 from proxy.tls import server_context
 from storage.kafka_client import BrokerAddress
@@ -39,9 +53,6 @@ __all__ = ["ProxyServer", "run_until_stopped"]
 
 _log = logging.getLogger("tierproxy.server")
 
-# Pending connections per listener: a burst of clients (a consumer group starting, the
-# idle-connections benchmark) should queue, not see refused connections.
-_BACKLOG: Final = 1024
 # Retry delays while no bootstrap broker answers at start-up.
 _DISCOVERY_BACKOFF_S: Final = 0.25
 _DISCOVERY_BACKOFF_MAX_S: Final = 5.0
@@ -53,8 +64,9 @@ _SWEEP_INTERVAL_S: Final = 1.0
 class ProxyServer:
     """Listeners, connection pairs and broker map of one proxy.
 
-    ``interceptors`` are registered after the built-in ones (ApiVersions restriction and
-    address rewriting), so their ``on_response`` runs first.
+    ``interceptors`` are registered after the built-in ones (ApiVersions restriction,
+    address rewriting, and the SASL identity of each connection for the audit log), so their
+    ``on_response`` runs first.
     """
 
     def __init__(
@@ -64,12 +76,17 @@ class ProxyServer:
         interceptors: Sequence[Interceptor] = (),
         metrics: ProxyMetrics | None = None,
         security: KafkaSecurityConfig | None = None,
+        readiness: Readiness | None = None,
+        liveness: Liveness | None = None,
     ) -> None:
         """:param security: how the proxy's own connections (discovery) log in, and whether
-        every connection to the brokers uses TLS."""
+        every connection to the brokers uses TLS.
+        :param readiness: where the server adds its ``listeners`` and ``broker`` checks.
+        :param liveness: told the event loop's lag along with the metrics."""
         self._config = config
         self._security = security or KafkaSecurityConfig()
         self.metrics = ProxyMetrics() if metrics is None else metrics
+        self._pairs: dict[int, ConnectionPair] = {}
         self._map = BrokerMap(
             listen=config.listener.address,
             advertised=config.advertised_base(),
@@ -80,11 +97,26 @@ class ProxyServer:
             [
                 ApiVersionsInterceptor(broker_versions, served_above_broker(interceptors)),
                 AddressRewriter(self),
+                SaslIdentity(ClientIdentities(on_principal=self._principal_known)),
                 *interceptors,
             ],
             broker_versions=broker_versions,
         )
         self._server_ssl = server_context(config)
+        bad_log = BadConnectionLog(logging.getLogger("tierproxy.connection"), self.metrics)
+        self._admission = Admission(
+            networks=config.client_networks(),
+            handshakes=None
+            if self._server_ssl is None
+            else Handshakes(
+                self._server_ssl,
+                timeout=config.ssl_handshake_timeout_ms / 1000,
+                max_pending=config.ssl_handshake_max_pending,
+                bad_log=bad_log,
+                metrics=self.metrics,
+            ),
+            bad_log=bad_log,
+        )
         self._settings = PairSettings(
             upstream_ssl=self._security.ssl_context(),
             max_request_bytes=config.socket_request_max_bytes,
@@ -93,16 +125,27 @@ class ProxyServer:
             connect_timeout=config.connection_setup_timeout_ms / 1000,
             idle_timeout=_seconds_or_none(config.connections_max_idle_ms),
             request_receive_timeout=_seconds_or_none(config.request_receive_timeout_ms),
-            bad_log=BadConnectionLog(logging.getLogger("tierproxy.connection"), self.metrics),
+            bad_log=bad_log,
             splice=config.splice_enable,
         )
-        self._listeners: dict[int, asyncio.Server] = {}
-        self._pairs: set[ConnectionPair] = set()
+        self._listeners: dict[int, Listener] = {}
+        # Brokers whose listener could not bind after start-up, and why.
+        self._unbound: dict[int, str] = {}
         self._ids = itertools.count(1)
         self._listen_lock = asyncio.Lock()
-        self._metrics_server: MetricsServer | None = None
+        self._starting = True
         self._sweeper: asyncio.Task[None] | None = None
         self._lag_probe: asyncio.Task[None] | None = None
+        self._observe_lag = (
+            self.metrics.loop_lag
+            if liveness is None
+            else _both(self.metrics.loop_lag, liveness.observe_lag)
+        )
+        if readiness is not None:
+            readiness.add("listeners", self._listeners_verdict)
+            readiness.add_probe(
+                "broker", self._ask_broker, interval=config.health_check_interval_ms / 1000
+            )
 
     @property
     def routes(self) -> tuple[BrokerRoute, ...]:
@@ -120,25 +163,20 @@ class ProxyServer:
         return len(self._pairs)
 
     async def start(self) -> None:
-        """Learn the brokers, listen for each, and start the metrics endpoint.
+        """Learn the brokers and listen for each.
 
         :raises DiscoveryError: when no bootstrap broker answers.
+        :raises ListenerError: when a listener cannot bind its address.
         """
-        config = self._config
-        brokers = await discover_brokers(
-            bootstrap_addresses(config),
-            security=self._security,
-            attempt_seconds=self._settings.connect_timeout,
-        )
+        brokers = await self._ask_broker()
+        self._starting = True
         await self.advertise(brokers)
+        if self._unbound:
+            await self._close_listeners()
+            raise ListenerError("; ".join(self._unbound.values()))
+        self._starting = False
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
-        self._lag_probe = asyncio.get_running_loop().create_task(
-            watch_loop_lag(self.metrics.loop_lag)
-        )
-        if self._config.metrics_port:
-            self._metrics_server = MetricsServer(
-                self.metrics, self._config.metrics_host, self._config.metrics_port
-            )
+        self._lag_probe = asyncio.get_running_loop().create_task(watch_loop_lag(self._observe_lag))
         event(
             _log,
             logging.INFO,
@@ -147,6 +185,28 @@ class ProxyServer:
             brokers=len(self._map.routes()),
             metrics_port=self._config.metrics_port or "off",
         )
+
+    async def _ask_broker(self) -> list[BrokerAddress]:
+        """The cluster's brokers, as a bootstrap broker tells them now.
+
+        :raises DiscoveryError: when none answers.
+        """
+        return await discover_brokers(
+            bootstrap_addresses(self._config),
+            security=self._security,
+            attempt_seconds=self._settings.connect_timeout,
+        )
+
+    def _listeners_verdict(self) -> Verdict:
+        routes = self._map.routes()
+        if not routes:
+            return Verdict(ok=False, reason="the brokers are not known yet")
+        if self._unbound:
+            return Verdict(ok=False, reason="; ".join(self._unbound.values()))
+        missing = [route.node_id for route in routes if route.node_id not in self._listeners]
+        if missing:
+            return Verdict(ok=False, reason=f"no listener yet for brokers {missing}")
+        return Verdict(ok=True, reason=f"{len(routes)} listeners bound")
 
     async def advertise(self, brokers: Sequence[BrokerAddress]) -> Mapping[int, HostPort]:
         """The proxy address of each broker; brokers seen for the first time get a listener.
@@ -172,27 +232,28 @@ class ProxyServer:
 
     async def _listen(self, route: BrokerRoute) -> None:
         node_id = route.node_id
-        loop = asyncio.get_running_loop()
         try:
-            listener = await loop.create_server(
-                lambda: self._accept(node_id),
-                route.listener.host,
-                route.listener.port,
-                ssl=self._server_ssl,
-                backlog=_BACKLOG,
-                reuse_address=True,
+            listener = await listen(
+                route.listener,
+                node_id=node_id,
+                admission=self._admission,
+                make=lambda: self._accept(node_id),
             )
-        except OSError as err:
-            event(
-                _log,
-                logging.ERROR,
-                "listener.failed",
-                node=node_id,
-                listen=str(route.listener),
-                error=str(err),
-            )
+        except ListenerError as err:
+            self._unbound[node_id] = str(err)
+            if not self._starting:
+                event(
+                    _log,
+                    logging.ERROR,
+                    "listener.failed",
+                    node=node_id,
+                    listen=str(route.listener),
+                    error=str(err),
+                    meaning="clients of this broker cannot connect; the proxy is not ready",
+                )
             return
-        route = self._map.bound(node_id, listener.sockets[0].getsockname()[1])
+        self._unbound.pop(node_id, None)
+        route = self._map.bound(node_id, listener.port)
         self._listeners[node_id] = listener
         event(
             _log,
@@ -210,7 +271,7 @@ class ProxyServer:
         while True:
             await asyncio.sleep(_SWEEP_INTERVAL_S)
             now = time.monotonic()
-            for pair in list(self._pairs):
+            for pair in list(self._pairs.values()):
                 try:
                     pair.expire(now)
                 except Exception:  # one pair's failure must not end the sweep for all
@@ -227,23 +288,41 @@ class ProxyServer:
             router=self._router,
             metrics=self.metrics,
             settings=self._settings,
-            on_closed=self._pairs.discard,
+            on_closed=self._forget,
         )
-        self._pairs.add(pair)
+        self._pairs[pair.connection_id] = pair
         return pair
+
+    def _forget(self, pair: ConnectionPair) -> None:
+        self._pairs.pop(pair.connection_id, None)
+
+    def _principal_known(self, connection_id: int, principal: str) -> None:
+        pair = self._pairs.get(connection_id)
+        client = pair.client if pair is not None else "?"
+        audit.principal_known(connection_id, client=client, principal=principal)
+
+    async def _close_listeners(self) -> None:
+        for listener in self._listeners.values():
+            listener.close()
+        self._admission.close()
+        for listener in self._listeners.values():
+            await listener.wait_closed()
+        await self._admission.wait_closed()
+        self._listeners.clear()
 
     async def close(self, grace_seconds: float) -> None:
         """Stop listening, let in-flight requests finish for up to ``grace_seconds``, then
         cut the remaining connections."""
         for listener in self._listeners.values():
             listener.close()
+        self._admission.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
         if self._lag_probe is not None:
             self._lag_probe.cancel()
             self._lag_probe = None
-        pairs = list(self._pairs)
+        pairs = list(self._pairs.values())
         event(_log, logging.INFO, "proxy.stopping", connections=len(pairs), grace_s=grace_seconds)
         for pair in pairs:
             pair.drain()
@@ -252,15 +331,20 @@ class ProxyServer:
                 for pair in pairs:
                     group.create_task(pair.wait_closed())
         except TimeoutError:
-            for pair in list(self._pairs):
+            for pair in list(self._pairs.values()):
                 pair.abort("shutdown deadline passed")
-        for listener in self._listeners.values():
-            await listener.wait_closed()
-        self._listeners.clear()
-        if self._metrics_server is not None:
-            self._metrics_server.close()
-            self._metrics_server = None
+        await self._close_listeners()
         event(_log, logging.INFO, "proxy.stopped")
+
+
+def _both(
+    first: Callable[[float], None], second: Callable[[float], None]
+) -> Callable[[float], None]:
+    def both(value: float) -> None:
+        first(value)
+        second(value)
+
+    return both
 
 
 def _seconds_or_none(milliseconds: int) -> float | None:
@@ -274,17 +358,29 @@ async def run_until_stopped(
     interceptors: Sequence[Interceptor] = (),
     metrics: ProxyMetrics | None = None,
     security: KafkaSecurityConfig | None = None,
+    readiness: Readiness | None = None,
+    liveness: Liveness | None = None,
 ) -> None:
-    """Run a proxy until SIGTERM or SIGINT, then shut it down gracefully.
+    """Run a proxy until SIGTERM or SIGINT, then shut it down gracefully (readiness turns
+    false first).
 
     While no bootstrap broker answers, retries with backoff (and still stops on a signal).
     ``metrics`` lets extensions (the remote tier) register their series in the same registry.
+
+    :raises ListenerError: when a listener cannot bind at start-up.
     """
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    server = ProxyServer(config, interceptors=interceptors, metrics=metrics, security=security)
+    server = ProxyServer(
+        config,
+        interceptors=interceptors,
+        metrics=metrics,
+        security=security,
+        readiness=readiness,
+        liveness=liveness,
+    )
     try:
         delay = _DISCOVERY_BACKOFF_S
         while True:
@@ -300,6 +396,8 @@ async def run_until_stopped(
             except TimeoutError:
                 delay = min(delay * 2, _DISCOVERY_BACKOFF_MAX_S)
         await stop.wait()
+        if readiness is not None:
+            readiness.stop_serving()
         await server.close(config.shutdown_timeout_ms / 1000)
     finally:
         for signum in (signal.SIGTERM, signal.SIGINT):

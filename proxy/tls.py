@@ -12,7 +12,7 @@ import ssl
 
 from proxy.config import ProxyConfig
 
-__all__ = ["server_context"]
+__all__ = ["server_context", "tls_server_context"]
 
 _CLIENT_AUTH = {
     "none": ssl.CERT_NONE,
@@ -29,13 +29,28 @@ def server_context(config: ProxyConfig) -> ssl.SSLContext | None:
     """
     if not config.listener.tls:
         return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(
-        config.ssl_certificate_location,
-        config.ssl_key_location or None,
-        config.ssl_key_password or None,
+    return tls_server_context(
+        certificate=config.ssl_certificate_location,
+        key=config.ssl_key_location,
+        password=config.ssl_key_password,
+        ca=config.ssl_ca_location,
+        client_auth=config.ssl_client_auth,
     )
-    context.verify_mode = _CLIENT_AUTH[config.ssl_client_auth]
-    if config.ssl_ca_location:
-        context.load_verify_locations(cafile=config.ssl_ca_location)
+
+
+def tls_server_context(
+    *, certificate: str, key: str, password: str, ca: str, client_auth: str
+) -> ssl.SSLContext:
+    """A server-side context: the PEM ``certificate`` chain and its ``key`` (may be the
+    same file; empty ``key`` and ``password`` are none), clients' certificates verified
+    against ``ca`` as ``client_auth`` (none, requested, required) asks.
+
+    :raises OSError: when a file cannot be read.
+    :raises ssl.SSLError: when they do not form a valid key pair or CA bundle.
+    """
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(certificate, key or None, password or None)
+    context.verify_mode = _CLIENT_AUTH[client_auth]
+    if ca:
+        context.load_verify_locations(cafile=ca)
     return context

@@ -14,6 +14,8 @@ from typing import Any
 import uvloop
 
 from proxy.config import load_settings, proxy_config
+from proxy.health_endpoint import EndpointError
+from proxy.listeners import ListenerError
 from proxy.logs import configure
 from proxy.remote.wiring import (
     SERVE_CONFIG_CLASSES,
@@ -71,6 +73,11 @@ def register(subparsers: Any) -> None:
         help="serve Prometheus metrics on this port, 0 = off (metrics.port)",
     )
     parser.add_argument(
+        "--metrics-host",
+        metavar="HOST",
+        help="address the metrics and health endpoint binds to (metrics.host)",
+    )
+    parser.add_argument(
         "--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="(log.level)"
     )
     parser.add_argument(
@@ -108,6 +115,8 @@ def _overrides(args: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]
         )
     if args.metrics_port is not None:
         overrides["metrics.port"] = args.metrics_port
+    if args.metrics_host:
+        overrides["metrics.host"] = args.metrics_host
     if args.log_level:
         overrides["log.level"] = args.log_level
     if args.log_format:
@@ -128,9 +137,10 @@ def _freeze_imports() -> None:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``tierproxy serve``: load settings, then serve until a signal.
 
-    Returns 2 for invalid settings, 1 when the remote tier's metadata topic could not be
-    read within ``remote.log.metadata.initialization.timeout.ms`` (a cluster that is not up
-    yet is waited for), 0 after a graceful shutdown.
+    Returns 2 for invalid settings or an address that cannot be bound (a client listener,
+    the metrics port), 1 when the remote tier's metadata topic could not be read within
+    ``remote.log.metadata.initialization.timeout.ms`` (a cluster that is not up yet is
+    waited for), 0 after a graceful shutdown. Each failure is one line on stderr.
     """
     try:
         from_file = load_settings(args.config, {}, SHARED_CONFIG_CLASSES)
@@ -146,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         try:
             runner.run(serve(config, settings))
-        except ConfigError as err:  # found at start-up against the cluster
+        except (ConfigError, EndpointError, ListenerError) as err:  # found at start-up
             print(f"tierproxy serve: {err}", file=sys.stderr)
             return 2
         except TimeoutError as err:  # the metadata topic was not read in time

@@ -17,11 +17,12 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, runtime_checkable
 
 from protocol.errors import KafkaError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.metadata_records import MetadataRecord
+from proxy.health import Readiness
 from proxy.identities import ClientIdentities
 from proxy.remote.broker_checks import BrokerChecks
 from proxy.remote.broker_offsets import BrokerOffsets, OffsetLister
@@ -78,6 +79,13 @@ class RemoteLogMetadata(RemoteSegmentLookup, Protocol):
     def log_start_offset(self, tp: TopicIdPartition) -> int: ...
 
     def partitions(self) -> list[TopicIdPartition]: ...
+
+
+@runtime_checkable
+class _CheckedStorage(Protocol):
+    """A storage backend that can prove it is reachable (S3 and the local directory can)."""
+
+    async def check(self) -> None: ...
 
 
 class MetadataPublisher(Protocol):
@@ -216,11 +224,18 @@ async def open_remote_tier(
     *,
     bootstrap_servers: str,
     metrics: RemoteMetrics | None = None,
+    readiness: Readiness | None = None,
+    check_interval: float = 10.0,
 ) -> tuple[RemoteTier, Callable[[], Any]]:
     """Build the remote tier from flat settings; returns it and an async closer.
 
     The metadata manager is started (it consumes ``__remote_log_metadata`` up to its end)
     before this returns, so the first Fetch already sees every tiered segment.
+
+    With ``readiness``, adds its checks, probed every ``check_interval`` seconds:
+    ``remote_metadata`` (the metadata view caught up with the topic's end as it was when
+    asked) and ``remote_storage`` (the storage answers a listing of the prefix). Other
+    signals of the remote tier are added to the same ``readiness`` here.
 
     :raises ConfigError: for invalid settings.
     :raises MetadataTopicError: if the metadata topic cannot be used.
@@ -272,6 +287,15 @@ async def open_remote_tier(
     )
     if metrics is not None:
         metrics.watch_metadata(rlmm)
+    if readiness is not None:
+        readiness.add_probe(
+            "remote_metadata",
+            rlmm.wait_until_caught_up,
+            interval=check_interval,
+            late=f"behind the end of {metadata_config.topic_name} for {check_interval:g} s",
+        )
+        if isinstance(rsm, _CheckedStorage):
+            readiness.add_probe("remote_storage", rsm.check, interval=check_interval)
     tier.start()
 
     async def close() -> None:

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from proxy.config import CONFIG_CLASSES, ProxyConfig
+from proxy.health import Liveness, Readiness
+from proxy.health_endpoint import serving
 from proxy.interceptors.base import Interceptor
 from proxy.metrics import ProxyMetrics
 from proxy.remote.config import RemoteFetchConfig
@@ -91,34 +93,74 @@ def remote_interceptors(
 async def serve(config: ProxyConfig, settings: Mapping[str, Any]) -> None:
     """Run the proxy until SIGTERM/SIGINT, with the remote tier if the settings enable it.
 
-    :raises ConfigError: for invalid remote-tier settings, or a TLS or SASL login the
-        cluster refuses.
+    The metrics and health endpoint (:mod:`proxy.health_endpoint`) serves from the start:
+    ``/livez`` answers while the proxy waits for the cluster, ``/readyz`` says what it waits
+    for.
+
+    :raises ConfigError: for invalid remote-tier or ``metrics.*`` settings, or a TLS or
+        SASL login the cluster refuses.
+    :raises EndpointError: when the metrics port cannot be bound.
+    :raises ListenerError: when a client listener cannot be bound.
     :raises MetadataTopicError: if the metadata topic cannot be used.
     """
+    security = from_settings(KafkaSecurityConfig, settings).with_secrets_resolved()
+    metrics = ProxyMetrics()
+    readiness = Readiness()
+    with serving(config, registry=metrics.registry, readiness=readiness) as liveness:
+        readiness.start()
+        try:
+            await _serve(
+                config,
+                settings,
+                security=security,
+                metrics=metrics,
+                readiness=readiness,
+                liveness=liveness,
+            )
+        finally:
+            await readiness.close()
+
+
+async def _serve(
+    config: ProxyConfig,
+    settings: Mapping[str, Any],
+    *,
+    security: KafkaSecurityConfig,
+    metrics: ProxyMetrics,
+    readiness: Readiness,
+    liveness: Liveness,
+) -> None:
     from storage.startup import check_cluster_login  # noqa: PLC0415
 
-    security = from_settings(KafkaSecurityConfig, settings).with_secrets_resolved()
     await check_cluster_login(
         config.bootstrap_servers, security, log=logging.getLogger("tierproxy.startup")
     )
     if not from_settings(RemoteFetchConfig, settings).enabled:
-        await run_until_stopped(config, security=security)
+        await run_until_stopped(
+            config, metrics=metrics, security=security, readiness=readiness, liveness=liveness
+        )
         return
     from proxy.remote.metrics import RemoteMetrics  # noqa: PLC0415
     from proxy.remote.tier import open_remote_tier  # noqa: PLC0415
 
-    metrics = ProxyMetrics()
     tier, close = await open_remote_tier(
         settings,
         bootstrap_servers=config.bootstrap_servers,
         metrics=RemoteMetrics(metrics.registry),
+        readiness=readiness,
+        check_interval=config.health_check_interval_ms / 1000,
     )
     interceptors = remote_interceptors(
         tier, pipeline_client_id=from_settings(TieringConfig, settings).client_id
     )
     try:
         await run_until_stopped(
-            config, interceptors=interceptors, metrics=metrics, security=security
+            config,
+            interceptors=interceptors,
+            metrics=metrics,
+            security=security,
+            readiness=readiness,
+            liveness=liveness,
         )
     finally:
         await close()

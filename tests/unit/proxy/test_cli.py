@@ -44,6 +44,7 @@ def test_advertised_host_keeps_an_advertised_port(from_file: str, expected: str)
         listen=None,
         advertised_host="proxy.example.com",
         metrics_port=None,
+        metrics_host=None,
         log_level=None,
         log_format=None,
     )
