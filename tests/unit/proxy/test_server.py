@@ -14,6 +14,8 @@ from protocol.headers import RequestHeader, encode_request_header
 from protocol.messages import ApiKey, build, decode_response, encode_request, request_class
 from proxy.config import ProxyConfig
 from proxy.discovery import DiscoveryError
+from proxy.health import Readiness
+from proxy.health_endpoint import serving
 from proxy.server import ProxyServer
 from tests.conditions import wait_for
 from tests.unit.proxy.conftest import Client, ProxyFactory, frame
@@ -152,7 +154,9 @@ async def test_metrics_endpoint_counts_requests(
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
             return str(response.read().decode())
 
-    text = await asyncio.to_thread(scrape)
+    config = ProxyConfig(metrics_port=port)
+    with serving(config, registry=proxy.metrics.registry, readiness=Readiness()):
+        text = await asyncio.to_thread(scrape)
     assert 'tierproxy_requests_total{api="heartbeat"} 1.0' in text
     assert 'tierproxy_requests_total{api="api_versions"} 1.0' in text
     assert 'tierproxy_request_bytes_total{api="heartbeat"} 118.0' in text
