@@ -22,9 +22,16 @@ def client_context(pki: Pki) -> ssl.SSLContext:
 
 
 def tls_proxy(
-    broker: BrokerInfo, pki: Pki, work: Path, settings: Mapping[str, Any] | None = None
+    broker: BrokerInfo,
+    pki: Pki,
+    work: Path,
+    settings: Mapping[str, Any] | None = None,
+    *,
+    client_tls: ssl.SSLContext | None = None,
 ) -> TierproxyServer:
-    """A (not yet started) proxy whose listener is SSL, with ``settings`` on top."""
+    """A (not yet started) proxy whose listener is SSL, with ``settings`` on top;
+    ``client_tls`` is what its readiness probe connects with (:func:`client_context`
+    when None)."""
     port = free_port()
     config = write_config(
         work / f"tierproxy-{port}.toml",
@@ -40,7 +47,7 @@ def tls_proxy(
         bootstrap=broker.bootstrap,
         port=port,
         listener="SSL",
-        client_tls=client_context(pki),
+        client_tls=client_tls or client_context(pki),
         start_timeout_s=60,
     )
 
