@@ -155,6 +155,12 @@ def test_proxy_ports_match_its_listener_and_metrics_port() -> None:
     assert str(args.metrics_port) in " ".join(_argv(proxy["healthcheck"]["test"]))
 
 
+def test_proxy_health_is_its_readiness() -> None:
+    proxy = _services()["proxy"]
+    port = build_parser().parse_args(_argv(proxy["command"])).metrics_port
+    assert f"127.0.0.1:{port}/readyz" in " ".join(_argv(proxy["healthcheck"]["test"]))
+
+
 def test_variables_the_stack_sets_are_read_by_the_code() -> None:
     source = _source_text()
     checked = 0
