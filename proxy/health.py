@@ -83,6 +83,7 @@ class Readiness:
         self._checks: dict[str, Check] = {}
         self._probes: list[_Probe] = []
         self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
         self._stopping = ""
 
     def add(self, name: str, check: Check) -> None:
@@ -109,12 +110,13 @@ class Readiness:
         )
         self.add(name, background.verdict)
         self._probes.append(background)
-        if self._tasks:
+        if self._started:
             self._tasks.append(asyncio.get_running_loop().create_task(background.run()))
 
     def start(self) -> None:
         """Start the probes (needs the running loop)."""
         loop = asyncio.get_running_loop()
+        self._started = True
         self._tasks = [loop.create_task(probe.run()) for probe in self._probes]
 
     async def close(self) -> None:
@@ -125,6 +127,7 @@ class Readiness:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        self._started = False
 
     def stop_serving(self, reason: str = "shutting down") -> None:
         """Report not ready from now on, whatever the checks say."""

@@ -52,20 +52,19 @@ def api_versions_from(
     with sock:
         sock.connect((proxy.host, proxy.port))
         port = int(sock.getsockname()[1])
-        conn: socket.socket = (
-            sock if tls is None else tls.wrap_socket(sock, server_hostname=proxy.host)
-        )
         try:
-            conn.sendall(API_VERSIONS)
-            header = _read(conn, 4)
-            if len(header) < 4:
-                return port, b""
-            return port, _read(conn, struct.unpack(">i", header)[0])
+            conn = sock if tls is None else tls.wrap_socket(sock, server_hostname=proxy.host)
         except (ConnectionError, ssl.SSLError):
             return port, b""
-        finally:
-            if conn is not sock:
-                conn.close()
+        with conn:
+            try:
+                conn.sendall(API_VERSIONS)
+                header = _read(conn, 4)
+                if len(header) < 4:
+                    return port, b""
+                return port, _read(conn, struct.unpack(">i", header)[0])
+            except (ConnectionError, ssl.SSLError):
+                return port, b""
 
 
 def _read(sock: socket.socket, size: int) -> bytes:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -140,3 +141,27 @@ def test_a_wrong_password_is_refused_by_the_broker(sasl_proxy: TierproxyServer) 
     errors = authentication_errors(sasl_proxy.bootstrap, "alice", "wrong")
     assert errors, "no authentication error reached the client"
     assert all("Invalid username or password" in text for text in errors), errors
+
+
+def test_the_audit_log_names_the_principal_behind_each_client(
+    sasl_proxy: TierproxyServer,
+) -> None:
+    """The broker logs every client as the proxy; the proxy's audit line says who it was."""
+    round_trip(sasl_proxy.bootstrap, "alice", "alice-secret")
+    log = sasl_proxy.process.log_path.read_text(encoding="utf-8")
+    lines = [
+        line
+        for line in log.splitlines()
+        if "event=connection.principal" in line and "principal=User:alice" in line
+    ]
+    assert lines, log[-3000:]
+    connection = re.search(r"conn=(\d+) client=(127\.0\.0\.1:\d+)", lines[0])
+    assert connection is not None, lines[0]
+    conn, client = connection.groups()
+    opened = [
+        line
+        for line in log.splitlines()
+        if "event=connection.audit" in line and f"conn={conn} " in line
+    ]
+    assert opened and f"client={client}" in opened[0], opened
+    assert "upstream_local=127.0.0.1:" in opened[0]

@@ -100,14 +100,14 @@ async def test_a_probe_reports_its_latest_outcome_and_goes_stale_when_hung() -> 
         await readiness.close()
 
 
-async def test_a_probe_that_takes_longer_than_its_interval_fails_with_its_late_reason() -> None:
+async def test_a_probe_added_after_start_runs_and_a_late_one_fails_with_its_reason() -> None:
     readiness = Readiness()
+    readiness.start()
 
     async def never() -> None:
         await asyncio.Event().wait()
 
     readiness.add_probe("metadata", never, interval=0.01, late="behind the topic's end")
-    readiness.start()
     try:
         await wait_for(
             lambda: (
