@@ -107,6 +107,8 @@ class Handshakes:
         self._pending: dict[asyncio.Task[None], str] = {}
         # Why a task was cancelled by us (shed, shutdown); absent: cancelled from outside.
         self._cancelled: dict[asyncio.Task[None], str] = {}
+        # Every task not yet ended, pending or cancelled.
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def pending(self) -> int:
@@ -123,6 +125,8 @@ class Handshakes:
             self._handshake(attempt, client=client, node_id=node_id, make=make)
         )
         task.add_done_callback(attempt.done)
+        task.add_done_callback(self._tasks.discard)
+        self._tasks.add(task)
         self._pending[task] = client
         self._metrics.tls_handshakes_pending(len(self._pending))
 
@@ -133,8 +137,8 @@ class Handshakes:
 
     async def wait_closed(self) -> None:
         """Return once every handshake task has ended."""
-        if self._pending:
-            await asyncio.wait(list(self._pending))
+        if self._tasks:
+            await asyncio.wait(list(self._tasks))
 
     def _cancel(self, task: asyncio.Task[None], why: str) -> None:
         self._cancelled[task] = why
