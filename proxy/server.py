@@ -206,7 +206,7 @@ class ProxyServer:
         missing = [route.node_id for route in routes if route.node_id not in self._listeners]
         if missing:
             return Verdict(ok=False, reason=f"no listener yet for brokers {missing}")
-        return Verdict(ok=True, reason=f"{len(routes)} listeners bound")
+        return Verdict(ok=True, reason=f"all {len(routes)} bound")
 
     async def advertise(self, brokers: Sequence[BrokerAddress]) -> Mapping[int, HostPort]:
         """The proxy address of each broker; brokers seen for the first time get a listener.
