@@ -129,7 +129,7 @@ class ProxyServer:
             splice=config.splice_enable,
         )
         self._listeners: dict[int, Listener] = {}
-        # Brokers whose listener could not bind after start-up, and why.
+        # Brokers whose listener could not bind, and why.
         self._unbound: dict[int, str] = {}
         self._ids = itertools.count(1)
         self._listen_lock = asyncio.Lock()
