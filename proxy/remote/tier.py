@@ -48,7 +48,7 @@ from storage.remote_reader import RemoteLogReader, RemoteSegmentLookup
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 from storage.rsm.config import RemoteStorageConfig
-from storage.rsm.factory import create_remote_storage
+from storage.rsm.factory import create_remote_storage, storage_identity
 from storage.startup import announce_remote_tier
 
 __all__ = ["MetadataPublisher", "RemoteLogMetadata", "RemoteTier", "open_remote_tier"]
@@ -251,6 +251,7 @@ async def open_remote_tier(
         bootstrap_servers=bootstrap_servers,
         security=security,
         command="serve",
+        storage_identity=storage_identity(storage_config),
     )
     try:
         await rlmm.start(wait_for_cluster=True)

@@ -24,9 +24,16 @@ the topic into a :class:`RemoteLogMetadataCache` and publishes new events to it.
 - A consumer task applies records in offset order. Undecodable records and refused events
   are logged and skipped (and counted), as Kafka's consumer task does, so one bad record
   never stops the cache.
-- With ``remote.log.metadata.snapshot.dir`` set, changed partitions are written there every
-  ``remote.log.metadata.snapshot.interval.ms`` and on ``close()``; ``start()`` loads them
-  and reads only the tail of the topic.
+- With ``remote.log.metadata.snapshot.dir`` set, ``start()`` locks a slot of that directory
+  for this manager (:mod:`storage.rlmm.slots`: two processes never write the same files),
+  loads the snapshots there if they were read from this cluster's topic and this remote tier
+  (:mod:`storage.rlmm.snapshot`), and reads only the tail of the topic; changed partitions
+  are written every ``remote.log.metadata.snapshot.interval.ms`` and on ``close()``, which
+  unlocks the slot.
+- Read your writes means *applied from the topic*: a published record that the consumer
+  skips as already held by a snapshot (a snapshot that claims records the topic does not
+  have) fails its publish, so nothing, a deletion least of all, goes ahead on the strength
+  of a snapshot alone.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
@@ -46,18 +54,20 @@ from protocol.metadata_records import (
 )
 from protocol.murmur2 import metadata_partition_for
 from storage.kafka_acls import denied, principal_of
-from storage.kafka_client import KafkaClient
-from storage.kafka_client.consumer import FETCH_MAX_WAIT_MS, AssignedConsumer
+from storage.kafka_client import NO_TOPIC_ID, BrokerConnectionError, KafkaClient
+from storage.kafka_client.consumer import CONSUMER_RETRY, FETCH_MAX_WAIT_MS, AssignedConsumer
 from storage.kafka_client.leaders import TopicAuthorizationError
 from storage.kafka_client.producer import TopicProducer
 from storage.kafka_security import KafkaSecurityConfig
 from storage.model import TopicIdPartition
+from storage.retry import call_with_retry
 from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.config import (
     RemoteLogMetadataConfig,
     snapshot_dir_for,
 )
-from storage.rlmm.snapshot import PartitionKey, SnapshotStore
+from storage.rlmm.slots import SnapshotSlot, claim_slot
+from storage.rlmm.snapshot import PartitionKey, SnapshotStore, StateBinding
 from storage.rlmm.state import RemoteLogMetadataError
 from storage.rlmm.topic_setup import MetadataTopicError, MetadataTopicSetup
 
@@ -85,11 +95,16 @@ class TopicBasedRemoteLogMetadataManager:
         bootstrap_servers: str,
         security: KafkaSecurityConfig | None = None,
         command: str | None = None,
+        storage_identity: str = "",
         fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS,
     ) -> None:
         """``command`` (``serve``, ``tier``) names the process, for its own snapshot
         directory when ``remote.log.metadata.snapshot.dir`` is ``auto``; without one, only an
         explicit directory keeps snapshots.
+
+        ``storage_identity`` names the remote tier the metadata describes
+        (:func:`storage.rsm.factory.storage_identity`); snapshots are bound to it, so a
+        snapshot directory moved to another remote tier is not loaded.
 
         ``fetch_max_wait_ms`` is the consumer's long poll. Catching up after the snapshots
         waits for one Fetch answer per partition (its high watermark), which a broker holds
@@ -115,12 +130,10 @@ class TopicBasedRemoteLogMetadataManager:
             bootstrap_servers, client_id="tierproxy-rlmm-consumer", security=resolved
         )
         self._partition_count = config.topic_partitions
-        self.snapshot_dir = snapshot_dir_for(config, command)
-        self._snapshots = (
-            SnapshotStore(self.snapshot_dir, config.topic_partitions)
-            if self.snapshot_dir is not None
-            else None
-        )
+        self._snapshot_root = snapshot_dir_for(config, command)
+        self._storage_identity = storage_identity
+        self._slot: SnapshotSlot | None = None
+        self._snapshots: SnapshotStore | None = None
         self._fetch_max_wait_ms = fetch_max_wait_ms
         self._producer: TopicProducer | None = None
         self._consumer: AssignedConsumer | None = None
@@ -159,6 +172,12 @@ class TopicBasedRemoteLogMetadataManager:
         """Partitions of the metadata topic."""
         return self._partition_count
 
+    @property
+    def snapshot_dir(self) -> Path | None:
+        """The slot this manager keeps its snapshots in while started; ``None`` before, and
+        without snapshots."""
+        return self._slot.path if self._slot is not None else None
+
     async def start(self, *, wait_for_cluster: bool = False) -> None:
         """Create the topic if needed, load snapshots, and catch up with the topic.
 
@@ -166,6 +185,7 @@ class TopicBasedRemoteLogMetadataManager:
             each retry, and only then start ``remote.log.metadata.initialization.timeout.ms``
             (long-running commands: the cluster may be down for longer than that); without
             it the timeout covers the wait too, as in Kafka.
+        :raises ConfigError: if the snapshot directory cannot be used.
         :raises MetadataTopicError: if the topic cannot be created or has another
             partition count than configured.
         :raises TimeoutError: if this takes longer than
@@ -174,6 +194,9 @@ class TopicBasedRemoteLogMetadataManager:
         """
         timeout_ms = self.config.initialization_timeout_ms
         try:
+            if self._snapshot_root is not None:
+                self._slot = claim_slot(self._snapshot_root)
+                self._snapshots = SnapshotStore(self._slot.path, self._partition_count)
             if wait_for_cluster:
                 await self._setup.wait_for_cluster()
             async with asyncio.timeout(timeout_ms / 1000):
@@ -196,17 +219,6 @@ class TopicBasedRemoteLogMetadataManager:
 
     async def _start(self) -> None:
         await self._setup.ensure()
-        resume_after: dict[int, int] = {}
-        if self._snapshots is not None:
-            restored = self._snapshots.load(self.cache)
-            self._skip_through = restored.applied_through
-            resume_after = restored.resume_after
-            log.info(
-                "loaded %d segments of %d partitions from %s",
-                len(self.cache),
-                len(restored.applied_through),
-                self.snapshot_dir,
-            )
         topic = self.config.topic_name
         self._producer = TopicProducer(self._client, topic)
         self._consumer = AssignedConsumer(
@@ -215,11 +227,52 @@ class TopicBasedRemoteLogMetadataManager:
             self._partition_count,
             max_wait_ms=self._fetch_max_wait_ms,
         )
-        for partition, offset in resume_after.items():
-            self._applied[partition] = offset
-            self._consumer.seek(partition, offset + 1)
+        if self._snapshots is not None:
+            await self._restore(self._snapshots, self._consumer)
         self._consume_task = asyncio.create_task(self._consume(), name="rlmm-consumer")
         await self.wait_until_caught_up()
+
+    async def _restore(self, snapshots: SnapshotStore, consumer: AssignedConsumer) -> None:
+        """Load the snapshots that belong to this cluster's topic and remote tier, and
+        position the consumer after what they hold.
+
+        :raises MetadataTopicError: the broker refuses the principal DESCRIBE on the topic.
+        """
+        binding = await self._binding()
+        try:
+            ends = await consumer.end_offsets(self._client)
+        except TopicAuthorizationError as err:
+            raise MetadataTopicError(
+                denied(err.request, self.config.topic_name, self._principal)
+            ) from err
+        restored = await asyncio.to_thread(snapshots.load, self.cache, binding=binding, ends=ends)
+        self._skip_through = restored.applied_through
+        for partition, offset in restored.resume_after.items():
+            self._applied[partition] = offset
+            consumer.seek(partition, offset + 1)
+        log.info(
+            "loaded %d segments of %d partitions from %s",
+            len(self.cache),
+            len(restored.applied_through),
+            snapshots.directory,
+        )
+
+    async def _binding(self) -> StateBinding:
+        """What this manager's state belongs to: the cluster, the metadata topic (by id), the
+        remote tier."""
+        topic = self.config.topic_name
+        cluster = await call_with_retry(
+            lambda: self._client.metadata([topic]),
+            policy=CONSUMER_RETRY,
+            is_retriable=lambda error: isinstance(error, BrokerConnectionError),
+        )
+        found = cluster.topics.get(topic)
+        return StateBinding(
+            cluster_id=cluster.cluster_id or "",
+            metadata_topic=topic,
+            metadata_topic_id=found.topic_id if found is not None else NO_TOPIC_ID,
+            remote_storage=self._storage_identity,
+        )
 
     async def publish(self, record: MetadataRecord) -> None:
         """Publish ``record`` and wait until this manager's cache has applied it.
@@ -308,6 +361,9 @@ class TopicBasedRemoteLogMetadataManager:
         await self._client.close()
         await self._consumer_client.close()
         self._producer = self._consumer = None
+        if self._slot is not None:
+            self._slot.release()
+            self._slot = None
 
     # -- internals ------------------------------------------------------------------------
 
@@ -346,14 +402,24 @@ class TopicBasedRemoteLogMetadataManager:
             log.warning("skipping metadata record %d@%d: %s", partition, offset, err)
             return
         if offset <= self._skip_through.get((record.topic_id, record.partition), -1):
-            return  # already in the partition's snapshot
+            # Already in the partition's snapshot. A publisher waiting for this very record
+            # must not take it as applied: the snapshot claims records the topic lacks.
+            self._refuse(
+                partition,
+                offset,
+                RemoteLogMetadataError(
+                    f"metadata record {partition}@{offset} for {record.topic}-"
+                    f"{record.partition} was not applied: the snapshot in {self.snapshot_dir} "
+                    "claims to hold it already, so the snapshot is not of this topic; "
+                    "remove the directory and restart"
+                ),
+            )
+            return
         try:
             self.cache.apply(record)
         except RemoteLogMetadataError as err:
             self.skipped_records += 1
-            self._refusals[(partition, offset)] = err
-            if len(self._refusals) > _REFUSALS_KEPT:
-                self._refusals.popitem(last=False)
+            self._refuse(partition, offset, err)
             log.warning("skipping metadata record %d@%d: %s", partition, offset, err)
             return
         self.applied_records += 1
@@ -362,6 +428,13 @@ class TopicBasedRemoteLogMetadataManager:
                 topic_id=record.topic_id, topic=record.topic, partition=record.partition
             )
         )
+
+    def _refuse(self, partition: int, offset: int, err: Exception) -> None:
+        """Remember that the record at ``partition``/``offset`` was not applied, for its
+        publisher."""
+        self._refusals[(partition, offset)] = err
+        if len(self._refusals) > _REFUSALS_KEPT:
+            self._refusals.popitem(last=False)
 
     def _wake(self, partition: int) -> None:
         applied = self._applied.get(partition, -1)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 from storage.rsm.base import RemoteStorageError, RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.local import LocalRemoteStorage
 from storage.rsm.s3 import S3RemoteStorage
 
-__all__ = ["StorageCheck", "check_remote_storage", "create_remote_storage"]
+__all__ = ["StorageCheck", "check_remote_storage", "create_remote_storage", "storage_identity"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -37,6 +38,17 @@ def create_remote_storage(config: RemoteStorageConfig) -> RemoteStorageManager:
     if config.backend == "s3":
         return S3RemoteStorage(config)
     return LocalRemoteStorage(config.local_dir, prefix=config.prefix)
+
+
+def storage_identity(config: RemoteStorageConfig) -> str:
+    """Where the remote tier's objects live, as one string that names the same place the
+    same way from any process on any host: ``s3://BUCKET/PREFIX at ENDPOINT`` (the endpoint
+    ``AWS`` when none is set), or ``file://ABSOLUTE-DIR/PREFIX``. Metadata snapshots are bound
+    to it (:class:`storage.rlmm.snapshot.StateBinding`)."""
+    prefix = config.prefix.strip("/")
+    if config.backend == "s3":
+        return f"s3://{config.s3_bucket}/{prefix} at {config.s3_endpoint or 'AWS'}"
+    return f"file://{Path(config.local_dir).resolve()}/{prefix}"
 
 
 async def check_remote_storage(config: RemoteStorageConfig) -> StorageCheck:

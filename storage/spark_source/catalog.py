@@ -30,6 +30,7 @@ from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.lineage import agreeing_end
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 from storage.rsm.base import RemoteStorageManager
+from storage.rsm.factory import storage_identity
 from storage.spark_source.decode import AbortedRange
 from storage.spark_source.options import SourceOptions
 from storage.spark_source.settings import SourceSettings
@@ -302,6 +303,7 @@ async def open_catalog(settings: SourceSettings) -> AsyncIterator[Catalog]:
         bootstrap_servers=settings.bootstrap_servers,
         security=settings.security,
         command="spark",
+        storage_identity=storage_identity(settings.storage),
         fetch_max_wait_ms=_FETCH_WAIT_MS,
     )
     rsm = remote_storage(settings.storage)

@@ -174,7 +174,7 @@ async def open_pipeline(
         ``remote.log.metadata.initialization.timeout.ms``.
     """
     from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager  # noqa: PLC0415
-    from storage.rsm.factory import create_remote_storage  # noqa: PLC0415
+    from storage.rsm.factory import create_remote_storage, storage_identity  # noqa: PLC0415
     from storage.startup import announce_remote_tier, check_cluster_login  # noqa: PLC0415
 
     config = settings.tiering
@@ -194,6 +194,7 @@ async def open_pipeline(
             bootstrap_servers=config.bootstrap_servers,
             security=security,
             command="tier",
+            storage_identity=storage_identity(settings.storage),
         )
         await owned_rlmm.start(wait_for_cluster=wait_for_cluster)
         rlmm = owned_rlmm

@@ -320,7 +320,7 @@ async def test_restart_from_snapshots_equals_a_full_replay(
     async with manager(broker.bootstrap, config(snapshots, topic_name=topic_name)) as first:
         for record in head:
             await first.publish(record)
-    assert (snapshots / "_rlmm_committed_offsets").is_file()
+    assert (snapshots / "0" / "_rlmm_committed_offsets").is_file()  # slot 0: the first taker
     async with manager(broker.bootstrap, config(topic_name=topic_name)) as other_writer:
         for record in tail:
             await other_writer.publish(record)
@@ -343,7 +343,7 @@ async def test_a_damaged_snapshot_is_rebuilt_from_the_topic(
         for record in records:
             await first.publish(record)
     damaged = USER_PARTITIONS[2]
-    path = snapshots / str(damaged) / f"{SNAPSHOT_FILE_PREFIX}{damaged.topic_id.hex}"
+    path = snapshots / "0" / str(damaged) / f"{SNAPSHOT_FILE_PREFIX}{damaged.topic_id.hex}"
     path.write_bytes(path.read_bytes()[:-7])
 
     with caplog.at_level(logging.WARNING, logger="storage.rlmm.snapshot"):
