@@ -56,7 +56,7 @@ from storage.model import (
     TopicIdPartition,
 )
 from storage.rlmm.cache import RemoteLogMetadataCache
-from storage.rlmm.snapshot import SnapshotStore
+from storage.rlmm.snapshot import SnapshotStore, StateBinding
 
 KIP_405_BYTES_PER_ENTRY = 100
 SEGMENT_OFFSETS = 1_000
@@ -304,6 +304,14 @@ def rebuild_and_snapshot(
     timings["tip_deletion_seconds"] = time.perf_counter() - started
     with tempfile.TemporaryDirectory() as directory:
         store = SnapshotStore(Path(directory), 50)
+        binding = StateBinding(
+            cluster_id="bench",
+            metadata_topic="bench",
+            metadata_topic_id=uuid.UUID(int=1),
+            remote_storage="bench",
+        )
+        ends = dict.fromkeys(range(50), count)
+        store.load(RemoteLogMetadataCache(), binding=binding, ends=ends)  # binds the directory
         started = time.perf_counter()
         store.write(store.plan(cache, {metadata_partition_for(str(tp), 50): count}, [tp]))
         timings["snapshot_write_seconds"] = time.perf_counter() - started
@@ -311,7 +319,7 @@ def rebuild_and_snapshot(
         timings["snapshot_mib"] = sum(f.stat().st_size for f in files) / 2**20
         started = time.perf_counter()
         restored = RemoteLogMetadataCache()
-        store.load(restored)
+        store.load(restored, binding=binding, ends=ends)
         timings["snapshot_load_seconds"] = time.perf_counter() - started
         assert len(restored) == len(cache)
     print(

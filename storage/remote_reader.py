@@ -34,9 +34,16 @@ Aborted transactions (READ_COMMITTED)
 Errors
     :class:`OffsetNotInRemoteError` when no readable copy holds the offset (the caller
     answers OFFSET_OUT_OF_RANGE or asks the broker); the storage errors of
-    :mod:`storage.rsm.base` pass through (``RemoteResourceNotFoundError`` when a segment was
-    deleted between the metadata lookup and the read); ``CorruptIndexError`` and
+    :mod:`storage.rsm.base` pass through; ``CorruptIndexError`` and
     ``CorruptRecordBatchError`` when an object is damaged.
+
+Missing objects
+    ``RemoteResourceNotFoundError`` means one of two things. If the metadata no longer
+    lists the segment as readable, retention deleted it between the lookup and the read,
+    and the caller's next lookup answers right. If it still does, an object the metadata
+    promises is gone (moved, deleted by hand, a bucket policy): the reader tells its
+    :class:`MissingObjectReport` (segment and object key), so that it is logged and shown,
+    and the error still goes to the caller, who must not treat it as "no such offset".
 """
 
 from __future__ import annotations
@@ -66,11 +73,19 @@ from protocol.records import (
 )
 from storage.chunk_cache import ChunkCache
 from storage.index_cache import RemoteIndexCache
-from storage.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
+from storage.model import (
+    IndexType,
+    RemoteLogSegmentId,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
 from storage.rlmm.lineage import agreeing_end
+from storage.rsm.base import RemoteResourceNotFoundError
 from storage.segment.reader import read_batches
 
 __all__ = [
+    "MissingObjectReport",
     "OffsetNotInRemoteError",
     "RemoteLogReader",
     "RemoteRecords",
@@ -83,6 +98,7 @@ _PREFETCH_SEGMENTS: Final = 16
 """Most segments a read-ahead reaches into beyond the one read (small segments only): the
 deepest read-ahead, 64 MiB, spans 16 segments of 4 MiB. (Four held a reader through 8 MiB
 segments to 30 MiB, under the 36 MiB a reader at 600 MiB/s needs behind 60 ms GETs.)"""
+_READABLE: Final = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 _SCAN_BYTES: Final = 256 * 1024
 """Bytes scanned per step when looking for a timestamp (reads go through the chunk cache,
 so a step costs at most one GET)."""
@@ -102,6 +118,17 @@ class RemoteSegmentLookup(Protocol):
     def lineage(self, tp: TopicIdPartition) -> tuple[EpochEntry, ...]: ...
 
     def log_start_offset(self, tp: TopicIdPartition) -> int: ...
+
+    def segment_state(self, segment_id: RemoteLogSegmentId) -> RemoteLogSegmentState | None: ...
+
+
+class MissingObjectReport(Protocol):
+    """Who hears of objects that the metadata lists as readable but remote storage lacks."""
+
+    def object_missing(self, segment: RemoteLogSegmentMetadata, key: str) -> None:
+        """``key`` (the object, as :class:`RemoteResourceNotFoundError` names it) of
+        ``segment`` was not found. Called on the event loop, once per failed read."""
+        ...
 
 
 class OffsetNotInRemoteError(LookupError):
@@ -140,11 +167,18 @@ class RemoteLogReader:
     """Reads whole batches and timestamps from the remote tier through the caches."""
 
     def __init__(
-        self, *, metadata: RemoteSegmentLookup, indexes: RemoteIndexCache, chunks: ChunkCache
+        self,
+        *,
+        metadata: RemoteSegmentLookup,
+        indexes: RemoteIndexCache,
+        chunks: ChunkCache,
+        missing: MissingObjectReport | None = None,
     ) -> None:
+        """:param missing: told of each object found missing (see the module docstring)."""
         self._metadata = metadata
         self._indexes = indexes
         self._chunks = chunks
+        self._missing = missing
 
     async def read(
         self,
@@ -228,6 +262,35 @@ class RemoteLogReader:
             segment = next_segment
         return None
 
+    # -- objects -----------------------------------------------------------------------
+
+    async def _index(self, segment: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        """The segment's ``index_type`` file through the index cache; a missing one is
+        reported (see the module docstring) and raised."""
+        try:
+            return await self._indexes.get(segment, index_type)
+        except RemoteResourceNotFoundError as err:
+            self._report(segment, err)
+            raise
+
+    async def _bytes(
+        self, segment: RemoteLogSegmentMetadata, start: int, end: int
+    ) -> memoryview | Buffers:
+        """Bytes ``[start, end)`` of the segment's ``.log`` through the chunk cache; a missing
+        object is reported (see the module docstring) and raised."""
+        try:
+            return await self._chunks.read(segment, start, end)
+        except RemoteResourceNotFoundError as err:
+            self._report(segment, err)
+            raise
+
+    def _report(self, segment: RemoteLogSegmentMetadata, err: RemoteResourceNotFoundError) -> None:
+        if self._missing is None:
+            return
+        if self._metadata.segment_state(segment.segment_id) != _READABLE:
+            return  # deleted by retention meanwhile: not missing, gone
+        self._missing.object_missing(segment, err.key or str(err))
+
     # -- reading batches ---------------------------------------------------------------
 
     async def _read_segment(
@@ -238,7 +301,7 @@ class RemoteLogReader:
         lineage: Sequence[EpochEntry],
     ) -> memoryview | Buffers:
         index = OffsetIndex(
-            await self._indexes.get(segment, IndexType.OFFSET), base_offset=segment.start_offset
+            await self._index(segment, IndexType.OFFSET), base_offset=segment.start_offset
         )
         target = max(fetch_offset, segment.start_offset)
         start = index.lookup(target).position
@@ -252,7 +315,7 @@ class RemoteLogReader:
             self._chunks.prefetch(segment, start, min(max_bytes, size - start))
             self._read_ahead_past(following, start, ahead)
         records = await read_batches(
-            fetch=lambda start, end: self._chunks.read(segment, start, end),
+            fetch=lambda start, end: self._bytes(segment, start, end),
             offset_index=index,
             target_offset=target,
             max_bytes=max_bytes,
@@ -294,15 +357,13 @@ class RemoteLogReader:
         last = segment
         while current is not None:
             last = current
-            index = parse_transaction_index(await self._indexes.get(current, IndexType.TRANSACTION))
+            index = parse_transaction_index(await self._index(current, IndexType.TRANSACTION))
             result = collect_aborted_txns(index, fetch_offset, upper)
             found.extend(result.aborted)
             if result.is_complete:
                 return records, tuple(found)
             current = self._metadata.segment_for(tp, current.end_offset + 1, lineage)
-        snapshot = parse_producer_snapshot(
-            await self._indexes.get(last, IndexType.PRODUCER_SNAPSHOT)
-        )
+        snapshot = parse_producer_snapshot(await self._index(last, IndexType.PRODUCER_SNAPSHOT))
         open_starts = [
             e.current_txn_first_offset for e in snapshot if e.current_txn_first_offset != NO_TXN
         ]
@@ -337,16 +398,16 @@ class RemoteLogReader:
         """
         first = max(segment.start_offset, starting_offset)
         time_index = TimeIndex(
-            await self._indexes.get(segment, IndexType.TIMESTAMP), base_offset=segment.start_offset
+            await self._index(segment, IndexType.TIMESTAMP), base_offset=segment.start_offset
         )
         offset_index = OffsetIndex(
-            await self._indexes.get(segment, IndexType.OFFSET), base_offset=segment.start_offset
+            await self._index(segment, IndexType.OFFSET), base_offset=segment.start_offset
         )
         from_offset = max(time_index.lookup(timestamp).offset, first)
         position = offset_index.lookup(from_offset).position
         size = segment.segment_size_in_bytes
         while position + BATCH_HEADER_SIZE <= size:
-            window = contiguous(await self._chunks.read(segment, position, position + _SCAN_BYTES))
+            window = contiguous(await self._bytes(segment, position, position + _SCAN_BYTES))
             consumed = 0
             for at, header in iter_batches(window):
                 consumed = at + header.size
@@ -359,9 +420,7 @@ class RemoteLogReader:
                 if len(window) < BATCH_HEADER_SIZE:
                     return None
                 header = parse_batch_header(window)
-                window = contiguous(
-                    await self._chunks.read(segment, position, position + header.size)
-                )
+                window = contiguous(await self._bytes(segment, position, position + header.size))
                 if len(window) < header.size:
                     return None  # a partial batch ends the object
                 if header.max_timestamp >= timestamp:

@@ -14,21 +14,51 @@ names another host, or a refused SASL login, will not get better by retrying, so
 ``tier`` and ``status`` stop at once with one line naming the setting to check, rather than
 waiting out ``remote.log.metadata.initialization.timeout.ms`` while the metadata topic's
 clients retry. A cluster that does not answer yet is left to those retries, as before.
+
+Once the metadata is loaded, ``serve`` runs :func:`check_segment_sample` in the background:
+a HEAD (or ``stat``) of the oldest and newest readable segment of a random sample of tiered
+partitions, so a remote tier that was moved, emptied or pointed at the wrong bucket or prefix
+is reported at start, not at the first consumer that reads far back. It reads nothing and
+never holds up serving.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import random
 import ssl
+import time
+from collections.abc import Callable, Sequence
+from typing import Final, Protocol
 
+from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from storage.config import ConfigError
 from storage.kafka_client import AuthenticationError, BrokerConnectionError, KafkaClient
 from storage.kafka_security import KafkaSecurityConfig
+from storage.model import RemoteLogSegmentMetadata, TopicIdPartition
+from storage.remote_reader import MissingObjectReport
 from storage.rlmm.config import RemoteLogMetadataConfig, snapshot_dir_for
+from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError, SegmentProbe
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.factory import check_remote_storage
 
-__all__ = ["announce_remote_tier", "check_cluster_login"]
+__all__ = [
+    "SAMPLE_PARTITIONS",
+    "SampledMetadata",
+    "announce_remote_tier",
+    "check_cluster_login",
+    "check_segment_sample",
+]
+
+SAMPLE_PARTITIONS: Final = 50
+"""Partitions whose oldest and newest segments the start-up check looks at: at most 100
+HEADs, a second or two eight at a time even against distant object storage, and enough to
+see a tier that is gone as a whole. A random sample, so that restarts look at others."""
+_SAMPLE_CONCURRENCY: Final = 8
+_SAMPLE_DEADLINE_S: Final = 60.0
+"""The check gives up (with a line saying how far it got) after this long: storage that slow
+is reported by the reads themselves."""
 
 _NAME_MISMATCHES = (62, 64)
 """OpenSSL's X509_V_ERR_HOSTNAME_MISMATCH and X509_V_ERR_IP_ADDRESS_MISMATCH."""
@@ -101,3 +131,90 @@ def _what_to_check(err: AuthenticationError) -> str:
             "alternative names must cover bootstrap.servers and the advertised listeners"
         )
     return "check that upstream.ssl.ca.location holds the CA that signed the brokers' certificates"
+
+
+class SampledMetadata(Protocol):
+    """What the start-up check asks the metadata cache (``RemoteLogMetadataCache``)."""
+
+    def partitions(self) -> list[TopicIdPartition]: ...
+
+    def lineage(self, tp: TopicIdPartition) -> tuple[EpochEntry, ...]: ...
+
+    def remote_log_start_offset(self, tp: TopicIdPartition) -> int | None: ...
+
+    def remote_log_end_offset(self, tp: TopicIdPartition) -> int | None: ...
+
+    def segment_for(
+        self, tp: TopicIdPartition, offset: int, lineage: Sequence[EpochEntry]
+    ) -> RemoteLogSegmentMetadata | None: ...
+
+
+async def check_segment_sample(
+    metadata: SampledMetadata,
+    probe: SegmentProbe,
+    report: MissingObjectReport,
+    *,
+    log: logging.Logger,
+    partitions: int = SAMPLE_PARTITIONS,
+    choose: Callable[[Sequence[TopicIdPartition], int], list[TopicIdPartition]] = random.sample,
+) -> int:
+    """Look for the ``.log`` objects of the oldest and newest readable segment of up to
+    ``partitions`` tiered partitions (``choose`` picks them); ``report`` each missing one and
+    log one summary line, which also counts the objects storage could not answer for. After
+    :data:`_SAMPLE_DEADLINE_S` the check stops and says how far it got.
+
+    :returns: how many objects were found missing.
+    """
+    tiered = metadata.partitions()
+    chosen = choose(tiered, min(partitions, len(tiered)))
+    segments = {s.segment_id.id: s for tp in chosen for s in _ends(metadata, tp)}
+    gate = asyncio.Semaphore(_SAMPLE_CONCURRENCY)
+    missing: list[str] = []
+    failed: list[RemoteStorageError] = []
+    found: list[int] = []
+    started = time.monotonic()
+
+    async def look(segment: RemoteLogSegmentMetadata) -> None:
+        async with gate:
+            try:
+                found.append(await probe.log_segment_size(segment))
+            except RemoteResourceNotFoundError as err:
+                missing.append(err.key or str(err))
+                report.object_missing(segment, missing[-1])
+            except RemoteStorageError as err:
+                failed.append(err)
+
+    try:
+        async with asyncio.timeout(_SAMPLE_DEADLINE_S):
+            await asyncio.gather(*(look(segment) for segment in segments.values()))
+    except TimeoutError:
+        log.warning(
+            "remote tier start-up check stopped after %.0f s: %d of %d segments looked at",
+            time.monotonic() - started,
+            len(found) + len(missing) + len(failed),
+            len(segments),
+        )
+        return len(missing)
+    log.log(
+        logging.WARNING if missing or failed else logging.INFO,
+        "remote tier start-up check: %d of the %d oldest and newest segments of %d of %d "
+        "tiered partitions are missing from remote storage%s%s",
+        len(missing),
+        len(segments),
+        len(chosen),
+        len(tiered),
+        " (each is logged as remote.object.missing)" if missing else "",
+        f"; {len(failed)} could not be checked ({failed[-1]})" if failed else "",
+    )
+    return len(missing)
+
+
+def _ends(metadata: SampledMetadata, tp: TopicIdPartition) -> list[RemoteLogSegmentMetadata]:
+    """The oldest and newest readable segments of ``tp`` (one when they are the same)."""
+    start = metadata.remote_log_start_offset(tp)
+    end = metadata.remote_log_end_offset(tp)
+    if start is None or end is None:
+        return []
+    lineage = metadata.lineage(tp)
+    found = (metadata.segment_for(tp, start, lineage), metadata.segment_for(tp, end, lineage))
+    return [segment for segment in found if segment is not None]

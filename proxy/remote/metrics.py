@@ -33,6 +33,8 @@ Series (Kafka's MBean in parentheses):
   drops; see :mod:`proxy.remote.broker_offsets`)
 - ``tierproxy_remote_fetch_answered_without_broker_total`` (tierproxy's: Fetches answered
   without a probe to the broker; see :mod:`proxy.remote.broker_checks`)
+- ``tierproxy_remote_missing_objects`` (tierproxy's: segments the metadata lists as readable
+  whose objects remote storage does not have now; see :mod:`proxy.remote.missing_objects`)
 """
 
 from __future__ import annotations
@@ -200,6 +202,13 @@ class _TierCollector:
             "answered them on the same connection within "
             "remote.fetch.broker.check.reuse.ms.",
             tier.broker_checks.answered_alone,
+        )
+        yield _gauge(
+            "tierproxy_remote_missing_objects",
+            "Segments the metadata lists as readable whose objects remote storage does not "
+            "have, as reads and the start-up check found them and until a re-check finds "
+            "them again (alert on > 0: their reads fail with KAFKA_STORAGE_ERROR).",
+            tier.missing_objects.count,
         )
         gaps = GaugeMetricFamily(
             "tierproxy_remote_log_gap_records",

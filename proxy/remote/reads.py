@@ -15,8 +15,18 @@ partition's answer:
   while every client (Java, librdkafka, kafka-python, aiokafka) retries KAFKA_STORAGE_ERROR
   quietly after a metadata refresh. It is also what the error means: "disk error when
   trying to access log file", retriable. Each such answer is counted by reason.
-- The segment was deleted between lookup and read, or the offset left the remote tier:
-  OFFSET_OUT_OF_RANGE, so the client re-resolves its position with ListOffsets.
+- The offset left the remote tier (no readable copy holds it): OFFSET_OUT_OF_RANGE, so
+  the client re-resolves its position with ListOffsets. Kafka's ``RemoteLogManager.read``
+  throws ``OffsetOutOfRangeException`` there too.
+- Remote storage answers "not found" (``RemoteResourceNotFoundError``): KAFKA_STORAGE_ERROR,
+  reason ``not-found``. Either retention deleted the segment between lookup and read, and
+  the retry finds the right answer, or an object the metadata lists is gone, and the reader
+  has reported it (:mod:`proxy.remote.missing_objects` logs and shows it). Never
+  OFFSET_OUT_OF_RANGE: a client would reset its position (``auto.offset.reset``), skipping
+  records or re-reading from the start in a loop, while the data may come back. Kafka
+  answers UNKNOWN_SERVER_ERROR here (``RemoteLogReader.call`` hands the
+  ``RemoteResourceNotFoundException`` to ``Errors.forException``, and it is no
+  ``ApiException``); the proxy answers the retriable error for the reason above.
 - A READ_COMMITTED read that reaches a transaction the remote tier cannot resolve:
   KAFKA_STORAGE_ERROR, retried until the marker's segment is tiered.
 - The read did not finish within the purgatory's wait: no records and no error, as Kafka
@@ -135,8 +145,10 @@ class RemoteReads:
         if err is None:
             return Outcome(error=_NONE, records=future.result())
         tp, offset = tiered.tp, tiered.position.fetch_offset
-        if isinstance(err, OffsetNotInRemoteError | RemoteResourceNotFoundError):
-            error, reason, lasting = _OUT_OF_RANGE, "not-found", True
+        if isinstance(err, OffsetNotInRemoteError):
+            error, reason, lasting = _OUT_OF_RANGE, "out-of-range", True
+        elif isinstance(err, RemoteResourceNotFoundError):
+            error, reason, lasting = _STORAGE_ERROR, "not-found", False  # logged by the reader
         elif isinstance(err, UnresolvedTransactionError):
             error, reason, lasting = _STORAGE_ERROR, "unresolved-transaction", True
         else:

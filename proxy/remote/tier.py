@@ -3,6 +3,9 @@ quota, offload policy, fetch sessions, and what the proxy has learned about each
 partition from the broker's answers (:class:`~proxy.remote.broker_view.BrokerView`, also fed
 by the proxy's own ListOffsets: :class:`~proxy.remote.broker_offsets.BrokerOffsets`). The
 interceptors are built over it with explicit collaborators (``FetchInterceptor.for_tier``).
+Objects the metadata lists but storage lacks are tracked in :attr:`RemoteTier.missing_objects`
+(:mod:`proxy.remote.missing_objects`): the sample checked at start, what reads find, and
+re-checked every minute.
 
 :func:`open_remote_tier` builds it from the settings for ``tierproxy serve``: the remote
 storage manager, the topic-based metadata manager (a consumer of ``__remote_log_metadata``
@@ -11,6 +14,7 @@ that keeps the metadata cache current), the index and chunk caches and the reade
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -31,6 +35,7 @@ from proxy.remote.client_quotas import ClientQuotas
 from proxy.remote.config import RemoteFetchConfig
 from proxy.remote.fallbacks import BrokerFallbacks
 from proxy.remote.metrics import NoReadCounters, ReadCounters, RemoteMetrics
+from proxy.remote.missing_objects import MissingObjects
 from proxy.remote.offload import OffloadPolicy
 from proxy.remote.offsets import RemoteRange
 from proxy.remote.pool import ReaderPool
@@ -43,13 +48,14 @@ from storage.config import from_settings
 from storage.index_cache import IndexCacheConfig, RemoteIndexCache
 from storage.kafka_client import NO_TOPIC_ID, KafkaClient
 from storage.kafka_security import KafkaSecurityConfig
-from storage.model import RemoteLogSegmentMetadata, TopicIdPartition
+from storage.model import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from storage.remote_reader import RemoteLogReader, RemoteSegmentLookup
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
+from storage.rsm.base import SegmentProbe
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.factory import create_remote_storage, storage_identity
-from storage.startup import announce_remote_tier
+from storage.startup import announce_remote_tier, check_segment_sample
 
 __all__ = ["MetadataPublisher", "RemoteLogMetadata", "RemoteTier", "open_remote_tier"]
 
@@ -59,6 +65,8 @@ _OFFSETS_TIMEOUT_MS: Final = 5_000
 """Request timeout of the proxy's own ListOffsets (:mod:`proxy.remote.broker_offsets`): no
 client waits for them beyond a short hold, but a broker that does not answer within this
 is taken as failed, and the partitions are left to reach probes for a while."""
+_RECHECK_SECONDS: Final = 60.0
+"""How often segments known missing are looked for again (a HEAD each, bounded per round)."""
 
 
 class RemoteLogMetadata(RemoteSegmentLookup, Protocol):
@@ -109,16 +117,29 @@ class RemoteTier:
         topic_id_lookup: TopicIdLookup | None = None,
         offset_lister: OffsetLister | None = None,
         metrics: RemoteMetrics | None = None,
+        probe: SegmentProbe | None = None,
+        recheck_seconds: float = _RECHECK_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """:param offset_lister: how the proxy asks brokers ListOffsets itself, before a
-        partition's first Fetch; ``None``: first probes are reach probes."""
+        partition's first Fetch; ``None``: first probes are reach probes.
+        :param probe: how to look for a segment's objects without reading them (the remote
+            storage manager): for the start-up sample and the re-checks of missing objects;
+            ``None``: neither runs (reads still report what they find missing)."""
         self.config = config
         self.metadata = metadata
         self.publish = publish
         self.indexes = indexes
         self.chunks = chunks
-        self.reader = RemoteLogReader(metadata=metadata, indexes=indexes, chunks=chunks)
+        self.missing_objects = MissingObjects(readable=self._readable, clock=clock)
+        """Objects the metadata lists as readable that storage lacks, now:
+        ``missing_objects.status()`` is what a readiness report shows."""
+        self.reader = RemoteLogReader(
+            metadata=metadata, indexes=indexes, chunks=chunks, missing=self.missing_objects
+        )
+        self._probe = probe
+        self._recheck_seconds = recheck_seconds
+        self._watch: asyncio.Task[None] | None = None
         self.pool = ReaderPool(
             workers=config.reader_threads, max_pending=config.reader_max_pending_tasks, clock=clock
         )
@@ -159,12 +180,23 @@ class RemoteTier:
             metrics.watch(self)
 
     def start(self) -> None:
-        """Start the reader pool and the topic-id refresh (needs the running event loop)."""
+        """Start the reader pool, the topic-id refresh and, with a probe, the start-up sample
+        and re-checks of missing objects (needs the running event loop)."""
         self.pool.start()
         self.topic_ids.start()
+        if self._probe is not None:
+            self._watch = asyncio.create_task(
+                self._watch_objects(self._probe), name="remote-object-watch"
+            )
 
     async def close(self) -> None:
-        """Stop the pool, the topic-id refresh and the caches' background loads."""
+        """Stop the pool, the topic-id refresh, the object watch and the caches' background
+        loads."""
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+            self._watch = None
         if self.metrics is not None:
             self.metrics.unwatch()
         await self.topic_ids.close()
@@ -172,6 +204,27 @@ class RemoteTier:
         await self.pool.close()
         await self.chunks.close()
         await self.indexes.close()
+
+    # -- missing objects -------------------------------------------------------------------
+
+    def _readable(self, segment: RemoteLogSegmentMetadata) -> bool:
+        state = self.metadata.segment_state(segment.segment_id)
+        return state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED
+
+    async def _watch_objects(self, probe: SegmentProbe) -> None:
+        """The start-up sample, then a re-check of what is missing every
+        ``recheck_seconds``; a failure of either is logged and the watch goes on."""
+        try:
+            await check_segment_sample(self.metadata, probe, self.missing_objects, log=_log)
+        except Exception:
+            _log.exception("remote tier start-up check failed")
+        while True:
+            await asyncio.sleep(self._recheck_seconds)
+            if self.missing_objects.count:
+                try:
+                    await self.missing_objects.recheck(probe)
+                except Exception:
+                    _log.exception("re-checking missing remote objects failed")
 
     # -- partitions ------------------------------------------------------------------------
 
@@ -285,6 +338,7 @@ async def open_remote_tier(
         topic_id_lookup=functools.partial(_current_topic_ids, bootstrap_servers, security),
         offset_lister=offsets_client,
         metrics=metrics,
+        probe=rsm,
     )
     if metrics is not None:
         metrics.watch_metadata(rlmm)

@@ -22,6 +22,7 @@ __all__ = [
     "RemoteResourceNotFoundError",
     "RemoteStorageError",
     "RemoteStorageManager",
+    "SegmentProbe",
     "check_range",
 ]
 
@@ -43,11 +44,16 @@ class RemoteResourceNotFoundError(RemoteStorageError):
     """The segment (or one of its files) is not in remote storage.
 
     Kafka's ``RemoteResourceNotFoundException``: a reader whose metadata points at a deleted
-    segment, or a delete of a segment that has no objects left. Never retriable.
+    segment, or a delete of a segment that has no objects left. Never retriable by the
+    storage manager's own retries (the object will not appear within them); a reader's
+    client may ask again later, when an operator has put it back.
     """
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, key: str | None = None) -> None:
         super().__init__(message, retriable=False)
+        self.key = key
+        """The missing object as an operator finds it (``s3://BUCKET/KEY`` or the file's
+        path), when one object was asked for."""
 
 
 class RemoteRangeError(RemoteStorageError):
@@ -122,6 +128,22 @@ class RemoteStorageManager(Protocol):
 
     async def close(self) -> None:
         """Release connections and threads; later calls raise :class:`RemoteStorageError`."""
+        ...
+
+
+class SegmentProbe(Protocol):
+    """Whether a segment's objects are there, without reading them (a HEAD or a stat).
+
+    Not part of Kafka's ``RemoteStorageManager``: tierproxy's storage managers offer it for
+    the start-up check and the missing-object watch of the proxy.
+    """
+
+    async def log_segment_size(self, metadata: RemoteLogSegmentMetadata) -> int:
+        """The size in bytes of the segment's ``.log`` object.
+
+        :raises RemoteResourceNotFoundError: when it does not exist (``key`` names it).
+        :raises RemoteStorageError: for other storage failures.
+        """
         ...
 
 

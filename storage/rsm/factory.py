@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.rsm.base import RemoteStorageError, RemoteStorageManager
+from storage.rsm.base import RemoteStorageError
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.local import LocalRemoteStorage
 from storage.rsm.s3 import S3RemoteStorage
@@ -27,8 +27,10 @@ class StorageCheck:
     """What is wrong with the store, or ``None`` when one cheap request succeeded."""
 
 
-def create_remote_storage(config: RemoteStorageConfig) -> RemoteStorageManager:
-    """The backend ``remote.log.storage.backend`` names, configured from ``config``.
+def create_remote_storage(config: RemoteStorageConfig) -> S3RemoteStorage | LocalRemoteStorage:
+    """The backend ``remote.log.storage.backend`` names, configured from ``config``: a
+    :class:`~storage.rsm.base.RemoteStorageManager` that is also a
+    :class:`~storage.rsm.base.SegmentProbe`.
 
     Nothing is contacted here: the S3 client connects on first use and the local directory
     is created on first write, so building a proxy or a pipeline task stays cheap.

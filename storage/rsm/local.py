@@ -152,6 +152,17 @@ class LocalRemoteStorage:
         key = self._layout.index_key(metadata, index_type)
         return await self._read(key, 0, None)
 
+    async def log_segment_size(self, metadata: RemoteLogSegmentMetadata) -> int:
+        """The size of the segment's ``.log`` file, from a ``stat``
+        (:class:`~storage.rsm.base.SegmentProbe`).
+
+        :raises RemoteResourceNotFoundError: when it does not exist.
+        :raises RemoteStorageError: for other storage failures.
+        """
+        self._check_open()
+        key = self._layout.log_key(metadata)
+        return await self._in_thread(key, lambda: (self._root / key).stat().st_size)
+
     async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
         self._check_open()
         keys = self._layout.segment_keys(metadata)
@@ -183,7 +194,9 @@ class LocalRemoteStorage:
         try:
             return await asyncio.to_thread(call)
         except FileNotFoundError as err:
-            raise RemoteResourceNotFoundError(f"{key} not found under {self._root}") from err
+            raise RemoteResourceNotFoundError(
+                f"{key} not found under {self._root}", key=str(self._root / key)
+            ) from err
         except OSError as err:
             raise RemoteStorageError(
                 f"cannot read {key} under {self._root}: {err}", retriable=False

@@ -203,6 +203,21 @@ class S3RemoteStorage:
 
         return await self._request("read", key, get)
 
+    async def log_segment_size(self, metadata: RemoteLogSegmentMetadata) -> int:
+        """The size of the segment's ``.log`` object, from a HEAD
+        (:class:`~storage.rsm.base.SegmentProbe`).
+
+        :raises RemoteResourceNotFoundError: when it does not exist.
+        :raises RemoteStorageError: for other storage failures.
+        """
+        key = self._layout.log_key(metadata)
+
+        async def head(client: S3Client) -> int:
+            response = await client.head_object(Bucket=self._bucket, Key=key)
+            return int(response["ContentLength"])
+
+        return await self._request("stat", key, head)
+
     async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
         prefix = self._layout.segment_prefix(metadata)
 

@@ -49,13 +49,14 @@ def http_status(err: ClientError) -> int | None:
 
 
 def translate_s3_error(err: Exception, action: str, where: str) -> RemoteStorageError:
-    """Sort an S3/HTTP failure into not-found, retriable or permanent."""
+    """Sort an S3/HTTP failure into not-found, retriable or permanent; ``where`` is the
+    object (``s3://BUCKET/KEY``), which a not-found error names as its ``key``."""
     if isinstance(err, ClientError):
         code = str(err.response.get("Error", {}).get("Code", ""))
         status = http_status(err)
         message = f"cannot {action} {where}: {code or status} {err}"
         if code in _NOT_FOUND_CODES or (status == 404 and code != "NoSuchBucket"):
-            return RemoteResourceNotFoundError(message)
+            return RemoteResourceNotFoundError(message, key=where)
         retriable = code in _THROTTLING_CODES or status == 429 or (status or 0) >= 500
         return RemoteStorageError(message, retriable=retriable)
     retriable = isinstance(err, _TRANSIENT_ERRORS)

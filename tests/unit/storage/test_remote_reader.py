@@ -27,13 +27,21 @@ from protocol.records import (
     iter_batches,
     parse_batch_header,
 )
-from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
+from storage.model import (
+    IndexType,
+    LogSegmentData,
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
 from storage.remote_reader import (
     OffsetNotInRemoteError,
+    RemoteLogReader,
     TimestampAndOffset,
     UnresolvedTransactionError,
 )
 from storage.rsm.base import RemoteResourceNotFoundError
+from storage.rsm.layout import RemoteLayout
 from storage.rsm.local import LocalRemoteStorage
 from tests.unit.proxy.remote.tiered_log import (
     BASE_TIMESTAMP,
@@ -370,6 +378,64 @@ async def test_a_segment_deleted_after_lookup_raises_not_found(tmp_path: Path) -
         await log.rsm.delete_log_segment(log.segments[0])
         with pytest.raises(RemoteResourceNotFoundError):
             await log.reader.read(TP, 0, 100)
+    finally:
+        await log.close()
+
+
+class MissingRecorder:
+    """A :class:`~storage.remote_reader.MissingObjectReport` that keeps what it is told."""
+
+    def __init__(self) -> None:
+        self.found: list[tuple[RemoteLogSegmentMetadata, str]] = []
+
+    def object_missing(self, segment: RemoteLogSegmentMetadata, key: str) -> None:
+        self.found.append((segment, key))
+
+
+async def test_a_missing_object_of_a_listed_segment_is_reported_and_raised(
+    tmp_path: Path,
+) -> None:
+    log = await tier(tmp_path, [[data_batch(0, 3)], [data_batch(3, 3)]], chunk_cache_bytes=0)
+    missing = MissingRecorder()
+    reader = RemoteLogReader(
+        metadata=log.metadata, indexes=log.indexes, chunks=log.chunks, missing=missing
+    )
+    try:
+        await reader.read(TP, 3, 100)  # warms the second segment's offset index
+        gone = log.segments[1]
+        (tmp_path / RemoteLayout().log_key(gone)).rename(tmp_path / "moved-away")
+        with pytest.raises(RemoteResourceNotFoundError):
+            await reader.read(TP, 3, 100)
+        assert missing.found == [(gone, str(tmp_path / RemoteLayout().log_key(gone)))]
+        with pytest.raises(RemoteResourceNotFoundError):
+            await reader.find_offset_by_timestamp(TP, BASE_TIMESTAMP + 4)
+        assert len(missing.found) == 2
+        assert [s.segment_id for s, _ in missing.found] == [gone.segment_id] * 2
+        (tmp_path / "moved-away").rename(tmp_path / RemoteLayout().log_key(gone))
+        assert bytes((await reader.read(TP, 3, 100)).records) == data_batch(3, 3)
+    finally:
+        await log.close()
+
+
+async def test_a_segment_that_retention_deleted_meanwhile_is_not_reported_missing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention deletes a segment's objects after DELETE_SEGMENT_STARTED: a read that
+    looked it up just before finds it gone, which is no missing object."""
+    log = await tier(tmp_path, [[data_batch(0, 3)]], chunk_cache_bytes=0)
+    missing = MissingRecorder()
+    reader = RemoteLogReader(
+        metadata=log.metadata, indexes=log.indexes, chunks=log.chunks, missing=missing
+    )
+    try:
+        await log.rsm.delete_log_segment(log.segments[0])
+        # The deletion's record is applied between the read's lookup and its GET.
+        monkeypatch.setattr(
+            log.metadata, "segment_state", lambda _id: RemoteLogSegmentState.DELETE_SEGMENT_STARTED
+        )
+        with pytest.raises(RemoteResourceNotFoundError):
+            await reader.read(TP, 0, 100)
+        assert missing.found == []
     finally:
         await log.close()
 

@@ -8,6 +8,7 @@ tiered range, so consumers from offset 0 take the OFFSET_OUT_OF_RANGE branch.
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import struct
 import uuid
@@ -18,7 +19,9 @@ from protocol.errors import KafkaError
 from protocol.headers import encode_request_header
 from protocol.messages import ApiKey, encode_request
 from protocol.records import ControlType, parse_batch_header
+from storage.model import RemoteLogSegmentState as S
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
+from storage.rsm.layout import RemoteLayout
 from tests.conditions import wait_for
 from tests.unit.proxy.remote.env import (
     LAST,
@@ -173,11 +176,57 @@ async def test_a_full_reader_queue_gives_retriable_errors(make_env: EnvFactory) 
         await other.close()
 
 
-async def test_a_deleted_segment_is_out_of_range(make_env: EnvFactory) -> None:
+async def test_a_segment_the_metadata_deleted_is_out_of_range(make_env: EnvFactory) -> None:
     env = await make_env()
-    await env.log.rsm.delete_log_segment(env.log.segments[0])
+    segment = env.log.segments[0]
+    env.log.metadata.update_segment(
+        segment.segment_id, S.DELETE_SEGMENT_STARTED, leader_epoch=0, event_timestamp=0
+    )
+    await env.log.rsm.delete_log_segment(segment)
     part = only(await fetch(env, 12, 0))
     assert part.error_code == KafkaError.OFFSET_OUT_OF_RANGE
+    assert env.tier.missing_objects.count == 0
+
+
+async def test_a_missing_object_is_a_retriable_error_logged_once_and_shown(
+    make_env: EnvFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An object the metadata lists but storage lacks (moved away, deleted by hand):
+    KAFKA_STORAGE_ERROR, which clients retry; OFFSET_OUT_OF_RANGE would make them reset
+    their position and skip or re-read records. Once back, it is served and forgotten."""
+    env = await make_env()
+    segment = env.log.segments[0]
+    root = env.log.rsm.root
+    keys = RemoteLayout().segment_keys(segment)
+    for key in keys:
+        (root / key).rename(root / f"{key}.away")
+    with caplog.at_level(logging.INFO, logger="tierproxy.remote"):
+        for _ in range(3):  # a consumer retrying in a loop
+            part = only(await fetch(env, 12, 0))
+            assert part.error_code == KafkaError.KAFKA_STORAGE_ERROR
+            assert not part.records
+        lines = [r for r in caplog.records if r.getMessage() == "remote.object.missing"]
+        assert len(lines) == 1  # once per segment per minute
+        fields = lines[0].tierproxy_fields  # type: ignore[attr-defined]
+        assert fields["topic"] == TOPIC
+        assert fields["partition"] == 0
+        assert fields["segment"] == segment.segment_id.id
+        assert str(fields["key"]).startswith(f"{root / keys[0].rsplit('.', 1)[0]}.")
+        status = env.tier.missing_objects.status()
+        assert status.count == 1
+        assert status.last_key == fields["key"]
+        assert status.as_dict()["missing_objects"] == 1
+
+        await env.tier.missing_objects.recheck(env.log.rsm)
+        assert env.tier.missing_objects.count == 1  # still gone
+        for key in keys:
+            (root / f"{key}.away").rename(root / key)
+        part = only(await fetch(env, 12, 0))
+        assert part.error_code == KafkaError.NONE
+        assert batches_of(part.records)[0] == env.all_batches[0]
+        await env.tier.missing_objects.recheck(env.log.rsm)
+    assert env.tier.missing_objects.count == 0
+    assert "remote.object.restored" in [r.getMessage() for r in caplog.records]
 
 
 async def test_broker_errors_pass_through_without_remote_data(make_env: EnvFactory) -> None:

@@ -99,7 +99,7 @@ def test_the_slot_of_a_process_that_died_is_free_again(
 
 def test_every_slot_held_is_a_clear_error(tmp_path: Path) -> None:
     held = [claim_slot(tmp_path, max_slots=2) for _ in range(2)]
-    with pytest.raises(ConfigError, match="all 2 metadata snapshot slots of .* are held"):
+    with pytest.raises(ConfigError, match=r"all 2 metadata snapshot slots of .* are held"):
         claim_slot(tmp_path, max_slots=2)
     for slot in held:
         slot.release()

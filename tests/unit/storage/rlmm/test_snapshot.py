@@ -314,7 +314,7 @@ def test_committed_offsets_past_the_topics_end_are_not_used(
 def test_a_snapshot_past_the_topics_end_drops_every_snapshot(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store, positions = write_populated(tmp_path)
+    store, _ = write_populated(tmp_path)
     (tmp_path / COMMITTED_OFFSETS_FILE).write_text("")  # only the snapshots reach past
     short = dict(ENDS)
     short[metadata_partition_for(str(TP), PARTITIONS)] = 0
