@@ -136,10 +136,17 @@ async def test_copy_fetch_delete_round_trip(
     for index_type in IndexType:
         assert await storage.fetch_index(metadata, index_type) == data.file_for(index_type)
 
+    assert await storage.log_segment_size(metadata) == len(data.log)  # a HEAD
+
     await storage.delete_log_segment(metadata)
     assert await list_keys(config) == []
-    with pytest.raises(RemoteResourceNotFoundError):
+    with pytest.raises(RemoteResourceNotFoundError) as caught:
         await storage.fetch_log_segment(metadata, 0)
+    log_key = RemoteLayout(prefix="it").log_key(metadata)
+    assert caught.value.key == f"s3://{config.s3_bucket}/{log_key}"
+    with pytest.raises(RemoteResourceNotFoundError) as caught:
+        await storage.log_segment_size(metadata)
+    assert caught.value.key == f"s3://{config.s3_bucket}/{log_key}"
     with pytest.raises(RemoteResourceNotFoundError):
         await storage.fetch_index(metadata, IndexType.OFFSET)
     with pytest.raises(RemoteResourceNotFoundError):

@@ -165,6 +165,22 @@ async def test_missing_segment_is_not_found_for_every_call(tmp_path: Path) -> No
         await storage.delete_log_segment(metadata)
 
 
+async def test_a_missing_object_names_its_path_and_the_probe_stats_without_reading(
+    tmp_path: Path,
+) -> None:
+    storage = LocalRemoteStorage(tmp_path)
+    metadata = new_metadata()
+    log_path = tmp_path / RemoteLayout().log_key(metadata)
+    with pytest.raises(RemoteResourceNotFoundError) as caught:
+        await storage.log_segment_size(metadata)
+    assert caught.value.key == str(log_path)
+    with pytest.raises(RemoteResourceNotFoundError) as caught:
+        await storage.fetch_index(metadata, IndexType.OFFSET)
+    assert caught.value.key == str(tmp_path / RemoteLayout().index_key(metadata, IndexType.OFFSET))
+    await storage.copy_log_segment(metadata, segment_data(b"x" * 123))
+    assert await storage.log_segment_size(metadata) == 123
+
+
 async def test_delete_removes_every_file_then_reports_not_found(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
     kept, deleted = new_metadata(0), new_metadata(100)
