@@ -101,18 +101,21 @@ class TierproxyServer:
         """Stop the proxy by PID; idempotent."""
         self.process.stop()
 
-    def metric(self, name: str) -> float:
-        """Sum of every series of ``name`` on the proxy's Prometheus endpoint.
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of every series of ``name`` on the proxy's Prometheus endpoint (only those
+        with these ``labels``, if any are given).
 
         :raises OSError: the endpoint did not answer.
         """
         url = f"http://{self.host}:{self.metrics_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as answer:
             text = answer.read().decode()
+        wanted = [f'{key}="{value}"' for key, value in labels.items()]
         return sum(
             float(line.rsplit(" ", 1)[1])
             for line in text.splitlines()
             if line.startswith((f"{name}{{", f"{name} "))
+            and all(label in line.rsplit(" ", 1)[0] for label in wanted)
         )
 
 

@@ -93,13 +93,14 @@ async def run_cycle(
     *,
     settings: Mapping[str, Any] | None = None,
 ) -> CycleReport:
-    """Run one pipeline cycle over ``target.topic`` with more ``settings`` (a login, say)."""
+    """Run one pipeline cycle over ``target.topic`` with more ``settings`` (a login, say;
+    they may also replace the storage settings, for a local-directory tier)."""
     topic, bucket, metadata_topic = target.topic, target.bucket, target.metadata_topic
     pipeline_settings = settings_from_flat(
         {
             "bootstrap.servers": broker.bootstrap,
-            **(settings or {}),
             **storage_settings(s3, bucket, metadata_topic),
+            **(settings or {}),
             "tiering.spill.dir": str(target.spill),
             "topics": [
                 {
