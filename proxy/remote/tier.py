@@ -313,6 +313,8 @@ async def open_remote_tier(
             await rlmm.close()
         await rsm.close()
         raise
+    if rlmm.snapshot_slot is not None:
+        _log.info("%s", rlmm.snapshot_slot.describe())
     indexes = RemoteIndexCache.from_config(rsm, from_settings(IndexCacheConfig, settings))
     offsets_client = KafkaClient(
         bootstrap_servers,

@@ -47,11 +47,21 @@ snapshot copies."""
 class SnapshotSlot:
     """One slot of a snapshot directory, locked by this process until :meth:`release`."""
 
-    def __init__(self, path: Path, number: int, lock: IO[str]) -> None:
+    def __init__(self, path: Path, number: int, lock: IO[str], held: tuple[str, ...] = ()) -> None:
         self.path = path
         """The directory this process writes its snapshots and committed offsets to."""
         self.number = number
+        self.held = held
+        """The lower slots other processes held when this one was taken (``DIR (pid N)``)."""
         self._lock: IO[str] | None = lock
+
+    def describe(self) -> str:
+        """One line for the log: this slot, and which lower ones other processes hold."""
+        line = f"metadata snapshots of this process go to {self.path}"
+        if not self.held:
+            return line
+        held = ", ".join(self.held) if len(self.held) <= 3 else f"{len(self.held)} slots are"
+        return f"{line}: {held} held by another process"
 
     def release(self) -> None:
         """Unlock the slot (idempotent); another process may take it from now on."""
@@ -80,13 +90,10 @@ def claim_slot(directory: Path, *, max_slots: int = MAX_SLOTS) -> SnapshotSlot:
         if lock is None:
             held.append(f"{path} (pid {_holder(path)})")
             continue
+        slot = SnapshotSlot(path, number, lock, tuple(held))
         if held:
-            log.info(
-                "metadata snapshots of this process go to %s: %s held by another process",
-                path,
-                ", ".join(held) if len(held) <= 3 else f"{len(held)} slots are",
-            )
-        return SnapshotSlot(path, number, lock)
+            log.info("%s", slot.describe())
+        return slot
     raise ConfigError(
         f"all {max_slots} metadata snapshot slots of {directory} are held by running "
         "processes; stop some, or give this one its own remote.log.metadata.snapshot.dir"

@@ -178,6 +178,11 @@ class TopicBasedRemoteLogMetadataManager:
         without snapshots."""
         return self._slot.path if self._slot is not None else None
 
+    @property
+    def snapshot_slot(self) -> SnapshotSlot | None:
+        """The slot this manager holds while started (:mod:`storage.rlmm.slots`)."""
+        return self._slot
+
     async def start(self, *, wait_for_cluster: bool = False) -> None:
         """Create the topic if needed, load snapshots, and catch up with the topic.
 

@@ -24,6 +24,7 @@ import pytest
 
 from protocol.metadata_records import MetadataRecord
 from proxy.embedded import KAFKA_4, BrokerInfo, KafkaBroker, ensure_jars
+from proxy.embedded.tierproxy import proxy_process
 from storage.console import report_console
 from storage.model import (
     LogSegmentData,
@@ -244,3 +245,41 @@ async def test_the_pipeline_deletes_nothing_on_the_strength_of_another_clusters_
     assert len(not_used(caplog)) == 1
     assert "DELETE_PARTITION" not in caplog.text
     await rsm.close()
+
+
+def test_two_serve_processes_with_one_state_directory_keep_slots_of_their_own(
+    broker: BrokerInfo, tmp_path: Path
+) -> None:
+    """The scale-out case: several ``tierproxy serve`` processes on one host from one config."""
+    state = tmp_path / "state"
+    settings = {
+        "remote.log.storage.backend": "local",
+        "remote.log.storage.local.dir": str(tmp_path / "remote"),
+        "remote.log.metadata.topic.name": f"rlmm-serve-{uuid.uuid4().hex[:8]}",
+        "remote.log.metadata.topic.partitions": 3,
+        "remote.log.metadata.snapshot.dir": str(state),
+    }
+    first = proxy_process(broker, tmp_path, settings)
+    second = proxy_process(broker, tmp_path, settings)
+    first.start()
+    try:
+        second.start()
+        try:
+            log = second.process.log_path.read_text(errors="replace")
+            assert f"metadata snapshots of this process go to {state / '1'}" in log, log
+            assert f"{state / '0'} (pid {first.process.pid}) held by another process" in log
+            assert (state / "0" / LOCK_FILE).read_text() == f"{first.process.pid}\n"
+            assert (state / "1" / LOCK_FILE).read_text() == f"{second.process.pid}\n"
+        finally:
+            second.stop()
+    finally:
+        first.stop()
+    for slot in ("0", "1"):  # each wrote its own, complete state on the way out
+        assert (state / slot / BINDING_FILE).is_file()
+        assert (state / slot / COMMITTED_OFFSETS_FILE).is_file()
+    again = proxy_process(broker, tmp_path, settings)
+    again.start()
+    again.stop()
+    log = again.process.log_path.read_text(errors="replace")
+    assert f"metadata snapshots of this process go to {state / '0'}" in log  # free again
+    assert "held by another process" not in log
