@@ -17,7 +17,8 @@ Some differ on purpose:
   Production clusters should set 3.
 - ``remote.log.metadata.snapshot.dir`` is on by default (``auto``): snapshots under
   ``./tierproxy-state/<command>`` (or ``$TIERPROXY_STATE_DIR/<command>``), so a restart reads
-  only the tail of the topic; each command keeps its own, as they run as separate processes.
+  only the tail of the topic; each command keeps its own, as they run as separate processes,
+  and each process a slot of its own in it (:mod:`storage.rlmm.slots`).
 """
 
 from __future__ import annotations
@@ -82,7 +83,10 @@ class RemoteLogMetadataConfig:
         AUTO_SNAPSHOT_DIR,
         "Directory for the per-partition flat-file snapshots and _rlmm_committed_offsets, "
         "so a restart reads only the tail of the topic. auto: ./tierproxy-state/<command> "
-        "(or $TIERPROXY_STATE_DIR/<command>); empty: none, every start replays the topic.",
+        "(or $TIERPROXY_STATE_DIR/<command>); empty: none, every start replays the topic. "
+        "Each process locks a slot of its own in it (DIR/0, DIR/1, ...), so processes "
+        "may share it (on one host: the locks are local); snapshots of another cluster, "
+        "metadata topic or remote tier are set aside and the topic replayed.",
     )
     snapshot_interval_ms: int = setting(
         "remote.log.metadata.snapshot.interval.ms",
