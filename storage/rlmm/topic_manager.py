@@ -147,6 +147,8 @@ class TopicBasedRemoteLogMetadataManager:
         an answer arrives, a loop turn or more before :meth:`_consume` applies its records,
         so catching up is judged by this, never by the consumer."""
         self._skip_through: dict[PartitionKey, int] = {}
+        self._started = False
+        """Caught up with the topic once: publishers may be waiting from now on."""
         self._changed: set[TopicIdPartition] = set()
         self._waiters: dict[int, list[tuple[int, asyncio.Future[None]]]] = {}
         self._refusals: collections.OrderedDict[tuple[int, int], Exception] = (
@@ -236,6 +238,7 @@ class TopicBasedRemoteLogMetadataManager:
             await self._restore(self._snapshots, self._consumer)
         self._consume_task = asyncio.create_task(self._consume(), name="rlmm-consumer")
         await self.wait_until_caught_up()
+        self._started = True
 
     async def _restore(self, snapshots: SnapshotStore, consumer: AssignedConsumer) -> None:
         """Load the snapshots that belong to this cluster's topic and remote tier, and
@@ -407,8 +410,12 @@ class TopicBasedRemoteLogMetadataManager:
             log.warning("skipping metadata record %d@%d: %s", partition, offset, err)
             return
         if offset <= self._skip_through.get((record.topic_id, record.partition), -1):
-            # Already in the partition's snapshot. A publisher waiting for this very record
-            # must not take it as applied: the snapshot claims records the topic lacks.
+            # Already in the partition's snapshot. Once started, such a record may be one a
+            # publisher waits for, which must not take it as applied: the snapshot claims
+            # records the topic lacks. (Before, there is no publisher, and a replayed
+            # metadata partition may skip many records.)
+            if not self._started:
+                return
             self._refuse(
                 partition,
                 offset,

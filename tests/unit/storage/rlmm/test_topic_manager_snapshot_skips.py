@@ -40,8 +40,10 @@ async def test_a_record_a_snapshot_claims_to_hold_fails_its_publisher() -> None:
     config = dataclasses.replace(RemoteLogMetadataConfig(), snapshot_dir="")
     rlmm = TopicBasedRemoteLogMetadataManager(config, bootstrap_servers=f"{LOOPBACK}:{free_port()}")
     try:
-        # As after loading a snapshot of TP that reaches offset 10 of metadata partition 0.
+        # As after loading a snapshot of TP that reaches offset 10 of metadata partition 0,
+        # and catching up.
         rlmm._skip_through = {(TP.topic_id, TP.partition): 10}
+        rlmm._started = True
         rlmm._apply(0, 7, encode_metadata_record(record(0)))
         with pytest.raises(RemoteLogMetadataError, match="claims to hold it already"):
             await rlmm._applied_through(0, 7)
