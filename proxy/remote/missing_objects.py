@@ -12,6 +12,11 @@ Rules of this file:
   :data:`LOG_EVERY_SECONDS` (a consumer retrying in a loop asks for it many times a
   second), and lines across segments through a token bucket (the burst, then about one a
   second); the next line says how many were left out (``suppressed_before``).
+- ``/readyz`` shows the count (:meth:`MissingObjects.verdict`, the check ``remote_objects``)
+  but always passes it: every proxy reads the same store, so failing readiness for a missing
+  object would take every proxy, and all the traffic they pass through, out of service for
+  the loss of a few segments. Names stay out of it (``/readyz`` names no topic); the log has
+  them.
 - A segment stays missing until :meth:`MissingObjects.recheck` finds its ``.log`` again (a
   HEAD or stat, one line ``remote.object.restored``; a missing index file with its ``.log``
   present is found again by the next read of it) or the metadata stops listing it as
@@ -33,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from proxy.bad_connections import LOG_BURST, LOG_PER_SECOND, TokenBucket
+from proxy.health import Verdict
 from proxy.logs import event
 from storage.model import RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError, SegmentProbe
@@ -133,6 +139,18 @@ class MissingObjects:
         last_key, last_seen = self._last if self._last is not None else (None, None)
         return MissingObjectsStatus(
             count=len(self._missing), last_key=last_key, last_seen=last_seen, keys=keys
+        )
+
+    def verdict(self) -> Verdict:
+        """The ``remote_objects`` readiness check: always passing, its reason the count (see
+        the module docstring)."""
+        count = len(self._missing)
+        if not count:
+            return Verdict(ok=True, reason="no object known missing")
+        return Verdict(
+            ok=True,
+            reason=f"{count} segment(s) the metadata lists are missing from remote storage "
+            "(event=remote.object.missing in the log names them)",
         )
 
     def object_missing(self, segment: RemoteLogSegmentMetadata, key: str) -> None:

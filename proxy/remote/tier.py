@@ -287,8 +287,10 @@ async def open_remote_tier(
 
     With ``readiness``, adds its checks, probed every ``check_interval`` seconds:
     ``remote_metadata`` (the metadata view caught up with the topic's end as it was when
-    asked) and ``remote_storage`` (the storage answers a listing of the prefix). Other
-    signals of the remote tier are added to the same ``readiness`` here.
+    asked) and ``remote_storage`` (the storage answers a listing of the prefix); and
+    ``remote_objects``, which counts the objects known missing and always passes
+    (:mod:`proxy.remote.missing_objects` says why). Other signals of the remote tier are
+    added to the same ``readiness`` here.
 
     :raises ConfigError: for invalid settings.
     :raises MetadataTopicError: if the metadata topic cannot be used.
@@ -353,6 +355,7 @@ async def open_remote_tier(
         )
         if isinstance(rsm, _CheckedStorage):
             readiness.add_probe("remote_storage", rsm.check, interval=check_interval)
+        readiness.add("remote_objects", tier.missing_objects.verdict)
     tier.start()
 
     async def close() -> None:

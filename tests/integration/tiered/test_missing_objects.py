@@ -13,7 +13,10 @@ the tiered partitions. Once the objects are back, consumers read every record ex
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import urllib.error
+import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -78,6 +81,17 @@ async def tier_topic(
     return topic, everything
 
 
+def readyz(proxy: TierproxyServer) -> Any:
+    """The proxy's ``/readyz`` answer (a JSON object), ready or not."""
+    url = f"http://{proxy.host}:{proxy.metrics_port}/readyz"
+    try:
+        answer = urllib.request.urlopen(url, timeout=5)
+    except urllib.error.HTTPError as err:  # 503: not ready, the same body
+        answer = err
+    with answer:
+        return json.loads(answer.read())
+
+
 def log_of(proxy: TierproxyServer) -> str:
     return proxy.process.log_path.read_text(errors="replace")
 
@@ -118,6 +132,9 @@ async def test_a_remote_directory_moved_away_is_reported_and_consumers_wait_for_
         assert PARTITIONS <= found_at_start <= 2 * PARTITIONS
         assert len(missing_lines(proxy)) == found_at_start
         assert all(str(remote) in line for line in missing_lines(proxy))
+        check = readyz(proxy)["checks"]["remote_objects"]
+        assert check["ok"], check  # shown, but no reason to take the proxy out of service
+        assert check["reason"].startswith(f"{found_at_start:g} segment(s)"), check
 
         error, _high_watermark, records = await fetch_once(proxy.bootstrap, topic, 0, 0)
         assert error == KafkaError.KAFKA_STORAGE_ERROR  # retriable: no client resets

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from proxy.bad_connections import LOG_BURST
+from proxy.health import Verdict
 from proxy.remote.missing_objects import (
     LOG_EVERY_SECONDS,
     MAX_TRACKED,
@@ -102,6 +103,17 @@ def test_lines_across_segments_are_rate_limited_and_the_rest_counted(
     assert status.last_key == "key-last"
     assert status.keys[0] == "key-last"
     assert len(status.keys) == 10
+
+
+def test_readiness_shows_the_count_and_always_passes() -> None:
+    missing = MissingObjects(readable=lambda _s: True)
+    assert missing.verdict() == Verdict(ok=True, reason="no object known missing")
+    for segment in segments(2):
+        missing.object_missing(segment, "s3://bucket/orders-x/0/key.log")
+    verdict = missing.verdict()
+    assert verdict.ok
+    assert verdict.reason.startswith("2 segment(s) the metadata lists are missing")
+    assert "orders" not in verdict.reason  # /readyz names no topic
 
 
 def test_the_oldest_finding_is_forgotten_past_the_bound() -> None:
