@@ -25,7 +25,7 @@ from typing import Any, Final, Protocol
 
 from protocol.buffers import Buffers
 from protocol.errors import KafkaError
-from protocol.messages import ApiKey, ErrorCode, build, nested_class, response_class
+from protocol.messages import ApiKey, Body, ErrorCode, build, nested_class, response_class
 
 __all__ = [
     "FIRST_LOG_START_VERSION",
@@ -362,10 +362,10 @@ class FetchResponseEditor:
         owner.parts.append(entry)
         self._where[partition.key] = (owner, len(owner.parts) - 1)
 
-    def body(self) -> Any:
+    def body(self) -> Body:
         """The response with every change; the object given when nothing changed."""
         if not self._changed:
-            return self._body
+            return Body(self._body)
         entries = []
         for topic in self._topics:
             if topic.original is not None:
@@ -379,4 +379,4 @@ class FetchResponseEditor:
                         partitions=tuple(topic.parts),
                     )
                 )
-        return dataclasses.replace(self._body, responses=tuple(entries))
+        return Body(dataclasses.replace(self._body, responses=tuple(entries)))

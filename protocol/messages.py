@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from enum import IntEnum
 from functools import cache
 from types import MappingProxyType
-from typing import Any, Final, cast
+from typing import Any, Final, NewType, cast
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -54,6 +54,7 @@ from protocol.varint import VarintError, decode_unsigned_varint
 __all__ = [
     "INTERCEPTED_VERSIONS",
     "ApiKey",
+    "Body",
     "ErrorCode",
     "build",
     "convert",
@@ -68,6 +69,12 @@ __all__ = [
     "request_class",
     "response_class",
 ]
+
+
+Body = NewType("Body", object)
+"""A decoded request or response body (a kio dataclass), opaque outside ``protocol``: the
+proxy reads and changes bodies through the typed views of ``protocol`` (``fetch_bodies``,
+``offset_bodies``, ...), which know which version holds which field."""
 
 
 class ApiKey(IntEnum):

@@ -54,6 +54,11 @@ DEFAULT_SOCKET_REQUEST_MAX_BYTES = 100 * 1024 * 1024
 DEFAULT_HIGH_WATER_BYTES = 1024 * 1024
 DEFAULT_LOW_WATER_BYTES = 256 * 1024
 
+# What intercepted requests in flight may hold until their responses (a Fetch's plan is
+# about 300 bytes per partition of its fetch session): room for about a hundred Fetches of
+# 1,000-partition sessions at once, more than a handful of consumers per broker ask.
+DEFAULT_REQUEST_PLANS_MAX_BYTES = 64 * 1024 * 1024
+
 _SCHEMES = {"PLAINTEXT": False, "SASL_PLAINTEXT": False, "SSL": True, "SASL_SSL": True}
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 _LOG_FORMATS = ("logfmt", "json")
@@ -175,6 +180,15 @@ class ProxyConfig:
         "side is always copied) and the platform has os.splice; at most "
         "connection.buffer.high.water.bytes (capped by the kernel's fs.pipe-max-size) "
         "wait in the pipe of each connection.",
+    )
+    request_plans_max_bytes: int = setting(
+        "request.plans.max.bytes",
+        DEFAULT_REQUEST_PLANS_MAX_BYTES,
+        "Memory for what the proxy keeps about intercepted requests until their responses "
+        "(a Fetch's plan: about 300 bytes per partition of its fetch session). Above it, no "
+        "client's next request is read until responses free some, as a broker stops reading "
+        "requests once queued.max.request.bytes is used up; a request in flight is never "
+        "forgotten. 0: read a request only when none is held.",
     )
     shutdown_timeout_ms: int = setting(
         "shutdown.timeout.ms",
@@ -337,6 +351,7 @@ class ProxyConfig:
             "request.receive.timeout.ms must be > 0, or -1 for no limit",
         )
         _require(self.shutdown_timeout_ms >= 0, "shutdown.timeout.ms must be >= 0")
+        _require(self.request_plans_max_bytes >= 0, "request.plans.max.bytes must be >= 0")
         _require(0 <= self.metrics_port < 65536, "metrics.port must be 0..65535")
         _require(self.log_level.upper() in _LOG_LEVELS, f"log.level must be one of {_LOG_LEVELS}")
         _require(self.log_format in _LOG_FORMATS, f"log.format must be one of {_LOG_FORMATS}")

@@ -27,6 +27,10 @@ Rules of this file (the only module that writes to transports):
 - Back-pressure, uvicorn style: reading from a side pauses while the other side's write
   buffer is above the high-water mark, and resumes below the low-water mark. Responses held
   behind a slow one count too, so nothing buffers without bound.
+- An intercepted request's exchange (what its interceptors keep until its response) is
+  released when its entry leaves ``_ordered``: its response written, or the pair closed.
+  While the exchanges of all pairs hold more than the router's
+  :class:`~proxy.exchange_memory.ExchangeMemory` bound, no request is read.
 - Either side closing closes the pair, with one log line saying why. A close for bad input
   (or a timeout, or a side gone with responses owed) is counted and its line rate-limited
   (:mod:`proxy.bad_connections`).
@@ -84,6 +88,7 @@ _HELD_RESPONSES: Final = "held-responses"
 _DRAINING: Final = "draining"
 _CLIENT_CLOSED: Final = "client closed"
 _SPLICING: Final = "splicing"
+_PLANS_FULL: Final = "request-plans-full"
 
 _SPLICE_MIN_BYTES: Final = 64 * 1024
 """The fewest bytes worth a splice: it costs a few more system calls than copying one
@@ -300,12 +305,21 @@ class ConnectionPair(asyncio.Protocol):
         for task in self._tasks:
             if task is not current:
                 task.cancel()
-        self._ordered.clear()
-        self._awaiting.clear()
+        self._release_in_flight()
         self._router.connection_closed(self.connection_id)
         self._metrics.connection_closed()
         self._done.set_result(None)
         self._on_closed(self)
+
+    def _release_in_flight(self) -> None:
+        """The pair closed: no request in flight will be answered; release their exchanges."""
+        self._router.memory.stop_waiting(self.connection_id)
+        ordered = list(self._ordered)
+        self._ordered.clear()
+        self._awaiting.clear()
+        for entry in ordered:
+            if entry.exchange is not None:
+                entry.exchange.release()
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coroutine)
@@ -351,6 +365,9 @@ class ConnectionPair(asyncio.Protocol):
 
     def _process_requests(self) -> None:
         while not self._closed:
+            if not self._router.memory.admits:
+                self._wait_for_memory()
+                return
             frame = self._requests.next_frame()
             if frame is None:
                 if self._draining and not self._ordered:
@@ -378,6 +395,23 @@ class ConnectionPair(asyncio.Protocol):
                 return
             self._frame_started = time.monotonic() if self._requests.buffered_bytes else None
             self._on_request(frame)
+
+    def _wait_for_memory(self) -> None:
+        """Read no request until the exchanges in flight hold less (new work is refused;
+        outstanding work is never dropped)."""
+        if self._client_gate is not None:
+            self._client_gate.hold(_PLANS_FULL)
+        self._router.memory.wait(self.connection_id, self._memory_freed)
+
+    def _memory_freed(self) -> None:
+        asyncio.get_running_loop().call_soon(self._resume_requests)
+
+    def _resume_requests(self) -> None:
+        if self._closed:
+            return
+        if self._client_gate is not None:
+            self._client_gate.release(_PLANS_FULL)
+        self._process_requests()
 
     def eof_received(self) -> bool:
         # The client sent its last bytes (a close looks the same until we write): answer what
@@ -518,6 +552,8 @@ class ConnectionPair(asyncio.Protocol):
         if route.expects_response:
             self._ordered.append(entry)
             self._awaiting.append(entry)
+        elif exchange is not None:
+            exchange.release()
 
     # -- responses ---------------------------------------------------------------------
 
@@ -685,7 +721,7 @@ class ConnectionPair(asyncio.Protocol):
                 self._write_tail(target, tail)
                 return
             self._ordered.popleft()
-            self._record(target)
+            self._finished(target)
             self._flush()
             return
         buffer = target.buffer
@@ -703,7 +739,7 @@ class ConnectionPair(asyncio.Protocol):
         if tail:
             self._unsent.append(tail)
         self._ordered.popleft()
-        self._record(entry)
+        self._finished(entry)
         self._flush()
 
     async def _finish_tail(self, entry: _InFlight, stream: ResponseStream) -> None:
@@ -751,14 +787,17 @@ class ConnectionPair(asyncio.Protocol):
             entry.response = None
             self._unsent.extend(parts)
             self._held_bytes -= entry.size
-            self._record(entry)
+            self._finished(entry)
         self._send_unsent()
         if self._held_bytes <= self._settings.low_water and self._upstream_gate is not None:
             self._upstream_gate.release(_HELD_RESPONSES)
         if self._draining and not self._ordered:
             self._close_drained()
 
-    def _record(self, entry: _InFlight) -> None:
+    def _finished(self, entry: _InFlight) -> None:
+        """``entry``'s response is written (or queued to be): release its exchange."""
+        if entry.exchange is not None:
+            entry.exchange.release()
         self._metrics.response(entry.api_key, entry.size, time.perf_counter() - entry.started)
 
 

@@ -1,8 +1,8 @@
-"""The streaming of a Fetch v12+ response whose interceptors judge only its tail.
+"""The streaming of a Fetch v12+ response whose exchanges judge only its tail.
 
-:mod:`proxy.router` decides that a response may stream (every interceptor of its chain a
-:class:`~proxy.interceptors.base.TailFilter`); :mod:`proxy.connection` writes what this
-releases. This module only holds the tail back and has the filters judge and rewrite it.
+:mod:`proxy.router` decides that a response may stream (every exchange of its request a
+:class:`~proxy.interceptors.base.TailExchange`); :mod:`proxy.connection` writes what this
+releases. This module only holds the tail back and has the exchanges judge and rewrite it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Final
 from protocol.errors import LocalProtocolError
 from protocol.fetch_tail import FetchTailFinder
 from protocol.varint import Buffer, VarintError
-from proxy.interceptors.base import Call, TailFilter
+from proxy.interceptors.base import Call, TailExchange
 from proxy.logs import event
 
 __all__ = ["ResponseStream"]
@@ -27,7 +27,7 @@ _EVERYTHING: Final = 1 << 62
 
 class ResponseStream:
     """A Fetch v12+ response on its way to the client: everything before its top-level tagged
-    fields goes out as it arrives; the tail is held until the chain's tail filters judged it.
+    fields goes out as it arrives; the tail is held until the request's exchanges judged it.
 
     The frame's size prefix went out with the first bytes, so a rewritten tail keeps its
     length (see :mod:`protocol.fetch_tail`). A response whose structure cannot be walked
@@ -35,11 +35,11 @@ class ResponseStream:
     :meth:`proxy.router._ChainExchange.respond`.
     """
 
-    __slots__ = ("_call", "_filters", "_finder", "_malformed", "_tail")
+    __slots__ = ("_call", "_exchanges", "_finder", "_malformed", "_tail")
 
-    def __init__(self, call: Call, filters: tuple[TailFilter, ...]) -> None:
+    def __init__(self, call: Call, exchanges: tuple[TailExchange, ...]) -> None:
         self._call = call
-        self._filters = filters
+        self._exchanges = exchanges
         self._finder = FetchTailFinder(call.header.api_version)
         self._tail = bytearray()
         self._malformed = ""
@@ -84,22 +84,22 @@ class ResponseStream:
                 error=self._malformed or "the response ended before its top-level tagged fields",
             )
             return tail
-        if any(f.wants_tail(self._call, tail) for f in self._filters):
+        if any(f.wants_tail(tail) for f in self._exchanges):
             return None
         return tail
 
     async def rewrite(self) -> bytes:
-        """The tail as the chain's tail filters rewrite it, as long as the broker's.
+        """The tail as the request's exchanges rewrite it, as long as the broker's.
 
-        :raises RemoteProtocolError: from a filter (the connection closes).
-        :raises LocalProtocolError: a filter changed the tail's length.
+        :raises RemoteProtocolError: from an exchange (the connection closes).
+        :raises LocalProtocolError: an exchange changed the tail's length.
         """
         tail = bytes(self._tail)
-        for interceptor in self._filters:
-            rewritten = await interceptor.rewrite_tail(self._call, tail)
+        for exchange in self._exchanges:
+            rewritten = await exchange.rewrite_tail(tail)
             if len(rewritten) != len(tail):
                 raise LocalProtocolError(
-                    f"{type(interceptor).__name__} changed a streamed tail's length "
+                    f"{type(exchange).__name__} changed a streamed tail's length "
                     f"({len(tail)} -> {len(rewritten)} bytes)"
                 )
             tail = rewritten

@@ -3,12 +3,16 @@
 This is the Kafka side of a connection pair; :mod:`proxy.connection` only moves frames. A
 raw request costs one ``struct`` unpack (plus the ``acks`` of a Produce, which decides
 whether a response will come at all). An intercepted one is decoded, handed to its
-interceptor chain, and re-encoded only if an interceptor changed it. A Fetch v12+ response
-whose chain only judges its tail (every interceptor a
-:class:`~proxy.interceptors.base.TailFilter`: KIP-951 node endpoints) streams through a
-:class:`~proxy.response_stream.ResponseStream` that holds the tail alone.
+interceptor chain, and re-encoded only if an interceptor changed it. The exchanges the
+interceptors return for the request are owned by its :class:`_ChainExchange`, which the
+connection keeps with the request in flight and releases when that ends (its response
+written, or the connection closed); their bytes count against the
+:class:`~proxy.exchange_memory.ExchangeMemory` bound. A Fetch v12+ response whose exchanges
+only judge its tail (every one a :class:`~proxy.interceptors.base.TailExchange`: KIP-951
+node endpoints) streams through a :class:`~proxy.response_stream.ResponseStream` that holds
+the tail alone.
 
-The module stays whole at ~480 lines: routing a frame and driving its interceptor chain
+The module stays whole at ~500 lines: routing a frame and driving its interceptor chain
 (:class:`_ChainExchange`) are one decision about one request, made in one place.
 """
 
@@ -18,7 +22,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, Protocol, cast
+from typing import Final, Protocol, cast
 
 from protocol.buffers import Buffers
 from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
@@ -34,6 +38,7 @@ from protocol.headers import (
 from protocol.messages import (
     INTERCEPTED_VERSIONS,
     ApiKey,
+    Body,
     ErrorCode,
     convert,
     decode_request,
@@ -48,13 +53,14 @@ from protocol.messages import (
 )
 from proxy.bad_connections import LOG_BURST, LOG_PER_SECOND, TokenBucket
 from proxy.broker_versions import BrokerVersions
+from proxy.exchange_memory import ExchangeMemory
 from proxy.interceptors.base import (
     Answer,
     Call,
     ConnectionInfo,
+    Exchange,
     Interceptor,
-    ResponseFilter,
-    TailFilter,
+    TailExchange,
 )
 from proxy.logs import event
 from proxy.response_stream import ResponseStream
@@ -104,6 +110,11 @@ class InterceptedExchange(Protocol):
         change it; whether it did (then :meth:`respond` need not run)."""
         ...
 
+    def release(self) -> None:
+        """The connection's entry for this request is gone (its response written, or the
+        connection closed): release its interceptors' exchanges. Called exactly once."""
+        ...
+
     async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray | Buffers:
         """Turn the broker's response payload (``None`` if answered locally) into the client's:
         the broker's bytes, or a re-encoded response as buffers (its records not copied).
@@ -128,10 +139,6 @@ class Route:
 class _Chain:
     interceptors: tuple[Interceptor, ...]
     needs_request: bool
-    # Every interceptor can judge from the encoded body whether it wants the response.
-    filtered: bool
-    # Every interceptor changes only the top-level tagged fields: the response may stream.
-    tail_only: bool
 
 
 class Router:
@@ -146,6 +153,7 @@ class Router:
         interceptors: Sequence[Interceptor],
         *,
         broker_versions: BrokerVersions | None = None,
+        memory: ExchangeMemory | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         chains: dict[tuple[int, int], list[Interceptor]] = {}
@@ -162,6 +170,8 @@ class Router:
         self._interceptors = tuple(dict.fromkeys(interceptors))
         self._served_above = served_above_broker(interceptors)
         self._broker_versions = BrokerVersions() if broker_versions is None else broker_versions
+        self.memory = ExchangeMemory() if memory is None else memory
+        """What the exchanges in flight hold; over its bound, connections read no request."""
         self._noted: set[int] = set()
         # Those lines are rate-limited like bad-connection closes: old or hostile clients in
         # a reconnect loop would otherwise log one each.
@@ -171,8 +181,6 @@ class Router:
             key: _Chain(
                 interceptors=tuple(chain),
                 needs_request=any(interceptor.needs_request for interceptor in chain),
-                filtered=all(isinstance(interceptor, ResponseFilter) for interceptor in chain),
-                tail_only=all(isinstance(interceptor, TailFilter) for interceptor in chain),
             )
             for key, chain in chains.items()
         }
@@ -261,18 +269,22 @@ class Router:
                 exchange=None,
             )
         header = parse_request_header(frame)
+        expects = (
+            api_key != _PRODUCE or produce_acks(api_version, memoryview(frame)[header.size :]) != 0
+        )
         exchange = _ChainExchange(
-            chain, header, frame, connection, self._broker_version(connection, header)
+            chain,
+            header,
+            frame,
+            connection,
+            broker_version=self._broker_version(connection, header),
+            memory=self.memory,
         )
         return Route(
             api_key=api_key,
             api_version=api_version,
             correlation_id=correlation_id,
-            expects_response=(
-                api_key != _PRODUCE
-                or exchange.forward is None
-                or produce_acks(api_version, memoryview(frame)[header.size :]) != 0
-            ),
+            expects_response=expects or exchange.forward is None,
             exchange=exchange,
         )
 
@@ -301,17 +313,50 @@ def _produce_expects_response(frame: bytes, api_version: int) -> bool:
     return produce_acks(api_version, memoryview(frame)[header.size :]) != 0
 
 
+def _run_chain(
+    interceptors: Sequence[Interceptor], call: Call
+) -> tuple[Body | None, Body | None, list[Exchange]]:
+    """Hand ``call`` to each interceptor's ``on_request`` in turn, up to an answer: the
+    request to forward, the answer (or ``None``), and the exchanges returned in call order.
+    If one raises, the exchanges already returned are released.
+
+    :raises LocalProtocolError: an interceptor rewrote the request without an exchange.
+    """
+    request = call.request
+    exchanges: list[Exchange] = []
+    try:
+        for interceptor in interceptors:
+            outcome = interceptor.on_request(dataclasses.replace(call, request=request))
+            if outcome.then is not None:
+                exchanges.append(outcome.then)
+            if isinstance(outcome, Answer):
+                return request, outcome.response, exchanges
+            if outcome.request is not request and outcome.then is None:
+                raise LocalProtocolError(
+                    f"{type(interceptor).__name__} rewrote a request without an exchange "
+                    "for its response"
+                )
+            request = outcome.request
+    except BaseException:
+        for exchange in exchanges:
+            exchange.release()
+        raise
+    return request, None, exchanges
+
+
 class _ChainExchange:
-    """An exchange that goes through an interceptor chain."""
+    """One request through its interceptor chain: the exchanges its ``on_request`` calls
+    returned, which it owns until :meth:`release`."""
 
     __slots__ = (
         "_answer",
         "_call",
-        "_filtered",
+        "_exchanges",
         "_forward",
         "_forwarded_version",
-        "_interceptors",
-        "_tail_only",
+        "_held_bytes",
+        "_memory",
+        "_rewritten",
     )
 
     def __init__(
@@ -320,36 +365,23 @@ class _ChainExchange:
         header: RequestHeader,
         frame: bytes,
         connection: ConnectionInfo,
+        *,
         broker_version: int,
+        memory: ExchangeMemory,
     ) -> None:
-        client_request: Any = None
+        client_request: Body | None = None
         if chain.needs_request or broker_version != header.api_version:
             client_request = decode_request(
                 header.api_key, header.api_version, memoryview(frame)[header.size :]
             )
-        request = client_request
-        ran: list[Interceptor] = []
-        self._answer: Answer | None = None
-        for interceptor in chain.interceptors:
-            ran.append(interceptor)
-            outcome = interceptor.on_request(
-                Call(
-                    connection=connection,
-                    header=header,
-                    client_request=client_request,
-                    request=request,
-                )
-            )
-            if isinstance(outcome, Answer):
-                self._answer = outcome
-                break
-            request = outcome
-        self._interceptors = tuple(reversed(ran))
-        self._filtered = chain.filtered
-        self._tail_only = chain.tail_only
-        self._call = Call(
-            connection=connection, header=header, client_request=client_request, request=request
-        )
+        call = Call(connection=connection, header=header, request=client_request)
+        request, self._answer, exchanges = _run_chain(chain.interceptors, call)
+        self._exchanges = tuple(reversed(exchanges))
+        self._memory = memory
+        self._held_bytes = sum(exchange.held_bytes for exchange in exchanges)
+        memory.charge(self._held_bytes)
+        self._rewritten = request is not client_request
+        self._call = Call(connection=connection, header=header, request=request)
         self._forwarded_version = header.api_version
         if self._answer is not None:
             self._forward: bytes | None = None
@@ -360,7 +392,7 @@ class _ChainExchange:
             self._forward = encode_request_header(
                 header.api_key, broker_version, header.correlation_id, header.client_id
             ) + encode_request(convert(request, request_class(header.api_key, broker_version)))
-        elif request is client_request:
+        elif not self._rewritten:
             self._forward = frame
         else:
             self._forward = frame[: header.size] + encode_request(request)
@@ -369,21 +401,30 @@ class _ChainExchange:
     def forward(self) -> bytes | None:
         return self._forward
 
+    def release(self) -> None:
+        exchanges, self._exchanges = self._exchanges, ()
+        try:
+            for exchange in exchanges:
+                exchange.release()
+        finally:
+            self._memory.free(self._held_bytes)
+            self._held_bytes = 0
+
     def stream(self) -> ResponseStream | None:
         header = self._call.header
         if (
-            not self._tail_only
-            or self._forward is None
+            self._forward is None
             or header.api_key != _FETCH
             or header.api_version < _FIRST_FLEXIBLE_FETCH
             or self._forwarded_version != header.api_version
+            or not all(isinstance(exchange, TailExchange) for exchange in self._exchanges)
         ):
             return None
-        return ResponseStream(self._call, cast(tuple[TailFilter, ...], self._interceptors))
+        return ResponseStream(self._call, cast(tuple[TailExchange, ...], self._exchanges))
 
     def try_pass_through(self, payload: bytes | bytearray) -> bool:
         header = self._call.header
-        if not self._filtered or self._forwarded_version != header.api_version:
+        if self._forwarded_version != header.api_version:
             return False
         header_version = response_header_version(header.api_key, header.api_version)
         if header_version is None:
@@ -394,11 +435,11 @@ class _ChainExchange:
             return False  # respond() reports it
         body = memoryview(payload).toreadonly()[size:]
         if correlation_id != header.correlation_id or any(
-            cast(ResponseFilter, i).wants_response(self._call, body) for i in self._interceptors
+            exchange.wants_response(body) for exchange in self._exchanges
         ):
             return False
-        for interceptor in self._interceptors:
-            interceptor.on_raw_response(self._call, body)
+        for exchange in self._exchanges:
+            exchange.on_raw_response(body)
         return True
 
     async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray | Buffers:
@@ -407,11 +448,12 @@ class _ChainExchange:
         broker_header_version = response_header_version(header.api_key, self._forwarded_version)
         if header_version is None or broker_header_version is None:
             raise LocalProtocolError(f"no response header version for {header}")
+        original: Body | None
         if payload is None:
             if self._answer is None:
                 raise LocalProtocolError("a forwarded request needs the broker's response")
             original = None
-            response = self._answer.response
+            response = self._answer
         else:
             correlation_id, size = parse_response_header(payload, broker_header_version)
             if correlation_id != header.correlation_id:
@@ -424,7 +466,7 @@ class _ChainExchange:
             try:
                 response = decode_response(header.api_key, self._forwarded_version, body)
             except RemoteProtocolError as err:
-                if self._call.request is not self._call.client_request:
+                if self._rewritten:
                     # The broker answered a rewritten request (a Fetch with probe positions,
                     # say): its bytes answer a question the client never asked, and passed
                     # on they would put the probe's records at the client's position.
@@ -448,8 +490,8 @@ class _ChainExchange:
             if self._forwarded_version != header.api_version:
                 response = convert(response, response_class(header.api_key, header.api_version))
                 original = None
-        for interceptor in self._interceptors:
-            response = await interceptor.on_response(self._call, response)
+        for exchange in self._exchanges:
+            response = await exchange.on_response(response)
         if payload is not None and response is original:
             return payload
         return encode_response_buffers(
@@ -477,6 +519,9 @@ class _ReadyAnswer:
 
     async def respond(self, payload: bytes | bytearray | None) -> bytes | bytearray | Buffers:
         return self._payload
+
+    def release(self) -> None:
+        return None
 
 
 def _unsupported_api_versions(correlation_id: int) -> bytes:

@@ -33,6 +33,7 @@ from proxy.broker_versions import BrokerVersions
 from proxy.config import HostPort, ProxyConfig, bootstrap_addresses
 from proxy.connection import ConnectionPair, PairSettings
 from proxy.discovery import DiscoveryError, discover_brokers
+from proxy.exchange_memory import ExchangeMemory
 from proxy.handshakes import Handshakes
 from proxy.health import Liveness, Readiness, Verdict
 from proxy.identities import ClientIdentities
@@ -101,6 +102,7 @@ class ProxyServer:
                 *interceptors,
             ],
             broker_versions=broker_versions,
+            memory=ExchangeMemory(config.request_plans_max_bytes),
         )
         self._server_ssl = server_context(config)
         bad_log = BadConnectionLog(logging.getLogger("tierproxy.connection"), self.metrics)

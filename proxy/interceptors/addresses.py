@@ -12,7 +12,7 @@ A client that learns a broker's own address connects to it directly and bypasses
 The :class:`AddressBook` gives each broker its proxy address and starts a listener for a
 broker seen for the first time before the response reaches the client.
 
-Fetch responses stream (:class:`~proxy.interceptors.base.TailFilter`): their node endpoints
+Fetch responses stream (:class:`~proxy.interceptors.base.TailExchange`): their node endpoints
 are in the top-level tagged fields at the very end, rewritten in place once they arrived.
 """
 
@@ -29,7 +29,7 @@ from protocol.fetch_tail import ResponseTail, encode_tail, read_tail, skip_tagge
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
 from protocol.varint import VarintError, decode_unsigned_varint
 from proxy.config import HostPort
-from proxy.interceptors.base import Call, Interceptor
+from proxy.interceptors.base import Call, Forward, Interceptor, TailExchange
 from proxy.logs import event
 from storage.kafka_client import BrokerAddress
 
@@ -161,8 +161,8 @@ _SCANS = {int(ApiKey.FETCH): _fetch_top_level_tags, int(ApiKey.PRODUCE): _produc
 class AddressRewriter(Interceptor):
     """Rewrites broker addresses in responses to the proxy's addresses from ``book``.
 
-    It is a :class:`~proxy.interceptors.base.ResponseFilter`: Fetch and Produce responses carry
-    node endpoints only when a partition's leader moved, so the others are forwarded undecoded.
+    Its exchanges judge the encoded body first: Fetch and Produce responses carry node
+    endpoints only when a partition's leader moved, so the others are forwarded undecoded.
     """
 
     def __init__(self, book: AddressBook) -> None:
@@ -177,6 +177,9 @@ class AddressRewriter(Interceptor):
             ApiKey.PRODUCE: _from(INTERCEPTED_VERSIONS[ApiKey.PRODUCE], _PRODUCE_NODE_ENDPOINTS),
             ApiKey.FETCH: _from(INTERCEPTED_VERSIONS[ApiKey.FETCH], _FETCH_NODE_ENDPOINTS),
         }
+
+    def on_request(self, call: Call) -> Forward:
+        return Forward(request=call.request, then=_Rewrite(self, call))
 
     def wants_response(self, call: Call, body: memoryview) -> bool:
         scan = _SCANS.get(call.header.api_key)
@@ -246,3 +249,25 @@ class AddressRewriter(Interceptor):
         if encoded is None:
             raise RemoteProtocolError("a Fetch response tail the proxy cannot rewrite in place")
         return encoded
+
+
+class _Rewrite(TailExchange):
+    """The rewriter's part in one response: its methods, bound to the request's call."""
+
+    __slots__ = ("_call", "_rewriter")
+
+    def __init__(self, rewriter: AddressRewriter, call: Call) -> None:
+        self._rewriter = rewriter
+        self._call = call
+
+    def wants_response(self, body: memoryview) -> bool:
+        return self._rewriter.wants_response(self._call, body)
+
+    async def on_response(self, response: Any) -> Any:
+        return await self._rewriter.on_response(self._call, response)
+
+    def wants_tail(self, tail: bytes) -> bool:
+        return self._rewriter.wants_tail(self._call, tail)
+
+    async def rewrite_tail(self, tail: bytes) -> bytes:
+        return await self._rewriter.rewrite_tail(self._call, tail)

@@ -14,13 +14,14 @@ version. Each broker's own ranges are recorded, per node, for the router.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Final
 
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
 from proxy.broker_versions import BrokerVersions
-from proxy.interceptors.base import Call, Interceptor
+from proxy.interceptors.base import Call, Forward, Interceptor, OnResponse
 
 __all__ = ["ApiVersionsInterceptor", "restrict_api_versions"]
 
@@ -77,6 +78,10 @@ class ApiVersionsInterceptor(Interceptor):
     def versions(self) -> Mapping[ApiKey, range]:
         return {ApiKey.API_VERSIONS: INTERCEPTED_VERSIONS[ApiKey.API_VERSIONS]}
 
-    async def on_response(self, call: Call, response: Any) -> Any:
-        self._broker_versions.learn(call.connection.node_id, response)
+    def on_request(self, call: Call) -> Forward:
+        learn = functools.partial(self._restrict, call.connection.node_id)
+        return Forward(request=call.request, then=OnResponse(learn))
+
+    async def _restrict(self, node_id: int, response: Any) -> Any:
+        self._broker_versions.learn(node_id, response)
         return restrict_api_versions(response, self._served_above)

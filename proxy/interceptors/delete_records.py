@@ -28,11 +28,9 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final, Self
 
-from cachetools import LRUCache
-
 from protocol.errors import KafkaError
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, ErrorCode
-from proxy.interceptors.base import Call, Interceptor
+from proxy.interceptors.base import Call, Exchange, Forward, Interceptor
 from proxy.logs import event
 from proxy.remote.broker_view import BrokerView
 from proxy.remote.fetch_plan import RemotePartitions
@@ -46,10 +44,13 @@ _log = logging.getLogger("tierproxy.delete_records")
 
 _HIGH_WATERMARK: Final = -1
 """DeleteRecords' "up to the high watermark" offset."""
-_PLANS_KEPT: Final = 10_000
+_PARTITION_BYTES: Final = 200
+"""About what one tiered partition holds in a DeleteRecords exchange."""
 _STORAGE_ERROR: Final = ErrorCode(int(KafkaError.KAFKA_STORAGE_ERROR))
 
 _Key = tuple[str, int]
+_Tiered = dict[_Key, tuple[TopicIdPartition, int]]
+"""The tiered partitions a DeleteRecords names, with the offset asked for each."""
 
 
 class DeleteRecordsInterceptor(Interceptor):
@@ -69,9 +70,6 @@ class DeleteRecordsInterceptor(Interceptor):
         self._broker = broker_view
         self._publish = publish
         self._pipeline_client_id = pipeline_client_id
-        self._plans: LRUCache[tuple[int, int], dict[_Key, tuple[TopicIdPartition, int]]] = LRUCache(
-            _PLANS_KEPT
-        )
 
     @classmethod
     def for_tier(cls, tier: RemoteTier, *, pipeline_client_id: str) -> Self:
@@ -91,28 +89,23 @@ class DeleteRecordsInterceptor(Interceptor):
     def needs_request(self) -> bool:
         return True
 
-    def on_request(self, call: Call) -> Any:
+    def on_request(self, call: Call) -> Forward:
+        request: Any = call.request
         if call.header.client_id == self._pipeline_client_id:
-            return call.request
-        tiered: dict[_Key, tuple[TopicIdPartition, int]] = {}
-        for topic in call.request.topics:
+            return Forward(request=request)
+        tiered: _Tiered = {}
+        for topic in request.topics:
             for part in topic.partitions:
                 tp = self._partitions.partition(
                     topic=topic.name, topic_id=None, partition=part.partition_index
                 )
                 if tp is not None:
                     tiered[(topic.name, part.partition_index)] = (tp, int(part.offset))
-        if tiered:
-            self._plans[(call.connection.connection_id, call.header.correlation_id)] = tiered
-        return call.request
+        if not tiered:
+            return Forward(request=request)
+        return Forward(request=request, then=_DeleteRecordsExchange(self, tiered))
 
-    def wants_response(self, call: Call, body: memoryview) -> bool:
-        return (call.connection.connection_id, call.header.correlation_id) in self._plans
-
-    async def on_response(self, call: Call, response: Any) -> Any:
-        tiered = self._plans.pop((call.connection.connection_id, call.header.correlation_id), None)
-        if tiered is None:
-            return response
+    async def _on_response(self, tiered: _Tiered, response: Any) -> Any:
         topics = []
         for topic in response.topics:
             parts = []
@@ -155,3 +148,20 @@ class DeleteRecordsInterceptor(Interceptor):
             log_start=target,
         )
         return dataclasses.replace(part, low_watermark=target)
+
+
+class _DeleteRecordsExchange(Exchange):
+    """One DeleteRecords naming tiered partitions, until the broker answered it."""
+
+    __slots__ = ("_interceptor", "_tiered")
+
+    def __init__(self, interceptor: DeleteRecordsInterceptor, tiered: _Tiered) -> None:
+        self._interceptor = interceptor
+        self._tiered = tiered
+
+    @property
+    def held_bytes(self) -> int:
+        return _PARTITION_BYTES * len(self._tiered)
+
+    async def on_response(self, response: Any) -> Any:
+        return await self._interceptor._on_response(self._tiered, response)

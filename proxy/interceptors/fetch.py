@@ -18,7 +18,9 @@ The work is split among named collaborators, and this module only orders it:
 - :class:`~proxy.remote.reads.RemoteReads` schedules the remote reads in the reader pool
   and turns their results into answers (its docstring lists the errors per partition);
 - :class:`~proxy.remote.assembly.ResponseAssembler` fits the records into the response;
-- :class:`~proxy.remote.inflight.FetchesInFlight` keeps each plan until its response.
+- each Fetch's plan (:class:`~proxy.remote.inflight.FetchInFlight`) lives in its
+  :class:`_FetchExchange`, which the connection keeps until the Fetch's response is
+  written or the connection closes; it is never dropped while its Fetch is outstanding.
 
 What a response teaches (the fetch session's positions, what the broker holds of each
 tiered partition, which partitions this connection may read early) flows back through one
@@ -46,7 +48,7 @@ import functools
 import logging
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Self
+from typing import Final, Self
 
 from cachetools import LRUCache
 
@@ -61,16 +63,16 @@ from protocol.fetch_bodies import (
     rewrite_fetch_request,
     session_not_found_response,
 )
-from protocol.messages import ApiKey
+from protocol.messages import ApiKey, Body
 from proxy.identities import ClientIdentities
-from proxy.interceptors.base import Answer, Call, Interceptor
+from proxy.interceptors.base import Answer, Call, Exchange, Forward, Interceptor
 from proxy.logs import event
 from proxy.remote.assembly import LocalRecords, RemoteRead, ResponseAssembler
 from proxy.remote.broker_checks import BrokerChecks
 from proxy.remote.broker_view import BrokerView, PartitionState
 from proxy.remote.client_quotas import ClientQuotas, QuotaEntity
 from proxy.remote.fetch_plan import FetchPlanner, TieredPartition, Verdict, verdict
-from proxy.remote.inflight import FetchesInFlight, FetchInFlight
+from proxy.remote.inflight import FetchInFlight, estimated_size
 from proxy.remote.purgatory import RemoteFetchPurgatory
 from proxy.remote.reads import RemoteReads
 from proxy.remote.sessions import FetchSessions
@@ -114,7 +116,6 @@ class FetchInterceptor(Interceptor):
         self._identities = identities
         self._checks = checks
         self._assembler = ResponseAssembler(reads=reads, quotas=quotas)
-        self._plans = FetchesInFlight()
         self._allowed: LRUCache[int, set[PartitionKey]] = LRUCache(_CONNECTIONS_KEPT)
         """Per connection, tiered partitions the broker answered without refusing them
         (no error, or OFFSET_OUT_OF_RANGE): reads of these may start with the request."""
@@ -156,11 +157,11 @@ class FetchInterceptor(Interceptor):
 
     # -- request -----------------------------------------------------------------------
 
-    def on_request(self, call: Call) -> Any | Answer:
+    def on_request(self, call: Call) -> Forward | Answer:
         version = call.header.api_version
         request = read_fetch_request(call.request, version)
         if request.replica_id >= 0:
-            return call.request  # a follower: replication is none of the proxy's business
+            return Forward(request=call.request)  # a follower: none of the proxy's business
         connection_id = call.connection.connection_id
         view = self._sessions.open(
             connection_id=connection_id,
@@ -209,20 +210,21 @@ class FetchInterceptor(Interceptor):
         # this connection read: a client without rights must not make the proxy read
         # remote storage at all.
         self._start_early(connection_id, plan, {k: t for k, t in tiered.items() if k in allowed})
-        self._plans.add(connection_id, call.header.correlation_id, plan)
+        exchange = _FetchExchange(self, call, plan)
         unchanged = len(sent) == len(view.listed) and all(
             position == view.client[key] for key, position in sent
         )
         if unchanged and view.broker_epoch is None:
-            return call.request
+            return Forward(request=call.request, then=exchange)
         served = any(t.served for t in tiered.values())
-        return rewrite_fetch_request(
+        rewritten = rewrite_fetch_request(
             call.request,
             version,
             sent,
             min_bytes=0 if served else None,
             session_epoch=view.broker_epoch,
         )
+        return Forward(request=rewritten, then=exchange)
 
     def _answers_alone(self, connection_id: int, plan: FetchInFlight, now: float) -> bool:
         """Whether the Fetch may be answered without the broker: sessionless or an in-step
@@ -252,10 +254,12 @@ class FetchInterceptor(Interceptor):
         if plan.view.in_step:
             self._sessions.answered_alone(plan.view)
         self._start_early(connection_id, plan, plan.tiered)
-        self._plans.add(connection_id, call.header.correlation_id, plan)
         self._checks.note_answered_alone()
         version = call.header.api_version
-        return Answer(response=empty_fetch_response(version, session_id=session_id))
+        return Answer(
+            response=empty_fetch_response(version, session_id=session_id),
+            then=_FetchExchange(self, call, plan),
+        )
 
     def _start_early(
         self,
@@ -273,9 +277,8 @@ class FetchInterceptor(Interceptor):
                 )
 
     def on_connection_closed(self, connection_id: int) -> None:
-        """Drop the connection's plans (their queued reads cancelled), sessions, turns and
-        the broker's checks."""
-        self._plans.release(connection_id)
+        """Drop the connection's sessions, turns and the broker's checks (its Fetches'
+        exchanges were released already)."""
         self._sessions.release(connection_id)
         self._assembler.forget(connection_id)
         self._allowed.pop(connection_id, None)
@@ -283,11 +286,11 @@ class FetchInterceptor(Interceptor):
 
     # -- response ----------------------------------------------------------------------
 
-    def wants_response(self, call: Call, body: memoryview) -> bool:
+    @staticmethod
+    def _wants_response(call: Call, plan: FetchInFlight, body: memoryview) -> bool:
         """Whether the response must be decoded: tiered partitions are involved and the
         broker did not fail the whole Fetch (v7+ session fields, read without decoding)."""
-        plan = self._plans.get(call.connection.connection_id, call.header.correlation_id)
-        if plan is None or not plan.tiered:
+        if not plan.tiered:
             return False
         if call.header.api_version < FIRST_SESSION_VERSION:
             return True
@@ -297,18 +300,14 @@ class FetchInterceptor(Interceptor):
             return True  # malformed: let the decoder report it
         return bool(error == KafkaError.NONE)
 
-    def on_raw_response(self, call: Call, body: memoryview) -> None:
+    def _on_raw_response(self, call: Call, plan: FetchInFlight, body: memoryview) -> None:
         """A response that passes undecoded: only its session fields matter."""
-        plan = self._plans.pop(call.connection.connection_id, call.header.correlation_id)
-        if plan is None or call.header.api_version < FIRST_SESSION_VERSION:
+        if call.header.api_version < FIRST_SESSION_VERSION:
             return
         error, session_id = _SESSION_FIELDS.unpack_from(body, _THROTTLE_BYTES)
         self._learn(call, plan, error=error, session_id=session_id, throttled=False, answers=())
 
-    async def on_response(self, call: Call, response: Any) -> Any:
-        plan = self._plans.pop(call.connection.connection_id, call.header.correlation_id)
-        if plan is None:
-            return response
+    async def _on_response(self, call: Call, plan: FetchInFlight, response: Body) -> Body:
         editor = FetchResponseEditor(response, call.header.api_version)
         if plan.alone:
             reads = [
@@ -341,7 +340,7 @@ class FetchInterceptor(Interceptor):
         editor: FetchResponseEditor,
         reads: list[RemoteRead],
         local: list[LocalRecords],
-    ) -> Any:
+    ) -> Body:
         """The response with the remote reads waited for (within the purgatory) and fitted
         in beside the broker's ``local`` partitions, or none if the client is throttled."""
         entity = QuotaEntity(
@@ -513,3 +512,39 @@ class FetchInterceptor(Interceptor):
         remaining = plan.started + plan.request.max_wait_ms / 1000 - loop.time()
         if remaining > 0:
             await asyncio.sleep(remaining)
+
+
+class _FetchExchange(Exchange):
+    """One consumer Fetch from its request to its response: it holds the Fetch's plan, so
+    the plan lives exactly as long as the Fetch is outstanding. Released unanswered (the
+    connection closed), its queued early reads are cancelled; answered, reads still running
+    finish and warm the cache."""
+
+    __slots__ = ("_answered", "_call", "_interceptor", "_plan")
+
+    def __init__(self, interceptor: FetchInterceptor, call: Call, plan: FetchInFlight) -> None:
+        self._interceptor = interceptor
+        self._call = call
+        self._plan = plan
+        self._answered = False
+
+    @property
+    def held_bytes(self) -> int:
+        return estimated_size(self._plan)
+
+    def wants_response(self, body: memoryview) -> bool:
+        return self._interceptor._wants_response(self._call, self._plan, body)
+
+    def on_raw_response(self, body: memoryview) -> None:
+        self._answered = True
+        self._interceptor._on_raw_response(self._call, self._plan, body)
+
+    async def on_response(self, response: Body) -> Body:
+        self._answered = True
+        return await self._interceptor._on_response(self._call, self._plan, response)
+
+    def release(self) -> None:
+        if not self._answered:
+            for started in self._plan.early.values():
+                if isinstance(started, asyncio.Future):
+                    started.cancel()  # a read still queued never starts; a running one ends

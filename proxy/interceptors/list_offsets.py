@@ -22,14 +22,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, Self
 
-from cachetools import LRUCache
-
 from protocol.errors import KafkaError
 from protocol.indexes import CorruptIndexError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.messages import ApiKey, ErrorCode
 from protocol.records import CorruptRecordBatchError
-from proxy.interceptors.base import Answer, Call, Interceptor
+from proxy.interceptors.base import Call, Exchange, Forward, Interceptor
 from proxy.logs import event
 from proxy.remote.broker_view import BrokerView
 from proxy.remote.fetch_plan import RemotePartitions
@@ -46,7 +44,8 @@ _log = logging.getLogger("tierproxy.list_offsets")
 
 _FIRST_EPOCH_VERSION: Final = 4
 _MIN_LOOKUP_SECONDS: Final = 1.0
-_PLANS_KEPT: Final = 100_000
+_QUERY_BYTES: Final = 200
+"""About what one partition's query holds in a ListOffsets exchange."""
 _STORAGE_ERROR = ErrorCode(int(KafkaError.KAFKA_STORAGE_ERROR))
 
 _Key = tuple[str, int]
@@ -90,7 +89,6 @@ class ListOffsetsInterceptor(Interceptor):
         self._counters = counters
         self._lookup_seconds = lookup_seconds
         self._kip405_minus_3 = kip405_minus_3
-        self._plans: LRUCache[tuple[int, int], dict[_Key, _Query]] = LRUCache(_PLANS_KEPT)
 
     @classmethod
     def for_tier(cls, tier: RemoteTier) -> Self:
@@ -118,10 +116,10 @@ class ListOffsetsInterceptor(Interceptor):
     def needs_request(self) -> bool:
         return True
 
-    def on_request(self, call: Call) -> Any | Answer:
-        request = call.request
+    def on_request(self, call: Call) -> Forward:
+        request: Any = call.request
         if request.replica_id >= 0:
-            return request  # a follower
+            return Forward(request=request)  # a follower
         version = call.header.api_version
         queries: dict[_Key, _Query] = {}
         topics = []
@@ -142,11 +140,13 @@ class ListOffsetsInterceptor(Interceptor):
                     part = dataclasses.replace(part, timestamp=forward)  # noqa: PLW2901
                 parts.append(part)
             topics.append(dataclasses.replace(topic, partitions=tuple(parts)))
-        if any(self._needs_answer(name, part, q) for (name, part), q in queries.items()):
-            self._plans[(call.connection.connection_id, call.header.correlation_id)] = queries
+        needed = any(self._needs_answer(name, part, q) for (name, part), q in queries.items())
+        if not (needed or changed):
+            return Forward(request=request)
+        exchange = _ListOffsetsExchange(self, call, queries if needed else None)
         if not changed:
-            return request
-        return dataclasses.replace(request, topics=tuple(topics))
+            return Forward(request=request, then=exchange)
+        return Forward(request=dataclasses.replace(request, topics=tuple(topics)), then=exchange)
 
     def _needs_answer(self, topic: str, partition: int, query: _Query) -> bool:
         """Whether the broker's answer for this partition may need changing (or, for an
@@ -159,13 +159,7 @@ class ListOffsetsInterceptor(Interceptor):
             self._partitions.partition(topic=topic, topic_id=None, partition=partition) is not None
         )
 
-    def wants_response(self, call: Call, body: memoryview) -> bool:
-        return (call.connection.connection_id, call.header.correlation_id) in self._plans
-
-    async def on_response(self, call: Call, response: Any) -> Any:
-        queries = self._plans.pop((call.connection.connection_id, call.header.correlation_id), None)
-        if queries is None:
-            return response
+    async def _on_response(self, call: Call, queries: dict[_Key, _Query], response: Any) -> Any:
         version = call.header.api_version
         jobs = []
         for t, topic in enumerate(response.topics):
@@ -261,3 +255,29 @@ class ListOffsetsInterceptor(Interceptor):
             return await self._timestamps.find_offset_by_timestamp(
                 tp, timestamp, lineage=remote.lineage
             )
+
+
+class _ListOffsetsExchange(Exchange):
+    """One ListOffsets: the query each partition asked (``None`` when no answer needs
+    changing: only the request was rewritten, for sentinels the broker answers alike)."""
+
+    __slots__ = ("_call", "_interceptor", "_queries")
+
+    def __init__(
+        self, interceptor: ListOffsetsInterceptor, call: Call, queries: dict[_Key, _Query] | None
+    ) -> None:
+        self._interceptor = interceptor
+        self._call = call
+        self._queries = queries
+
+    @property
+    def held_bytes(self) -> int:
+        return 0 if self._queries is None else _QUERY_BYTES * len(self._queries)
+
+    def wants_response(self, body: memoryview) -> bool:
+        return self._queries is not None
+
+    async def on_response(self, response: Any) -> Any:
+        if self._queries is None:
+            return response
+        return await self._interceptor._on_response(self._call, self._queries, response)

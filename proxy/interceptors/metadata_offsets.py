@@ -13,7 +13,7 @@ from typing import Any, Protocol, Self
 
 from protocol.errors import KafkaError
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
-from proxy.interceptors.base import Call, Interceptor
+from proxy.interceptors.base import Call, Forward, Interceptor, OnResponse
 from proxy.remote.broker_offsets import LedPartition
 from proxy.remote.fetch_plan import RemotePartitions
 from proxy.remote.tier import RemoteTier
@@ -44,10 +44,10 @@ class MetadataOffsets(Interceptor):
     def versions(self) -> Mapping[ApiKey, range]:
         return {ApiKey.METADATA: INTERCEPTED_VERSIONS[ApiKey.METADATA]}
 
-    def wants_response(self, call: Call, body: memoryview) -> bool:
-        return True
+    def on_request(self, call: Call) -> Forward:
+        return Forward(request=call.request, then=OnResponse(self._learn))
 
-    async def on_response(self, call: Call, response: Any) -> Any:
+    async def _learn(self, response: Any) -> Any:
         await self._learner.learn(self._tiered(response))
         return response
 

@@ -15,18 +15,17 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Protocol
 
-from cachetools import LRUCache
-
 from protocol.errors import KafkaError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.messages import ApiKey
-from proxy.interceptors.base import Answer, Call, Interceptor
+from proxy.interceptors.base import Call, Exchange, Forward, Interceptor
 from proxy.remote.epochs import EpochEndOffset, end_offset
 from storage.model import TopicIdPartition
 
 __all__ = ["OffsetForLeaderEpochInterceptor"]
 
-_PLANS_KEPT: Final = 100_000
+_PARTITION_BYTES: Final = 150
+"""About what one tiered partition holds in an OffsetForLeaderEpoch exchange."""
 
 _Key = tuple[str, int]
 
@@ -46,7 +45,6 @@ class OffsetForLeaderEpochInterceptor(Interceptor):
 
     def __init__(self, tiered: TieredLineages) -> None:
         self._tiered = tiered
-        self._requested: LRUCache[tuple[int, int], dict[_Key, int]] = LRUCache(_PLANS_KEPT)
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:
@@ -56,30 +54,21 @@ class OffsetForLeaderEpochInterceptor(Interceptor):
     def needs_request(self) -> bool:
         return True
 
-    def on_request(self, call: Call) -> Any | Answer:
-        request = call.request
+    def on_request(self, call: Call) -> Forward:
+        request: Any = call.request
         if getattr(request, "replica_id", -1) >= 0:
-            return request
+            return Forward(request=request)
         requested = {
             (topic.topic, part.partition): part.leader_epoch
             for topic in request.topics
             for part in topic.partitions
             if self._tiered.partition(topic=topic.topic, topic_id=None, partition=part.partition)
         }
-        if requested:
-            key = (call.connection.connection_id, call.header.correlation_id)
-            self._requested[key] = requested
-        return request
+        if not requested:
+            return Forward(request=request)
+        return Forward(request=request, then=_EpochsExchange(self, requested))
 
-    def wants_response(self, call: Call, body: memoryview) -> bool:
-        return (call.connection.connection_id, call.header.correlation_id) in self._requested
-
-    async def on_response(self, call: Call, response: Any) -> Any:
-        requested = self._requested.pop(
-            (call.connection.connection_id, call.header.correlation_id), None
-        )
-        if requested is None:
-            return response
+    def _on_response(self, requested: dict[_Key, int], response: Any) -> Any:
         topics = []
         changed = False
         for topic in response.topics:
@@ -107,3 +96,22 @@ class OffsetForLeaderEpochInterceptor(Interceptor):
         return dataclasses.replace(
             part, leader_epoch=result.leader_epoch, end_offset=result.end_offset
         )
+
+
+class _EpochsExchange(Exchange):
+    """One OffsetForLeaderEpoch naming tiered partitions: the epoch asked for each."""
+
+    __slots__ = ("_interceptor", "_requested")
+
+    def __init__(
+        self, interceptor: OffsetForLeaderEpochInterceptor, requested: dict[_Key, int]
+    ) -> None:
+        self._interceptor = interceptor
+        self._requested = requested
+
+    @property
+    def held_bytes(self) -> int:
+        return _PARTITION_BYTES * len(self._requested)
+
+    async def on_response(self, response: Any) -> Any:
+        return self._interceptor._on_response(self._requested, response)

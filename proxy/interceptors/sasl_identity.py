@@ -7,7 +7,7 @@ from typing import Any
 
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
 from proxy.identities import ClientIdentities
-from proxy.interceptors.base import Call, Interceptor
+from proxy.interceptors.base import Call, Forward, Interceptor
 
 __all__ = ["SaslIdentity"]
 
@@ -29,16 +29,14 @@ class SaslIdentity(Interceptor):
     def needs_request(self) -> bool:
         return True
 
-    def on_request(self, call: Call) -> Any:
+    def on_request(self, call: Call) -> Forward:
         connection_id = call.connection.connection_id
+        request: Any = call.request
         if call.header.api_key == ApiKey.SASL_HANDSHAKE:
-            self._identities.mechanism_chosen(connection_id, str(call.request.mechanism))
+            self._identities.mechanism_chosen(connection_id, str(request.mechanism))
         else:
-            self._identities.authenticating(connection_id, bytes(call.request.auth_bytes))
-        return call.request
-
-    def wants_response(self, call: Call, body: memoryview) -> bool:
-        return False
+            self._identities.authenticating(connection_id, bytes(request.auth_bytes))
+        return Forward(request=call.request)
 
     def on_connection_closed(self, connection_id: int) -> None:
         self._identities.forget(connection_id)

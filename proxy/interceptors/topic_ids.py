@@ -9,12 +9,13 @@ ids, the proxy looks the names up itself at once.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any, Final, Protocol
 
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
-from proxy.interceptors.base import Call, Interceptor
+from proxy.interceptors.base import Call, Forward, Interceptor, OnResponse
 
 __all__ = ["MetadataTopicIds", "TopicIdObserver"]
 
@@ -43,10 +44,10 @@ class MetadataTopicIds(Interceptor):
     def needs_request(self) -> bool:
         return False
 
-    def wants_response(self, call: Call, body: memoryview) -> bool:
-        return True
+    def on_request(self, call: Call) -> Forward:
+        return Forward(request=call.request, then=OnResponse(functools.partial(self._learn, call)))
 
-    async def on_response(self, call: Call, response: Any) -> Any:
+    async def _learn(self, call: Call, response: Any) -> Any:
         if call.header.api_version < _FIRST_TOPIC_ID_VERSION:
             self._observer.want(topic.name for topic in response.topics if topic.name)
             return response

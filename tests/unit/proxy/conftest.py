@@ -13,7 +13,7 @@ import pytest
 from protocol.frames import FrameDecoder
 from proxy import connection
 from proxy.config import ProxyConfig
-from proxy.interceptors.base import Interceptor
+from proxy.interceptors.base import Call, Forward, Interceptor
 from proxy.server import ProxyServer
 from proxy.splice import Prelude, SpliceDone, Splicer
 from storage.kafka_security import KafkaSecurityConfig
@@ -130,3 +130,14 @@ class Client:
 
 def frame(payload: bytes) -> bytes:
     return struct.pack(">i", len(payload)) + payload
+
+
+async def through(interceptor: Interceptor, call: Call, response: Any) -> Any:
+    """``response`` as ``interceptor``'s exchange for ``call`` leaves it (the router's path
+    for an interceptor that forwards the request)."""
+    outcome = interceptor.on_request(call)
+    assert isinstance(outcome, Forward) and outcome.then is not None
+    try:
+        return await outcome.then.on_response(response)
+    finally:
+        outcome.then.release()

@@ -27,7 +27,7 @@ from protocol.messages import (
 from protocol.messages import response_class as response_of
 from proxy.config import HostPort
 from proxy.interceptors.addresses import AddressRewriter, BrokerAddress
-from proxy.interceptors.base import Call, ConnectionInfo, Interceptor
+from proxy.interceptors.base import Call, ConnectionInfo, Forward, Interceptor, OnResponse
 from proxy.router import Router
 from tests.unit.proxy.fake_broker import empty_fetch_request, fetch_response_payload
 
@@ -54,7 +54,7 @@ def call(api_key: int, version: int) -> Call:
         size=0,
     )
     connection = ConnectionInfo(connection_id=1, client="c", node_id=1)
-    return Call(connection=connection, header=header, client_request=None, request=None)
+    return Call(connection=connection, header=header, request=None)
 
 
 def entries(body_class: type[Any], field: str, id_field: str) -> tuple[Any, ...]:
@@ -304,6 +304,12 @@ async def test_fetch_responses_stream_only_when_every_interceptor_judges_the_tai
         @property
         def versions(self) -> Mapping[ApiKey, range]:
             return {ApiKey.FETCH: range(16, 18)}
+
+        def on_request(self, call: Call) -> Forward:
+            return Forward(request=call.request, then=OnResponse(self._read))
+
+        async def _read(self, response: Any) -> Any:
+            return response
 
     router = Router([AddressRewriter(RecordingBook()), Reader()])
     frame = encode_request_header(ApiKey.FETCH, 16, 9, "c") + encode_request(

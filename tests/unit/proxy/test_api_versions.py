@@ -11,6 +11,7 @@ from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, ErrorCode, build, ne
 from protocol.messages import response_class as response_of
 from proxy.broker_versions import BrokerVersions
 from proxy.interceptors.api_versions import ApiVersionsInterceptor, restrict_api_versions
+from tests.unit.proxy.conftest import through
 
 
 def versions_response(ranges: dict[int, tuple[int, int]], version: int = 3) -> object:
@@ -78,8 +79,8 @@ def test_list_offsets_is_advertised_up_to_v9_when_the_broker_speaks_v7(
 async def test_the_brokers_own_ranges_are_recorded_per_node() -> None:
     versions = BrokerVersions()
     interceptor = ApiVersionsInterceptor(versions, {int(ApiKey.LIST_OFFSETS): range(7, 10)})
-    call = SimpleNamespace(connection=SimpleNamespace(node_id=3))
-    advertised = await interceptor.on_response(call, versions_response({1: (0, 17), 2: (0, 7)}))  # type: ignore[arg-type]
+    call = SimpleNamespace(connection=SimpleNamespace(node_id=3), request=None)
+    advertised = await through(interceptor, call, versions_response({1: (0, 17), 2: (0, 7)}))  # type: ignore[arg-type]
     assert ranges_of(advertised)[2] == (1, 9)
     assert versions.supported(3, int(ApiKey.LIST_OFFSETS)) == range(0, 8)
     assert versions.supported(3, int(ApiKey.FETCH)) == range(0, 18)

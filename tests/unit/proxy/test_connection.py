@@ -7,6 +7,7 @@ fake_broker.py) and talks to it with a bare framing client.
 from __future__ import annotations
 
 import asyncio
+import functools
 import struct
 from collections.abc import Mapping
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 from protocol.fetch_tail import read_tail
 from protocol.headers import RequestHeader, encode_request_header
 from protocol.messages import ApiKey, encode_request
-from proxy.interceptors.base import Answer, Call, Interceptor
+from proxy.interceptors.base import Answer, Call, Forward, Interceptor, OnResponse
 from proxy.splice import SPLICE_AVAILABLE
 from tests.conditions import wait_for
 from tests.unit.proxy.conftest import Client, ProxyFactory, frame
@@ -54,12 +55,13 @@ class Gate(Interceptor):
     def versions(self) -> Mapping[ApiKey, range]:
         return {ApiKey.LIST_OFFSETS: range(1, 2)}
 
-    def on_request(self, call: Call) -> Any:
+    def on_request(self, call: Call) -> Forward | Answer:
+        then = OnResponse(self._held)
         if call.header.correlation_id >= 1000:
-            return Answer(response=list_offsets_response(offset=1000))
-        return call.request
+            return Answer(response=list_offsets_response(offset=1000), then=then)
+        return Forward(request=call.request, then=then)
 
-    async def on_response(self, call: Call, response: Any) -> Any:
+    async def _held(self, response: Any) -> Any:
         await self.open.wait()
         return response
 
@@ -82,13 +84,15 @@ class Jitter(Interceptor):
     def versions(self) -> Mapping[ApiKey, range]:
         return {ApiKey.LIST_OFFSETS: range(1, 2)}
 
-    def on_request(self, call: Call) -> Any:
+    def on_request(self, call: Call) -> Forward | Answer:
+        then = OnResponse(functools.partial(self._delayed, call.header.correlation_id))
         if call.header.correlation_id % 7 == 0:
-            return Answer(response=list_offsets_response(offset=7))
-        return call.request
+            return Answer(response=list_offsets_response(offset=7), then=then)
+        return Forward(request=call.request, then=then)
 
-    async def on_response(self, call: Call, response: Any) -> Any:
-        await asyncio.sleep((call.header.correlation_id * 37 % 11) / 1000)
+    @staticmethod
+    async def _delayed(correlation_id: int, response: Any) -> Any:
+        await asyncio.sleep((correlation_id * 37 % 11) / 1000)
         return response
 
 

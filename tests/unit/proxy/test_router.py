@@ -26,7 +26,16 @@ from protocol.messages import (
 )
 from proxy.bad_connections import LOG_BURST, LOG_PER_SECOND
 from proxy.broker_versions import BrokerVersions
-from proxy.interceptors.base import Answer, Call, ConnectionInfo, Interceptor
+from proxy.exchange_memory import ExchangeMemory
+from proxy.interceptors.base import (
+    Answer,
+    Call,
+    ConnectionInfo,
+    Exchange,
+    Forward,
+    Interceptor,
+    OnResponse,
+)
 from proxy.router import Router
 from tests.unit.proxy.fake_broker import list_offsets_request, list_offsets_response
 
@@ -60,18 +69,20 @@ class Recorder(Interceptor):
     def needs_request(self) -> bool:
         return True
 
-    def on_request(self, call: Call) -> Any:
+    def on_request(self, call: Call) -> Forward | Answer:
         self.log.append(f"request:{self.name}")
+        then = OnResponse(self._on_response)
         if self.answer:
-            return Answer(response=list_offsets_response(offset=42))
+            return Answer(response=list_offsets_response(offset=42), then=then)
         if self.rewrite:
-            topic = call.request.topics[0]
+            request: Any = call.request
+            topic = request.topics[0]
             partition = dataclasses.replace(topic.partitions[0], timestamp=-2)
             topic = dataclasses.replace(topic, partitions=(partition,))
-            return dataclasses.replace(call.request, topics=(topic,))
-        return call.request
+            return Forward(request=dataclasses.replace(request, topics=(topic,)), then=then)
+        return Forward(request=call.request, then=then)
 
-    async def on_response(self, call: Call, response: Any) -> Any:
+    async def _on_response(self, response: Any) -> Any:
         self.log.append(f"response:{self.name}")
         if self.rewrite:
             topic = response.topics[0]
@@ -209,6 +220,9 @@ class ServedAbove(Interceptor):
     def served_above_broker(self) -> Mapping[ApiKey, range]:
         return {ApiKey.LIST_OFFSETS: range(7, 10)}
 
+    def on_request(self, call: Call) -> Forward:
+        return Forward(request=call.request)
+
 
 def router_for_broker(list_offsets: range | None) -> Router:
     versions = BrokerVersions()
@@ -294,5 +308,78 @@ def test_interceptors_cannot_claim_versions_the_proxy_does_not_decode() -> None:
         def versions(self) -> Mapping[ApiKey, range]:
             return {ApiKey.FETCH: range(0, 18)}
 
+        def on_request(self, call: Call) -> Forward:
+            return Forward(request=call.request)
+
     with pytest.raises(LocalProtocolError):
         Router([Greedy()])
+
+
+class Holding(Interceptor):
+    """Keeps an exchange holding ``size`` bytes per request; optionally fails or rewrites
+    without one."""
+
+    def __init__(self, size: int, *, fail: bool = False, bare_rewrite: bool = False) -> None:
+        self.size = size
+        self.fail = fail
+        self.bare_rewrite = bare_rewrite
+        self.released: list[int] = []
+
+    @property
+    def versions(self) -> Mapping[ApiKey, range]:
+        return {ApiKey.LIST_OFFSETS: range(1, 2)}
+
+    @property
+    def needs_request(self) -> bool:
+        return True
+
+    def on_request(self, call: Call) -> Forward:
+        if self.fail:
+            raise RemoteProtocolError("refused")
+        if self.bare_rewrite:
+            request: Any = call.request
+            return Forward(request=dataclasses.replace(request, replica_id=-1))
+        return Forward(request=call.request, then=Held(self, call.header.correlation_id))
+
+
+class Held(Exchange):
+    def __init__(self, owner: Holding, correlation_id: int) -> None:
+        self.owner = owner
+        self.correlation_id = correlation_id
+
+    @property
+    def held_bytes(self) -> int:
+        return self.owner.size
+
+    def release(self) -> None:
+        self.owner.released.append(self.correlation_id)
+
+
+async def test_a_requests_exchanges_hold_memory_until_released_once() -> None:
+    holding = Holding(300)
+    router = Router([holding, Holding(200)], memory=ExchangeMemory(400))
+    route = router.route(request_frame(ApiKey.LIST_OFFSETS, 1, list_offsets_request()), CONNECTION)
+    assert route.exchange is not None
+    assert router.memory.held == 500 and not router.memory.admits
+    await route.exchange.respond(response_payload(list_offsets_response()))
+    assert holding.released == []  # answered, not yet written: still outstanding
+    route.exchange.release()
+    assert holding.released == [7]
+    assert router.memory.held == 0 and router.memory.admits
+
+
+def test_exchanges_of_a_refused_request_are_released() -> None:
+    holding = Holding(300)
+    router = Router([holding, Holding(0, fail=True)])
+    with pytest.raises(RemoteProtocolError):
+        router.route(request_frame(ApiKey.LIST_OFFSETS, 1, list_offsets_request()), CONNECTION)
+    assert holding.released == [7]
+    assert router.memory.held == 0
+
+
+def test_a_request_rewritten_without_an_exchange_is_refused() -> None:
+    """Its answer could only be relayed as the broker sent it, to a question the client
+    never asked."""
+    router = Router([Holding(0, bare_rewrite=True)])
+    with pytest.raises(LocalProtocolError):
+        router.route(request_frame(ApiKey.LIST_OFFSETS, 1, list_offsets_request()), CONNECTION)

@@ -165,7 +165,6 @@ def metadata_call(version: int) -> Call:
             header_version=2,
             size=0,
         ),
-        client_request=None,
         request=None,
     )
 
@@ -201,6 +200,7 @@ async def start_env(
     local_start: int = TIERED_END + 1,
     untiered: dict[int, list[bytes]] | None = None,
     proxy_asks_offsets: bool = False,
+    proxy_settings: dict[str, Any] | None = None,
     **settings: Any,
 ) -> Env:
     """Tier ``segments``, model the broker with ``local`` from ``local_start``, start a proxy.
@@ -208,6 +208,7 @@ async def start_env(
     ``untiered`` adds partitions 1, 2, ... of the topic that only the broker holds. With
     ``proxy_asks_offsets`` the broker's Metadata names the topic and the proxy asks the
     broker ListOffsets itself (:class:`ModelLister`) when a Metadata answer passes.
+    ``proxy_settings`` are the proxy's own (``ProxyConfig``), ``settings`` the read path's.
     Every Fetch goes to the broker unless ``broker_check_reuse_ms`` says otherwise: these
     tests look at what the broker is asked.
     """
@@ -249,6 +250,7 @@ async def start_env(
     proxy = await make_proxy(
         fake_broker,
         interceptors=remote_interceptors(tier),
+        **(proxy_settings or {}),
     )
     client = await KafkaClient.connect(proxy)
     env = Env(

@@ -36,6 +36,7 @@ from proxy.remote.fetch_plan import PROBE_BYTES
 from proxy.remote.offsets import EARLIEST, LATEST, RemoteRange
 from storage.kafka_client import READ_COMMITTED, BrokerConnectionError, ListedOffset
 from storage.model import TopicIdPartition
+from tests.unit.proxy.conftest import through
 from tests.unit.proxy.fake_broker import metadata_topics
 from tests.unit.proxy.remote.env import (
     LAST,
@@ -379,7 +380,7 @@ async def test_metadata_answers_name_their_tiered_partitions_with_leaders(versio
         ],
     )
     call = metadata_call(version)
-    assert await interceptor.on_response(call, answer) is answer
+    assert await through(interceptor, call, answer) is answer
     assert learner.seen == [*led(0, leader=1), *led(2, leader=2)]
 
 

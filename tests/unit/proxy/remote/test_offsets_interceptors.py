@@ -14,6 +14,7 @@ from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.messages import ApiKey, build, nested_class, request_class, response_class
 from proxy.interceptors.topic_ids import MetadataTopicIds
 from storage.rsm.base import RemoteStorageError
+from tests.unit.proxy.conftest import through
 from tests.unit.proxy.remote.env import TIERED_END, TOPIC, Env, EnvFactory, metadata_call
 from tests.unit.proxy.remote.tiered_log import BASE_TIMESTAMP, TP, data_batch
 
@@ -199,6 +200,6 @@ async def test_metadata_responses_teach_the_current_topic_ids(make_env: EnvFacto
         ),
     )
     call = metadata_call(12)
-    assert await interceptor.on_response(call, response) is response
+    assert await through(interceptor, call, response) is response
     assert env.tier.partition(topic=TOPIC, topic_id=None, partition=0) is None
     assert env.tier.partition(topic=None, topic_id=TP.topic_id, partition=0) == TP
