@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from protocol.buffers import Buffers
 from protocol.errors import KafkaError
@@ -132,8 +132,9 @@ def _position(part: Any) -> FetchPosition:
     )
 
 
-def read_fetch_request(body: Any, version: int) -> FetchRequestView:
+def read_fetch_request(request: Body, version: int) -> FetchRequestView:
     """The typed view of a decoded Fetch request body of ``version``."""
+    body: Any = request
     state = getattr(body, "replica_state", None)
     replica_id = int(state.replica_id if state is not None else body.replica_id)
     sessions = version >= FIRST_SESSION_VERSION
@@ -161,16 +162,17 @@ def read_fetch_request(body: Any, version: int) -> FetchRequestView:
 
 
 def rewrite_fetch_request(
-    body: Any,
+    request: Body,
     version: int,
     partitions: Sequence[tuple[PartitionKey, FetchPosition]],
     *,
     min_bytes: int | None,
     session_epoch: int | None = None,
-) -> Any:
-    """``body`` listing exactly ``partitions``, reusing the client's entries where it listed
-    the partition (only the offset and byte limit change), and with ``min_bytes`` and
+) -> Body:
+    """``request`` listing exactly ``partitions``, reusing the client's entries where it
+    listed the partition (only the offset and byte limit change), and with ``min_bytes`` and
     ``session_epoch`` (v7+) if given."""
+    body: Any = request
     topic_class = nested_class(type(body), "topics")
     partition_class = nested_class(topic_class, "partitions")
     originals = {
@@ -207,29 +209,31 @@ def rewrite_fetch_request(
         changes["min_bytes"] = min_bytes
     if session_epoch is not None:
         changes["session_epoch"] = session_epoch
-    return dataclasses.replace(body, **changes)
+    return Body(dataclasses.replace(body, **changes))
 
 
-def session_not_found_response(version: int) -> Any:
+def session_not_found_response(version: int) -> Body:
     """A whole-response FETCH_SESSION_ID_NOT_FOUND: the client starts a new session."""
     return _whole_response(version, KafkaError.FETCH_SESSION_ID_NOT_FOUND)
 
 
-def empty_fetch_response(version: int, *, session_id: int = NO_SESSION) -> Any:
+def empty_fetch_response(version: int, *, session_id: int = NO_SESSION) -> Body:
     """An answer without error and without partitions, in fetch session ``session_id``
     (v7+; none by default), for the proxy to fill (with :class:`FetchResponseEditor`) when
     it answers a Fetch without the broker."""
     return _whole_response(version, KafkaError.NONE, session_id=session_id)
 
 
-def _whole_response(version: int, error: KafkaError, *, session_id: int = NO_SESSION) -> Any:
-    return build(
-        response_class(ApiKey.FETCH, version),
-        throttle_time=timedelta(0),
-        error_code=ErrorCode(int(error)),
-        session_id=session_id,
-        responses=(),
-        node_endpoints=(),
+def _whole_response(version: int, error: KafkaError, *, session_id: int = NO_SESSION) -> Body:
+    return Body(
+        build(
+            response_class(ApiKey.FETCH, version),
+            throttle_time=timedelta(0),
+            error_code=ErrorCode(int(error)),
+            session_id=session_id,
+            responses=(),
+            node_endpoints=(),
+        )
     )
 
 
@@ -248,8 +252,8 @@ class FetchResponseEditor:
     at the end). :meth:`body` returns the very object it was given when nothing changed.
     """
 
-    def __init__(self, body: Any, version: int) -> None:
-        self._body = body
+    def __init__(self, body: Body, version: int) -> None:
+        self._body: Any = body
         self.version = version
         self._topic_class = nested_class(type(body), "responses")
         self._partition_class = nested_class(self._topic_class, "partitions")
@@ -257,7 +261,7 @@ class FetchResponseEditor:
             _TopicEntries(
                 key=_topic_key(topic, version), original=topic, parts=list(topic.partitions)
             )
-            for topic in body.responses
+            for topic in cast(Any, body).responses
         ]
         self._where: dict[PartitionKey, tuple[_TopicEntries, int]] = {
             (topic.key, int(part.partition_index)): (topic, index)

@@ -46,6 +46,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol, runtime_checkable
 
+from protocol.errors import LocalProtocolError
 from protocol.headers import RequestHeader
 from protocol.messages import ApiKey, Body
 
@@ -79,6 +80,16 @@ class Call:
     connection: ConnectionInfo
     header: RequestHeader
     request: Body | None
+
+    @property
+    def body(self) -> Body:
+        """``request``, for an interceptor that ``needs_request``.
+
+        :raises LocalProtocolError: the chain did not decode the request.
+        """
+        if self.request is None:
+            raise LocalProtocolError(f"{self.header} was not decoded (needs_request)")
+        return self.request
 
 
 class Exchange(Protocol):

@@ -26,10 +26,16 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any, Final, Self
+from typing import Final, Self
 
 from protocol.errors import KafkaError
-from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, ErrorCode
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, Body
+from protocol.offset_bodies import (
+    Deleted,
+    DeleteRecordsEditor,
+    PartitionName,
+    read_delete_records_request,
+)
 from proxy.interceptors.base import Call, Exchange, Forward, Interceptor
 from proxy.logs import event
 from proxy.remote.broker_view import BrokerView
@@ -46,10 +52,9 @@ _HIGH_WATERMARK: Final = -1
 """DeleteRecords' "up to the high watermark" offset."""
 _PARTITION_BYTES: Final = 200
 """About what one tiered partition holds in a DeleteRecords exchange."""
-_STORAGE_ERROR: Final = ErrorCode(int(KafkaError.KAFKA_STORAGE_ERROR))
+_STORAGE_ERROR: Final = int(KafkaError.KAFKA_STORAGE_ERROR)
 
-_Key = tuple[str, int]
-_Tiered = dict[_Key, tuple[TopicIdPartition, int]]
+_Tiered = dict[PartitionName, tuple[TopicIdPartition, int]]
 """The tiered partitions a DeleteRecords names, with the offset asked for each."""
 
 
@@ -90,37 +95,33 @@ class DeleteRecordsInterceptor(Interceptor):
         return True
 
     def on_request(self, call: Call) -> Forward:
-        request: Any = call.request
         if call.header.client_id == self._pipeline_client_id:
-            return Forward(request=request)
-        tiered: _Tiered = {}
-        for topic in request.topics:
-            for part in topic.partitions:
-                tp = self._partitions.partition(
-                    topic=topic.name, topic_id=None, partition=part.partition_index
+            return Forward(request=call.request)
+        tiered: _Tiered = {
+            asked.name: (tp, asked.offset)
+            for asked in read_delete_records_request(call.body)
+            if (
+                tp := self._partitions.partition(
+                    topic=asked.name[0], topic_id=None, partition=asked.name[1]
                 )
-                if tp is not None:
-                    tiered[(topic.name, part.partition_index)] = (tp, int(part.offset))
+            )
+            is not None
+        }
         if not tiered:
-            return Forward(request=request)
-        return Forward(request=request, then=_DeleteRecordsExchange(self, tiered))
+            return Forward(request=call.request)
+        return Forward(request=call.request, then=_DeleteRecordsExchange(self, tiered))
 
-    async def _on_response(self, tiered: _Tiered, response: Any) -> Any:
-        topics = []
-        for topic in response.topics:
-            parts = []
-            for part in topic.partitions:
-                found = tiered.get((topic.name, part.partition_index))
-                if found is not None and int(part.error_code) == KafkaError.NONE:
-                    part = await self._extend(found[0], found[1], part)  # noqa: PLW2901
-                parts.append(part)
-            topics.append(dataclasses.replace(topic, partitions=tuple(parts)))
-        return dataclasses.replace(response, topics=tuple(topics))
+    async def _on_response(self, tiered: _Tiered, response: Body) -> Body:
+        editor = DeleteRecordsEditor(response)
+        for part in editor.partitions():
+            found = tiered.get(part.name)
+            if found is not None and part.error == KafkaError.NONE:
+                editor.put(await self._extend(found[0], found[1], part))
+        return editor.body()
 
-    async def _extend(self, tp: TopicIdPartition, asked: int, part: Any) -> Any:
+    async def _extend(self, tp: TopicIdPartition, asked: int, part: Deleted) -> Deleted:
         """Record the deletion for the remote tier; the partition's answer."""
-        broker_low_watermark = int(part.low_watermark)
-        target = broker_low_watermark if asked == _HIGH_WATERMARK else asked
+        target = part.low_watermark if asked == _HIGH_WATERMARK else asked
         remote = self._partitions.remote_range(tp)
         if remote is None or self._broker.state(tp).reaches(remote) is False:
             return part  # nothing of the remote tier is served: the broker's answer stands
@@ -138,7 +139,7 @@ class DeleteRecordsInterceptor(Interceptor):
                 offset=target,
                 error=repr(err),
             )
-            return dataclasses.replace(part, error_code=_STORAGE_ERROR, low_watermark=-1)
+            return dataclasses.replace(part, error=_STORAGE_ERROR, low_watermark=-1)
         event(
             _log,
             logging.INFO,
@@ -163,5 +164,5 @@ class _DeleteRecordsExchange(Exchange):
     def held_bytes(self) -> int:
         return _PARTITION_BYTES * len(self._tiered)
 
-    async def on_response(self, response: Any) -> Any:
+    async def on_response(self, response: Body) -> Body:
         return await self._interceptor._on_response(self._tiered, response)

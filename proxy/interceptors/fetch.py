@@ -159,7 +159,7 @@ class FetchInterceptor(Interceptor):
 
     def on_request(self, call: Call) -> Forward | Answer:
         version = call.header.api_version
-        request = read_fetch_request(call.request, version)
+        request = read_fetch_request(call.body, version)
         if request.replica_id >= 0:
             return Forward(request=call.request)  # a follower: none of the proxy's business
         connection_id = call.connection.connection_id
@@ -218,7 +218,7 @@ class FetchInterceptor(Interceptor):
             return Forward(request=call.request, then=exchange)
         served = any(t.served for t in tiered.values())
         rewritten = rewrite_fetch_request(
-            call.request,
+            call.body,
             version,
             sent,
             min_bytes=0 if served else None,
@@ -328,6 +328,7 @@ class FetchInterceptor(Interceptor):
             return response
         answers = list(editor.partitions())
         states = learned(answers=answers)
+        _cancel_refused(plan, answers)
         reads, local = self._collect(plan, editor, answers, states)
         if not reads:
             return editor.body()
@@ -548,3 +549,14 @@ class _FetchExchange(Exchange):
             for started in self._plan.early.values():
                 if isinstance(started, asyncio.Future):
                     started.cancel()  # a read still queued never starts; a running one ends
+
+
+def _cancel_refused(plan: FetchInFlight, answers: Sequence[FetchedPartition]) -> None:
+    """Cancel the early reads of the partitions the broker refused (an authorisation error,
+    a leader elsewhere, ...): a read of a partition whose last broker answer on this
+    connection refused it must not run, not even one started with the request."""
+    for part in answers:
+        if part.error not in _READABLE:
+            started = plan.early.pop(part.key, None)
+            if isinstance(started, asyncio.Future):
+                started.cancel()

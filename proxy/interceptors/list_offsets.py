@@ -20,12 +20,19 @@ import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, Self
+from typing import Final, Protocol, Self
 
 from protocol.errors import KafkaError
 from protocol.indexes import CorruptIndexError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
-from protocol.messages import ApiKey, ErrorCode
+from protocol.messages import ApiKey, Body
+from protocol.offset_bodies import (
+    ListedOffset,
+    ListOffsetsEditor,
+    PartitionName,
+    read_list_offsets_request,
+    rewrite_list_offsets_request,
+)
 from protocol.records import CorruptRecordBatchError
 from proxy.interceptors.base import Call, Exchange, Forward, Interceptor
 from proxy.logs import event
@@ -42,13 +49,10 @@ __all__ = ["ListOffsetsInterceptor"]
 
 _log = logging.getLogger("tierproxy.list_offsets")
 
-_FIRST_EPOCH_VERSION: Final = 4
 _MIN_LOOKUP_SECONDS: Final = 1.0
 _QUERY_BYTES: Final = 200
 """About what one partition's query holds in a ListOffsets exchange."""
-_STORAGE_ERROR = ErrorCode(int(KafkaError.KAFKA_STORAGE_ERROR))
-
-_Key = tuple[str, int]
+_STORAGE_ERROR: Final = int(KafkaError.KAFKA_STORAGE_ERROR)
 _BROKER_ANSWERS: Final = frozenset({OffsetQuery.BROKER, OffsetQuery.EARLIEST_LOCAL})
 """Queries whose answer is the broker's own (EARLIEST_LOCAL was asked as EARLIEST)."""
 
@@ -117,78 +121,56 @@ class ListOffsetsInterceptor(Interceptor):
         return True
 
     def on_request(self, call: Call) -> Forward:
-        request: Any = call.request
-        if request.replica_id >= 0:
-            return Forward(request=request)  # a follower
+        replica_id, asked = read_list_offsets_request(call.body)
+        if replica_id >= 0:
+            return Forward(request=call.request)  # a follower
         version = call.header.api_version
-        queries: dict[_Key, _Query] = {}
-        topics = []
-        changed = False
-        for topic in request.topics:
-            parts = []
-            for part in topic.partitions:
-                query, forward = plan(
-                    part.timestamp,
-                    version,
-                    kip405_minus_3=self._kip405_minus_3,
-                )
-                queries[(topic.name, part.partition_index)] = _Query(
-                    query=query, timestamp=part.timestamp
-                )
-                if forward != part.timestamp:
-                    changed = True
-                    part = dataclasses.replace(part, timestamp=forward)  # noqa: PLW2901
-                parts.append(part)
-            topics.append(dataclasses.replace(topic, partitions=tuple(parts)))
-        needed = any(self._needs_answer(name, part, q) for (name, part), q in queries.items())
-        if not (needed or changed):
-            return Forward(request=request)
+        queries: dict[PartitionName, _Query] = {}
+        forwarded: dict[PartitionName, int] = {}
+        for part in asked:
+            query, forward = plan(part.timestamp, version, kip405_minus_3=self._kip405_minus_3)
+            queries[part.name] = _Query(query=query, timestamp=part.timestamp)
+            if forward != part.timestamp:
+                forwarded[part.name] = forward
+        needed = any(self._needs_answer(name, query) for name, query in queries.items())
+        if not (needed or forwarded):
+            return Forward(request=call.request)
         exchange = _ListOffsetsExchange(self, call, queries if needed else None)
-        if not changed:
-            return Forward(request=request, then=exchange)
-        return Forward(request=dataclasses.replace(request, topics=tuple(topics)), then=exchange)
+        if not forwarded:
+            return Forward(request=call.request, then=exchange)
+        request = rewrite_list_offsets_request(call.body, forwarded)
+        return Forward(request=request, then=exchange)
 
-    def _needs_answer(self, topic: str, partition: int, query: _Query) -> bool:
+    def _needs_answer(self, name: PartitionName, query: _Query) -> bool:
         """Whether the broker's answer for this partition may need changing (or, for an
         EARLIEST_LOCAL of a tiered partition, teaches where the broker's log starts)."""
         if query.query is OffsetQuery.LATEST_TIERED:
             return True
         if query.query is OffsetQuery.BROKER:
             return False
-        return (
-            self._partitions.partition(topic=topic, topic_id=None, partition=partition) is not None
-        )
+        return self._partition(name) is not None
 
-    async def _on_response(self, call: Call, queries: dict[_Key, _Query], response: Any) -> Any:
-        version = call.header.api_version
+    def _partition(self, name: PartitionName) -> TopicIdPartition | None:
+        return self._partitions.partition(topic=name[0], topic_id=None, partition=name[1])
+
+    async def _on_response(
+        self, queries: dict[PartitionName, _Query], editor: ListOffsetsEditor
+    ) -> Body:
         jobs = []
-        for t, topic in enumerate(response.topics):
-            for p, part in enumerate(topic.partitions):
-                query = queries.get((topic.name, part.partition_index))
-                if query is None or int(part.error_code) != KafkaError.NONE:
-                    continue
-                tp = self._partitions.partition(
-                    topic=topic.name, topic_id=None, partition=part.partition_index
-                )
-                remote = None if tp is None else self._reachable(tp, query, part.offset)
-                if query.query in _BROKER_ANSWERS or (
-                    remote is None and query.query is not OffsetQuery.LATEST_TIERED
-                ):
-                    continue
-                jobs.append((t, p, self._answer(tp, query, part, remote, version)))
-        if not jobs:
-            return response
-        answers = await asyncio.gather(*(job for _t, _p, job in jobs))
-        topics = [list(topic.partitions) for topic in response.topics]
-        for (t, p, _job), new in zip(jobs, answers, strict=True):
-            topics[t][p] = new
-        return dataclasses.replace(
-            response,
-            topics=tuple(
-                dataclasses.replace(topic, partitions=tuple(parts))
-                for topic, parts in zip(response.topics, topics, strict=True)
-            ),
-        )
+        for part in editor.partitions():
+            query = queries.get(part.name)
+            if query is None or part.error != KafkaError.NONE:
+                continue
+            tp = self._partition(part.name)
+            remote = None if tp is None else self._reachable(tp, query, part.offset)
+            if query.query in _BROKER_ANSWERS or (
+                remote is None and query.query is not OffsetQuery.LATEST_TIERED
+            ):
+                continue
+            jobs.append(self._answer(tp, query, part, remote))
+        for answered in await asyncio.gather(*jobs):
+            editor.put(answered)
+        return editor.body()
 
     def _reachable(self, tp: TopicIdPartition, query: _Query, offset: int) -> RemoteRange | None:
         """``tp``'s remote tier, or ``None`` when it does not join the broker's log (a gap:
@@ -206,14 +188,11 @@ class ListOffsetsInterceptor(Interceptor):
         self,
         tp: TopicIdPartition | None,
         query: _Query,
-        part: Any,
+        part: ListedOffset,
         remote: RemoteRange | None,
-        version: int,
-    ) -> Any:
+    ) -> ListedOffset:
         broker = BrokerAnswer(
-            timestamp=part.timestamp,
-            offset=part.offset,
-            leader_epoch=part.leader_epoch if version >= _FIRST_EPOCH_VERSION else -1,
+            timestamp=part.timestamp, offset=part.offset, leader_epoch=part.leader_epoch
         )
         found: BrokerAnswer | None = None
         if query.query is OffsetQuery.TIMESTAMP and tp is not None and remote is not None:
@@ -235,7 +214,7 @@ class ListOffsetsInterceptor(Interceptor):
                     error=repr(err),
                 )
                 self._counters.read_failed(tp.topic, "timestamp-lookup")
-                return dataclasses.replace(part, error_code=_STORAGE_ERROR, offset=-1, timestamp=-1)
+                return dataclasses.replace(part, error=_STORAGE_ERROR, offset=-1, timestamp=-1)
             if located is not None:
                 found = BrokerAnswer(
                     timestamp=located.timestamp,
@@ -243,10 +222,9 @@ class ListOffsetsInterceptor(Interceptor):
                     leader_epoch=-1 if located.leader_epoch is None else located.leader_epoch,
                 )
         result = answer(query.query, broker, remote, found)
-        fields: dict[str, Any] = {"timestamp": result.timestamp, "offset": result.offset}
-        if version >= _FIRST_EPOCH_VERSION:
-            fields["leader_epoch"] = result.leader_epoch
-        return dataclasses.replace(part, **fields)
+        return dataclasses.replace(
+            part, timestamp=result.timestamp, offset=result.offset, leader_epoch=result.leader_epoch
+        )
 
     async def _lookup(
         self, tp: TopicIdPartition, timestamp: int, remote: RemoteRange
@@ -261,13 +239,16 @@ class _ListOffsetsExchange(Exchange):
     """One ListOffsets: the query each partition asked (``None`` when no answer needs
     changing: only the request was rewritten, for sentinels the broker answers alike)."""
 
-    __slots__ = ("_call", "_interceptor", "_queries")
+    __slots__ = ("_interceptor", "_queries", "_version")
 
     def __init__(
-        self, interceptor: ListOffsetsInterceptor, call: Call, queries: dict[_Key, _Query] | None
+        self,
+        interceptor: ListOffsetsInterceptor,
+        call: Call,
+        queries: dict[PartitionName, _Query] | None,
     ) -> None:
         self._interceptor = interceptor
-        self._call = call
+        self._version = call.header.api_version
         self._queries = queries
 
     @property
@@ -277,7 +258,8 @@ class _ListOffsetsExchange(Exchange):
     def wants_response(self, body: memoryview) -> bool:
         return self._queries is not None
 
-    async def on_response(self, response: Any) -> Any:
+    async def on_response(self, response: Body) -> Body:
         if self._queries is None:
             return response
-        return await self._interceptor._on_response(self._call, self._queries, response)
+        editor = ListOffsetsEditor(response, self._version)
+        return await self._interceptor._on_response(self._queries, editor)

@@ -8,11 +8,13 @@ itself passes unchanged, after a short wait at most; the questions never fail it
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Protocol, Self
+from typing import Protocol, Self
 
 from protocol.errors import KafkaError
-from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, Body
+from protocol.metadata_bodies import MetadataTopic, read_metadata_topics
 from proxy.interceptors.base import Call, Forward, Interceptor, OnResponse
 from proxy.remote.broker_offsets import LedPartition
 from proxy.remote.fetch_plan import RemotePartitions
@@ -45,27 +47,26 @@ class MetadataOffsets(Interceptor):
         return {ApiKey.METADATA: INTERCEPTED_VERSIONS[ApiKey.METADATA]}
 
     def on_request(self, call: Call) -> Forward:
-        return Forward(request=call.request, then=OnResponse(self._learn))
+        learn = functools.partial(self._learn, call.header.api_version)
+        return Forward(request=call.request, then=OnResponse(learn))
 
-    async def _learn(self, response: Any) -> Any:
-        await self._learner.learn(self._tiered(response))
+    async def _learn(self, version: int, response: Body) -> Body:
+        await self._learner.learn(self._tiered(read_metadata_topics(response, version)))
         return response
 
-    def _tiered(self, response: Any) -> Iterator[LedPartition]:
-        """The tiered partitions of ``response`` that have a leader. By topic id when the
+    def _tiered(self, topics: Iterable[MetadataTopic]) -> Iterator[LedPartition]:
+        """The tiered partitions of ``topics`` that have a leader. By topic id when the
         answer has one (v10+), so that a re-created topic never stands for its namesake."""
-        for topic in response.topics:
-            if topic.error_code != KafkaError.NONE or not topic.name:
+        for topic in topics:
+            if topic.error != KafkaError.NONE or not topic.name:
                 continue
-            topic_id = getattr(topic, "topic_id", None)
-            by_id = topic_id if topic_id is not None and topic_id.int else None
             for part in topic.partitions:
-                if part.error_code != KafkaError.NONE or part.leader_id < 0:
+                if part.error != KafkaError.NONE or part.leader < 0:
                     continue
                 tp = self._partitions.partition(
-                    topic=None if by_id else topic.name,
-                    topic_id=by_id,
-                    partition=part.partition_index,
+                    topic=None if topic.topic_id else topic.name,
+                    topic_id=topic.topic_id,
+                    partition=part.index,
                 )
                 if tp is not None:
-                    yield LedPartition(tp=tp, leader=int(part.leader_id))
+                    yield LedPartition(tp=tp, leader=part.leader)

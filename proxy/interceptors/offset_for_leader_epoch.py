@@ -13,11 +13,12 @@ from __future__ import annotations
 import dataclasses
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 from protocol.errors import KafkaError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
-from protocol.messages import ApiKey
+from protocol.messages import ApiKey, Body
+from protocol.offset_bodies import EpochsEditor, PartitionName, read_epochs_request
 from proxy.interceptors.base import Call, Exchange, Forward, Interceptor
 from proxy.remote.epochs import EpochEndOffset, end_offset
 from storage.model import TopicIdPartition
@@ -26,8 +27,6 @@ __all__ = ["OffsetForLeaderEpochInterceptor"]
 
 _PARTITION_BYTES: Final = 150
 """About what one tiered partition holds in an OffsetForLeaderEpoch exchange."""
-
-_Key = tuple[str, int]
 
 
 class TieredLineages(Protocol):
@@ -55,63 +54,50 @@ class OffsetForLeaderEpochInterceptor(Interceptor):
         return True
 
     def on_request(self, call: Call) -> Forward:
-        request: Any = call.request
-        if getattr(request, "replica_id", -1) >= 0:
-            return Forward(request=request)
+        replica_id, asked = read_epochs_request(call.body)
+        if replica_id >= 0:
+            return Forward(request=call.request)  # a follower
         requested = {
-            (topic.topic, part.partition): part.leader_epoch
-            for topic in request.topics
-            for part in topic.partitions
-            if self._tiered.partition(topic=topic.topic, topic_id=None, partition=part.partition)
+            query.name: query.leader_epoch for query in asked if _tiered(self._tiered, query.name)
         }
         if not requested:
-            return Forward(request=request)
-        return Forward(request=request, then=_EpochsExchange(self, requested))
-
-    def _on_response(self, requested: dict[_Key, int], response: Any) -> Any:
-        topics = []
-        changed = False
-        for topic in response.topics:
-            parts = []
-            for part in topic.partitions:
-                new = self._answer(topic.topic, part, requested)
-                changed = changed or new is not part
-                parts.append(new)
-            topics.append(dataclasses.replace(topic, partitions=tuple(parts)))
-        if not changed:
-            return response
-        return dataclasses.replace(response, topics=tuple(topics))
-
-    def _answer(self, topic: str, part: Any, requested: dict[_Key, int]) -> Any:
-        epoch = requested.get((topic, part.partition))
-        if epoch is None or int(part.error_code) != KafkaError.NONE:
-            return part
-        tp = self._tiered.partition(topic=topic, topic_id=None, partition=part.partition)
-        if tp is None:
-            return part
-        broker = EpochEndOffset(leader_epoch=part.leader_epoch, end_offset=part.end_offset)
-        result = end_offset(epoch, broker, self._tiered.lineage(tp))
-        if result == broker:
-            return part
-        return dataclasses.replace(
-            part, leader_epoch=result.leader_epoch, end_offset=result.end_offset
-        )
+            return Forward(request=call.request)
+        return Forward(request=call.request, then=_EpochsExchange(self._tiered, requested))
 
 
 class _EpochsExchange(Exchange):
-    """One OffsetForLeaderEpoch naming tiered partitions: the epoch asked for each."""
+    """One OffsetForLeaderEpoch naming tiered partitions: the epoch asked of each, answered
+    from the remote lineage where the broker's own answer falls short."""
 
-    __slots__ = ("_interceptor", "_requested")
+    __slots__ = ("_requested", "_tiered")
 
-    def __init__(
-        self, interceptor: OffsetForLeaderEpochInterceptor, requested: dict[_Key, int]
-    ) -> None:
-        self._interceptor = interceptor
+    def __init__(self, tiered: TieredLineages, requested: dict[PartitionName, int]) -> None:
+        self._tiered = tiered
         self._requested = requested
 
     @property
     def held_bytes(self) -> int:
         return _PARTITION_BYTES * len(self._requested)
 
-    async def on_response(self, response: Any) -> Any:
-        return self._interceptor._on_response(self._requested, response)
+    async def on_response(self, response: Body) -> Body:
+        editor = EpochsEditor(response)
+        for part in editor.partitions():
+            epoch = self._requested.get(part.name)
+            if epoch is None or part.error != KafkaError.NONE:
+                continue
+            tp = _tiered(self._tiered, part.name)
+            if tp is None:
+                continue
+            broker = EpochEndOffset(leader_epoch=part.leader_epoch, end_offset=part.end_offset)
+            result = end_offset(epoch, broker, self._tiered.lineage(tp))
+            if result != broker:
+                editor.put(
+                    dataclasses.replace(
+                        part, leader_epoch=result.leader_epoch, end_offset=result.end_offset
+                    )
+                )
+        return editor.body()
+
+
+def _tiered(tiered: TieredLineages, name: PartitionName) -> TopicIdPartition | None:
+    return tiered.partition(topic=name[0], topic_id=None, partition=name[1])

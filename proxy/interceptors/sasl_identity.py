@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
+from protocol.sasl_bodies import sasl_auth_bytes, sasl_mechanism
 from proxy.identities import ClientIdentities
 from proxy.interceptors.base import Call, Forward, Interceptor
 
@@ -31,11 +31,10 @@ class SaslIdentity(Interceptor):
 
     def on_request(self, call: Call) -> Forward:
         connection_id = call.connection.connection_id
-        request: Any = call.request
         if call.header.api_key == ApiKey.SASL_HANDSHAKE:
-            self._identities.mechanism_chosen(connection_id, str(request.mechanism))
+            self._identities.mechanism_chosen(connection_id, sasl_mechanism(call.body))
         else:
-            self._identities.authenticating(connection_id, bytes(request.auth_bytes))
+            self._identities.authenticating(connection_id, sasl_auth_bytes(call.body))
         return Forward(request=call.request)
 
     def on_connection_closed(self, connection_id: int) -> None:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, Protocol
+from typing import Protocol
 
-from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, Body
+from protocol.metadata_bodies import FIRST_TOPIC_ID_VERSION, read_metadata_topics
 from proxy.interceptors.base import Call, Forward, Interceptor, OnResponse
 
 __all__ = ["MetadataTopicIds", "TopicIdObserver"]
-
-_FIRST_TOPIC_ID_VERSION: Final = 10
 
 
 class TopicIdObserver(Protocol):
@@ -45,13 +44,15 @@ class MetadataTopicIds(Interceptor):
         return False
 
     def on_request(self, call: Call) -> Forward:
-        return Forward(request=call.request, then=OnResponse(functools.partial(self._learn, call)))
+        learn = functools.partial(self._learn, call.header.api_version)
+        return Forward(request=call.request, then=OnResponse(learn))
 
-    async def _learn(self, call: Call, response: Any) -> Any:
-        if call.header.api_version < _FIRST_TOPIC_ID_VERSION:
-            self._observer.want(topic.name for topic in response.topics if topic.name)
+    async def _learn(self, version: int, response: Body) -> Body:
+        topics = read_metadata_topics(response, version)
+        if version < FIRST_TOPIC_ID_VERSION:
+            self._observer.want(topic.name for topic in topics if topic.name)
             return response
-        for topic in response.topics:
-            if topic.name and topic.topic_id is not None and topic.topic_id.int:
+        for topic in topics:
+            if topic.name and topic.topic_id is not None:
                 self._observer.observe(topic.name, topic.topic_id)
         return response

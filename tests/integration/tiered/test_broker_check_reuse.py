@@ -6,7 +6,9 @@ sessionless Fetch loops on one connection, as catch-up readers do, with a small 
 so that most Fetches are answered by the proxy alone. Then:
 
 - her READ ACL is revoked: within a bounded time every answer is TOPIC_AUTHORIZATION_FAILED
-  without records; granted again, she reads on from where she stopped;
+  without records, and from the first such answer on the proxy starts no remote read for
+  her connection (``tierproxy_remote_fetch_requests_total`` stays put, issue 28); granted
+  again, she reads on from where she stopped;
 - the topic is deleted: within a bounded time the answers carry the broker's error, never
   records.
 
@@ -133,6 +135,10 @@ def answered_alone(proxy: TierproxyServer) -> float:
     return proxy.metric("tierproxy_remote_fetch_answered_without_broker_total")
 
 
+def remote_reads(proxy: TierproxyServer) -> float:
+    return proxy.metric("tierproxy_remote_fetch_requests_total")
+
+
 @pytest.fixture
 def tiered(secured: SecuredKafka, s3: S3Info, s3_bucket: str, spark: Any, tmp_path: Path) -> Topics:
     """A tiered topic alice may read, its local copy of the tiered range deleted."""
@@ -170,8 +176,10 @@ def test_a_revoked_acl_and_a_deleted_topic_end_up_answered_by_the_broker(
                 revoke_read(secured.plaintext, "alice", topic)
                 stopped = reader.position
                 assert await reader.until_refused() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+                reads = remote_reads(proxy)
                 for _ in range(5):  # refused from now on, the broker asked each time
                     assert await reader.step() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+                assert remote_reads(proxy) == reads, "a remote read after the broker refused"
                 assert reader.position >= stopped
 
                 apply_acls(secured.plaintext, [acl("alice", topic, AclOperation.READ)])

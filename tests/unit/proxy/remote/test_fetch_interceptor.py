@@ -12,6 +12,7 @@ import logging
 import socket
 import struct
 import uuid
+from typing import Any
 
 import pytest
 
@@ -480,3 +481,47 @@ async def test_no_remote_read_before_the_broker_lets_the_connection_read(
     assert part.error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert not part.records
     assert reads._value.get() == before, "a remote read started for a refused client"
+
+
+async def test_a_refusal_cancels_the_read_started_with_the_request(
+    make_env: EnvFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """READ revoked: the first Fetch after it had its read started with the request (the
+    broker had let this connection read); the broker's refusal cancels it before it runs,
+    and no later Fetch of the connection starts one (issue 28)."""
+    env = await make_env(reader_threads=1)
+    await fetch(env, 12, 0)  # the broker lets this connection read the partition
+    assert env.tier.metrics is not None
+    reads = env.tier.metrics.requests.labels(TOPIC)
+    ran: list[int] = []
+    read = env.tier.reader.read
+    release = asyncio.Event()
+
+    async def recorded(tp: Any, offset: int, *args: Any, **kwargs: Any) -> Any:
+        ran.append(offset)
+        if offset == 20:
+            await release.wait()  # the only reader stays busy
+        return await read(tp, offset, *args, **kwargs)
+
+    monkeypatch.setattr(env.tier.reader, "read", recorded)
+    other = await KafkaClient.connect(env.proxy)
+    try:
+        busy = asyncio.create_task(
+            other.call(ApiKey.FETCH, 12, fetch_request(12, [(TOPIC, 0, 20, 1 << 20)]))
+        )
+        await wait_for(lambda: ran == [20], what="the only reader is busy")
+        env.model.error = KafkaError.TOPIC_AUTHORIZATION_FAILED  # READ revoked
+        before = reads._value.get()
+        part = only(await fetch(env, 12, 10))
+        assert part.error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert reads._value.get() == before + 1, "no read was started with the request"
+        for offset in (10, 12, 14):
+            part = only(await fetch(env, 12, offset))
+            assert part.error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        assert reads._value.get() == before + 1, "a read started after the broker's refusal"
+        release.set()
+        await busy
+        await wait_for(lambda: env.tier.pool.queue_size == 0, what="the queue drained")
+        assert ran == [20], "the refused partition's read ran"
+    finally:
+        await other.close()
