@@ -326,7 +326,9 @@ def _run_chain(
     exchanges: list[Exchange] = []
     try:
         for interceptor in interceptors:
-            outcome = interceptor.on_request(dataclasses.replace(call, request=request))
+            if request is not call.request:
+                call = Call(connection=call.connection, header=call.header, request=request)
+            outcome = interceptor.on_request(call)
             if outcome.then is not None:
                 exchanges.append(outcome.then)
             if isinstance(outcome, Answer):

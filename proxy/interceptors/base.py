@@ -145,16 +145,28 @@ class TailExchange(Exchange, Protocol):
 
 
 class OnResponse(Exchange):
-    """The exchange of an interceptor that only looks at responses and keeps nothing from
-    the request: every response goes, decoded, to ``respond``."""
+    """An exchange that hands the decoded response to ``respond`` (a function of the
+    interceptor, bound to what it keeps from the request, about ``held_bytes`` bytes); with
+    ``respond`` ``None``, the response passes as the broker sent it (an interceptor that
+    rewrote the request so that the broker's answer stays the client's)."""
 
-    __slots__ = ("_respond",)
+    __slots__ = ("_held_bytes", "_respond")
 
-    def __init__(self, respond: Callable[[Body], Awaitable[Body]]) -> None:
+    def __init__(
+        self, respond: Callable[[Body], Awaitable[Body]] | None, *, held_bytes: int = 0
+    ) -> None:
         self._respond = respond
+        self._held_bytes = held_bytes
+
+    @property
+    def held_bytes(self) -> int:
+        return self._held_bytes
+
+    def wants_response(self, body: memoryview) -> bool:
+        return self._respond is not None
 
     async def on_response(self, response: Body) -> Body:
-        return await self._respond(response)
+        return response if self._respond is None else await self._respond(response)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

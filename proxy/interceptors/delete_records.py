@@ -23,6 +23,7 @@ at the proxy.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -36,7 +37,7 @@ from protocol.offset_bodies import (
     PartitionName,
     read_delete_records_request,
 )
-from proxy.interceptors.base import Call, Exchange, Forward, Interceptor
+from proxy.interceptors.base import Call, Forward, Interceptor, OnResponse
 from proxy.logs import event
 from proxy.remote.broker_view import BrokerView
 from proxy.remote.fetch_plan import RemotePartitions
@@ -109,7 +110,9 @@ class DeleteRecordsInterceptor(Interceptor):
         }
         if not tiered:
             return Forward(request=call.request)
-        return Forward(request=call.request, then=_DeleteRecordsExchange(self, tiered))
+        respond = functools.partial(self._on_response, tiered)
+        held = _PARTITION_BYTES * len(tiered)
+        return Forward(request=call.request, then=OnResponse(respond, held_bytes=held))
 
     async def _on_response(self, tiered: _Tiered, response: Body) -> Body:
         editor = DeleteRecordsEditor(response)
@@ -149,20 +152,3 @@ class DeleteRecordsInterceptor(Interceptor):
             log_start=target,
         )
         return dataclasses.replace(part, low_watermark=target)
-
-
-class _DeleteRecordsExchange(Exchange):
-    """One DeleteRecords naming tiered partitions, until the broker answered it."""
-
-    __slots__ = ("_interceptor", "_tiered")
-
-    def __init__(self, interceptor: DeleteRecordsInterceptor, tiered: _Tiered) -> None:
-        self._interceptor = interceptor
-        self._tiered = tiered
-
-    @property
-    def held_bytes(self) -> int:
-        return _PARTITION_BYTES * len(self._tiered)
-
-    async def on_response(self, response: Body) -> Body:
-        return await self._interceptor._on_response(self._tiered, response)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from protocol.offset_bodies import (
     rewrite_list_offsets_request,
 )
 from protocol.records import CorruptRecordBatchError
-from proxy.interceptors.base import Call, Exchange, Forward, Interceptor
+from proxy.interceptors.base import Call, Forward, Interceptor, OnResponse
 from proxy.logs import event
 from proxy.remote.broker_view import BrokerView
 from proxy.remote.fetch_plan import RemotePartitions
@@ -135,7 +136,11 @@ class ListOffsetsInterceptor(Interceptor):
         needed = any(self._needs_answer(name, query) for name, query in queries.items())
         if not (needed or forwarded):
             return Forward(request=call.request)
-        exchange = _ListOffsetsExchange(self, call, queries if needed else None)
+        # Only rewritten (sentinels the broker answers alike): its answer stands as it is.
+        respond = functools.partial(self._on_response, call.header.api_version, queries)
+        exchange = OnResponse(
+            respond if needed else None, held_bytes=_QUERY_BYTES * len(queries) if needed else 0
+        )
         if not forwarded:
             return Forward(request=call.request, then=exchange)
         request = rewrite_list_offsets_request(call.body, forwarded)
@@ -154,8 +159,9 @@ class ListOffsetsInterceptor(Interceptor):
         return self._partitions.partition(topic=name[0], topic_id=None, partition=name[1])
 
     async def _on_response(
-        self, queries: dict[PartitionName, _Query], editor: ListOffsetsEditor
+        self, version: int, queries: dict[PartitionName, _Query], response: Body
     ) -> Body:
+        editor = ListOffsetsEditor(response, version)
         jobs = []
         for part in editor.partitions():
             query = queries.get(part.name)
@@ -233,33 +239,3 @@ class ListOffsetsInterceptor(Interceptor):
             return await self._timestamps.find_offset_by_timestamp(
                 tp, timestamp, lineage=remote.lineage
             )
-
-
-class _ListOffsetsExchange(Exchange):
-    """One ListOffsets: the query each partition asked (``None`` when no answer needs
-    changing: only the request was rewritten, for sentinels the broker answers alike)."""
-
-    __slots__ = ("_interceptor", "_queries", "_version")
-
-    def __init__(
-        self,
-        interceptor: ListOffsetsInterceptor,
-        call: Call,
-        queries: dict[PartitionName, _Query] | None,
-    ) -> None:
-        self._interceptor = interceptor
-        self._version = call.header.api_version
-        self._queries = queries
-
-    @property
-    def held_bytes(self) -> int:
-        return 0 if self._queries is None else _QUERY_BYTES * len(self._queries)
-
-    def wants_response(self, body: memoryview) -> bool:
-        return self._queries is not None
-
-    async def on_response(self, response: Body) -> Body:
-        if self._queries is None:
-            return response
-        editor = ListOffsetsEditor(response, self._version)
-        return await self._interceptor._on_response(self._queries, editor)

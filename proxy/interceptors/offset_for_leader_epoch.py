@@ -11,6 +11,7 @@ the data. Follower requests (``replica_id`` >= 0) pass through untouched.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Final, Protocol
@@ -19,7 +20,7 @@ from protocol.errors import KafkaError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.messages import ApiKey, Body
 from protocol.offset_bodies import EpochsEditor, PartitionName, read_epochs_request
-from proxy.interceptors.base import Call, Exchange, Forward, Interceptor
+from proxy.interceptors.base import Call, Forward, Interceptor, OnResponse
 from proxy.remote.epochs import EpochEndOffset, end_offset
 from storage.model import TopicIdPartition
 
@@ -57,36 +58,20 @@ class OffsetForLeaderEpochInterceptor(Interceptor):
         replica_id, asked = read_epochs_request(call.body)
         if replica_id >= 0:
             return Forward(request=call.request)  # a follower
-        requested = {
-            query.name: query.leader_epoch for query in asked if _tiered(self._tiered, query.name)
-        }
+        requested = {query.name: query.leader_epoch for query in asked if self._tp(query.name)}
         if not requested:
             return Forward(request=call.request)
-        return Forward(request=call.request, then=_EpochsExchange(self._tiered, requested))
+        respond = functools.partial(self._on_response, requested)
+        held = _PARTITION_BYTES * len(requested)
+        return Forward(request=call.request, then=OnResponse(respond, held_bytes=held))
 
-
-class _EpochsExchange(Exchange):
-    """One OffsetForLeaderEpoch naming tiered partitions: the epoch asked of each, answered
-    from the remote lineage where the broker's own answer falls short."""
-
-    __slots__ = ("_requested", "_tiered")
-
-    def __init__(self, tiered: TieredLineages, requested: dict[PartitionName, int]) -> None:
-        self._tiered = tiered
-        self._requested = requested
-
-    @property
-    def held_bytes(self) -> int:
-        return _PARTITION_BYTES * len(self._requested)
-
-    async def on_response(self, response: Body) -> Body:
+    async def _on_response(self, requested: dict[PartitionName, int], response: Body) -> Body:
+        """The broker's answer, with the epochs only the remote lineage still knows."""
         editor = EpochsEditor(response)
         for part in editor.partitions():
-            epoch = self._requested.get(part.name)
-            if epoch is None or part.error != KafkaError.NONE:
-                continue
-            tp = _tiered(self._tiered, part.name)
-            if tp is None:
+            epoch = requested.get(part.name)
+            tp = self._tp(part.name)
+            if epoch is None or part.error != KafkaError.NONE or tp is None:
                 continue
             broker = EpochEndOffset(leader_epoch=part.leader_epoch, end_offset=part.end_offset)
             result = end_offset(epoch, broker, self._tiered.lineage(tp))
@@ -98,6 +83,5 @@ class _EpochsExchange(Exchange):
                 )
         return editor.body()
 
-
-def _tiered(tiered: TieredLineages, name: PartitionName) -> TopicIdPartition | None:
-    return tiered.partition(topic=name[0], topic_id=None, partition=name[1])
+    def _tp(self, name: PartitionName) -> TopicIdPartition | None:
+        return self._tiered.partition(topic=name[0], topic_id=None, partition=name[1])
