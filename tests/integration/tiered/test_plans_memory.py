@@ -3,7 +3,9 @@ request plans holds: every consumer still reads every record exactly once (issue
 
 A Fetch's plan (which partitions the remote tier serves, where the client asked, the probe
 positions sent to the broker) must live until its answer: forgotten, the broker's answer to
-the probes would reach the client as it is, a batch at the probe's position. With
+the probes would reach the client as it is, a batch at the probe's position. Each
+partition's first records are tiered and gone from the broker, the next ones are on the
+broker only, where a probe just after the remote tier finds them. With
 ``request.plans.max.bytes`` far below one plan, the proxy reads no new request while one
 is outstanding, so Kafka's Java consumers (in fetch sessions of all 1,000 partitions),
 librdkafka and a raw sessionless Fetch loop take turns, and none is served a wrong offset.
@@ -51,11 +53,12 @@ STORAGE_ERROR = 56
 Delivered = list[tuple[int, int]]
 
 
-def produce(bootstrap: str, topic: str) -> None:
+def produce(bootstrap: str, topic: str, first: int = 0) -> None:
+    """``RECORDS_PER_PARTITION`` records to every partition, numbered from ``first``."""
     from confluent_kafka import Producer
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50})
-    for i in range(RECORDS_PER_PARTITION):
+    for i in range(first, first + RECORDS_PER_PARTITION):
         for partition in range(PARTITIONS):
             producer.produce(
                 topic, key=b"%d-%d" % (partition, i), value=bytes(100), partition=partition
@@ -106,10 +109,9 @@ def test_every_record_once_when_fetch_plans_exceed_the_bound(
     create_topic(broker.bootstrap, topic, PARTITIONS)
     produce(broker.bootstrap, topic)
     ends = high_watermarks(broker.bootstrap, topic, PARTITIONS)
-    direct = read_with_java(
+    tiered = read_with_java(
         kafka_distribution, broker.bootstrap, topic, isolation="read_uncommitted", mode="assign"
     )
-    assert len(direct.records) == PARTITIONS * RECORDS_PER_PARTITION
     asyncio.run(
         tier_topic(
             broker,
@@ -123,6 +125,16 @@ def test_every_record_once_when_fetch_plans_exceed_the_bound(
         )
     )
     assert earliest_offsets(broker.bootstrap, topic, PARTITIONS) == ends  # all remote now
+    # Records after the tiered range, on the broker only: a probe's answer would hold them.
+    produce(broker.bootstrap, topic, RECORDS_PER_PARTITION)
+    local = read_with_java(
+        kafka_distribution, broker.bootstrap, topic, isolation="read_uncommitted", mode="assign"
+    )
+    expected = sorted(
+        set(tiered.records) | set(local.records), key=lambda r: (int(r[0]), int(r[1]))
+    )
+    assert len(expected) == 2 * PARTITIONS * RECORDS_PER_PARTITION
+    ends = high_watermarks(broker.bootstrap, topic, PARTITIONS)
     proxy = proxy_process(
         broker,
         tmp_path,
@@ -149,7 +161,7 @@ def test_every_record_once_when_fetch_plans_exceed_the_bound(
         reads: list[JavaRead] = [future.result() for future in java]
         for read in reads:
             assert read.duplicates == 0
-            assert read.records == direct.records
+            assert read.records == expected
         exactly_once([(p, o) for p, o, _k, _v in librdkafka.result()], ends)
         exactly_once(raw.result(), ends)
     log = Path(proxy.process.log_path).read_text()
