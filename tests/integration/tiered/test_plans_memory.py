@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import struct
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +23,8 @@ from typing import Any
 
 import pytest
 
-from protocol.messages import ApiKey
+from protocol.headers import encode_request_header, parse_response_header, response_header_version
+from protocol.messages import ApiKey, decode_response, encode_request
 from protocol.records import iter_batches
 from proxy.embedded import BrokerInfo, S3Info
 from proxy.embedded.kafka_jars import KafkaDistribution
@@ -93,6 +95,49 @@ async def raw_fetch_loop(bootstrap: str, topic: str, ends: Mapping[int, int]) ->
     raise AssertionError(f"the raw loop did not reach the end: {positions}")
 
 
+def first_offsets(response: Any) -> dict[int, int]:
+    """Each partition's first record offset in a Fetch v12 response (-1: none)."""
+    first = {}
+    for part in response.responses[0].partitions:
+        headers = [header for _offset, header in iter_batches(bytes(part.records or b""))]
+        first[part.partition_index] = headers[0].base_offset if headers else -1
+    return first
+
+
+async def behind_a_long_poll(bootstrap: str, topic: str, ends: Mapping[int, int]) -> Any:
+    """Fetch every partition from offset 0, queued at the broker behind a long-polled Fetch
+    on the same connection (the broker answers one request of a connection at a time), while
+    another connection asks too; the answer to the queued Fetch.
+
+    Neither connection asked Metadata, so the proxy does not know the broker's offsets yet:
+    its probes go just after the remote tier, where the broker holds records.
+    """
+    host, port = bootstrap.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        waiting = fetch_request(12, [(topic, 0, ends[0], 1024)], max_wait_ms=3000)
+        everything = fetch_request(
+            12, [(topic, p, 0, 64 * 1024) for p in ends], max_wait_ms=100, max_bytes=16 << 20
+        )
+        for correlation_id, body in ((1, waiting), (2, everything)):
+            payload = encode_request_header(ApiKey.FETCH, 12, correlation_id, "queued")
+            payload += encode_request(body)
+            writer.write(struct.pack(">i", len(payload)) + payload)
+        await writer.drain()
+        other = fetch_request(12, [(topic, p, 0, 1024) for p in ends], max_wait_ms=100)
+        await ask(bootstrap, ApiKey.FETCH, 12, other)
+        answers = []
+        for _ in range(2):
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            answers.append(await reader.readexactly(size))
+    finally:
+        writer.close()
+    header_version = response_header_version(ApiKey.FETCH, 12)
+    assert header_version is not None
+    _correlation, header_size = parse_response_header(answers[1], header_version)
+    return decode_response(ApiKey.FETCH, 12, memoryview(answers[1])[header_size:])
+
+
 def exactly_once(delivered: Delivered, ends: Mapping[int, int]) -> None:
     assert sorted(delivered) == [(p, o) for p in sorted(ends) for o in range(ends[p])]
 
@@ -146,6 +191,10 @@ def test_every_record_once_when_fetch_plans_exceed_the_bound(
         },
     )
     with running(proxy), concurrent.futures.ThreadPoolExecutor(4) as pool:
+        queued = asyncio.run(behind_a_long_poll(proxy.bootstrap, topic, ends))
+        # Remote reads not done within remote.fetch.max.wait.ms leave a partition empty.
+        firsts = set(first_offsets(queued).values())
+        assert firsts <= {0, -1} and 0 in firsts, f"a probe's records were relayed: {firsts}"
         java = [
             pool.submit(
                 read_with_java,
