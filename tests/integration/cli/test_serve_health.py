@@ -141,7 +141,13 @@ def test_readyz_follows_the_remote_storage(
     try:
         wait_until(lambda: ready(proxy), timeout_s=60, what="/readyz answers 200")
         checks = health(proxy, "/readyz")[1]["checks"]
-        assert set(checks) == {"listeners", "broker", "remote_metadata", "remote_storage"}
+        assert set(checks) == {
+            "listeners",
+            "broker",
+            "remote_metadata",
+            "remote_storage",
+            "remote_objects",
+        }
         seaweedfs.stop()
         wait_until(lambda: not ready(proxy), timeout_s=60, what="/readyz fails without S3")
         status, readiness = health(proxy, "/readyz")
