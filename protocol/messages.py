@@ -347,7 +347,42 @@ def decode_response(api_key: int, api_version: int, body: bytes | memoryview) ->
     :raises RemoteProtocolError: UNSUPPORTED_VERSION if kio has no such API or version,
         INVALID_REQUEST if the body does not match the schema exactly.
     """
+    if api_key == ApiKey.DESCRIBE_TRANSACTIONS:
+        body = _unset_start_times_as_zero(body)
     return _decode(response_class(api_key, api_version), body)
+
+
+def _unset_start_times_as_zero(body: bytes | memoryview) -> bytes | memoryview:
+    """A DescribeTransactions v0 body with every ``TransactionStartTimeMs`` of -1 (no
+    transaction open) sent as 0: kio reads the field as a timestamp and refuses negative
+    ones, which would make an idle transactional id undecodable. Callers read a start at
+    the epoch as "none". A body that ends early is returned as it is, for the decoder to
+    refuse.
+    """
+    view = memoryview(body)
+    patched: bytearray | None = None
+    try:
+        position = _I32.size  # throttle_time_ms
+        count, position = _uvarint(view, position)
+        for _ in range(count - 1):
+            position += _I16.size  # error_code
+            position = _skip_compact_bytes(view, position)  # transactional_id
+            position = _skip_compact_bytes(view, position)  # transaction_state
+            position += _I32.size  # transaction_timeout_ms
+            if _I64.unpack_from(view, position)[0] < 0:
+                patched = patched if patched is not None else bytearray(view)
+                _I64.pack_into(patched, position, 0)
+            position += _I64.size + _I64.size + _I16.size  # start, producer id and epoch
+            topics, position = _uvarint(view, position)
+            for _ in range(topics - 1):
+                position = _skip_compact_bytes(view, position)  # name
+                partitions, position = _uvarint(view, position)
+                position += max(partitions - 1, 0) * _I32.size
+                position = _tagged_fields_skip({})(view, position)
+            position = _tagged_fields_skip({})(view, position)
+    except (struct.error, IndexError, VarintError, _MalformedError):
+        return body
+    return body if patched is None else bytes(patched)
 
 
 def encode_request(payload: Any) -> bytes:
@@ -467,6 +502,7 @@ _Skip = Callable[[memoryview, int], int]
 _I8: Final = struct.Struct(">b")
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
+_I64: Final = struct.Struct(">q")
 
 _FIXED_SIZES: Final[Mapping[str, int]] = MappingProxyType(
     {

@@ -22,7 +22,7 @@ from typing import Self
 
 from protocol.errors import KafkaError
 from protocol.messages import ApiKey
-from storage.kafka_client import admin, reads, writes
+from storage.kafka_client import admin, reads, transactions, writes
 from storage.kafka_client.connection import Connection, Login
 from storage.kafka_client.values import (
     READ_UNCOMMITTED,
@@ -209,20 +209,92 @@ class KafkaClient:
         )
 
     async def produce(
-        self, node_id: int, topic: str, partition: int, batch: bytes, *, timeout_ms: int = 30_000
+        self,
+        node_id: int,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        *,
+        timeout_ms: int = 30_000,
+        transactional_id: str | None = None,
     ) -> ProducedBatch:
-        """Append one record batch on the partition's leader ``node_id``, with ``acks=all``.
+        """Append one record batch on the partition's leader ``node_id``, with ``acks=all``
+        (a transactional batch names its ``transactional_id``).
 
         :raises BrokerConnectionError: when the leader cannot be reached or times out (the
             batch may or may not have been appended).
         """
         return await writes.produce(
-            await self._node(node_id), topic, partition, batch, timeout_ms=timeout_ms
+            await self._node(node_id),
+            topic,
+            partition,
+            batch,
+            timeout_ms=timeout_ms,
+            transactional_id=transactional_id,
         )
 
     async def init_producer_id(self) -> tuple[KafkaError, int, int]:
         """An idempotent producer's id and epoch: ``(error, producer id, epoch)``."""
         return await writes.init_producer_id(await self._bootstrap_connection())
+
+    async def find_transaction_coordinator(
+        self, transactional_id: str
+    ) -> transactions.CoordinatorAnswer:
+        """The node that coordinates ``transactional_id``'s transactions (asked of any broker)."""
+        return await transactions.find_coordinator(
+            await self._bootstrap_connection(), transactional_id
+        )
+
+    async def init_transactional_producer(
+        self, coordinator: int, transactional_id: str, *, transaction_timeout_ms: int
+    ) -> transactions.ProducerIdentity:
+        """InitProducerId for ``transactional_id`` on its ``coordinator``: a new epoch that
+        fences every older holder."""
+        return await transactions.init_transactional_producer(
+            await self._node(coordinator),
+            transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
+        )
+
+    async def add_partitions_to_txn(
+        self,
+        coordinator: int,
+        transactional_id: str,
+        *,
+        producer_id: int,
+        epoch: int,
+        topic: str,
+        partitions: Sequence[int],
+    ) -> dict[int, KafkaError]:
+        """AddPartitionsToTxn on the ``coordinator``: each partition's error."""
+        return await transactions.add_partitions_to_txn(
+            await self._node(coordinator),
+            transactional_id,
+            producer_id=producer_id,
+            epoch=epoch,
+            topic=topic,
+            partitions=partitions,
+        )
+
+    async def end_txn(
+        self, coordinator: int, transactional_id: str, *, producer_id: int, epoch: int, commit: bool
+    ) -> KafkaError:
+        """EndTxn on the ``coordinator``: commit (or abort) the open transaction."""
+        return await transactions.end_txn(
+            await self._node(coordinator),
+            transactional_id,
+            producer_id=producer_id,
+            epoch=epoch,
+            commit=commit,
+        )
+
+    async def describe_transaction(
+        self, coordinator: int, transactional_id: str
+    ) -> transactions.TransactionDescription:
+        """DescribeTransactions on the ``coordinator`` for one transactional id."""
+        return await transactions.describe_transaction(
+            await self._node(coordinator), transactional_id
+        )
 
     async def delete_records(
         self,

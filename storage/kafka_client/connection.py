@@ -28,11 +28,13 @@ from storage.oauth import ClientCredentialsTokenProvider, TokenError, TokenProvi
 
 __all__ = ["Connection", "Login"]
 
-# The versions this client speaks, within what kio knows. Fetch and Produce stop at 12, the
-# last versions that name topics (13+ address them by id only).
+# The versions this client speaks, within what kio knows. Fetch stops at 12, the last
+# version that names topics (13+ address them by id only); Produce at 11, the last before
+# KIP-890's transactions v2, whose implicit AddPartitionsToTxn the fenced pipeline's
+# transactions (v1, storage.kafka_client.transactions) must not mix with.
 _SUPPORTED: Final[Mapping[ApiKey, range]] = {
     ApiKey.API_VERSIONS: range(3, 4),
-    ApiKey.PRODUCE: range(3, 13),
+    ApiKey.PRODUCE: range(3, 12),
     ApiKey.METADATA: range(1, 13),
     ApiKey.FETCH: range(4, 13),
     ApiKey.LIST_OFFSETS: range(1, 9),
@@ -40,6 +42,12 @@ _SUPPORTED: Final[Mapping[ApiKey, range]] = {
     ApiKey.DESCRIBE_CONFIGS: range(1, 5),
     ApiKey.CREATE_TOPICS: range(2, 8),
     ApiKey.INIT_PRODUCER_ID: range(0, 6),
+    # Transactions v1 (storage.kafka_client.transactions): the client's AddPartitionsToTxn
+    # versions, and EndTxn before v5, which would bump the epoch on every commit.
+    ApiKey.FIND_COORDINATOR: range(1, 7),
+    ApiKey.ADD_PARTITIONS_TO_TXN: range(0, 4),
+    ApiKey.END_TXN: range(0, 5),
+    ApiKey.DESCRIBE_TRANSACTIONS: range(0, 1),
     ApiKey.SASL_HANDSHAKE: range(1, 2),
     ApiKey.SASL_AUTHENTICATE: range(1, 3),
 }

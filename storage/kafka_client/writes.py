@@ -29,14 +29,16 @@ async def produce(
     batch: bytes,
     *,
     timeout_ms: int,
+    transactional_id: str | None = None,
 ) -> ProducedBatch:
-    """Append one record batch to ``topic``-``partition`` on its leader, with ``acks=all``."""
+    """Append one record batch to ``topic``-``partition`` on its leader, with ``acks=all``
+    (a transactional batch names its ``transactional_id``)."""
     rows = [(topic, {"index": partition, "records": batch})]
 
     def build(cls: type[Any]) -> Any:
         return build_entity(
             cls,
-            transactional_id=None,
+            transactional_id=transactional_id,
             acks=ACKS_ALL,
             timeout=datetime.timedelta(milliseconds=timeout_ms),
             topic_data=partition_topics(
