@@ -23,6 +23,7 @@ from protocol.records import (
     TimestampType,
     iter_batches,
 )
+from protocol.transaction_filter import TransactionFilter
 from protocol.varint import Buffer, VarintError, decode_varint, decode_varlong
 
 __all__ = ["ConsumedRecord", "batch_records", "records_from"]
@@ -80,13 +81,16 @@ def _field(payload: Buffer, cursor: int, end: int) -> tuple[bytes | None, int]:
     return bytes(payload[cursor : cursor + length]), cursor + length
 
 
-def records_from(records: bytes, position: int) -> tuple[list[ConsumedRecord], int]:
+def records_from(
+    records: bytes, position: int, transactions: TransactionFilter | None = None
+) -> tuple[list[ConsumedRecord], int]:
     """The records of a Fetch answer at or after ``position``, and the next position.
 
     A Fetch answers from the start of the batch that holds ``position``, so earlier records
     are dropped; transaction markers (control batches) are no records to a consumer but move
-    the position past them; a partial batch at the end is left for the next Fetch. The next
-    position never goes backwards.
+    the position past them, and so do the batches of aborted transactions where
+    ``transactions`` filters them (READ_COMMITTED); a partial batch at the end is left for
+    the next Fetch. The next position never goes backwards.
 
     :raises CorruptRecordBatchError: if a batch or its records cannot be decoded.
     :raises LegacyMessageFormatError: at a magic 0/1 message set.
@@ -95,7 +99,12 @@ def records_from(records: bytes, position: int) -> tuple[list[ConsumedRecord], i
     for at, header in iter_batches(records):
         if header.next_offset <= position:
             continue
-        if not header.is_control:
+        keep = (
+            not header.is_control
+            if transactions is None
+            else transactions.keeps(records, at, header)
+        )
+        if keep:
             consumed.extend(r for r in batch_records(records, at, header) if r.offset >= position)
         position = header.next_offset
     return consumed, position

@@ -3,7 +3,10 @@
 This is the consumer of Kafka's ``ConsumerTask`` for the metadata topic: partitions are
 assigned (``assign()``, never ``subscribe()``), nothing is committed, and each starts at a
 position given by the caller (the offsets its snapshots hold) or at the beginning
-(``auto.offset.reset=earliest``, also after OFFSET_OUT_OF_RANGE). Each :meth:`poll` sends one
+(``auto.offset.reset=earliest``, also after OFFSET_OUT_OF_RANGE). With
+``isolation_level=READ_COMMITTED`` (the metadata topic's, whose pipeline writes in
+transactions) it reads up to each partition's last stable offset and skips the batches of
+aborted transactions, as Kafka's consumer does. Each :meth:`poll` sends one
 Fetch to each partition's leader, long-polling with Kafka's ``fetch.max.wait.ms`` (the broker
 answers as soon as there is data). Errors that a refreshed leader or a wait can mend (a
 leader change, a broker going away) are logged, the leaders forgotten, and the poll waits
@@ -22,6 +25,7 @@ from typing import Final
 
 from protocol.errors import KafkaError, RemoteProtocolError
 from protocol.record_reader import ConsumedRecord, records_from
+from protocol.transaction_filter import AbortedRange, TransactionFilter
 from storage.kafka_client.client import KafkaClient
 from storage.kafka_client.leaders import (
     LeaderNotAvailableError,
@@ -32,6 +36,9 @@ from storage.kafka_client.leaders import (
 from storage.kafka_client.values import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    FetchedPartition,
     FetchTarget,
     KafkaClientError,
 )
@@ -65,8 +72,12 @@ class AssignedConsumer:
         max_wait_ms: int = FETCH_MAX_WAIT_MS,
         retry: RetryPolicy = CONSUMER_RETRY,
         uniform: Callable[[float, float], float] = random.uniform,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> None:
         self._client = client
+        self._isolation_level = isolation_level
+        self._transactions: dict[int, TransactionFilter] = {}
+        """Per partition, the aborted transactions seen (READ_COMMITTED only)."""
         self._topic = topic
         self._max_wait_ms = max_wait_ms
         self._retry = retry
@@ -74,20 +85,22 @@ class AssignedConsumer:
         self._leaders = PartitionLeaders(client, topic)
         self._positions: dict[int, int | None] = dict.fromkeys(range(partitions))
         """The next offset to fetch; ``None``: the partition's log start, not yet asked."""
-        self._high_watermarks: dict[int, int] = {}
+        self._ends: dict[int, int] = {}
         self._failures = 0
 
     def seek(self, partition: int, offset: int) -> None:
         """Fetch ``partition`` from ``offset`` next."""
         self._positions[partition] = offset
+        self._transactions.pop(partition, None)
 
     def position(self, partition: int) -> int | None:
         """The next offset to fetch (``None`` before the log start is known)."""
         return self._positions[partition]
 
-    def high_watermark(self, partition: int) -> int | None:
-        """The high watermark of the last successful Fetch (``None`` before one)."""
-        return self._high_watermarks.get(partition)
+    def end(self, partition: int) -> int | None:
+        """How far the last successful Fetch could read (``None`` before one): the high
+        watermark, or the last stable offset under READ_COMMITTED."""
+        return self._ends.get(partition)
 
     async def poll(self) -> dict[int, list[ConsumedRecord]]:
         """The new records of each partition that one round of Fetches returned.
@@ -109,8 +122,8 @@ class AssignedConsumer:
         return found
 
     async def end_offsets(self, via: KafkaClient | None = None) -> dict[int, int]:
-        """Each partition's log end offset (ListOffsets LATEST), retried on leader changes
-        until the caller's timeout.
+        """Each partition's end (ListOffsets LATEST: the log end offset, or the last stable
+        offset under READ_COMMITTED), retried on leader changes until the caller's timeout.
 
         :param via: another client of the cluster to ask through, so that the question does
             not wait behind this consumer's long-polling Fetch on the same connection.
@@ -182,6 +195,7 @@ class AssignedConsumer:
                 max_wait_ms=self._max_wait_ms,
                 min_bytes=1,
                 max_bytes=_FETCH_MAX_BYTES,
+                isolation_level=self._isolation_level,
             )
         except KafkaClientError:
             self._leaders.forget(partitions)
@@ -190,14 +204,29 @@ class AssignedConsumer:
         for answer in answers:
             partition = answer.partition
             if answer.error == KafkaError.NONE:
-                self._high_watermarks[partition] = answer.high_watermark
+                committed = self._isolation_level == READ_COMMITTED
+                self._ends[partition] = (
+                    answer.last_stable_offset
+                    if committed and answer.last_stable_offset >= 0
+                    else answer.high_watermark
+                )
                 found[partition], self._positions[partition] = records_from(
-                    answer.records, self._positions[partition] or 0
+                    answer.records, self._positions[partition] or 0, self._filter(answer)
                 )
             else:
                 self._partition_failed(partition, answer.error)
         if not found:
             raise LeaderNotAvailableError(f"Fetch from broker {leader} returned no partition")
+        return found
+
+    def _filter(self, answer: FetchedPartition) -> TransactionFilter | None:
+        """The partition's filter of aborted transactions, told this answer's (READ_COMMITTED)."""
+        if self._isolation_level != READ_COMMITTED:
+            return None
+        found = self._transactions.setdefault(answer.partition, TransactionFilter())
+        found.add(
+            [AbortedRange(producer_id=p, first_offset=f) for p, f in answer.aborted_transactions]
+        )
         return found
 
     def _partition_failed(self, partition: int, error: KafkaError) -> None:
@@ -211,6 +240,7 @@ class AssignedConsumer:
                 self._positions[partition],
             )
             self._positions[partition] = None
+            self._transactions.pop(partition, None)
             return
         log.info(
             "%s-%d: Fetch answered %s; asking for its leader", self._topic, partition, error.name
@@ -227,7 +257,9 @@ class AssignedConsumer:
         for leader, led in groups.items():
             targets = [(self._topic, p, timestamp) for p in led]
             try:
-                answers = await (via or self._client).list_offsets(leader, targets)
+                answers = await (via or self._client).list_offsets(
+                    leader, targets, isolation_level=self._isolation_level
+                )
             except KafkaClientError:
                 self._leaders.forget(led)
                 raise

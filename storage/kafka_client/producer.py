@@ -21,7 +21,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, Protocol
 
 from protocol.errors import KafkaError
 from protocol.messages import ApiKey
@@ -31,7 +31,7 @@ from storage.kafka_client.leaders import PartitionLeaders, TopicAuthorizationErr
 from storage.kafka_client.values import RETRIABLE_ERRORS, KafkaClientError
 from storage.retry import RetryPolicy, call_with_retry
 
-__all__ = ["PRODUCER_RETRY", "ProduceError", "TopicProducer"]
+__all__ = ["PRODUCER_RETRY", "ProduceError", "RecordWriter", "TopicProducer"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,15 @@ _COORDINATOR_BUSY: Final = frozenset(
         KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     }
 )
+
+
+class RecordWriter(Protocol):
+    """Appends a record to a partition of one topic (:class:`TopicProducer`, or the
+    pipeline's transactional writer)."""
+
+    async def send(self, partition: int, value: bytes | None, key: bytes | None = None) -> int:
+        """Return the record's offset once every in-sync replica has it."""
+        ...
 
 
 class ProduceError(KafkaClientError):

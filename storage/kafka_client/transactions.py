@@ -127,7 +127,9 @@ async def add_partitions_to_txn(
             v3_and_below_transactional_id=transactional_id,
             v3_and_below_producer_id=producer_id,
             v3_and_below_producer_epoch=epoch,
-            v3_and_below_topics=(build_entity(topic_cls, name=topic, partitions=tuple(partitions)),),
+            v3_and_below_topics=(
+                build_entity(topic_cls, name=topic, partitions=tuple(partitions)),
+            ),
         )
 
     response = await connection.request(ApiKey.ADD_PARTITIONS_TO_TXN, build)

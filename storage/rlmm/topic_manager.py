@@ -13,7 +13,10 @@ the topic into a :class:`RemoteLogMetadataCache` and publishes new events to it.
   partition ``murmur2("topic-partition") mod partitions`` with ``acks=all``, and returns
   once the consumer has applied it — read your writes, as Kafka's
   ``ConsumerManager.waitTillConsumptionCatchesUp``. If another writer's record got there
-  first and made this one invalid, the consumer's refusal is raised.
+  first and made this one invalid, the consumer's refusal is raised. The pipeline gives the
+  manager its own ``writer``, which writes in transactions under its fenced transactional
+  id (:mod:`storage.tiering.lease`); the consumer reads READ_COMMITTED, so the records of a
+  fenced or abandoned transaction are never applied.
 - It talks to the cluster through the product's own client (:mod:`storage.kafka_client`),
   as Kafka's manager does through its own producer and consumer: a
   :class:`~storage.kafka_client.producer.TopicProducer` (``acks=all``, idempotent, retried on
@@ -54,10 +57,10 @@ from protocol.metadata_records import (
 )
 from protocol.murmur2 import metadata_partition_for
 from storage.kafka_acls import denied, principal_of
-from storage.kafka_client import NO_TOPIC_ID, BrokerConnectionError, KafkaClient
+from storage.kafka_client import NO_TOPIC_ID, READ_COMMITTED, BrokerConnectionError, KafkaClient
 from storage.kafka_client.consumer import CONSUMER_RETRY, FETCH_MAX_WAIT_MS, AssignedConsumer
 from storage.kafka_client.leaders import TopicAuthorizationError
-from storage.kafka_client.producer import TopicProducer
+from storage.kafka_client.producer import RecordWriter, TopicProducer
 from storage.kafka_security import KafkaSecurityConfig
 from storage.model import TopicIdPartition
 from storage.retry import call_with_retry
@@ -97,6 +100,7 @@ class TopicBasedRemoteLogMetadataManager:
         command: str | None = None,
         storage_identity: str = "",
         fetch_max_wait_ms: int = FETCH_MAX_WAIT_MS,
+        writer: RecordWriter | None = None,
     ) -> None:
         """``command`` (``serve``, ``tier``) names the process, for its own snapshot
         directory when ``remote.log.metadata.snapshot.dir`` is ``auto``; without one, only an
@@ -109,7 +113,10 @@ class TopicBasedRemoteLogMetadataManager:
         ``fetch_max_wait_ms`` is the consumer's long poll. Catching up after the snapshots
         waits for one Fetch answer per partition (its high watermark), which a broker holds
         that long when the snapshots already hold everything: a manager that only catches
-        up once (a Spark query's planning) asks for less."""
+        up once (a Spark query's planning) asks for less.
+
+        ``writer`` produces what :meth:`publish` publishes (the pipeline's transactional
+        writer); by default the manager's own idempotent producer does."""
         self.config = config
         self.cache = RemoteLogMetadataCache()
         self.applied_records = 0
@@ -135,7 +142,8 @@ class TopicBasedRemoteLogMetadataManager:
         self._slot: SnapshotSlot | None = None
         self._snapshots: SnapshotStore | None = None
         self._fetch_max_wait_ms = fetch_max_wait_ms
-        self._producer: TopicProducer | None = None
+        self._writer = writer
+        self._producer: RecordWriter | None = None
         self._consumer: AssignedConsumer | None = None
         self._consume_task: asyncio.Task[None] | None = None
         self._snapshot_task: asyncio.Task[None] | None = None
@@ -227,12 +235,13 @@ class TopicBasedRemoteLogMetadataManager:
     async def _start(self) -> None:
         await self._setup.ensure()
         topic = self.config.topic_name
-        self._producer = TopicProducer(self._client, topic)
+        self._producer = self._writer or TopicProducer(self._client, topic)
         self._consumer = AssignedConsumer(
             self._consumer_client,
             topic,
             self._partition_count,
             max_wait_ms=self._fetch_max_wait_ms,
+            isolation_level=READ_COMMITTED,
         )
         if self._snapshots is not None:
             await self._restore(self._snapshots, self._consumer)
@@ -393,7 +402,7 @@ class TopicBasedRemoteLogMetadataManager:
                     self._apply(partition, record.offset, record.value)
                 position, high_watermark = (
                     consumer.position(partition),
-                    consumer.high_watermark(partition),
+                    consumer.end(partition),
                 )
                 if position is not None and high_watermark is not None:
                     self._read_through[partition] = (position, high_watermark)

@@ -13,14 +13,22 @@ Steps 2 and 3 of a cycle (:mod:`.pipeline`):
   DELETE_SEGMENT_STARTED, and copies no read can reach, are deleted.
 
 Every segment is deleted the same resumable way (:meth:`RemoteCleaner.delete_segments`),
-which remote retention uses too.
+which remote retention uses too: DELETE_SEGMENT_STARTED is committed under the pipeline's
+fenced transactional id first, and the objects are deleted only while the pipeline still
+holds it (:mod:`.lease`).
+
+A COPY_SEGMENT_STARTED copy is a leftover only once no task can still upload it
+(:func:`may_still_upload`): its job ended in this pipeline, or the job's deadline
+(``tiering.copy.timeout.ms`` after its start, the copy's event time) and a minute for the
+hosts' clocks have passed. A pipeline that took over from a paused or dead one thus never
+deletes a copy whose task then uploads it again behind its back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 
 from protocol.errors import KafkaError
 from storage.kafka_client import NO_TOPIC_ID, ClusterMetadata, KafkaClient, TopicMetadata
@@ -33,11 +41,12 @@ from storage.model import (
 from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.records import partition_delete_record, segment_update_record
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageManager
-from storage.tiering.cycle import MetadataManager, Notes, topic_partition
+from storage.tiering.cycle import CLOCK_MARGIN_MS, MetadataManager, Notes, topic_partition
+from storage.tiering.lease import Fence, NotHoldingError
 from storage.tiering.policy import TopicPolicy
 from storage.tiering.report import TopicStats
 
-__all__ = ["RemoteCleaner"]
+__all__ = ["RemoteCleaner", "may_still_upload"]
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +54,28 @@ _S = RemoteLogSegmentState
 _P = RemotePartitionDeleteState
 
 
+def may_still_upload(
+    segment: RemoteLogSegmentMetadata,
+    *,
+    now_ms: int,
+    copy_timeout_ms: int,
+    ended: Container[int],
+) -> bool:
+    """Whether a copy task may still be uploading ``segment``: it is COPY_SEGMENT_STARTED,
+    not of a job of this pipeline's that ``ended`` (by its event time, the job's start), and
+    its job's deadline plus :data:`CLOCK_MARGIN_MS` has not passed."""
+    return (
+        segment.state == _S.COPY_SEGMENT_STARTED
+        and segment.event_timestamp not in ended
+        and now_ms < segment.event_timestamp + copy_timeout_ms + CLOCK_MARGIN_MS
+    )
+
+
 class RemoteCleaner:
-    """Deletes remote segments through the metadata state machine, resumably."""
+    """Deletes remote segments through the metadata state machine, resumably.
+
+    :param ended: the start times of this pipeline's copy jobs whose tasks all ended.
+    """
 
     def __init__(
         self,
@@ -55,12 +84,18 @@ class RemoteCleaner:
         rlmm: MetadataManager,
         rsm: RemoteStorageManager,
         notes: Notes,
+        fence: Fence,
+        copy_timeout_ms: int,
+        ended: Container[int],
         clock: Callable[[], int],
     ) -> None:
         self._client = client
         self._rlmm = rlmm
         self._rsm = rsm
         self._notes = notes
+        self._fence = fence
+        self._copy_timeout_ms = copy_timeout_ms
+        self._ended = ended
         self._clock = clock
 
     @property
@@ -75,6 +110,7 @@ class RemoteCleaner:
     ) -> int:
         """Delete ``segments`` concurrently; the number deleted (failures go to ``errors``).
 
+        :raises NotHoldingError: the pipeline lost its hold meanwhile.
         :raises BaseException: only what is not an :class:`Exception` (cancellation).
         """
         outcomes = await asyncio.gather(
@@ -83,7 +119,7 @@ class RemoteCleaner:
         deleted = 0
         for segment, outcome in zip(segments, outcomes, strict=True):
             if isinstance(outcome, BaseException):
-                if not isinstance(outcome, Exception):
+                if not isinstance(outcome, Exception) or isinstance(outcome, NotHoldingError):
                     raise outcome
                 errors.append(
                     f"deleting segment {segment.segment_id.id} of {segment.topic_id_partition}: "
@@ -99,6 +135,7 @@ class RemoteCleaner:
             await self._rlmm.publish(
                 segment_update_record(metadata, _S.DELETE_SEGMENT_STARTED, now)
             )
+        self._fence.ensure_held()
         try:
             await self._rsm.delete_log_segment(metadata)
         except RemoteResourceNotFoundError:
@@ -135,6 +172,8 @@ class RemoteCleaner:
                 continue
             try:
                 await self._delete_partition(tp, stats.setdefault(tp.topic, TopicStats()), errors)
+            except NotHoldingError:
+                raise
             except Exception as err:
                 errors.append(f"deleting the remote data of deleted partition {tp}: {err}")
 
@@ -148,10 +187,11 @@ class RemoteCleaner:
             status = self._cache.delete_status(tp)
         if status is None or status.state == _P.DELETE_PARTITION_MARKED:
             await self._rlmm.publish(partition_delete_record(tp, _P.DELETE_PARTITION_STARTED, now))
-        segments = self._cache.segments(tp)
+        every = self._cache.segments(tp)
+        segments = self._deletable(every, now)
         deleted = await self.delete_segments(segments, now, errors)
         stats.leftovers_deleted += deleted
-        if deleted == len(segments):
+        if deleted == len(every):
             await self._rlmm.publish(partition_delete_record(tp, _P.DELETE_PARTITION_FINISHED, now))
             self._notes.report_once(
                 tp.topic,
@@ -173,11 +213,14 @@ class RemoteCleaner:
             if not policy.deletes_remote_data:
                 continue
             topic = topics[name]
-            segments = [
-                s
-                for p in topic.partitions
-                for s in self._cache.segments(topic_partition(topic, p.partition))
-            ]
+            segments = self._deletable(
+                [
+                    s
+                    for p in topic.partitions
+                    for s in self._cache.segments(topic_partition(topic, p.partition))
+                ],
+                now,
+            )
             if segments:
                 deleted = await self.delete_segments(segments, now, errors)
                 stats.setdefault(name, TopicStats()).segments_expired += deleted
@@ -188,14 +231,30 @@ class RemoteCleaner:
         stats: dict[str, TopicStats],
         errors: list[str],
     ) -> None:
-        """Delete the copies no read will use (unfinished, or finished but unreferenced)."""
+        """Delete the copies no read will use (unfinished, or finished but unreferenced),
+        except those a copy task may still be uploading (:func:`may_still_upload`)."""
         now = self._clock()
         for name, topic in topics.items():
-            leftovers = [
-                s
-                for p in topic.partitions
-                for s in self._cache.unreferenced_segments(topic_partition(topic, p.partition))
-            ]
+            leftovers = self._deletable(
+                [
+                    s
+                    for p in topic.partitions
+                    for s in self._cache.unreferenced_segments(topic_partition(topic, p.partition))
+                ],
+                now,
+            )
             if leftovers:
                 deleted = await self.delete_segments(leftovers, now, errors)
                 stats.setdefault(name, TopicStats()).leftovers_deleted += deleted
+
+    def _deletable(
+        self, segments: Sequence[RemoteLogSegmentMetadata], now: int
+    ) -> list[RemoteLogSegmentMetadata]:
+        """``segments`` but those a copy task may still be uploading."""
+        return [
+            s
+            for s in segments
+            if not may_still_upload(
+                s, now_ms=now, copy_timeout_ms=self._copy_timeout_ms, ended=self._ended
+            )
+        ]

@@ -14,7 +14,9 @@ from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.policy import TopicPolicy
 
-__all__ = ["TieringConfig"]
+__all__ = ["AUTO_TRANSACTIONAL_ID", "TieringConfig"]
+
+AUTO_TRANSACTIONAL_ID = "auto"
 
 _MIB = 1024 * 1024
 _LONG_MAX = 2**63 - 1
@@ -80,6 +82,33 @@ class TieringConfig:
         "against the whole topic name) and topic settings (remote.storage.enable, "
         "segment.bytes, retention.ms, ...) for the topics it matches; the first match wins.",
     )
+    transactional_id: str = setting(
+        "transactional.id",
+        AUTO_TRANSACTIONAL_ID,
+        "The transactional id that fences the pipeline: one pipeline at a time per cluster "
+        "holds it (a waiting one takes over when the holder stops), and a fenced one can "
+        "write no metadata. auto: tierproxy-tiering.<remote.log.metadata.topic.name>; every "
+        "pipeline of one metadata topic must use the same. Empty: no fencing (only for "
+        "brokers without transactions; never run two pipelines then).",
+        kafka="transactional.id",
+    )
+    transaction_timeout_ms: int = setting(
+        "transaction.timeout.ms",
+        60_000,
+        "How long the pipeline's hold lasts without renewal (it renews every third of it): "
+        "a holder that stops is fenced by the broker's transaction coordinator after it, and "
+        "a waiting pipeline takes over. At most the broker's transaction.max.timeout.ms; "
+        "every pipeline of one metadata topic must use the same.",
+        kafka="transaction.timeout.ms",
+    )
+    copy_timeout_ms: int = setting(
+        "tiering.copy.timeout.ms",
+        900_000,
+        "How long a cycle's copy tasks may announce and upload segments, from the cycle's "
+        "start; what is left is copied next cycle. A pipeline that takes over leaves another "
+        "holder's unfinished copies alone until this (plus a minute for clocks) has passed; "
+        "every pipeline of one metadata topic must use the same.",
+    )
     spill_dir: str = setting(
         "tiering.spill.dir",
         "",
@@ -99,11 +128,19 @@ class TieringConfig:
             ("tiering.fetch.max.bytes", self.fetch_max_bytes),
             ("tiering.task.max.bytes", self.task_max_bytes),
             ("tiering.request.timeout.ms", self.request_timeout_ms),
+            ("transaction.timeout.ms", self.transaction_timeout_ms),
+            ("tiering.copy.timeout.ms", self.copy_timeout_ms),
         ):
             if value < 1:
                 raise ConfigError(f"{key} must be at least 1, not {value}")
         if not self.bootstrap_servers.strip():
             raise ConfigError("bootstrap.servers must name at least one broker")
+
+    def fencing_id(self, metadata_topic: str) -> str:
+        """The transactional id that fences the pipeline of ``metadata_topic`` (empty: none)."""
+        if self.transactional_id == AUTO_TRANSACTIONAL_ID:
+            return f"tierproxy-tiering.{metadata_topic}"
+        return self.transactional_id
 
     @property
     def spill_root(self) -> Path:

@@ -9,6 +9,7 @@ COPY_SEGMENT_FINISHED only for segments that come back without error.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import time
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage.model import RemoteLogSegmentMetadata
-from storage.rsm.base import RemoteStorageManager
+from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
 from storage.segment.builder import SegmentBuilder
 from storage.tiering.chain import ChainState, metadata_epochs
@@ -32,8 +33,11 @@ __all__ = [
     "SpillPiece",
     "copy_segment",
     "failed_copy",
+    "remove_uploaded",
     "task_storage",
 ]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,6 +149,22 @@ async def copy_segment(job: CopyJob, rsm: RemoteStorageManager) -> CopyResult:
         return await _copy_one(job, rsm)
     except Exception as err:
         return failed_copy(job, f"{type(err).__name__}: {err}")
+
+
+async def remove_uploaded(job: CopyJob, rsm: RemoteStorageManager) -> None:
+    """Delete the objects of a segment this task uploaded but must not leave (uploaded past
+    its job's deadline): nobody would finish the copy, and another pipeline may already have
+    cleaned up its record. A failure is logged; the objects then stay as strays."""
+    try:
+        await rsm.delete_log_segment(job.metadata)
+    except RemoteResourceNotFoundError:
+        pass
+    except Exception:
+        log.exception(
+            "could not remove segment %s of %s, uploaded past its job's deadline",
+            job.metadata.segment_id.id,
+            job.metadata.topic_id_partition,
+        )
 
 
 def failed_copy(job: CopyJob, error: str) -> CopyResult:

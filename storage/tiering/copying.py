@@ -6,7 +6,9 @@
    (:mod:`.planner`), folds the state each inherits (:mod:`.chain`), and for each segment
    in turn publishes COPY_SEGMENT_STARTED under a fresh segment id, acknowledged by every
    in-sync replica *before* anything of it is uploaded, then builds and uploads it
-   (:mod:`.copy_stage`); the task stops a partition at its first failure;
+   (:mod:`.copy_stage`); the task stops a partition at its first failure. The job starts
+   only while the pipeline holds its transactional id, and its tasks check that hold and
+   the job's deadline before each segment (:mod:`.tier_stage`);
 6. the driver waits until its cache holds the tasks' records and publishes
    COPY_SEGMENT_FINISHED for every segment that came back uploaded: each partition's run
    from its remote log end, unbroken, so the remote log never has a hole that later copies
@@ -50,15 +52,22 @@ from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.chain import ChainState
 from storage.tiering.config import TieringConfig
 from storage.tiering.copy_stage import CopyJob, CopyResult
-from storage.tiering.cycle import MetadataManager, ScanMemory, TieredPartition, first_line
+from storage.tiering.cycle import (
+    EndedJobs,
+    MetadataManager,
+    ScanMemory,
+    TieredPartition,
+    first_line,
+)
 from storage.tiering.fetch_stage import BrokerSettings, FetchWindow
+from storage.tiering.lease import Fence
 from storage.tiering.planner import (
     estimate_bytes,
     may_close,
     plan_windows,
 )
 from storage.tiering.report import TopicStats
-from storage.tiering.stages import StageRunner
+from storage.tiering.stages import StageRunner, UnsettledJobError
 from storage.tiering.tier_stage import (
     FETCHES_AT_ONCE,
     MetadataSink,
@@ -83,6 +92,7 @@ class CopyDriver:
 
     :param storage_factory: how tasks build their remote storage manager (default:
         :func:`storage.rsm.factory.create_remote_storage`); the driver uses ``rsm``.
+    :param ended: where the start time of each job whose tasks all ended is noted.
     """
 
     def __init__(
@@ -96,9 +106,13 @@ class CopyDriver:
         runner: StageRunner,
         sink: MetadataSink,
         storage_factory: StorageFactory | None,
+        fence: Fence,
+        ended: EndedJobs,
         clock: Callable[[], int],
     ) -> None:
         self._config = config
+        self._fence = fence
+        self._ended = ended
         self._sink = sink
         self._storage = storage
         self._broker = broker
@@ -166,23 +180,8 @@ class CopyDriver:
             )
         total = sum(self.estimate(p, p.last_stable)[0] for p in owners.values())
         started = time.monotonic()
-        try:
-            results: list[PartitionOutcome] = await self._runner.run(
-                "copy",
-                works,
-                functools.partial(
-                    tier_partitions,
-                    broker=self._broker,
-                    sink=self._sink,
-                    storage=self._storage,
-                    storage_factory=self._storage_factory,
-                ),
-                total_bytes=total,
-            )
-        except Exception as err:
-            # Spark gave up on a task (an executor died, say): what its tasks announced stays
-            # COPY_SEGMENT_STARTED, and the next cycle deletes it.
-            errors.append(f"the copy job failed: {first_line(err)}")
+        results = await self._run_job(works, now, total, errors)
+        if results is None:
             return
         jobs: list[CopyJob] = []
         copies: list[CopyResult] = []
@@ -213,6 +212,47 @@ class CopyDriver:
             await self._rlmm.wait_until_caught_up(self._sink.timeout_ms / 1000)
         await self._finish_copies(jobs, copies, segment_owners, stats, errors)
         log.info("published COPY_SEGMENT_FINISHED in %.2f s", time.monotonic() - started)
+
+    async def _run_job(
+        self, works: list[PartitionWork], now: int, total: int, errors: list[str]
+    ) -> list[PartitionOutcome] | None:
+        """The copy job's outcomes (``None``: it failed, said in ``errors``), started only
+        while the pipeline holds its transactional id, with the hold and the deadline its
+        tasks check.
+
+        :raises NotHoldingError: the pipeline does not hold its transactional id.
+        """
+        self._fence.ensure_held()
+        sink = replace(
+            self._sink,
+            holder=self._fence.token,
+            deadline_ms=now + self._config.copy_timeout_ms,
+        )
+        try:
+            results: list[PartitionOutcome] = await self._runner.run(
+                "copy",
+                works,
+                functools.partial(
+                    tier_partitions,
+                    broker=self._broker,
+                    sink=sink,
+                    storage=self._storage,
+                    storage_factory=self._storage_factory,
+                ),
+                total_bytes=total,
+            )
+        except UnsettledJobError as err:
+            # Some task may still run: what the job announced waits for its deadline.
+            errors.append(f"the copy job failed: {first_line(err)}")
+            return None
+        except Exception as err:
+            # Spark gave up on a task (an executor died, say): what its tasks announced stays
+            # COPY_SEGMENT_STARTED, and the next cycle deletes it.
+            self._ended.ended(now)
+            errors.append(f"the copy job failed: {first_line(err)}")
+            return None
+        self._ended.ended(now)
+        return results
 
     def _remember(
         self,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from protocol.metadata_records import MetadataRecord
 from storage.kafka_client import TopicMetadata
@@ -21,7 +21,9 @@ from storage.tiering.policy import TopicPolicy
 from storage.tiering.report import TopicStats
 
 __all__ = [
+    "CLOCK_MARGIN_MS",
     "DEFAULT_BYTES_PER_OFFSET",
+    "EndedJobs",
     "MetadataManager",
     "Notes",
     "ScanMemory",
@@ -30,6 +32,11 @@ __all__ = [
     "topic_partition",
     "wall_clock_ms",
 ]
+
+CLOCK_MARGIN_MS: Final = 60_000
+"""How far apart the clocks of the pipeline's hosts (drivers and executors) may be: copy
+deadlines are set by one host's clock, obeyed by the executors' and judged by the next
+holder's."""
 
 DEFAULT_BYTES_PER_OFFSET = 1024.0
 """Bytes per offset assumed until a sample or the remote tier says better."""
@@ -126,6 +133,29 @@ class Notes:
         denied = list(self._denied)
         self._denied.clear()
         return denied
+
+
+class EndedJobs:
+    """The start times of this pipeline's copy jobs whose every task has ended (the job
+    returned, or Spark confirmed its failed tasks gone): a COPY_SEGMENT_STARTED copy of such a
+    job (its event time is the job's start) is a leftover at once, without waiting for the
+    job's deadline (:func:`.cleanup.may_still_upload`).
+
+    :param horizon_ms: how long after its start a job's copies wait for their deadline
+        anyway (the copy timeout and :data:`CLOCK_MARGIN_MS`): older stamps are forgotten.
+    """
+
+    def __init__(self, *, horizon_ms: int) -> None:
+        self._horizon_ms = horizon_ms
+        self._stamps: set[int] = set()
+
+    def ended(self, stamp: int) -> None:
+        """The job that started at ``stamp`` has no task running any more."""
+        self._stamps = {s for s in self._stamps if s >= stamp - self._horizon_ms}
+        self._stamps.add(stamp)
+
+    def __contains__(self, stamp: object) -> bool:
+        return stamp in self._stamps
 
 
 def topic_partition(topic: TopicMetadata, partition: int) -> TopicIdPartition:

@@ -29,12 +29,15 @@ from rich.console import Console
 
 from storage.config import ConfigError, from_settings, read_settings
 from storage.console import report_console
+from storage.kafka_acls import principal_of
 from storage.kafka_client import KafkaClient, KafkaClientError
+from storage.kafka_client.transactional import TransactionalIdAuthorizationError
 from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.config import TIERING_CONFIG_CLASSES, TieringConfig
 from storage.tiering.jvm_stderr import stderr_without
+from storage.tiering.lease import Hold, NotHoldingError, PipelineLease, UnfencedLease
 from storage.tiering.pipeline import MetadataManager, TieringPipeline, wall_clock_ms
 from storage.tiering.policy import TopicRules, compile_rules
 from storage.tiering.report import CycleReport, log_report, summary_table
@@ -60,10 +63,11 @@ _LOG4J_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
 
 _ERROR_BACKOFF_SECONDS = 5.0
 
-_CLUSTER_UNAVAILABLE: Final = (KafkaClientError, TimeoutError)
+_CLUSTER_UNAVAILABLE: Final = (KafkaClientError, TimeoutError, NotHoldingError)
 """How a cluster that is down or not answering surfaces (the product's client, which the
 metadata manager shares, or a bounded wait): an operator's matter, one line each. Any other
-error in a cycle is a bug and is logged with its traceback."""
+error in a cycle is a bug and is logged with its traceback. A pipeline that does not (or no
+longer) hold the cluster's tiering is one line too."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,7 +127,10 @@ _SPARK_DAEMON: Final = "storage.tiering.spark_daemon"
 def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> Any:
     """A SparkSession for the pipeline (``master=None``: whatever spark-submit set).
 
-    Local executors run this interpreter, so they see the same packages.
+    Local executors run this interpreter, so they see the same packages. Speculative
+    execution is off (``spark.speculation=false``) over any setting of the user's; a session
+    that already exists with it on is refused when the pipeline opens
+    (:class:`.stages.SparkStageRunner`).
     """
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -136,6 +143,9 @@ def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> A
     java_options = f"-Dlog4j2.configurationFile={_LOG4J_CONFIG} {_JIT_OPTIONS}"
     builder = (
         SparkSession.builder.appName(app_name)
+        # Never two attempts of a copy task at once, whatever spark-defaults.conf or
+        # --conf say: the losing one would announce and upload copies nobody finishes.
+        .config("spark.speculation", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", java_options)
         .config("spark.executor.extraJavaOptions", java_options)
@@ -162,16 +172,24 @@ async def open_pipeline(
     rlmm: MetadataManager | None = None,
     clock: Callable[[], int] = wall_clock_ms,
     wait_for_cluster: bool = False,
+    patience: float | None = None,
 ) -> AsyncIterator[TieringPipeline]:
-    """A ready :class:`TieringPipeline` with its clients, closed on exit.
+    """A ready :class:`TieringPipeline` with its clients, holding the cluster's tiering
+    (:mod:`.lease`), released and closed on exit.
 
     :param task_storage_factory: how copy tasks build their remote storage manager (a seam
         for storage plugins and fault injection); the driver always uses the configured one.
-    :param rlmm: a metadata manager to share; by default one is started and closed here.
+    :param rlmm: a metadata manager to share; by default one is started and closed here
+        (a shared one writes with its own producer: the pipeline is then not fenced).
     :param wait_for_cluster: wait for a cluster that is not up for as long as it takes
         (the loop), rather than up to ``remote.log.metadata.initialization.timeout.ms``.
+    :param patience: how long to wait while another pipeline holds the cluster's tiering
+        (``None``: as long as it takes).
     :raises TimeoutError: no broker answered, or the metadata topic was not read, within
         ``remote.log.metadata.initialization.timeout.ms``.
+    :raises NotHoldingError: another pipeline still held it after ``patience`` seconds.
+    :raises ConfigError: the principal may not use the transactional id, or
+        ``transaction.timeout.ms`` is above the broker's maximum.
     """
     from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager  # noqa: PLC0415
     from storage.rsm.factory import create_remote_storage, storage_identity  # noqa: PLC0415
@@ -185,22 +203,44 @@ async def open_pipeline(
         request_timeout_ms=config.request_timeout_ms,
         security=security,
     )
-    owned_rlmm = None
-    if rlmm is None:
-        await announce_remote_tier(settings.storage, settings.metadata, command="tier", log=log)
-        await check_cluster_login(config.bootstrap_servers, security, log=log)
-        owned_rlmm = TopicBasedRemoteLogMetadataManager(
-            settings.metadata,
-            bootstrap_servers=config.bootstrap_servers,
-            security=security,
-            command="tier",
-            storage_identity=storage_identity(settings.storage),
+    hold_client = KafkaClient(
+        config.bootstrap_servers,
+        client_id=f"{config.client_id}-hold",
+        request_timeout_ms=config.request_timeout_ms,
+        security=security,
+    )
+    fencing_id = config.fencing_id(settings.metadata.topic_name)
+    hold: Hold
+    if rlmm is not None or not fencing_id:
+        hold = UnfencedLease(
+            "transactional.id is empty" if not fencing_id else "a metadata manager was shared"
         )
-        await owned_rlmm.start(wait_for_cluster=wait_for_cluster)
-        rlmm = owned_rlmm
-    rsm = create_remote_storage(settings.storage)
+    else:
+        hold = PipelineLease(
+            hold_client,
+            transactional_id=fencing_id,
+            topic=settings.metadata.topic_name,
+            transaction_timeout_ms=config.transaction_timeout_ms,
+            request_timeout_ms=config.request_timeout_ms,
+        )
+    owned_rlmm = None
+    rsm = None
     try:
-        yield TieringPipeline(
+        if rlmm is None:
+            await announce_remote_tier(settings.storage, settings.metadata, command="tier", log=log)
+            await check_cluster_login(config.bootstrap_servers, security, log=log)
+            owned_rlmm = TopicBasedRemoteLogMetadataManager(
+                settings.metadata,
+                bootstrap_servers=config.bootstrap_servers,
+                security=security,
+                command="tier",
+                storage_identity=storage_identity(settings.storage),
+                writer=hold if isinstance(hold, PipelineLease) else None,
+            )
+            await owned_rlmm.start(wait_for_cluster=wait_for_cluster)
+            rlmm = owned_rlmm
+        rsm = create_remote_storage(settings.storage)
+        pipeline = TieringPipeline(
             config=config,
             rules=settings.rules,
             storage=settings.storage,
@@ -212,14 +252,53 @@ async def open_pipeline(
             security=security,
             storage_factory=task_storage_factory,
             clock=clock,
+            hold=hold,
         )
+        await _take_hold(pipeline, fencing_id, security, patience)
+        yield pipeline
     finally:
         if not config.spill_dir:  # the default under the system temp directory
             discard_spill_pool(config.spill_root)
-        await rsm.close()
+        await hold.release()
+        await hold_client.close()
+        if rsm is not None:
+            await rsm.close()
         await client.close()
         if owned_rlmm is not None:
             await owned_rlmm.close()
+
+
+async def _take_hold(
+    pipeline: TieringPipeline,
+    fencing_id: str,
+    security: KafkaSecurityConfig,
+    patience: float | None,
+) -> None:
+    """Hold the cluster's tiering before the first cycle.
+
+    :raises NotHoldingError: another pipeline still holds it after ``patience`` seconds.
+    :raises ConfigError: the transactional id cannot be used (ACLs, timeout).
+    """
+    try:
+        held = await pipeline.take_hold(patience=patience)
+    except TransactionalIdAuthorizationError as err:
+        raise ConfigError(
+            f"{principal_of(security)} lacks WRITE (and DESCRIBE) on TransactionalId "
+            f"{fencing_id!r} ({err}); add those ACLs (docs/operations.md lists what the "
+            'pipeline needs), or set transactional.id = "" to run without fencing'
+        ) from err
+    except KafkaClientError as err:
+        if "INVALID_TRANSACTION_TIMEOUT" in str(err):
+            raise ConfigError(
+                "transaction.timeout.ms is above the broker's transaction.max.timeout.ms "
+                f"({err}); lower it"
+            ) from err
+        raise
+    if not held:
+        raise NotHoldingError(
+            f"another pipeline holds transactional id {fencing_id!r} (the cluster's tiering); "
+            "it was not released in time"
+        )
 
 
 async def run_tiering(
@@ -240,15 +319,29 @@ async def run_tiering(
     interval = settings.tiering.task_interval_ms / 1000
     async with contextlib.AsyncExitStack() as stack:
         opening = stack.enter_async_context(
-            open_pipeline(settings, spark, console=console, wait_for_cluster=not once)
+            open_pipeline(
+                settings,
+                spark,
+                console=console,
+                wait_for_cluster=not once,
+                # --once (a cron entry) waits out a holder that just stopped, not a live one.
+                patience=2 * settings.tiering.transaction_timeout_ms / 1000 if once else None,
+            )
         )
         pipeline = await _unless_stopped(opening, stop)
         if pipeline is None:
             log.info("stopped while waiting for the cluster")
             return 0
         while True:
+            if not pipeline.holding and not await _hold_again(pipeline, stop):
+                return 0
             try:
                 report = await pipeline.run_cycle()
+            except NotHoldingError as err:
+                if once:
+                    raise
+                log.warning("tiering cycle stopped: %s", err)
+                continue
             except Exception as err:
                 if once:
                     raise
@@ -260,6 +353,17 @@ async def run_tiering(
                 return 1 if report.errors or report.copy_failures else 0
             if await _sleep_or_stop(stop, interval):
                 return 0
+
+
+async def _hold_again(pipeline: TieringPipeline, stop: asyncio.Event) -> bool:
+    """Wait until the pipeline holds the cluster's tiering again; ``False`` if stopped."""
+    while True:
+        try:
+            return await pipeline.take_hold(stop=stop)
+        except _CLUSTER_UNAVAILABLE as err:
+            _log_failed_cycle(err)
+            if await _sleep_or_stop(stop, _ERROR_BACKOFF_SECONDS):
+                return False
 
 
 async def _unless_stopped(opening: Awaitable[_T], stop: asyncio.Event) -> _T | None:

@@ -36,8 +36,11 @@ A cycle (:meth:`TieringPipeline.run_cycle`):
    records how far the partition is tiered, and without it the next cycle would copy the
    whole log again.
 
-Only one pipeline may run against a cluster at a time: a cycle treats every unfinished copy it
-did not start itself as a leftover.
+Only the pipeline that holds the cluster's transactional id acts (:mod:`.lease`): a cycle
+starts only while it holds it, every metadata record is written in its transactions (which
+Kafka refuses once another pipeline took it over), and nothing Kafka cannot fence (object
+deletions, DeleteRecords, the copy job) happens once its hold may have lapsed. A cycle that
+loses the hold raises :class:`.lease.NotHoldingError`; the loop then waits to hold it again.
 
 The steps live in their own modules, each a class given what it works with: clean-up
 (:mod:`.cleanup`, steps 2-3), where each partition stands (:mod:`.survey`, step 4), copying
@@ -48,6 +51,7 @@ in order.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -63,8 +67,9 @@ from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.cleanup import RemoteCleaner
 from storage.tiering.config import TieringConfig
 from storage.tiering.copying import CopyDriver
-from storage.tiering.cycle import MetadataManager, Notes, wall_clock_ms
+from storage.tiering.cycle import CLOCK_MARGIN_MS, EndedJobs, MetadataManager, Notes, wall_clock_ms
 from storage.tiering.fetch_stage import BrokerSettings
+from storage.tiering.lease import Hold, UnfencedLease
 from storage.tiering.policy import (
     BrokerConfigValue,
     TopicPolicy,
@@ -91,6 +96,7 @@ class TieringPipeline:
     :param storage_factory: how tasks build their remote storage manager (default:
         :func:`storage.rsm.factory.create_remote_storage`); the driver uses ``rsm``.
     :param clock: milliseconds since the epoch (retention and ``segment.ms`` use it).
+    :param hold: the pipeline's hold on the cluster (:mod:`.lease`); unfenced by default.
     """
 
     def __init__(
@@ -107,8 +113,11 @@ class TieringPipeline:
         security: KafkaSecurityConfig | None = None,
         storage_factory: StorageFactory | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        hold: Hold | None = None,
     ) -> None:
         self._config = config
+        self._hold: Hold = hold or UnfencedLease("no hold given")
+        ended = EndedJobs(horizon_ms=config.copy_timeout_ms + CLOCK_MARGIN_MS)
         self._rules = rules
         self._client = client
         self._rlmm = rlmm
@@ -124,7 +133,14 @@ class TieringPipeline:
         self._principal = principal_of(broker.security)
         self._notes = Notes()
         self._cleaner = RemoteCleaner(
-            client=client, rlmm=rlmm, rsm=rsm, notes=self._notes, clock=clock
+            client=client,
+            rlmm=rlmm,
+            rsm=rsm,
+            notes=self._notes,
+            fence=self._hold,
+            copy_timeout_ms=config.copy_timeout_ms,
+            ended=ended,
+            clock=clock,
         )
         self._survey = PartitionSurvey(
             client=client, rlmm=rlmm, notes=self._notes, principal=self._principal, clock=clock
@@ -142,6 +158,8 @@ class TieringPipeline:
                 timeout_ms=config.request_timeout_ms,
             ),
             storage_factory=storage_factory,
+            fence=self._hold,
+            ended=ended,
             clock=clock,
         )
         self._retention = RetentionDriver(
@@ -152,12 +170,32 @@ class TieringPipeline:
             copier=self._copier,
             notes=self._notes,
             principal=self._principal,
+            fence=self._hold,
             supports_delete_records=self.supports_delete_records,
         )
 
     @property
     def cache(self) -> RemoteLogMetadataCache:
         return self._rlmm.cache
+
+    @property
+    def holding(self) -> bool:
+        """Whether this pipeline holds the cluster's tiering now."""
+        return self._hold.holding
+
+    async def take_hold(
+        self, *, stop: asyncio.Event | None = None, patience: float | None = None
+    ) -> bool:
+        """Wait until no other pipeline holds the cluster's tiering, take it, and read the
+        metadata topic to its end (the last holder's commits included); ``False`` if
+        ``stop`` was set or ``patience`` seconds passed first.
+
+        :raises TimeoutError: the metadata topic was not read to its end in time.
+        """
+        if not await self._hold.acquire(stop=stop, patience=patience):
+            return False
+        await self._rlmm.wait_until_caught_up(self._config.request_timeout_ms / 1000)
+        return True
 
     async def supports_delete_records(self) -> bool:
         """Whether the broker may be sent DeleteRecords (configured or detected kind)."""
@@ -170,7 +208,10 @@ class TieringPipeline:
         """Run one cycle; problems with single partitions are reported, not raised.
 
         :raises BrokerConnectionError: when the broker cannot be reached at all.
+        :raises NotHoldingError: this pipeline does not hold the cluster's tiering, or lost
+            it during the cycle (what it did up to then stands; nothing after).
         """
+        self._hold.ensure_held()
         started = time.monotonic()
         now = self._clock()
         stats: dict[str, TopicStats] = {}
@@ -200,6 +241,7 @@ class TieringPipeline:
         await self._retention.local_retention(partitions, now, stats, errors)
         await self._retention.remote_retention(partitions, now, stats, errors)
         self._retention.record_lag(partitions, self._survey.take_gaps(), now, stats)
+        self._hold.ensure_held()
         return CycleReport(
             started_ms=now,
             seconds=time.monotonic() - started,

@@ -35,6 +35,7 @@ from storage.rsm.base import RemoteStorageError, RemoteStorageManager
 from storage.tiering.cleanup import RemoteCleaner
 from storage.tiering.copying import CopyDriver
 from storage.tiering.cycle import MetadataManager, Notes, TieredPartition
+from storage.tiering.lease import Fence
 from storage.tiering.policy import BrokerConfigValue
 from storage.tiering.report import TopicStats
 from storage.tiering.retention import expired_segments, local_log_start_target
@@ -57,9 +58,11 @@ class RetentionDriver:
         copier: CopyDriver,
         notes: Notes,
         principal: str,
+        fence: Fence,
         supports_delete_records: Callable[[], Awaitable[bool]],
     ) -> None:
         self._client = client
+        self._fence = fence
         self._rlmm = rlmm
         self._rsm = rsm
         self._cleaner = cleaner
@@ -212,7 +215,11 @@ class RetentionDriver:
         errors: list[str],
     ) -> None:
         """One DeleteRecords to the leader of ``group``'s partitions, up to each target;
-        a partition the broker moved learns its new log start."""
+        a partition the broker moved learns its new log start.
+
+        :raises NotHoldingError: the pipeline no longer holds its transactional id.
+        """
+        self._fence.ensure_held()
         try:
             answers = await self._client.delete_records(
                 leader_id, [(p.tp.topic, p.tp.partition, target) for p, target in group]

@@ -12,7 +12,9 @@ until Spark destroys it (``spark.python.task.killTimeout``, 2 s, after the kill)
 task could still announce a segment (COPY_SEGMENT_STARTED, :mod:`.tier_stage`) or upload
 one after the cycle had moved on, even after the next cycle's clean-up had passed it. An
 integration test that kills a worker mid-upload saw exactly that: a STARTED copy of the failed
-cycle left behind by the next one.
+cycle left behind by the next one. When Spark cannot say that every task has ended, the
+failure is raised as :class:`UnsettledJobError`, and the job's copies are then left to its
+deadline (:mod:`.cleanup`).
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from storage.config import ConfigError
 from storage.console import report_console
 from storage.tiering.report import format_bytes
 
-__all__ = ["SparkStageRunner", "StageRunner"]
+__all__ = ["SparkStageRunner", "StageRunner", "UnsettledJobError"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -56,6 +59,11 @@ _group_numbers = itertools.count()
 log = logging.getLogger(__name__)
 
 
+class UnsettledJobError(Exception):
+    """A job failed and some of its tasks may still be running: Spark could not say, or
+    they outlived the wait for them."""
+
+
 class StageRunner(Protocol):
     """Runs ``func`` over ``items`` in tasks of one or more items; returns every result."""
 
@@ -72,18 +80,27 @@ class StageRunner(Protocol):
         *,
         total_bytes: int,
     ) -> list[R]:
-        """:raises Exception: what the Spark job raised when a task failed for good."""
+        """:raises UnsettledJobError: the job failed and its tasks may still run.
+        :raises Exception: what the Spark job raised when a task failed for good (every
+            task of the job has ended)."""
         ...
 
 
 class SparkStageRunner:
-    """Stages as jobs of one long-lived SparkSession.
+    """Stages as jobs of one long-lived SparkSession, which must not run speculative tasks.
 
     :param console: where the progress bar goes; none is drawn unless it is a terminal.
+    :raises ConfigError: the session has ``spark.speculation=true``.
     """
 
     def __init__(self, spark: Any, *, console: Console | None = None) -> None:
         self._sc = spark.sparkContext
+        if str(self._sc.getConf().get("spark.speculation")).lower() == "true":
+            raise ConfigError(
+                "spark.speculation is true: Spark would run a copy task twice at once, and "
+                "the losing attempt would announce and upload copies nobody finishes; set "
+                "spark.speculation=false for the tiering pipeline"
+            )
         self._console = console or report_console(stderr=True)
         # PySpark's RDD API starts workers with PYSPARK_PYTHON only; honour the documented
         # spark.pyspark.python setting too, so executors run the interpreter asked for.
@@ -126,26 +143,31 @@ class SparkStageRunner:
         try:
             result: list[R] = self._sc.parallelize(items, tasks).mapPartitions(func).collect()
             return result
+        except Exception as err:
+            if not self._settle(group, description):
+                raise UnsettledJobError(f"the {description} job failed: {err}") from err
+            raise
         except BaseException:
             self._settle(group, description)
             raise
         finally:
             self._sc.setLocalProperty("spark.jobGroup.id", None)
 
-    def _settle(self, group: str, description: str) -> None:
+    def _settle(self, group: str, description: str) -> bool:
         """Cancel ``group``'s jobs and wait for their tasks to end (see the module's
-        docstring); a Spark that cannot answer (its JVM gone) is logged, not raised, so the
-        job's own failure is what the caller sees."""
+        docstring); whether they all did. A Spark that cannot answer (its JVM gone) is
+        logged, not raised, so the job's own failure is what the caller sees."""
         try:
             self._sc.cancelJobGroup(group)
-            self._wait_for_tasks_to_end(group, description)
+            return self._wait_for_tasks_to_end(group, description)
         except Exception as err:
             log.warning(
                 "the %s job failed; Spark cannot say whether its tasks ended: %s", description, err
             )
+            return False
 
-    def _wait_for_tasks_to_end(self, group: str, description: str) -> None:
-        """Block until no task of ``group``'s jobs runs."""
+    def _wait_for_tasks_to_end(self, group: str, description: str) -> bool:
+        """Block until no task of ``group``'s jobs runs (True), or the wait ends (False)."""
         deadline = time.monotonic() + _SETTLE_SECONDS
         while (running := self._running_tasks(group)) > 0:
             if time.monotonic() > deadline:
@@ -155,8 +177,9 @@ class SparkStageRunner:
                     running,
                     _SETTLE_SECONDS,
                 )
-                return
+                return False
             time.sleep(_POLL_SECONDS)
+        return True
 
     def _running_tasks(self, group: str) -> int:
         return sum(stage.numActiveTasks for stage in self._stages(group))

@@ -20,12 +20,26 @@ seconds per GiB against 1.66-1.74.
 A task that dies or is retried leaves COPY_SEGMENT_STARTED segments with ids nobody will
 finish: the next cycle's clean-up deletes them (:mod:`.cleanup`), as it did after a failed copy
 stage when the driver announced every segment itself.
+
+Only the pipeline that holds the cluster's transactional id (:mod:`.lease`) may copy, and its
+tasks run on executors that Kafka's fence does not reach. So, before each segment, a task
+asks the transaction coordinator whether the job's holder still holds it (same producer id
+and epoch, :func:`.holding.holds`) and announces nothing once it does not; and every job has
+a deadline (``tiering.copy.timeout.ms`` after the cycle's start, which is each STARTED
+record's event time): past it a task announces and uploads nothing more, and removes the
+objects of a segment whose upload ended after it. A pipeline that takes over leaves another
+holder's STARTED copies alone until their deadline has passed (:mod:`.cleanup`), so a
+paused or fenced task can neither upload under a copy already cleaned up nor leave objects
+behind that nobody would find.
+
+Each Python worker keeps one metadata producer (and its producer id) for all the tasks it
+runs (:func:`.worker.worker_runtime`), rather than one InitProducerId per task.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -33,8 +47,10 @@ from protocol.indexes import CorruptIndexError
 from protocol.metadata_records import encode_metadata_record
 from protocol.murmur2 import metadata_partition_for
 from storage.kafka_acls import denied, principal_of
+from storage.kafka_client import KafkaClient
 from storage.kafka_client.leaders import TopicAuthorizationError
-from storage.kafka_client.producer import TopicProducer
+from storage.kafka_client.producer import RecordWriter, TopicProducer
+from storage.kafka_client.transactional import TransactionalProducer
 from storage.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -51,9 +67,10 @@ from storage.tiering.copy_stage import (
     SpillPiece,
     copy_segment,
     failed_copy,
+    remove_uploaded,
     task_storage,
 )
-from storage.tiering.cycle import ScanMemory
+from storage.tiering.cycle import ScanMemory, wall_clock_ms
 from storage.tiering.fetch_stage import (
     BrokerSettings,
     FetchWindow,
@@ -61,6 +78,8 @@ from storage.tiering.fetch_stage import (
     broker_client,
     fetch_window,
 )
+from storage.tiering.holding import holds
+from storage.tiering.lease import HolderToken
 from storage.tiering.planner import BatchSpan, PlannedSegment, cut_segments
 from storage.tiering.scan import spans_from_array
 from storage.tiering.worker import StorageFactory, worker_runtime
@@ -71,7 +90,6 @@ __all__ = [
     "PartitionPlan",
     "PartitionTask",
     "PartitionWork",
-    "RecordProducer",
     "plan_partition",
     "tier_partitions",
 ]
@@ -85,6 +103,12 @@ class MetadataSink:
     partition_count: int
     timeout_ms: int
     """How long a task waits for the record's acknowledgement before its copy fails."""
+    holder: HolderToken | None = None
+    """The hold the job was started under, checked before each segment (``None``: the
+    pipeline runs unfenced)."""
+    deadline_ms: int | None = None
+    """Wall-clock milliseconds after which the job's tasks announce and upload nothing
+    (``None``: no deadline)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -128,6 +152,8 @@ class PartitionOutcome:
     error: str | None = None
     """Why no segment was planned (the windows' own failures are in ``windows``)."""
 
+
+_PAST_DEADLINE = "the copy job's deadline (tiering.copy.timeout.ms) has passed"
 
 FETCHES_AT_ONCE = 1
 """Partitions a task reads from the broker at once; the others' segments are uploaded
@@ -204,28 +230,60 @@ def plan_partition(work: PartitionWork, results: Sequence[WindowResult]) -> Part
     return PartitionPlan(jobs=jobs, scan=scan, tail=tail, final=final)
 
 
-class RecordProducer(Protocol):
-    """Appends a record to a partition of the metadata topic (:class:`TopicProducer`)."""
+class HoldCheck(Protocol):
+    """Whether the pipeline that started the job still holds its transactional id."""
 
-    async def send(self, partition: int, value: bytes | None, key: bytes | None = None) -> int:
-        """Return the record's offset once every in-sync replica has it."""
-        ...
+    async def __call__(self) -> bool: ...
+
+
+class CoordinatorCheck:
+    """Asks the transaction coordinator (DescribeTransactions) whether ``token`` still holds."""
+
+    def __init__(self, client: KafkaClient, sink: MetadataSink) -> None:
+        self._token = sink.holder
+        self._timeout = sink.timeout_ms / 1000
+        self._describer = (
+            None
+            if sink.holder is None
+            else TransactionalProducer(
+                client, sink.holder.transactional_id, sink.topic, transaction_timeout_ms=1
+            )
+        )
+
+    async def __call__(self) -> bool:
+        if self._token is None or self._describer is None:
+            return True
+        try:
+            async with asyncio.timeout(self._timeout):
+                answer = await self._describer.describe()
+        except Exception:
+            return False  # cannot tell: announce nothing
+        return holds(answer, self._token.producer_id, self._token.epoch)
 
 
 class PartitionTask:
-    """One task's clients: the broker's (fetches and the metadata producer) and the storage."""
+    """One task's clients: the broker's (fetches and the metadata producer) and the storage.
+
+    :param holds: asked before each segment is announced.
+    :param clock: wall-clock milliseconds, against the sink's deadline.
+    """
 
     def __init__(
         self,
         broker: BrokerSettings,
         sink: MetadataSink,
-        producer: RecordProducer,
+        producer: RecordWriter,
         rsm: RemoteStorageManager,
+        *,
+        holds: HoldCheck,
+        clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         self._broker = broker
         self._sink = sink
         self._producer = producer
         self._rsm = rsm
+        self._holds = holds
+        self._clock = clock
         self._fetching = asyncio.Semaphore(FETCHES_AT_ONCE)
 
     async def tier(self, work: PartitionWork) -> PartitionOutcome:
@@ -252,10 +310,20 @@ class PartitionTask:
                 break
         return tuple(copies)
 
+    def _past_deadline(self) -> bool:
+        deadline = self._sink.deadline_ms
+        return deadline is not None and self._clock() >= deadline
+
     async def _announce_and_copy(self, job: CopyJob) -> CopyResult:
         metadata = job.metadata
         tp = metadata.topic_id_partition
         partition = metadata_partition_for(f"{tp.topic}-{tp.partition}", self._sink.partition_count)
+        if self._past_deadline():
+            return failed_copy(job, f"not announced: {_PAST_DEADLINE}")
+        if not await self._holds():
+            return failed_copy(
+                job, "not announced: the pipeline no longer holds its transactional id"
+            )
         try:
             validate_segment(metadata)
             record = encode_metadata_record(segment_record(metadata))
@@ -268,7 +336,14 @@ class PartitionTask:
             return failed_copy(
                 job, f"COPY_SEGMENT_STARTED not published: {type(err).__name__}: {err}"
             )
-        return await copy_segment(job, self._rsm)
+        if self._past_deadline():
+            return failed_copy(job, f"announced, not uploaded: {_PAST_DEADLINE}")
+        copied = await copy_segment(job, self._rsm)
+        if copied.error is None and self._past_deadline():
+            # Another holder may already have cleaned this copy up: leave nothing behind.
+            await remove_uploaded(job, self._rsm)
+            return failed_copy(job, f"uploaded, then removed: {_PAST_DEADLINE}")
+        return copied
 
 
 def tier_partitions(
@@ -279,17 +354,23 @@ def tier_partitions(
     storage_factory: StorageFactory | None = None,
 ) -> Iterator[PartitionOutcome]:
     """The job (``mapPartitions``): fetch, plan, announce and copy each partition's segments."""
+    runtime = worker_runtime()
     rsm = task_storage(storage, storage_factory)
+    client, producer = runtime.shared(
+        ("metadata producer", broker, sink.topic), lambda: _metadata_producer(broker, sink.topic)
+    )
 
     async def run() -> list[PartitionOutcome]:
-        async with broker_client(broker) as client:
-            producer = TopicProducer(
-                client, sink.topic, request_timeout_ms=broker.request_timeout_ms
-            )
-            task = PartitionTask(broker, sink, producer, rsm)
-            return list(await asyncio.gather(*(task.tier(w) for w in works)))
+        task = PartitionTask(broker, sink, producer, rsm, holds=CoordinatorCheck(client, sink))
+        return list(await asyncio.gather(*(task.tier(w) for w in works)))
 
-    yield from worker_runtime().run(run())
+    yield from runtime.run(run())
+
+
+def _metadata_producer(broker: BrokerSettings, topic: str) -> tuple[KafkaClient, TopicProducer]:
+    """The worker's client and idempotent producer of the metadata topic (kept across tasks)."""
+    client = broker_client(broker)
+    return client, TopicProducer(client, topic, request_timeout_ms=broker.request_timeout_ms)
 
 
 def _pieces(

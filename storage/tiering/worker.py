@@ -1,16 +1,17 @@
 """One event loop per Spark Python worker process, and the storage clients built on it.
 
 The pipeline's tasks run their asyncio code here (:func:`worker_runtime`), and take their
-remote storage manager from it, so that building an S3 client is paid once per worker
-process instead of once per task.
+remote storage manager and their metadata producer from it, so that building an S3 client
+and getting a producer id (InitProducerId) are paid once per worker process instead of once
+per task.
 """
 
 from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Hashable
+from typing import Any, TypeVar, cast
 
 import uvloop
 
@@ -51,6 +52,7 @@ class WorkerRuntime:
         _keep_freed_buffers()
         self.loop = uvloop.new_event_loop()
         self._storage: dict[tuple[object, RemoteStorageConfig], RemoteStorageManager] = {}
+        self._shared: dict[Hashable, object] = {}
         _freeze_long_lived()
 
     def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
@@ -68,6 +70,13 @@ class WorkerRuntime:
         if key not in self._storage:
             self._storage[key] = factory(config)
         return self._storage[key]
+
+    def shared(self, key: Hashable, build: Callable[[], T]) -> T:
+        """What ``build`` made for ``key`` in this worker, built on first use (clients bound
+        to this runtime's loop, kept for the worker's life like the storage clients)."""
+        if key not in self._shared:
+            self._shared[key] = build()
+        return cast(T, self._shared[key])
 
 
 _MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024

@@ -257,7 +257,7 @@ async def test_the_consumer_reads_every_partition_and_follows_its_leader(
             0: [(0, b"a"), (1, b"b")],
             1: [(0, b"c")],
         }
-        assert (consumer.position(0), consumer.high_watermark(0)) == (2, 2)
+        assert (consumer.position(0), consumer.end(0)) == (2, 2)
 
         cluster.leaders[0] = 2
         await produce_values(cluster, 0, [b"d"])
