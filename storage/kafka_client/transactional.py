@@ -133,7 +133,8 @@ class TransactionalProducer:
         return self._identity
 
     async def describe(self) -> TransactionDescription:
-        """The coordinator's state of the transactional id (DescribeTransactions).
+        """The coordinator's state of the transactional id (DescribeTransactions; its
+        error is TRANSACTIONAL_ID_NOT_FOUND for an id nobody used yet).
 
         :raises TransactionalIdAuthorizationError: the principal lacks DESCRIBE on it.
         """
@@ -142,7 +143,8 @@ class TransactionalProducer:
             answer = await self._client.describe_transaction(
                 await self._coordinator_id(), self.transactional_id
             )
-            self._check("DescribeTransactions", answer.error, fencing=False)
+            if answer.error != KafkaError.TRANSACTIONAL_ID_NOT_FOUND:
+                self._check("DescribeTransactions", answer.error, fencing=False)
             return answer
 
         return await self._retried(attempt)
@@ -305,8 +307,9 @@ class TransactionalProducer:
         )
 
     def _log_retry(self, attempt: int, error: Exception, wait: float) -> None:
-        # CONCURRENT_TRANSACTIONS is the normal wait for a commit's markers: quiet.
-        level = logging.DEBUG if "CONCURRENT_TRANSACTIONS" in str(error) else logging.WARNING
+        # A coordinator loading, moving or writing a commit's markers is Kafka's normal
+        # wait (its producer logs it at debug); a broker gone is worth a warning.
+        level = logging.DEBUG if isinstance(error, _Retry) else logging.WARNING
         log.log(
             level,
             "transactional id %s: %s (attempt %d); retrying in %.2f s",

@@ -202,6 +202,7 @@ class PipelineLease:
         self._renewer: asyncio.Task[None] | None = None
         self._identity: tuple[int, int] | None = None
         self._last_identity: tuple[int, int] | None = None
+        self._lost_reason = ""
         self.lost = asyncio.Event()
         """Set when a hold is lost (fenced, or not renewed in time)."""
 
@@ -226,8 +227,9 @@ class PipelineLease:
     def ensure_held(self) -> None:
         """:raises NotHoldingError: unless this pipeline holds the transactional id now."""
         if not self.holding:
+            why = f": {self._lost_reason}" if self._lost_reason else ""
             raise NotHoldingError(
-                f"this pipeline no longer holds transactional id {self.transactional_id!r}"
+                f"this pipeline does not hold transactional id {self.transactional_id!r}{why}"
             )
 
     async def acquire(
@@ -270,6 +272,7 @@ class PipelineLease:
                 return False
         async with self._txn:
             self._identity = await self._producer.init()
+            self._lost_reason = ""
             self.lost.clear()
             await self._open()
         self._renewer = asyncio.create_task(self._renew_loop(), name="tiering-lease-renewal")
@@ -301,22 +304,32 @@ class PipelineLease:
 
     async def release(self) -> None:
         """Give the hold up: abort the open transaction (a waiting pipeline takes over at
-        once) and stop renewing. Safe to call when nothing is held."""
-        await self._stop_tasks()
-        if self._identity is None:
-            return
-        async with self._txn:
-            try:
-                async with asyncio.timeout(self._remaining()):
-                    await self._producer.end(commit=False)
-            except (Exception, TimeoutError) as err:
-                log.warning(
-                    "could not release transactional id %r (%s); another pipeline takes over "
-                    "once the coordinator aborts it",
-                    self.transactional_id,
-                    err,
-                )
-            self._forget(take_back=None)
+        once) and stop renewing; records already sent are committed first. Safe to call
+        when nothing is held."""
+        await _cancelled(self._renewer)
+        self._renewer = None
+        if self._identity is not None:
+            async with self._txn:  # after the group being written, if any
+                try:
+                    async with asyncio.timeout(self._remaining()):
+                        if not self._in_txn:
+                            await self._open()
+                        await self._producer.end(commit=False)
+                except (Exception, TimeoutError) as err:
+                    log.warning(
+                        "could not release transactional id %r (%s); another pipeline takes "
+                        "over once the coordinator aborts it",
+                        self.transactional_id,
+                        err,
+                    )
+                self._forget(take_back=None)
+                self._lost_reason = "it released it"
+        await _cancelled(self._flusher)
+        self._flusher = None
+        pending, self._pending = self._pending, []
+        for item in pending:
+            if not item.future.done():
+                item.future.set_exception(NotHoldingError("the pipeline released its hold"))
 
     # -- internals ------------------------------------------------------------------------
 
@@ -442,6 +455,7 @@ class PipelineLease:
             # Not fenced: the epoch may still be ours, to take back without waiting.
             fenced = isinstance(error, ProducerFencedError)
             self._forget(take_back=None if fenced else self._identity)
+            self._lost_reason = reason
         failure = NotHoldingError(
             f"this pipeline no longer holds transactional id {self.transactional_id!r}: {reason}"
         )
@@ -455,17 +469,12 @@ class PipelineLease:
         self._in_txn = set()
         self.lost.set()
 
-    async def _stop_tasks(self) -> None:
-        for task in (self._renewer, self._flusher):
-            if task is not None and not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._renewer = self._flusher = None
-        pending, self._pending = self._pending, []
-        for item in pending:
-            if not item.future.done():
-                item.future.set_exception(NotHoldingError("the pipeline is closing"))
+
+async def _cancelled(task: asyncio.Task[None] | None) -> None:
+    if task is not None and not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def _wait(stop: asyncio.Event | None, seconds: float) -> bool:

@@ -1,12 +1,15 @@
 """The one-job copy's task logic: segments cut from what the windows read, each announced
-(COPY_SEGMENT_STARTED acknowledged) before any of its objects is written, and nothing
-announced after a partition's first failure."""
+(COPY_SEGMENT_STARTED acknowledged) before any of its objects is written, nothing announced
+after a partition's first failure, after the pipeline lost its hold, or past the job's
+deadline, and nothing left behind that was uploaded past the deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from protocol.metadata_records import encode_metadata_record
 from protocol.murmur2 import metadata_partition_for
@@ -15,6 +18,7 @@ from storage.kafka_security import KafkaSecurityConfig
 from storage.model import LogSegmentData, RemoteLogSegmentMetadata, TopicIdPartition
 from storage.rlmm.records import segment_record
 from storage.tiering.chain import ChainState
+from storage.tiering.copy_stage import CopyJob
 from storage.tiering.fetch_stage import BrokerSettings, FetchWindow, WindowResult
 from storage.tiering.scan import WindowScanner
 from storage.tiering.tier_stage import MetadataSink, PartitionTask, PartitionWork, plan_partition
@@ -100,18 +104,67 @@ class Producer:
 
 
 class Storage:
-    """Writes nothing; the upload of the segment starting at ``fail_at`` fails."""
+    """Writes nothing; the upload of the segment starting at ``fail_at`` fails; each upload
+    takes ``upload_ms`` of ``clock``."""
 
-    def __init__(self, journal: Journal, fail_at: int) -> None:
+    def __init__(
+        self, journal: Journal, fail_at: int, clock: Clock | None = None, upload_ms: int = 0
+    ) -> None:
         self._journal = journal
         self._fail_at = fail_at
+        self._clock = clock
+        self._upload_ms = upload_ms
 
     async def copy_log_segment(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
     ) -> None:
         self._journal.events.append(("upload", metadata.segment_id.id))
+        if self._clock is not None:
+            self._clock.now += self._upload_ms
         if metadata.start_offset == self._fail_at:
             raise OSError("disk full")
+
+    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        self._journal.events.append(("removed", metadata.segment_id.id))
+
+
+class Clock:
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Holds:
+    """Holds for the first ``checks`` questions, then no more."""
+
+    def __init__(self, journal: Journal, checks: int = 1_000) -> None:
+        self._journal = journal
+        self._left = checks
+
+    async def __call__(self) -> bool:
+        self._journal.events.append(("holds?", self._left > 0))
+        self._left -= 1
+        return self._left >= 0
+
+
+def task_of(
+    journal: Journal,
+    storage: Storage,
+    *,
+    clock: Clock | None = None,
+    holds: Holds | None = None,
+    **sink: Any,
+) -> PartitionTask:
+    return PartitionTask(
+        BROKER,
+        replace(SINK, **sink),
+        Producer(journal),
+        storage,  # type: ignore[arg-type]
+        holds=holds or Holds(journal),
+        clock=clock or Clock(0),
+    )
 
 
 def test_each_segment_is_announced_before_upload_and_a_failure_stops_the_partition(
@@ -122,11 +175,11 @@ def test_each_segment_is_announced_before_upload_and_a_failure_stops_the_partiti
     plan = plan_partition(work((w,), segment_bytes=len(log[0])), [read(w, log, tmp_path)])
     assert [j.metadata.start_offset for j in plan.jobs] == [0, 1, 2]
     journal = Journal()
-    task = PartitionTask(BROKER, SINK, Producer(journal), Storage(journal, fail_at=1))  # type: ignore[arg-type]
+    task = task_of(journal, Storage(journal, fail_at=1))
     copies = asyncio.run(task.copy_in_order(plan.jobs))
     partition = metadata_partition_for(f"{TP.topic}-{TP.partition}", SINK.partition_count)
     first, second, third = (j.metadata for j in plan.jobs)
-    assert journal.events == [
+    assert [e for e in journal.events if e[0] != "holds?"] == [
         ("started", (partition, encode_metadata_record(segment_record(first)))),
         ("upload", first.segment_id.id),
         ("started", (partition, encode_metadata_record(segment_record(second)))),
@@ -160,3 +213,59 @@ def test_a_failed_window_ends_what_is_planned_at_its_start(tmp_path: Path) -> No
     )
     assert plan.scan is not None and plan.scan.end == 2
     assert [j.metadata.end_offset for j in plan.jobs] == [0, 1]
+
+
+def three_segments(tmp_path: Path) -> tuple[CopyJob, ...]:
+    log = batches(3)
+    w = window(0, 0, 3, tmp_path)
+    return plan_partition(work((w,), segment_bytes=len(log[0])), [read(w, log, tmp_path)]).jobs
+
+
+def test_nothing_is_announced_once_the_pipeline_no_longer_holds_its_transactional_id(
+    tmp_path: Path,
+) -> None:
+    """The holder is asked before each segment: once another pipeline took over (or the
+    hold lapsed), the task announces and uploads nothing more."""
+    jobs = three_segments(tmp_path)
+    journal = Journal()
+    task = task_of(journal, Storage(journal, fail_at=-1), holds=Holds(journal, checks=1))
+    copies = asyncio.run(task.copy_in_order(jobs))
+    assert [e[0] for e in journal.events] == ["holds?", "started", "upload", "holds?"]
+    assert copies[0].error is None
+    assert copies[1].error is not None and "no longer holds" in copies[1].error
+    assert len(copies) == 2
+
+
+def test_nothing_is_announced_past_the_jobs_deadline(tmp_path: Path) -> None:
+    jobs = three_segments(tmp_path)
+    journal = Journal()
+    clock = Clock(10_000)
+    task = task_of(
+        journal, Storage(journal, fail_at=-1, clock=clock), clock=clock, deadline_ms=10_000
+    )
+    copies = asyncio.run(task.copy_in_order(jobs))
+    assert journal.events == []
+    assert len(copies) == 1 and copies[0].error is not None and "deadline" in copies[0].error
+
+
+def test_a_segment_uploaded_past_the_deadline_is_removed_and_not_finished(
+    tmp_path: Path,
+) -> None:
+    """A paused task that resumes after its deadline may find its copy already cleaned up
+    by the pipeline that took over: it removes what it uploaded, and reports a failure so
+    that nobody finishes it."""
+    jobs = three_segments(tmp_path)
+    journal = Journal()
+    clock = Clock(1_000)
+    storage = Storage(journal, fail_at=-1, clock=clock, upload_ms=600)
+    task = task_of(journal, storage, clock=clock, deadline_ms=2_000)
+    copies = asyncio.run(task.copy_in_order(jobs))
+    first, second, _ = (j.metadata.segment_id.id for j in jobs)
+    assert [e for e in journal.events if e[0] in ("upload", "removed")] == [
+        ("upload", first),
+        ("upload", second),
+        ("removed", second),
+    ]
+    assert copies[0].error is None
+    assert copies[1].error is not None and "removed" in copies[1].error
+    assert len(copies) == 2
