@@ -103,6 +103,7 @@ def _topic(t: Any) -> TopicMetadata:
             leader_id=int(p.leader_id),
             leader_epoch=int(getattr(p, "leader_epoch", -1)),
             error=KafkaError(int(p.error_code)),
+            replicas=tuple(int(r) for r in p.replica_nodes),
         )
         for p in t.partitions
     )

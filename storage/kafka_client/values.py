@@ -101,6 +101,8 @@ class PartitionMetadata:
     leader_id: int
     leader_epoch: int
     error: KafkaError
+    replicas: tuple[int, ...] = ()
+    """The node ids of the partition's replicas."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -12,9 +12,11 @@ Some differ on purpose:
 - ``remote.log.metadata.topic.retention.ms`` is -1 (keep forever), as in Kafka as shipped
   (the KIP's year would drop the metadata of segments older than a year, which then could
   never be read or deleted again after a restart).
-- ``remote.log.metadata.topic.replication.factor`` defaults to 1, not Kafka's 3: the embedded
-  demo and the tests run a single broker, which refuses a topic replicated three times.
-  Production clusters should set 3.
+- ``remote.log.metadata.topic.replication.factor`` defaults to ``-1``: Kafka's 3, or as many
+  as the cluster has brokers when it has fewer (a single-broker demo refuses three
+  replicas); with three or more replicas the topic gets ``min.insync.replicas=2``, so a
+  COPY_SEGMENT_FINISHED acknowledged with ``acks=all`` is on two brokers at least. Kafka's
+  own manager fails to start on a cluster smaller than its replication factor instead.
 - ``remote.log.metadata.snapshot.dir`` is on by default (``auto``): snapshots under
   ``./tierproxy-state/<command>`` (or ``$TIERPROXY_STATE_DIR/<command>``), so a restart reads
   only the tail of the topic; each command keeps its own, as they run as separate processes,
@@ -30,8 +32,11 @@ from pathlib import Path
 from storage.config import ConfigError, setting
 
 __all__ = [
+    "AUTO_REPLICATION_FACTOR",
     "AUTO_SNAPSHOT_DIR",
     "DEFAULT_TOPIC_NAME",
+    "DURABLE_MIN_INSYNC_REPLICAS",
+    "KAFKA_REPLICATION_FACTOR",
     "KAFKA_TOPIC_NAME",
     "RemoteLogMetadataConfig",
     "snapshot_dir_for",
@@ -41,6 +46,12 @@ DEFAULT_TOPIC_NAME = "__tierproxy_remote_log_metadata"
 KAFKA_TOPIC_NAME = "__remote_log_metadata"
 """The name Kafka's own topic-based manager uses: its records are not tierproxy's."""
 AUTO_SNAPSHOT_DIR = "auto"
+AUTO_REPLICATION_FACTOR = -1
+"""Kafka's 3 replicas, or every broker of a smaller cluster."""
+KAFKA_REPLICATION_FACTOR = 3
+"""Kafka's ``remote.log.metadata.topic.replication.factor``."""
+DURABLE_MIN_INSYNC_REPLICAS = 2
+"""``min.insync.replicas`` of a metadata topic with three or more replicas."""
 _KEEP_FOREVER = -1
 
 
@@ -66,9 +77,11 @@ class RemoteLogMetadataConfig:
     )
     topic_replication_factor: int = setting(
         "remote.log.metadata.topic.replication.factor",
-        1,
-        "Replication factor of the metadata topic when tierproxy creates it (Kafka's default "
-        "is 3; 1 suits the single-broker demo and tests).",
+        AUTO_REPLICATION_FACTOR,
+        "Replication factor of the metadata topic when tierproxy creates it. -1: Kafka's 3, "
+        "or every broker of a smaller cluster. With 3 or more, the topic also gets "
+        "min.insync.replicas=2; an existing topic with fewer replicas (or min.insync.replicas "
+        "below 2) on a multi-broker cluster is warned about at start.",
         kafka="remote.log.metadata.topic.replication.factor",
     )
     topic_retention_ms: int = setting(
@@ -107,10 +120,22 @@ class RemoteLogMetadataConfig:
         kafka="remote.log.metadata.initialization.retry.max.timeout.ms",
     )
 
+    def replication_for(self, brokers: int) -> int:
+        """The replication factor to create the topic with on a cluster of ``brokers``."""
+        if self.topic_replication_factor == AUTO_REPLICATION_FACTOR:
+            return max(1, min(KAFKA_REPLICATION_FACTOR, brokers))
+        return self.topic_replication_factor
+
     def __post_init__(self) -> None:
+        if self.topic_replication_factor <= 0 and (
+            self.topic_replication_factor != AUTO_REPLICATION_FACTOR
+        ):
+            raise ConfigError(
+                "remote.log.metadata.topic.replication.factor must be positive or -1, "
+                f"not {self.topic_replication_factor}"
+            )
         for key, value in (
             ("remote.log.metadata.topic.partitions", self.topic_partitions),
-            ("remote.log.metadata.topic.replication.factor", self.topic_replication_factor),
             ("remote.log.metadata.snapshot.interval.ms", self.snapshot_interval_ms),
             ("remote.log.metadata.consume.wait.ms", self.consume_wait_ms),
             ("remote.log.metadata.initialization.timeout.ms", self.initialization_timeout_ms),

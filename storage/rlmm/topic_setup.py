@@ -4,10 +4,17 @@ Kafka's ``TopicBasedRemoteLogMetadataManager`` creates its topic at start with t
 configured partitions, replication factor and ``retention.ms`` (-1: kept forever), and
 refuses to go on with a topic of another partition count, since writers would then place a
 partition's records in different metadata partitions. This does the same through the
-product's client (CreateTopics, Metadata, DescribeConfigs), and two checks of its own: a
-finite ``retention.ms`` on an existing topic is warned about, and Kafka's own topic name is
-refused on a broker that runs native tiered storage (its manager would stop at tierproxy's
-records).
+product's client (CreateTopics, Metadata, DescribeConfigs), and checks of its own:
+
+- the replication factor defaults to Kafka's 3, or every broker of a smaller cluster, and
+  with three or more replicas the topic gets ``min.insync.replicas=2``: every writer
+  produces with ``acks=all``, so a COPY_SEGMENT_FINISHED is then on two brokers before the
+  pipeline moves the broker's log start over its range (on one replica only, losing it would
+  make the next cycle delete the copy as a leftover after the broker dropped the range);
+- an existing topic that is weaker than that on a multi-broker cluster, or has a finite
+  ``retention.ms``, is warned about (one line each);
+- Kafka's own topic name is refused on a broker that runs native tiered storage (its
+  manager would stop at tierproxy's records).
 """
 
 from __future__ import annotations
@@ -27,7 +34,13 @@ from storage.kafka_client import (
     NewTopic,
 )
 from storage.retry import RetryPolicy, call_with_retry
-from storage.rlmm.config import DEFAULT_TOPIC_NAME, KAFKA_TOPIC_NAME, RemoteLogMetadataConfig
+from storage.rlmm.config import (
+    DEFAULT_TOPIC_NAME,
+    DURABLE_MIN_INSYNC_REPLICAS,
+    KAFKA_REPLICATION_FACTOR,
+    KAFKA_TOPIC_NAME,
+    RemoteLogMetadataConfig,
+)
 from storage.rlmm.state import RemoteLogMetadataError
 
 __all__ = ["MetadataTopicError", "MetadataTopicSetup"]
@@ -107,14 +120,15 @@ class MetadataTopicSetup:
     async def _checked_partition_count(self) -> int:
         if self.config.topic_name == KAFKA_TOPIC_NAME:
             await self._refuse_kafkas_own_topic()
-        count = await self._partitions_of()
+        cluster = await self._metadata(None)
+        count = self._partitions_of(cluster)
         if count is None:
-            await self._create_topic()
+            await self._create_topic(len(cluster.brokers))
             while count is None:  # metadata of a new topic may lag behind its creation
                 await asyncio.sleep(_NEW_TOPIC_POLL_S)
-                count = await self._partitions_of()
+                count = self._partitions_of(await self._metadata(None))
         else:
-            await self._warn_about_retention()
+            await self._check_existing(cluster)
         return count
 
     async def _refuse_kafkas_own_topic(self) -> None:
@@ -137,18 +151,22 @@ class MetadataTopicSetup:
                 f"{DEFAULT_TOPIC_NAME!r})"
             )
 
-    async def _warn_about_retention(self) -> None:
-        """A metadata topic with a finite retention forgets old segments: warn."""
+    async def _check_existing(self, cluster: ClusterMetadata) -> None:
+        """Warn about an existing metadata topic that forgets old segments (a finite
+        retention) or may lose acknowledged records (too few replicas)."""
         topic = self.config.topic_name
         try:
             configs = (await self._client.describe_configs([topic])).get(topic, {})
         except KafkaClientError as error:
             # Brokers without DescribeConfigs (Tansu closes the connection) cannot tell.
             configs = KafkaError.UNSUPPORTED_VERSION
-            log.info("could not read the metadata topic's retention.ms (%s)", error)
+            log.info("could not read the metadata topic's configs (%s)", error)
         if isinstance(configs, KafkaError):
-            log.info("not checking the metadata topic's retention.ms (%s)", configs.name)
+            log.info("not checking the metadata topic's configs (%s)", configs.name)
             return
+        entry = configs.get("min.insync.replicas")
+        min_insync = int(entry.value or 1) if entry is not None else 1
+        self._warn_about_replication(cluster, min_insync)
         entry = configs.get("retention.ms")
         value = int(entry.value or -1) if entry is not None else -1
         if value >= 0:
@@ -160,21 +178,50 @@ class MetadataTopicSetup:
                 value,
             )
 
-    async def _partitions_of(self) -> int | None:
+    def _warn_about_replication(self, cluster: ClusterMetadata, min_insync: int) -> None:
+        """One line when the topic is weaker than :meth:`_create_topic` makes it, on a
+        cluster that could hold more."""
+        found = cluster.topics.get(self.config.topic_name)
+        brokers = len(cluster.brokers)
+        if found is None or brokers < 2 or not found.partitions:
+            return
+        replicas = min(len(p.replicas) for p in found.partitions)
+        wanted = min(KAFKA_REPLICATION_FACTOR, brokers)
+        weak_isr = replicas >= KAFKA_REPLICATION_FACTOR and min_insync < DURABLE_MIN_INSYNC_REPLICAS
+        if replicas >= wanted and not weak_isr:
+            return
+        log.warning(
+            "metadata topic %s has %d replica(s) and min.insync.replicas=%d on a %d-broker "
+            "cluster: a COPY_SEGMENT_FINISHED acknowledged by one broker is lost with it, and "
+            "the next cycle then deletes the copy after the broker dropped its range; give it "
+            "%d replicas and min.insync.replicas=%d (kafka-reassign-partitions, kafka-configs)",
+            self.config.topic_name,
+            replicas,
+            min_insync,
+            brokers,
+            max(wanted, replicas),
+            DURABLE_MIN_INSYNC_REPLICAS if max(wanted, replicas) >= KAFKA_REPLICATION_FACTOR else 1,
+        )
+
+    def _partitions_of(self, cluster: ClusterMetadata) -> int | None:
         # Every topic, as before: brokers that ignore allow_auto_topic_creation=false would
         # create a topic named in Metadata with their defaults.
-        found = (await self._metadata(None)).topics.get(self.config.topic_name)
+        found = cluster.topics.get(self.config.topic_name)
         if found is None or found.error != KafkaError.NONE:
             return None
         return len(found.partitions) or None
 
-    async def _create_topic(self) -> None:
+    async def _create_topic(self, brokers: int) -> None:
         config = self.config
+        replication = config.replication_for(brokers)
+        configs = {"retention.ms": str(config.topic_retention_ms), "cleanup.policy": "delete"}
+        if replication >= KAFKA_REPLICATION_FACTOR:
+            configs["min.insync.replicas"] = str(DURABLE_MIN_INSYNC_REPLICAS)
         topic = NewTopic(
             name=config.topic_name,
             partitions=config.topic_partitions,
-            replication_factor=config.topic_replication_factor,
-            configs={"retention.ms": str(config.topic_retention_ms), "cleanup.policy": "delete"},
+            replication_factor=replication,
+            configs=configs,
         )
         for created in await self._client.create_topics([topic]):
             if created.error in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
@@ -184,8 +231,11 @@ class MetadataTopicSetup:
                 f"{created.error.name} {created.message or ''}".rstrip()
             )
         log.info(
-            "created metadata topic %s (%d partitions, replication factor %d)",
+            "created metadata topic %s (%d partitions, replication factor %d%s)",
             config.topic_name,
             config.topic_partitions,
-            config.topic_replication_factor,
+            replication,
+            f", min.insync.replicas {configs['min.insync.replicas']}"
+            if "min.insync.replicas" in configs
+            else "",
         )

@@ -283,9 +283,9 @@ async def _take_hold(
         held = await pipeline.take_hold(patience=patience)
     except TransactionalIdAuthorizationError as err:
         raise ConfigError(
-            f"{principal_of(security)} lacks WRITE (and DESCRIBE) on TransactionalId "
-            f"{fencing_id!r} ({err}); add those ACLs (docs/operations.md lists what the "
-            'pipeline needs), or set transactional.id = "" to run without fencing'
+            f"{principal_of(security)} lacks WRITE on TransactionalId {fencing_id!r} "
+            f"({err.request} answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED); add that ACL "
+            "(docs/operations.md lists what the pipeline needs)"
         ) from err
     except KafkaClientError as err:
         if "INVALID_TRANSACTION_TIMEOUT" in str(err):

@@ -104,6 +104,16 @@ def pipeline_acls(topic: str, metadata_topic: str, user: str = "tiering") -> dic
         "DELETE on the tiered topic": acl(user, topic, AclOperation.DELETE),
         "READ on the metadata topic": acl(user, metadata_topic, AclOperation.READ),
         "WRITE on the metadata topic": acl(user, metadata_topic, AclOperation.WRITE),
+        # WRITE implies DESCRIBE: the hold on the cluster's tiering (its transactional id).
+        "WRITE on the transactional id": AclBinding(
+            ResourceType.TRANSACTIONAL_ID,
+            f"tierproxy-tiering.{metadata_topic}",
+            ResourcePatternType.LITERAL,
+            f"User:{user}",
+            "*",
+            AclOperation.WRITE,
+            AclPermissionType.ALLOW,
+        ),
     }
 
 

@@ -92,4 +92,5 @@ def test_the_pipeline_names_the_acl_it_lacks(
         messages = f"{type(err).__name__}: {err}"
 
     operation = missing.split(" on ", maxsplit=1)[0]
-    assert f"User:tiering lacks {operation} on topic" in messages, messages
+    resource = "TransactionalId" if missing.endswith("transactional id") else "topic"
+    assert f"User:tiering lacks {operation} on {resource}" in messages, messages
