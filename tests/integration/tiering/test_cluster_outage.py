@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -22,58 +20,16 @@ import pytest
 from proxy.embedded import KAFKA_4, KafkaBroker, S3Info, ensure_jars, free_port
 from proxy.embedded.ports import LOOPBACK
 from proxy.embedded.process import ManagedProcess
-from proxy.embedded.tierproxy import storage_settings, write_config
+from tests.integration.tiering.support import COPIED, tier_command, tier_config, wait_for_line
 from tests.integration.tiering.workload import create_topic, produce_numbered
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
-
-_COPIED = re.compile(r"topic=(\S+) .*copied_segments=([1-9]\d*)")
-
-
-def tier_config(path: Path, bootstrap: str, s3: S3Info, bucket: str, topic: str) -> Path:
-    """Tier ``topic`` every second, with a 2 s start-up bound for the metadata manager."""
-    write_config(
-        path,
-        {
-            "bootstrap.servers": bootstrap,
-            **storage_settings(s3, bucket, f"__rlm-{topic}"),
-            "remote.log.metadata.initialization.timeout.ms": 2000,
-            "remote.log.manager.task.interval.ms": 1000,
-            "tiering.spill.dir": str(path.parent / "spill"),
-        },
-    )
-    with path.open("a", encoding="utf-8") as file:
-        file.write(
-            f'[[topics]]\npattern = "{topic}"\nremote.storage.enable = true\n'
-            "segment.bytes = 32768\nsegment.ms = 86400000\n"
-        )
-    return path
 
 
 def nowhere(tmp_path: Path, s3: S3Info, bucket: str) -> tuple[str, Path]:
     """A closed loopback port as the cluster, and a config that points there."""
     bootstrap = f"{LOOPBACK}:{free_port()}"
     return bootstrap, tier_config(tmp_path / "tier.toml", bootstrap, s3, bucket, "never")
-
-
-def tier_command(config: Path, *flags: str) -> list[str]:
-    return [
-        *(sys.executable, "-m", "proxy.cli", "tier", "--config", str(config)),
-        *("--master", "local[1]", *flags),
-    ]
-
-
-def wait_for_line(process: ManagedProcess, pattern: re.Pattern[str], after: int = 0) -> str:
-    """The first line past character ``after`` of the log that matches ``pattern``."""
-    deadline = time.monotonic() + 180
-    while True:
-        log = process.log_path.read_text(errors="replace")
-        found = pattern.search(log, after)
-        if found is not None:
-            return found.group(0)
-        assert process.running, log[-3000:]
-        assert time.monotonic() < deadline, f"{pattern.pattern!r} not logged:\n{log[-3000:]}"
-        time.sleep(0.5)
 
 
 def test_the_loop_waits_for_the_cluster_and_outlives_its_restart(
@@ -97,7 +53,7 @@ def test_the_loop_waits_for_the_cluster_and_outlives_its_restart(
             server.start()
             create_topic(broker.bootstrap, topic, 1)
             produce_numbered(broker.bootstrap, topic, 200, first=0)
-            wait_for_line(tier, _COPIED)
+            wait_for_line(tier, COPIED)
 
             server.stop()
             gone = len(tier.log_path.read_text(errors="replace"))
@@ -105,7 +61,7 @@ def test_the_loop_waits_for_the_cluster_and_outlives_its_restart(
             server.start()
             back = len(tier.log_path.read_text(errors="replace"))
             produce_numbered(broker.bootstrap, topic, 200, first=200)
-            wait_for_line(tier, _COPIED, back)
+            wait_for_line(tier, COPIED, back)
         finally:
             tier.stop()
     log = tier.log_path.read_text(errors="replace")

@@ -39,8 +39,9 @@ from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.factory import create_remote_storage
 from storage.rsm.layout import kafka_uuid_string
 from storage.segment.builder import SegmentBuilder
+from storage.tiering.cycle import CLOCK_MARGIN_MS
 from storage.tiering.job import TieringSettings, open_pipeline, settings_from_flat
-from storage.tiering.pipeline import TieringPipeline
+from storage.tiering.pipeline import TieringPipeline, wall_clock_ms
 from storage.tiering.status import collect_status
 from tests.integration.tiering.workload import (
     create_topic,
@@ -458,8 +459,15 @@ async def assert_next_cycle_heals(
     env: Env, settings: TieringSettings, topic: str, stuck: list[RemoteLogSegmentMetadata]
 ) -> None:
     """A cycle without faults deletes the ``stuck`` copies and leaves every partition tiered
-    from offset 0 without a gap or an overlap, and no object that no segment owns."""
-    async with open_pipeline(settings, env.spark) as pipeline:
+    from offset 0 without a gap or an overlap, and no object that no segment owns.
+
+    It runs in another pipeline, which cannot know that the failed job's tasks ended: it
+    leaves their copies alone until the job's deadline has passed, so its clock is set past
+    that."""
+    past_deadlines = settings.tiering.copy_timeout_ms + CLOCK_MARGIN_MS
+    async with open_pipeline(
+        settings, env.spark, clock=lambda: wall_clock_ms() + past_deadlines
+    ) as pipeline:
         healed = await pipeline.run_cycle()
         assert not healed.errors, healed.errors
         assert healed.topics[topic].leftovers_deleted == len(stuck)
