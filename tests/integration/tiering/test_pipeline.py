@@ -652,3 +652,30 @@ async def test_the_default_spill_directory_is_not_left_behind(
     assert not report.errors, report.errors
     assert report.segments_copied > 0
     assert list(system_temp.iterdir()) == []
+
+
+async def test_copy_tasks_keep_one_producer_id_per_python_worker(env: Env) -> None:
+    """A Python worker keeps its metadata producer, and so its producer id, from task to task
+    and from cycle to cycle, rather than one InitProducerId per task: over two cycles of two
+    tasks each, the tasks' COPY_SEGMENT_STARTED records (the batches that are not the
+    driver's transactions) come from no more producer ids than Spark runs workers."""
+    broker, spark, topic = env.broker, env.spark, env.topic
+    await asyncio.to_thread(create_topic, broker.bootstrap, topic, PARTITIONS)
+    await asyncio.to_thread(produce_mixed, broker.bootstrap, topic, PARTITIONS)
+    settings = env.settings()
+    async with open_pipeline(settings, spark) as pipeline:
+        first = await pipeline.run_cycle()
+        await asyncio.to_thread(produce_mixed, broker.bootstrap, topic, PARTITIONS)
+        second = await pipeline.run_cycle()
+    assert not first.errors and not second.errors, (first.errors, second.errors)
+    assert first.segments_copied > 0 and second.segments_copied > 0
+    producer_ids: set[int] = set()
+    async with KafkaClient(broker.bootstrap) as client:
+        metadata_topic = settings.metadata.topic_name
+        for partition in range(settings.metadata.topic_partitions):
+            batches, _ = await read_log(client, metadata_topic, partition)
+            for batch in batches:
+                for _, header in iter_batches(batch.data):
+                    if not header.is_transactional:
+                        producer_ids.add(header.producer_id)
+    assert 1 <= len(producer_ids) <= spark.sparkContext.defaultParallelism, producer_ids
