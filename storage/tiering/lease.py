@@ -69,6 +69,9 @@ _TRANSACTION_APIS: Final = (
     ApiKey.END_TXN,
     ApiKey.DESCRIBE_TRANSACTIONS,
 )
+_ABORT_SCAN_S: Final = 10.0
+"""Kafka's ``transaction.abort.timed.out.transaction.cleanup.interval.ms``: how late after its
+timeout the coordinator may abort a stopped holder's transaction."""
 _POLL_S: Final = 1.0
 """How often a waiting pipeline asks the coordinator about the holder (at most a quarter of
 the timeout): one small request a second."""
@@ -247,34 +250,21 @@ class PipelineLease:
             return True
         watch = HolderWatch(self._timeout)
         started = self._monotonic()
-        poll = min(_POLL_S, self._timeout / 4)
         while True:
-            answer = await self._producer.describe()
-            if (answer.producer_id, answer.epoch) == self._last_identity:
-                break  # our own hold, lost to a failed renewal: take it back at once
-            verdict = watch.observe(answer, self._monotonic())
-            if isinstance(verdict, Free):
-                log.info("taking transactional id %r: %s", self.transactional_id, verdict.reason)
-                break
-            if verdict.new:
-                log.info(
-                    "another pipeline holds transactional id %r (producer id %d, epoch %d) "
-                    "since %s; waiting to take over (at most about %.0f s after it stops)",
-                    self.transactional_id,
-                    verdict.producer_id,
-                    verdict.epoch,
-                    _wall_time(verdict.since, self._monotonic()),
-                    self._timeout * 2,
-                )
-            if patience is not None and self._monotonic() - started >= patience:
+            if not await self._wait_until_free(watch, started, stop, patience):
                 return False
-            if await _wait(stop, poll):
-                return False
-        async with self._txn:
-            self._identity = await self._producer.init()
-            self._lost_reason = ""
-            self.lost.clear()
-            await self._open()
+            try:
+                async with self._txn:
+                    self._identity = await self._producer.init()
+                    self._lost_reason = ""
+                    self.lost.clear()
+                    await self._open()
+            except ProducerFencedError as err:
+                # Another waiting pipeline took it in the same moment: wait for it in turn.
+                self._forget(take_back=None)
+                log.info("transactional id %r was taken first (%s)", self.transactional_id, err)
+                continue
+            break
         self._renewer = asyncio.create_task(self._renew_loop(), name="tiering-lease-renewal")
         log.info(
             "holding transactional id %r (producer id %d, epoch %d): this pipeline tiers the "
@@ -283,6 +273,39 @@ class PipelineLease:
             *self._identity,
         )
         return True
+
+    async def _wait_until_free(
+        self,
+        watch: HolderWatch,
+        started: float,
+        stop: asyncio.Event | None,
+        patience: float | None,
+    ) -> bool:
+        """Ask the coordinator until nobody else holds the id (``False``: stopped, or out of
+        ``patience``), logging each other holder once."""
+        poll = min(_POLL_S, self._timeout / 4)
+        while True:
+            answer = await self._producer.describe()
+            if (answer.producer_id, answer.epoch) == self._last_identity:
+                return True  # our own hold, lost to a failed renewal: take it back at once
+            verdict = watch.observe(answer, self._monotonic())
+            if isinstance(verdict, Free):
+                log.info("taking transactional id %r: %s", self.transactional_id, verdict.reason)
+                return True
+            if verdict.new:
+                log.info(
+                    "another pipeline holds transactional id %r (producer id %d, epoch %d) "
+                    "since %s; waiting to take over (within about %.0f s of it stopping)",
+                    self.transactional_id,
+                    verdict.producer_id,
+                    verdict.epoch,
+                    _wall_time(verdict.since, self._monotonic()),
+                    self._timeout + _ABORT_SCAN_S + poll,
+                )
+            if patience is not None and self._monotonic() - started >= patience:
+                return False
+            if await _wait(stop, poll):
+                return False
 
     async def send(self, partition: int, value: bytes | None, key: bytes | None = None) -> int:
         """Produce one record to ``partition`` of the metadata topic in a transaction and
