@@ -45,8 +45,8 @@ from storage.rsm.layout import kafka_uuid_string
 from tests.integration.tiered.support import (
     consume_confluent,
     earliest_offsets,
-    high_watermarks,
     running,
+    watermarks,
 )
 from tests.integration.tiering.support import tier_command, tier_config, wait_for_line
 from tests.integration.tiering.test_pipeline import bucket_keys
@@ -242,7 +242,8 @@ async def assert_tiered_exactly_once(cluster: Cluster, written: int) -> None:
             assert time.monotonic() < deadline, problems
             await asyncio.sleep(2)
         assert rlmm.skipped_records == 0, "a metadata record was refused"
-    ends = await asyncio.to_thread(high_watermarks, bootstrap, cluster.topic, PARTITIONS)
+    marks = await asyncio.to_thread(watermarks, bootstrap, cluster.topic, PARTITIONS)
+    ends = {partition: end for partition, (_, end) in marks.items()}
     assert sum(ends.values()) == written
     settings = storage_settings(cluster.s3, cluster.bucket, cluster.metadata_topic)
     with running(proxy_process(cluster.broker, cluster.work, settings)) as proxy:
