@@ -13,7 +13,8 @@ Modules: :mod:`.policy` (per-topic settings), :mod:`.config` (pipeline settings)
 :mod:`.sampling`, :mod:`.fetch_stage`, :mod:`.copy_stage` and :mod:`.worker` (broker and
 storage I/O on the executors), :mod:`.stages` (Spark jobs and the progress bar),
 :mod:`.pipeline` (the driver, running the steps :mod:`.cleanup`, :mod:`.survey`,
-:mod:`.copying` and :mod:`.retention_driver`, which share :mod:`.cycle`), :mod:`.report`
+:mod:`.copying` and :mod:`.retention_driver`, which share :mod:`.cycle`, while it holds
+the cluster's transactional id: :mod:`.lease`, with the rules of :mod:`.holding`), :mod:`.report`
 and :mod:`.status` (what operators see), :mod:`.job` (settings, SparkSession and the cycle
 loop).
 
@@ -45,8 +46,10 @@ install tierproxy on every node (``pip install tierproxy``), or ship a packed vi
 driver needs the broker and the metadata topic; every executor needs the broker, the
 metadata topic and the object store. A task keeps what it reads in ``tiering.spill.dir`` on
 its executor's local disk until it has uploaded the segments cut from it, so nothing but
-correctness depends on task placement. Run one
-pipeline per cluster: a cycle deletes every unfinished copy it did not start.
+correctness depends on task placement. Only the pipeline holding the cluster's
+``transactional.id`` acts (:mod:`.lease`); a second one waits, and takes over when the first
+stops. Speculative execution is turned off for the job (``spark.speculation=false``): a
+second attempt of a copy task would announce and upload copies nobody finishes.
 
 Broker settings that keep this safe
 -----------------------------------
