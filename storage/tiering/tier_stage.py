@@ -302,9 +302,12 @@ class PartitionTask:
     async def copy_in_order(self, jobs: Sequence[CopyJob]) -> tuple[CopyResult, ...]:
         """Announce and upload a partition's segments one after the other, up to the first
         failure: the driver finishes only an unbroken run from the remote log end, so what
-        follows a failure is neither announced nor uploaded."""
+        follows a failure is neither announced nor uploaded. Once the job's deadline has
+        passed the rest is left unannounced, without a result: it is copied next cycle."""
         copies: list[CopyResult] = []
         for job in jobs:
+            if self._past_deadline():
+                break
             copies.append(await self._announce_and_copy(job))
             if copies[-1].error is not None:
                 break
@@ -318,8 +321,6 @@ class PartitionTask:
         metadata = job.metadata
         tp = metadata.topic_id_partition
         partition = metadata_partition_for(f"{tp.topic}-{tp.partition}", self._sink.partition_count)
-        if self._past_deadline():
-            return failed_copy(job, f"not announced: {_PAST_DEADLINE}")
         if not await self._holds():
             return failed_copy(
                 job, "not announced: the pipeline no longer holds its transactional id"
