@@ -56,7 +56,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(18
 
 PARTITIONS = 4
 TRANSACTION_TIMEOUT_MS = 10_000
-COPY_TIMEOUT_MS = 30_000
+COPY_TIMEOUT_MS = 60_000
 HOLDING = re.compile(r"holding transactional id '[^']+' \(producer id \d+, epoch (\d+)\)")
 WAITING = re.compile(r"another pipeline holds transactional id '[^']+' .* since \S+")
 CYCLE = re.compile(r"tiering cycle done in")
@@ -322,7 +322,9 @@ async def test_a_holder_stopped_past_its_hold_writes_nothing_once_resumed(
         resumed_ms = int(time.time() * 1000)
         os.killpg(first.pid, signal.SIGCONT)
         wait_for_line(first, LOST, timeout_s=120)
-        after_lost = len(log_of(first))
+        lost = LOST.search(log_of(first))
+        assert lost is not None
+        after_lost = lost.start()
         wait_for_line(first, WAITING, after_lost, timeout_s=120)
         wait_for_cycles(second, count(second, CYCLE) + 2)
         written = workload.stop()
