@@ -314,9 +314,9 @@ async def test_a_holder_stopped_past_its_hold_writes_nothing_once_resumed(
     first, second = start_both(cluster)
     try:
         wait_for_cycles(first, 3)
+        # The driver, its Spark JVM and its workers, in the middle of an upload.
+        stopped_ms = await signal_mid_copy(cluster, first, signal.SIGSTOP)
         assert first.pid is not None
-        stopped_ms = int(time.time() * 1000)
-        os.killpg(first.pid, signal.SIGSTOP)  # the driver, its Spark JVM and its workers
         wait_for_line(second, HOLDING, timeout_s=TRANSACTION_TIMEOUT_MS / 1000 + 120)
         wait_for_cycles(second, 2)
         resumed_ms = int(time.time() * 1000)
@@ -342,7 +342,7 @@ async def test_a_holder_killed_mid_copy_is_taken_over(cluster: Cluster, workload
     first, second = start_both(cluster)
     try:
         wait_for_cycles(first, 2)
-        await kill_mid_copy(cluster, first)
+        await signal_mid_copy(cluster, first, signal.SIGKILL)
         wait_for_line(second, HOLDING, timeout_s=TRANSACTION_TIMEOUT_MS / 1000 + 120)
         wait_for_cycles(second, 2)
         written = workload.stop()
@@ -352,9 +352,11 @@ async def test_a_holder_killed_mid_copy_is_taken_over(cluster: Cluster, workload
     pipeline_logs_are_clean(second)
 
 
-async def kill_mid_copy(cluster: Cluster, pipeline: ManagedProcess) -> None:
-    """SIGKILL ``pipeline``'s process group once an object of an unfinished copy is in the
-    bucket (its copy job is uploading)."""
+async def signal_mid_copy(
+    cluster: Cluster, pipeline: ManagedProcess, signal_number: signal.Signals
+) -> int:
+    """Send ``signal_number`` to ``pipeline``'s process group once an object of an unfinished
+    copy is in the bucket (its copy job is uploading); when (wall-clock ms)."""
     config = RemoteLogMetadataConfig(
         topic_name=cluster.metadata_topic, topic_partitions=3, snapshot_dir=""
     )
@@ -372,7 +374,8 @@ async def kill_mid_copy(cluster: Cluster, pipeline: ManagedProcess) -> None:
             keys = await bucket_keys(cluster.s3, cluster.bucket)
             if any(key.rsplit("/", 1)[-1][21:].split(".")[0] in started for key in keys):
                 assert pipeline.pid is not None
-                os.killpg(pipeline.pid, signal.SIGKILL)
-                return
+                sent = int(time.time() * 1000)
+                os.killpg(pipeline.pid, signal_number)
+                return sent
             await asyncio.sleep(0.05)
     raise AssertionError("no copy was caught uploading")
