@@ -24,6 +24,7 @@ import re
 import signal
 import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -43,6 +44,7 @@ from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 from storage.rsm.layout import kafka_uuid_string
 from tests.integration.tiered.support import (
+    LatencyRelay,
     consume_confluent,
     earliest_offsets,
     running,
@@ -57,6 +59,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(18
 PARTITIONS = 4
 TRANSACTION_TIMEOUT_MS = 10_000
 COPY_TIMEOUT_MS = 60_000
+UPLOAD_DELAY_S = 0.3
+"""How late the object store answers the first pipeline (six objects a segment)."""
 HOLDING = re.compile(r"holding transactional id '[^']+' \(producer id \d+, epoch (\d+)\)")
 WAITING = re.compile(r"another pipeline holds transactional id '[^']+' .* since \S+")
 CYCLE = re.compile(r"tiering cycle done in")
@@ -122,10 +126,16 @@ class Cluster:
     def metadata_topic(self) -> str:
         return f"__rlm-{self.topic}"
 
-    def pipeline(self, name: str) -> ManagedProcess:
-        """A ``tierproxy tier`` loop of its own (state and spill directories, log)."""
+    def pipeline(self, name: str, storage: LatencyRelay | None = None) -> ManagedProcess:
+        """A ``tierproxy tier`` loop of its own (state and spill directories, log), reaching
+        the object store through ``storage`` if given."""
         directory = self.work / name
         directory.mkdir()
+        endpoint = (
+            {}
+            if storage is None
+            else {"remote.log.storage.s3.endpoint": f"http://127.0.0.1:{storage.port}"}
+        )
         config = tier_config(
             directory / "tier.toml",
             self.broker.bootstrap,
@@ -136,6 +146,8 @@ class Cluster:
                 "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
                 "tiering.copy.timeout.ms": COPY_TIMEOUT_MS,
                 "remote.log.metadata.initialization.timeout.ms": 60_000,
+                "remote.log.storage.s3.read.timeout.ms": 30_000,
+                **endpoint,
             },
             policy={"local.retention.ms": 1000},
         )
@@ -181,9 +193,22 @@ def wait_for_cycles(process: ManagedProcess, cycles: int, *, timeout_s: float = 
         time.sleep(1)
 
 
-def start_both(cluster: Cluster) -> tuple[ManagedProcess, ManagedProcess]:
-    """The first pipeline holding the cluster's tiering, the second waiting for it."""
-    first, second = cluster.pipeline("first"), cluster.pipeline("second")
+@pytest.fixture
+def slow_storage(cluster: Cluster) -> Iterator[LatencyRelay]:
+    """The object store with every answer late, so that uploads take a while to catch."""
+    endpoint = urllib.parse.urlsplit(cluster.s3.endpoint_url)
+    assert endpoint.hostname is not None and endpoint.port is not None
+    relay = LatencyRelay(endpoint.hostname, endpoint.port, delay=UPLOAD_DELAY_S)
+    yield relay
+    relay.close()
+
+
+def start_both(
+    cluster: Cluster, storage: LatencyRelay | None = None
+) -> tuple[ManagedProcess, ManagedProcess]:
+    """The first pipeline holding the cluster's tiering (through ``storage``), the second
+    waiting for it."""
+    first, second = cluster.pipeline("first", storage), cluster.pipeline("second")
     first.start()
     wait_for_line(first, HOLDING, timeout_s=300)
     second.start()
@@ -309,9 +334,9 @@ async def test_two_pipelines_for_ten_cycles_one_acts_and_the_other_takes_over_on
 
 
 async def test_a_holder_stopped_past_its_hold_writes_nothing_once_resumed(
-    cluster: Cluster, workload: Workload
+    cluster: Cluster, workload: Workload, slow_storage: LatencyRelay
 ) -> None:
-    first, second = start_both(cluster)
+    first, second = start_both(cluster, slow_storage)
     try:
         wait_for_cycles(first, 3)
         # The driver, its Spark JVM and its workers, in the middle of an upload.
@@ -338,8 +363,10 @@ async def test_a_holder_stopped_past_its_hold_writes_nothing_once_resumed(
     pipeline_logs_are_clean(first, second)
 
 
-async def test_a_holder_killed_mid_copy_is_taken_over(cluster: Cluster, workload: Workload) -> None:
-    first, second = start_both(cluster)
+async def test_a_holder_killed_mid_copy_is_taken_over(
+    cluster: Cluster, workload: Workload, slow_storage: LatencyRelay
+) -> None:
+    first, second = start_both(cluster, slow_storage)
     try:
         wait_for_cycles(first, 2)
         await signal_mid_copy(cluster, first, signal.SIGKILL)
