@@ -18,6 +18,7 @@ __all__ = ["OPERATIONS", "denied", "principal_of"]
 OPERATIONS: Final = {
     "Fetch": "READ",
     "Produce": "WRITE",
+    "AddPartitionsToTxn": "WRITE",
     "DeleteRecords": "DELETE",
     "DescribeConfigs": "DESCRIBE_CONFIGS",
     "Metadata": "DESCRIBE",

@@ -176,6 +176,7 @@ class TransactionalProducer:
         """Add ``partitions`` of the topic to the open transaction (opening one if none is).
 
         :raises ProducerFencedError: the epoch is no longer the transactional id's.
+        :raises TopicAuthorizationError: the principal lacks WRITE on the topic.
         """
         producer_id, epoch = self._held()
 
@@ -190,6 +191,8 @@ class TransactionalProducer:
             )
             # OPERATION_NOT_ATTEMPTED marks the partitions Kafka skipped for another's error.
             for error in sorted(set(errors.values()) - {KafkaError.OPERATION_NOT_ATTEMPTED}):
+                if error == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                    raise TopicAuthorizationError("AddPartitionsToTxn", self._topic)
                 self._check("AddPartitionsToTxn", error)
 
         await self._retried(attempt)

@@ -29,8 +29,9 @@ from rich.console import Console
 
 from storage.config import ConfigError, from_settings, read_settings
 from storage.console import report_console
-from storage.kafka_acls import principal_of
+from storage.kafka_acls import denied, principal_of
 from storage.kafka_client import KafkaClient, KafkaClientError
+from storage.kafka_client.leaders import TopicAuthorizationError
 from storage.kafka_client.transactional import TransactionalIdAuthorizationError
 from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
@@ -277,10 +278,13 @@ async def _take_hold(
     """Hold the cluster's tiering before the first cycle.
 
     :raises NotHoldingError: another pipeline still holds it after ``patience`` seconds.
-    :raises ConfigError: the transactional id cannot be used (ACLs, timeout).
+    :raises ConfigError: the transactional id or the metadata topic cannot be used (ACLs,
+        timeout).
     """
     try:
         held = await pipeline.take_hold(patience=patience)
+    except TopicAuthorizationError as err:
+        raise ConfigError(denied(err.request, err.topic, principal_of(security))) from err
     except TransactionalIdAuthorizationError as err:
         raise ConfigError(
             f"{principal_of(security)} lacks WRITE on TransactionalId {fencing_id!r} "

@@ -400,7 +400,7 @@ class PipelineLease:
                 sent = self._monotonic()
                 await self._producer.end(commit=True)
         except BaseException as err:
-            failure = self._lose(err)
+            failure = await self._failed(err)
             for pending in group:
                 if not pending.future.done():
                     pending.future.set_exception(failure)
@@ -453,6 +453,24 @@ class PipelineLease:
                 except Exception as err:
                     self._lose(err)
                     return
+
+    async def _failed(self, error: BaseException) -> Exception:
+        """What a group's failed transaction gives its senders: the refusal itself (an ACL
+        missing, a record refused) once the transaction is aborted and the next one open,
+        or :class:`NotHoldingError` when the hold is gone (fenced, out of time, or the
+        abort failed too)."""
+        if isinstance(error, ProducerFencedError | TimeoutError | NotHoldingError) or not (
+            isinstance(error, Exception)
+        ):
+            return self._lose(error)
+        try:
+            async with asyncio.timeout(self._remaining()):
+                await self._producer.end(commit=False)
+                self._in_txn = set()
+                await self._open()
+        except Exception as err:
+            return self._lose(err)
+        return error
 
     def _remaining(self) -> float:
         return max(0.0, self._clock.until() - self._monotonic())
