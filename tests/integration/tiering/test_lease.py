@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from proxy.embedded import BrokerInfo, create_topic
-from storage.kafka_client import READ_COMMITTED, KafkaClient
+from storage.kafka_client import READ_COMMITTED, KafkaClient, KafkaClientError
 from storage.kafka_client.consumer import AssignedConsumer
 from storage.kafka_client.transactional import ProducerFencedError, TransactionalProducer
 from storage.tiering.lease import NotHoldingError, PipelineLease
@@ -147,3 +147,19 @@ async def test_a_holder_fenced_by_another_writes_nothing_more(
     await intruder.end(commit=True)
     await holder.release()
     assert await committed_values(clients[2], metadata_topic) == [b"holder-1", b"intruder-1"]
+
+
+async def test_a_refused_record_fails_its_sender_and_the_hold_stays(
+    clients: list[KafkaClient], metadata_topic: str
+) -> None:
+    """A record the broker refuses for itself (too large) fails its sender with the refusal;
+    its transaction is aborted, the next one opened, and the hold kept."""
+    tid = f"tierproxy-test-{uuid.uuid4().hex[:8]}"
+    holder = lease(clients[0], metadata_topic, tid)
+    assert await holder.acquire()
+    with pytest.raises(KafkaClientError, match="MESSAGE_TOO_LARGE"):
+        await holder.send(0, b"x" * (2 * 1024 * 1024))
+    assert holder.holding
+    await holder.send(0, b"after")
+    await holder.release()
+    assert await committed_values(clients[2], metadata_topic) == [b"after"]
