@@ -11,8 +11,12 @@ names the mechanism (KIP-152). What goes in ``auth_bytes``:
 
 Each exchange is a small state machine: :meth:`SaslExchange.respond` is given the server's
 last message (empty before the first) and returns the next client message, or ``None`` when
-the exchange is complete. The shell that sends these (``storage/kafka_client.py``) knows
-nothing of any mechanism.
+the exchange is complete. The shell that sends these (``storage/kafka_client/connection.py``)
+knows nothing of any mechanism.
+
+A broker with ``connections.max.reauth.ms`` (KIP-368) answers SaslAuthenticate v1+ with the
+session's lifetime and closes a connection whose session has expired at its next request;
+:func:`reauthentication_delay` says when the client logs in again on the same connection.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from protocol.errors import RemoteProtocolError
 
 __all__ = [
     "MECHANISMS",
+    "REAUTHENTICATION_WINDOW",
     "OAuthBearerExchange",
     "PlainExchange",
     "SaslExchange",
@@ -44,6 +49,25 @@ MECHANISMS: Final[tuple[Mechanism, ...]] = (
 _GS2_HEADER: Final = b"n,,"
 """No channel binding, no authorisation identity: what Kafka's clients send."""
 _NONCE_BYTES: Final = 24
+
+REAUTHENTICATION_WINDOW: Final = (0.85, 0.95)
+"""The share of a session's lifetime after which Kafka's clients re-authenticate
+(``SaslClientAuthenticator``): at least 15 % is left for network latency and clock drift, and
+the 10 % between is random so that many connections do not log in again at once."""
+
+
+def reauthentication_delay(session_lifetime_ms: int, jitter: float) -> float | None:
+    """Seconds after a login at which to log in again, or ``None`` if the session never expires.
+
+    :param session_lifetime_ms: the ``session_lifetime_ms`` of the last SaslAuthenticate
+        answer (0: the broker does not expire sessions).
+    :param jitter: a number in ``[0, 1)``, random in use: where in
+        :data:`REAUTHENTICATION_WINDOW` the delay falls.
+    """
+    if session_lifetime_ms <= 0:
+        return None
+    low, high = REAUTHENTICATION_WINDOW
+    return session_lifetime_ms * (low + (high - low) * jitter) / 1000
 
 
 class SaslExchange(Protocol):

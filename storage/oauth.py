@@ -3,13 +3,18 @@
 Kafka's Java clients ask the token endpoint for a token with ``grant_type=client_credentials``,
 the client id and secret as HTTP basic authentication and an optional scope, and reuse it until
 shortly before it expires. This does the same for tierproxy's own connections: each login of
-the product's Kafka client asks its :class:`TokenProvider` (a
-:class:`ClientCredentialsTokenProvider`) for a token.
+the product's Kafka client, and each re-authentication of a connection whose session the
+broker limits (KIP-368), asks its :class:`TokenProvider` (a
+:class:`ClientCredentialsTokenProvider`) for a token. As Kafka's refreshing login does, a
+token whose renewal fails is used until it expires, so an endpoint that is briefly away does
+not close connections.
 """
 
 from __future__ import annotations
 
-import time
+import base64
+import logging
+from time import monotonic
 from typing import TYPE_CHECKING, Final, Protocol
 
 import aiohttp
@@ -18,6 +23,8 @@ if TYPE_CHECKING:
     from storage.kafka_security import KafkaSecurityConfig
 
 __all__ = ["ClientCredentialsTokenProvider", "TokenError", "TokenProvider", "fetch_token"]
+
+log = logging.getLogger(__name__)
 
 _TIMEOUT_S: Final = 30.0
 _REFRESH_AT: Final = 0.8
@@ -48,14 +55,14 @@ async def fetch_token(config: KafkaSecurityConfig) -> tuple[str, float]:
     form = {"grant_type": "client_credentials"}
     if config.sasl_oauthbearer_scope:
         form["scope"] = config.sasl_oauthbearer_scope
-    auth = aiohttp.BasicAuth(
-        config.sasl_oauthbearer_client_id, config.sasl_oauthbearer_client_secret
-    )
+    # RFC 7617 basic authentication, as Kafka sends it (no URL-encoding: Kafka's default).
+    credentials = f"{config.sasl_oauthbearer_client_id}:{config.sasl_oauthbearer_client_secret}"
+    auth = {"Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()}
     url = config.sasl_oauthbearer_token_endpoint_url
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=_TIMEOUT_S)) as session,
-            session.post(url, data=form, auth=auth) as response,
+            session.post(url, data=form, headers=auth) as response,
         ):
             if response.status != 200:
                 raise TokenError(f"token endpoint {url} answered HTTP {response.status}")
@@ -71,15 +78,31 @@ async def fetch_token(config: KafkaSecurityConfig) -> tuple[str, float]:
 
 class ClientCredentialsTokenProvider:
     """A :class:`TokenProvider` by the client credentials grant: one token, renewed after 80 %
-    of its lifetime."""
+    of its lifetime; while a renewal fails, the token is used until it expires."""
 
     def __init__(self, config: KafkaSecurityConfig) -> None:
         self._config = config
         self._token = ""
         self._renew_at = 0.0
+        self._expires_at = 0.0
 
     async def token(self) -> str:
-        if not self._token or time.monotonic() >= self._renew_at:
+        now = monotonic()
+        if self._token and now < self._renew_at:
+            return self._token
+        try:
             token, lifetime = await fetch_token(self._config)
-            self._token, self._renew_at = token, time.monotonic() + lifetime * _REFRESH_AT
+        except TokenError as err:
+            if not self._token or now >= self._expires_at:
+                raise
+            log.warning(
+                "could not renew the OAUTHBEARER token (%s); using the current one, which "
+                "expires in %.0f s",
+                err,
+                self._expires_at - now,
+            )
+            return self._token
+        now = monotonic()
+        self._token = token
+        self._renew_at, self._expires_at = now + lifetime * _REFRESH_AT, now + lifetime
         return self._token

@@ -5,15 +5,28 @@ deque of in-flight correlation ids matches every response and any number of requ
 in flight. ApiVersions v3 opens each connection; the versions it answers bound what
 :meth:`Connection.request` sends. Then, with SASL configured, the connection logs in
 (SaslHandshake and SaslAuthenticate around the sans-IO exchanges of :mod:`protocol.sasl`).
+
+Re-authentication (KIP-368), as Kafka's ``KafkaChannel`` and ``SaslClientAuthenticator`` do
+it: a broker with ``connections.max.reauth.ms`` gives each login a session lifetime and closes
+the connection at the first request it reads after the session expired. The connection logs
+in again on the same socket once 85 to 95 % of the lifetime has passed
+(:func:`protocol.sasl.reauthentication_delay`), before the next request it sends, and with a
+fresh exchange (OAUTHBEARER: a token valid then). Requests already in flight stay in flight:
+the broker answers them before the SaslHandshake, in order, so the deque matches them as
+always. No other request is sent until the login is complete, because a broker closes a
+connection that sends anything else in the middle of a SASL exchange.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import random
 import ssl
 from collections import deque
 from collections.abc import Callable, Mapping
+from time import monotonic
 from typing import Any, Final, cast
 
 from protocol.errors import KafkaError, ProtocolError, RemoteProtocolError
@@ -21,12 +34,20 @@ from protocol.frame_receiver import Frame, FrameReceiver
 from protocol.frames import encode_frame, foreign_protocol
 from protocol.headers import encode_request_header, parse_response_header, response_header_version
 from protocol.messages import ApiKey, decode_response, encode_request, request_class
-from protocol.sasl import OAuthBearerExchange, PlainExchange, SaslExchange, ScramClient
+from protocol.sasl import (
+    OAuthBearerExchange,
+    PlainExchange,
+    SaslExchange,
+    ScramClient,
+    reauthentication_delay,
+)
 from storage.kafka_client.values import AuthenticationError, BrokerConnectionError, KafkaClientError
 from storage.kafka_security import KafkaSecurityConfig
 from storage.oauth import ClientCredentialsTokenProvider, TokenError, TokenProvider
 
 __all__ = ["Connection", "Login"]
+
+log = logging.getLogger(__name__)
 
 # The versions this client speaks, within what kio knows. Fetch stops at 12, the last
 # version that names topics (13+ address them by id only); Produce at 11, the last before
@@ -161,12 +182,25 @@ class Login:
 class Connection:
     """One pipelined connection to one broker, with its negotiated API versions."""
 
-    def __init__(self, protocol: _FrameProtocol, name: str, client_id: str, timeout: float) -> None:
+    def __init__(
+        self,
+        protocol: _FrameProtocol,
+        name: str,
+        client_id: str,
+        timeout: float,
+        login: Login,
+    ) -> None:
         self._protocol = protocol
         self._name = name
         self._client_id = client_id
         self._timeout = timeout
+        self._login = login
         self._correlation_id = 0
+        self._reauthenticate_at: float | None = None
+        """``time.monotonic()`` after which the next request first logs in again."""
+        self._reauthenticating = asyncio.Lock()
+        self.session_lifetime_ms = 0
+        """The SASL session lifetime the broker gave the last login (0: none, or no SASL)."""
         self.versions: dict[int, range] = {}
         self.feature_epoch = -1
 
@@ -189,14 +223,15 @@ class Connection:
             raise AuthenticationError(f"TLS to {name}: {err.verify_message}") from err
         except (OSError, TimeoutError) as err:
             raise BrokerConnectionError(f"cannot connect to {name}: {err}") from err
-        connection = cls(protocol, name, client_id, request_timeout)
+        connection = cls(protocol, name, client_id, request_timeout, login)
         try:
             await connection._negotiate()
             if login.mechanism:
-                await connection._log_in(login)
+                await connection._log_in()
         except BaseException:
             connection.close()
             raise
+        log.debug("connected to %s (client id %s)", name, client_id)
         return connection
 
     @property
@@ -239,12 +274,14 @@ class Connection:
         }
         self.feature_epoch = int(response.finalized_features_epoch)
 
-    async def _log_in(self, login: Login) -> None:
-        """SaslHandshake, then SaslAuthenticate until the mechanism's exchange is complete.
+    async def _log_in(self) -> None:
+        """SaslHandshake, then SaslAuthenticate until the mechanism's exchange is complete;
+        the session lifetime of the last answer schedules the next login.
 
         :raises AuthenticationError: the broker refused the mechanism or the credentials.
         """
-        handshake = await self.request(
+        login = self._login
+        handshake = await self._request(
             ApiKey.SASL_HANDSHAKE, lambda cls: cls(mechanism=login.mechanism)
         )
         if handshake.error_code != KafkaError.NONE:
@@ -252,11 +289,12 @@ class Connection:
                 f"{self._name} offers SASL mechanisms {list(handshake.mechanisms)}, "
                 f"not {login.mechanism}"
             )
+        session_lifetime_ms = 0
         try:
             exchange = await login.exchange()
             message = exchange.respond(b"")
             while message is not None:
-                answer = await self.request(
+                answer = await self._request(
                     ApiKey.SASL_AUTHENTICATE, lambda cls, m=message: cls(auth_bytes=m)
                 )
                 if answer.error_code != KafkaError.NONE:
@@ -265,11 +303,46 @@ class Connection:
                         f"{self._name} refused the SASL/{login.mechanism} login as "
                         f"{login.principal}: {reason}"
                     )
+                lifetime = answer.session_lifetime  # a timedelta of Kafka's session_lifetime_ms
+                session_lifetime_ms = round(lifetime.total_seconds() * 1000) or session_lifetime_ms
                 message = exchange.respond(bytes(answer.auth_bytes))
         except (RemoteProtocolError, TokenError) as err:
             raise AuthenticationError(
                 f"SASL/{login.mechanism} login to {self._name} as {login.principal}: {err}"
             ) from err
+        delay = reauthentication_delay(session_lifetime_ms, random.random())
+        self._reauthenticate_at = None if delay is None else monotonic() + delay
+        self.session_lifetime_ms = session_lifetime_ms
+
+    def _session_due(self) -> bool:
+        """Whether the SASL session must be renewed before the next request."""
+        due = self._reauthenticate_at
+        return due is not None and monotonic() >= due
+
+    async def _reauthenticate(self) -> None:
+        """Log in again on this connection (KIP-368); one request does it, the others that
+        want to send meanwhile wait for it.
+
+        :raises AuthenticationError: the broker refused the new login; the connection is
+            closed (the broker closes it too) and its in-flight requests fail.
+        :raises BrokerConnectionError: the connection closed or timed out meanwhile.
+        """
+        async with self._reauthenticating:
+            if not self._session_due():
+                return  # done by the request that waited before this one
+            began = monotonic()
+            try:
+                await self._log_in()
+            except AuthenticationError as err:
+                self._protocol.connection_lost(err)
+                raise
+            log.debug(
+                "re-authenticated to %s (client id %s) in %.0f ms; session lifetime %d ms",
+                self._name,
+                self._client_id,
+                (monotonic() - began) * 1000,
+                self.session_lifetime_ms,
+            )
 
     def speaks(self, api_key: ApiKey) -> bool:
         """Whether the broker advertised ``api_key`` in a version this client knows."""
@@ -293,7 +366,18 @@ class Connection:
         raise KafkaClientError(f"{self._name} speaks no version of {api_key.name} we know")
 
     async def request(self, api_key: ApiKey, build: Any) -> Any:
-        """Send the request ``build(request_class)`` returns, in the negotiated version."""
+        """Send the request ``build(request_class)`` returns, in the negotiated version, after
+        renewing the SASL session if it is due.
+
+        :raises AuthenticationError: the broker refused the renewed login.
+        :raises BrokerConnectionError: the connection closed or the request timed out.
+        """
+        if self._session_due() or self._reauthenticating.locked():
+            await self._reauthenticate()
+        return await self._request(api_key, build)
+
+    async def _request(self, api_key: ApiKey, build: Any) -> Any:
+        # No await before the frame is written: nothing can start a login in between.
         version = self.version(api_key)
         return await self._send(api_key, version, build(request_class(api_key, version)))
 

@@ -12,7 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.errors import RemoteProtocolError
-from protocol.sasl import OAuthBearerExchange, PlainExchange, ScramClient
+from protocol.sasl import (
+    REAUTHENTICATION_WINDOW,
+    OAuthBearerExchange,
+    PlainExchange,
+    ScramClient,
+    reauthentication_delay,
+)
 
 # RFC 7677 section 3: user "user", password "pencil".
 RFC_NONCE = "rOprNGfwEbeRWgbNEkqO"
@@ -132,3 +138,23 @@ def test_oauthbearer_sends_the_token_and_reports_a_refusal() -> None:
     assert exchange.respond(b"") == b"n,,\x01auth=Bearer eyJ.token\x01\x01"
     with pytest.raises(RemoteProtocolError, match="invalid_token"):
         exchange.respond(b'{"status":"invalid_token"}')
+
+
+@given(
+    lifetime_ms=st.integers(min_value=1, max_value=2**63 - 1),
+    jitter=st.floats(min_value=0, max_value=1, exclude_max=True),
+)
+def test_a_session_is_renewed_between_85_and_95_percent_of_its_lifetime(
+    lifetime_ms: int, jitter: float
+) -> None:
+    delay = reauthentication_delay(lifetime_ms, jitter)
+
+    low, high = REAUTHENTICATION_WINDOW
+    assert delay is not None
+    assert lifetime_ms * low / 1000 <= delay <= lifetime_ms * high / 1000
+    assert delay < lifetime_ms / 1000
+
+
+@given(lifetime_ms=st.integers(max_value=0), jitter=st.floats(min_value=0, max_value=1))
+def test_a_session_without_lifetime_is_never_renewed(lifetime_ms: int, jitter: float) -> None:
+    assert reauthentication_delay(lifetime_ms, jitter) is None

@@ -3,6 +3,12 @@
 It decodes each request with :mod:`protocol` and answers with kio responses built by the
 handler registered for its API key, so framing, header versions, version negotiation,
 pipelining and error handling are exercised byte for byte.
+
+With ``session_lifetime_ms`` set it also logs clients in with SASL/PLAIN and keeps their
+sessions as a Kafka broker with ``connections.max.reauth.ms`` does (KIP-368): a SaslHandshake
+begins a login or a re-authentication, anything but SaslAuthenticate in the middle of one
+closes the connection, and so does any request but SaslHandshake read after the session
+expired.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import asyncio
 import contextlib
 import datetime
 import struct
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -37,12 +44,29 @@ KAFKA_APIS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
 }
+SASL_APIS: dict[ApiKey, tuple[int, int]] = {
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+}
 TANSU_APIS: dict[ApiKey, tuple[int, int]] = {
     **{k: v for k, v in KAFKA_APIS.items() if k != ApiKey.OFFSET_FOR_LEADER_EPOCH},
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
 }
 
 Handler = Callable[[Any, int], Any]
+
+
+class FakeClock:
+    """A monotonic clock that moves only when a test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def build(cls: type[Any], **values: Any) -> Any:
@@ -64,9 +88,22 @@ class FakeBroker:
     connections: set[asyncio.StreamWriter] = field(default_factory=set)
     """Connections still open; :func:`running` closes them (Python 3.11's ``Server.close``
     leaves accepted connections open)."""
+    accepted: int = 0
+    """Connections accepted so far."""
+    session_lifetime_ms: int | None = None
+    """With a value: SASL/PLAIN logins whose sessions last this long (0: for ever)."""
+    refused_logins: set[int] = field(default_factory=set)
+    """Which logins (1 for the first SaslAuthenticate, counting over all connections) fail."""
+    logins: int = 0
+    clock: Callable[[], float] = time.monotonic
+    """When sessions expire, in seconds."""
+    expired: int = 0
+    """Connections closed because a request came after their session expired."""
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections.add(writer)
+        self.accepted += 1
+        session = _Session()
         try:
             while True:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
@@ -78,7 +115,12 @@ class FakeBroker:
                     return
                 request = decode_request(header.api_key, header.api_version, frame[header.size :])
                 self.requests.append((key, request))
-                response = self.respond(key, request, header.api_version)
+                if self.session_lifetime_ms is None:
+                    response = self.respond(key, request, header.api_version)
+                else:
+                    response = self._sasl_respond(session, key, request, header.api_version)
+                    if response is None:
+                        return
                 await asyncio.sleep(self.delay.get(key, 0))
                 header_version = (
                     0
@@ -98,6 +140,37 @@ class FakeBroker:
         finally:
             self.connections.discard(writer)
             writer.close()
+
+    def _sasl_respond(self, session: _Session, key: ApiKey, request: Any, version: int) -> Any:
+        """The answer under KIP-368's session rules, or ``None`` to close the connection."""
+        lifetime_ms = self.session_lifetime_ms or 0
+        if key == ApiKey.SASL_HANDSHAKE:
+            session.exchanging = True
+            return build(
+                response_class(key, version),
+                error_code=ErrorCode.none
+                if request.mechanism == "PLAIN"
+                else ErrorCode.unsupported_sasl_mechanism,
+                mechanisms=("PLAIN",),
+            )
+        if session.exchanging != (key == ApiKey.SASL_AUTHENTICATE):
+            return None  # Kafka: an unexpected request during (or outside) a SASL exchange
+        if key == ApiKey.SASL_AUTHENTICATE:
+            session.exchanging = False
+            self.logins += 1
+            refused = self.logins in self.refused_logins
+            session.expires_at = self.clock() + lifetime_ms / 1000 if lifetime_ms else None
+            return build(
+                response_class(key, version),
+                error_code=ErrorCode.sasl_authentication_failed if refused else ErrorCode.none,
+                error_message="Authentication failed: invalid credentials" if refused else None,
+                auth_bytes=b"",
+                session_lifetime=datetime.timedelta(milliseconds=lifetime_ms),
+            )
+        if session.expires_at is not None and self.clock() >= session.expires_at:
+            self.expired += 1
+            return None
+        return self.respond(key, request, version)
 
     async def close(self) -> None:
         """Close every connection still open and wait until each is."""
@@ -122,6 +195,15 @@ class FakeBroker:
                 throttle_time=datetime.timedelta(0),
             )
         return self.handlers[key](request, version)
+
+
+@dataclass
+class _Session:
+    """One connection's SASL state on the fake broker."""
+
+    exchanging: bool = False
+    """Between a SaslHandshake and the SaslAuthenticate that ends the exchange."""
+    expires_at: float | None = None
 
 
 @asynccontextmanager
