@@ -18,6 +18,7 @@ from protocol.messages import ApiKey
 from storage.kafka_client import AuthenticationError, FetchTarget, KafkaClient
 from storage.kafka_client import connection as connection_module
 from storage.kafka_security import KafkaSecurityConfig
+from tests.conditions import wait_for
 from tests.unit.storage.fake_broker import (
     KAFKA_APIS,
     SASL_APIS,
@@ -97,13 +98,13 @@ async def test_a_connection_idle_past_its_session_renews_it_before_its_next_requ
 async def test_requests_in_flight_are_answered_and_the_others_wait_for_the_new_login(
     broker: FakeBroker, clock: FakeClock
 ) -> None:
-    broker.delay[ApiKey.FETCH] = 0.2
+    broker.delay[ApiKey.FETCH] = 0.5
     async with plain_client(broker) as client:
         await client.metadata(())
         target = FetchTarget(topic="t", partition=0, offset=3, max_bytes=1024)
         in_flight = asyncio.ensure_future(client.fetch(1, [target]))
-        while not broker.requests or broker.requests[-1][0] != ApiKey.FETCH:
-            await asyncio.sleep(0.01)  # the Fetch is with the broker, before the renewal
+        # The Fetch is with the broker (held there) before the renewal is due.
+        await wait_for(lambda: broker.requests[-1][0] == ApiKey.FETCH, timeout_s=30)
         clock.advance(LIFETIME_MS / 1000)
         seen = len(broker.requests)
         after: list[Any] = await asyncio.gather(*(client.metadata(()) for _ in range(3)))
