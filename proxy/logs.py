@@ -3,6 +3,11 @@
 Modules log through :func:`event`, naming the event (``connection.closed``) and passing its
 fields as keywords; the formatter renders them after the timestamp, level and logger. Grep
 ``conn=17`` to follow one client connection from accept to close.
+
+:func:`configure` is the one logging set-up of ``serve``, ``tier`` and ``status``: it puts
+one handler on the root logger, so that every record of every package (``proxy.*``,
+``storage.*``, ``tierproxy.*``, the libraries underneath) is one line in ``log.format``. A
+record logged with a plain message has that message as its ``event``.
 """
 
 from __future__ import annotations
@@ -10,12 +15,17 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Final
+from typing import IO, Any, Final
 
-__all__ = ["JsonFormatter", "LogfmtFormatter", "configure", "event"]
+__all__ = ["OUR_LOGGERS", "JsonFormatter", "LogfmtFormatter", "configure", "event"]
 
 _FIELDS: Final = "tierproxy_fields"
-ROOT_LOGGER: Final = "tierproxy"
+OUR_LOGGERS: Final = ("tierproxy", "proxy", "storage", "protocol")
+"""The logger trees of tierproxy's own code, which log from ``log.level``: the named event
+loggers (``tierproxy.connection``, ...) and each package's ``logging.getLogger(__name__)``."""
+_LIBRARY_FLOOR: Final = logging.WARNING
+"""Libraries (asyncio, botocore, aiohttp, py4j, ...) log from WARNING, whatever ``log.level``
+says: their DEBUG and INFO would drown tierproxy's own lines."""
 
 
 def event(logger: logging.Logger, level: int, name: str, **fields: Any) -> None:
@@ -61,18 +71,24 @@ def _logfmt_value(value: Any) -> str:
     return f'"{escaped}"'
 
 
-def configure(level: str, fmt: str) -> None:
-    """Send tierproxy's events to stderr in ``fmt`` (``logfmt`` or ``json``) from ``level`` up.
+def configure(level: str, fmt: str, *, stream: IO[str] | None = None) -> None:
+    """Send every log record to ``stream`` (stderr) in ``fmt`` (``logfmt`` or ``json``):
+    tierproxy's own from ``level`` up, the libraries' from WARNING (or ``level``, if higher).
 
-    Only the ``tierproxy`` logger tree and ``asyncio`` (whose errors in protocol callbacks
-    would otherwise go unseen) are configured, so embedding applications keep theirs.
+    Replaces the root logger's handlers and the levels a previous call set, so a command
+    configures its logs once, at start, and nothing prints in another format.
     """
-    handler = logging.StreamHandler()
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
-    for name in (ROOT_LOGGER, "asyncio"):
+    ours = logging.getLevelName(level.upper())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(max(ours, _LIBRARY_FLOOR))
+    for name in OUR_LOGGERS:
         logger = logging.getLogger(name)
         for old in list(logger.handlers):
             logger.removeHandler(old)
-        logger.addHandler(handler)
-        logger.setLevel(level.upper() if name == ROOT_LOGGER else logging.WARNING)
-        logger.propagate = False
+        logger.setLevel(ours)
+        logger.propagate = True

@@ -21,7 +21,9 @@ stable offset). Reads the broker and the remote log metadata topic; changes noth
 
 Unlike serve and tier, status does not wait for a cluster that is not up: when no broker
 answers within --timeout-ms it prints one line and exits 1. Exit codes: 0 all rows fine, 1
-a partition row has an error or the cluster did not answer, 2 invalid settings."""
+a partition row has an error or the cluster did not answer, 2 invalid settings.
+
+Logs go to stderr in log.format, from WARNING up unless the config file sets log.level."""
 
 _DEFAULT_TIMEOUT_MS = 15_000
 """Long enough for a broker that is busy or far away to answer Metadata (Kafka's own
@@ -57,6 +59,7 @@ def register(subparsers: Any) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    from proxy.commands.log_setup import configure_from_file  # noqa: PLC0415
     from proxy.remote.wiring import SHARED_CONFIG_CLASSES  # noqa: PLC0415
     from storage.config import ConfigError  # noqa: PLC0415
     from storage.console import report_console  # noqa: PLC0415
@@ -64,6 +67,8 @@ def _handle(args: argparse.Namespace) -> int:
     from storage.tiering.job import load_tiering_settings  # noqa: PLC0415
 
     try:
+        # The table is the output; the log says only what went wrong, unless asked for more.
+        configure_from_file(args.config, default_level="WARNING")
         settings = load_tiering_settings(args.config, accepted=SHARED_CONFIG_CLASSES)
     except ConfigError as err:
         # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 __all__ = ["register"]
@@ -16,7 +17,9 @@ past local.retention.ms/bytes.
 Runs on Spark: local[*] by default, any master with --master; with --once it runs one cycle,
 otherwise one every remote.log.manager.task.interval.ms (default 30 s) until SIGINT/SIGTERM.
 To run it on a Spark cluster, submit storage/tiering/job.py with spark-submit (see the
-module documentation of storage.tiering)."""
+module documentation of storage.tiering).
+
+Logs go to stderr in log.format from log.level (settings of the config file)."""
 
 
 def register(subparsers: Any) -> None:
@@ -34,7 +37,14 @@ def register(subparsers: Any) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    from proxy.commands.log_setup import configure_from_file  # noqa: PLC0415
     from proxy.remote.wiring import SHARED_CONFIG_CLASSES  # noqa: PLC0415
+    from storage.config import ConfigError  # noqa: PLC0415
     from storage.tiering.job import run_from_arguments  # noqa: PLC0415
 
+    try:
+        configure_from_file(args.config)
+    except ConfigError as err:
+        print(f"tierproxy tier: {err}", file=sys.stderr)
+        return 2
     return run_from_arguments(args, default_master="local[*]", accepted=SHARED_CONFIG_CLASSES)

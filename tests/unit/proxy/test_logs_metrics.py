@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import re
+from collections.abc import Iterator
 
-from proxy.logs import JsonFormatter, LogfmtFormatter, event
+import pytest
+
+from proxy.logs import OUR_LOGGERS, JsonFormatter, LogfmtFormatter, configure, event
 from proxy.metrics import ProxyMetrics, api_name
 
 
@@ -60,3 +65,97 @@ def test_metrics_have_their_own_registry() -> None:
     assert sample("tierproxy_response_bytes_total", {"api": "fetch"}) == 2000
     assert sample("tierproxy_upstream_errors_total", {"kind": "connect"}) == 1
     assert second.registry.get_sample_value("tierproxy_requests_total", {"api": "fetch"}) is None
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """The logging state :func:`configure` changes, put back after the test."""
+    root = logging.getLogger()
+    saved = [
+        (logger, logger.level, list(logger.handlers), logger.propagate)
+        for logger in (root, *(logging.getLogger(name) for name in OUR_LOGGERS))
+    ]
+    try:
+        yield
+    finally:
+        for logger, level, handlers, propagate in saved:
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            for handler in handlers:
+                logger.addHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
+
+
+def logfmt_fields(line: str) -> dict[str, str]:
+    """``key=value`` pairs, values bare or double-quoted with backslash escapes."""
+    fields: dict[str, str] = {}
+    pattern = re.compile(r'([^\s=]+)=("(?:[^"\\]|\\.)*"|[^\s"]*)(?:\s|$)')
+    position = 0
+    while position < len(line):
+        match = pattern.match(line, position)
+        assert match is not None, f"not logfmt at {position}: {line!r}"
+        key, value = match.groups()
+        if value.startswith('"'):
+            value = re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], value[1:-1])
+        fields[key] = value
+        position = match.end()
+    return fields
+
+
+def log_everything() -> None:
+    """A record of each kind: an event, plain messages of our packages, a library's."""
+    event(logging.getLogger("tierproxy.connection"), logging.INFO, "connection.closed", conn=3)
+    logging.getLogger("storage.kafka_client.consumer").warning("consuming %s: %s", "t", "gone")
+    logging.getLogger("storage.rlmm.topic_manager").info("loaded %d segments", 4)
+    logging.getLogger("proxy.discovery").debug("asked %s", "kafka-1:9092")
+    logging.getLogger("botocore.endpoint").info("a library's chatter")
+    logging.getLogger("botocore.endpoint").warning("a library's warning")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        logging.getLogger("storage.tiering.pipeline").exception("cycle failed")
+
+
+@pytest.mark.parametrize("fmt", ["logfmt", "json"])
+def test_every_package_logs_in_the_configured_format(fmt: str, restored_logging: None) -> None:
+    stream = io.StringIO()
+    configure("DEBUG", fmt, stream=stream)
+
+    log_everything()
+
+    parse = json.loads if fmt == "json" else logfmt_fields
+    lines = [parse(line) for line in stream.getvalue().splitlines()]
+    assert [(line["logger"], line["level"], line["event"]) for line in lines] == [
+        ("tierproxy.connection", "info", "connection.closed"),
+        ("storage.kafka_client.consumer", "warning", "consuming t: gone"),
+        ("storage.rlmm.topic_manager", "info", "loaded 4 segments"),
+        ("proxy.discovery", "debug", "asked kafka-1:9092"),
+        ("botocore.endpoint", "warning", "a library's warning"),
+        ("storage.tiering.pipeline", "error", "cycle failed"),
+    ]
+    assert str(lines[0]["conn"]) == "3"
+    assert "ValueError: boom" in lines[-1]["exc"]
+
+
+def test_the_level_applies_to_our_loggers_and_warnings_always_show(
+    restored_logging: None,
+) -> None:
+    stream = io.StringIO()
+    configure("WARNING", "logfmt", stream=stream)
+
+    log_everything()
+
+    events = [logfmt_fields(line)["event"] for line in stream.getvalue().splitlines()]
+    assert events == ["consuming t: gone", "a library's warning", "cycle failed"]
+
+
+def test_configuring_again_replaces_the_handler(restored_logging: None) -> None:
+    first, second = io.StringIO(), io.StringIO()
+    configure("INFO", "json", stream=first)
+    configure("INFO", "logfmt", stream=second)
+
+    logging.getLogger("storage.x").info("once")
+
+    assert first.getvalue() == ""
+    assert logfmt_fields(second.getvalue().strip())["event"] == "once"
