@@ -1,18 +1,21 @@
 """A secured Apache Kafka with tierproxy's users (see :mod:`tests.integration.tiered.scram`):
-the broker, the ``upstream.*`` login of each tierproxy part, and a pipeline cycle as
-``tiering``. Shared by the tests of least privilege and of the broker checks' reuse."""
+the broker (SASL_PLAINTEXT, or SASL_SSL with the tests' CA), the ``upstream.*`` login of each
+tierproxy part, and a pipeline cycle as ``tiering``. Shared by the tests of least privilege,
+of the broker checks' reuse, of SASL_SSL and of re-authentication."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from proxy.embedded import KAFKA_4, BrokerInfo, KafkaBroker, S3Info, ensure_jars
+from proxy.embedded.kafka_tls import BrokerTls
 from storage.tiering.report import CycleReport
+from tests.certificates import Pki
 from tests.integration.tiered.scram import (
     MECHANISM,
     Topics,
@@ -50,6 +53,38 @@ def secured_kafka(work: Path) -> Iterator[SecuredKafka]:
         yield SecuredKafka(
             plaintext=info.bootstrap,
             sasl=dataclasses.replace(info, bootstrap=sasl_bootstrap, port=int(port)),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TlsKafka:
+    plaintext: str
+    """The super user's listener (the test's admin)."""
+    sasl_ssl: BrokerInfo
+    """The SASL_SSL listener, where tierproxy and the clients log in."""
+
+
+@contextlib.contextmanager
+def sasl_ssl_kafka(
+    work: Path, pki: Pki, users: Iterable[str], properties: Mapping[str, str]
+) -> Iterator[TlsKafka]:
+    """A broker with ``properties`` and a SASL_SSL listener whose certificate ``pki``'s CA
+    signed, and SCRAM credentials for ``users``."""
+    with KafkaBroker(
+        ensure_jars(KAFKA_4),
+        work_dir=work,
+        properties=dict(properties),
+        extra_listeners={"SASL_SSL": "SASL_SSL"},
+        tls=BrokerTls(keystore=pki.broker.keystore),
+    ) as server:
+        info = server.start()
+        create_users(info.bootstrap, users)
+        bootstrap = server.listener_bootstrap("SASL_SSL")
+        yield TlsKafka(
+            plaintext=info.bootstrap,
+            sasl_ssl=dataclasses.replace(
+                info, bootstrap=bootstrap, port=int(bootstrap.rsplit(":", 1)[1])
+            ),
         )
 
 

@@ -40,16 +40,7 @@ from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
 from cryptography import x509
 
 from protocol.errors import KafkaError
-from proxy.embedded import (
-    KAFKA_4,
-    BrokerInfo,
-    KafkaBroker,
-    S3Info,
-    create_bucket,
-    delete_bucket,
-    ensure_jars,
-)
-from proxy.embedded.kafka_tls import BrokerTls
+from proxy.embedded import S3Info, create_bucket, delete_bucket
 from proxy.embedded.tierproxy import proxy_process, storage_settings, write_config
 from tests.certificates import Pki
 from tests.integration.tiered.scram import (
@@ -59,7 +50,6 @@ from tests.integration.tiered.scram import (
     acl,
     apply_acls,
     consume,
-    create_users,
     fetch_from_zero,
     group_acls,
     new_topics,
@@ -70,20 +60,13 @@ from tests.integration.tiered.scram import (
     status_acls,
     storage_reads,
 )
+from tests.integration.tiered.secured import TlsKafka, sasl_ssl_kafka
 from tests.integration.tiered.support import SEGMENT_BYTES, earliest_offsets, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]  # tier --once starts its own Spark
 
 USERS = ("tiering", "status", "proxy", "alice", "mallory")
 COMMAND_TIMEOUT_S = 240
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TlsKafka:
-    plaintext: str
-    """The super user's listener (the test's admin)."""
-    sasl_ssl: BrokerInfo
-    """The SASL_SSL listener, where tierproxy and the clients log in."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -99,22 +82,9 @@ class Tiered:
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory, pki: Pki) -> Iterator[TlsKafka]:
-    with KafkaBroker(
-        ensure_jars(KAFKA_4),
-        work_dir=tmp_path_factory.mktemp("sasl-ssl-kafka"),
-        properties=scram_broker_properties("SASL_SSL"),
-        extra_listeners={"SASL_SSL": "SASL_SSL"},
-        tls=BrokerTls(keystore=pki.broker.keystore),
-    ) as server:
-        info = server.start()
-        create_users(info.bootstrap, USERS)
-        bootstrap = server.listener_bootstrap("SASL_SSL")
-        yield TlsKafka(
-            plaintext=info.bootstrap,
-            sasl_ssl=dataclasses.replace(
-                info, bootstrap=bootstrap, port=int(bootstrap.rsplit(":", 1)[1])
-            ),
-        )
+    work = tmp_path_factory.mktemp("sasl-ssl-kafka")
+    with sasl_ssl_kafka(work, pki, USERS, scram_broker_properties("SASL_SSL")) as kafka:
+        yield kafka
 
 
 def login(user: str, ca: Path, secrets: Path) -> dict[str, Any]:

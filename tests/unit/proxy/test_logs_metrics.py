@@ -5,13 +5,13 @@ from __future__ import annotations
 import io
 import json
 import logging
-import re
 from collections.abc import Iterator
 
 import pytest
 
 from proxy.logs import OUR_LOGGERS, JsonFormatter, LogfmtFormatter, configure, event
 from proxy.metrics import ProxyMetrics, api_name
+from tests.log_lines import logfmt_fields
 
 
 def record(**fields: object) -> logging.LogRecord:
@@ -85,22 +85,6 @@ def restored_logging() -> Iterator[None]:
                 logger.addHandler(handler)
             logger.setLevel(level)
             logger.propagate = propagate
-
-
-def logfmt_fields(line: str) -> dict[str, str]:
-    """``key=value`` pairs, values bare or double-quoted with backslash escapes."""
-    fields: dict[str, str] = {}
-    pattern = re.compile(r'([^\s=]+)=("(?:[^"\\]|\\.)*"|[^\s"]*)(?:\s|$)')
-    position = 0
-    while position < len(line):
-        match = pattern.match(line, position)
-        assert match is not None, f"not logfmt at {position}: {line!r}"
-        key, value = match.groups()
-        if value.startswith('"'):
-            value = re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], value[1:-1])
-        fields[key] = value
-        position = match.end()
-    return fields
 
 
 def log_everything() -> None:
