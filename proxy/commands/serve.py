@@ -24,6 +24,7 @@ from proxy.remote.wiring import (
     serve,
 )
 from storage.config import ConfigError, describe
+from storage.rlmm.topic_setup import MetadataTopicError
 
 __all__ = ["register", "run"]
 
@@ -137,10 +138,11 @@ def _freeze_imports() -> None:
 def run(args: argparse.Namespace) -> int:
     """Handler of ``tierproxy serve``: load settings, then serve until a signal.
 
-    Returns 2 for invalid settings or an address that cannot be bound (a client listener,
-    the metrics port), 1 when the remote tier's metadata topic could not be read within
-    ``remote.log.metadata.initialization.timeout.ms`` (a cluster that is not up yet is
-    waited for), 0 after a graceful shutdown. Each failure is one line on stderr.
+    Returns 2 for invalid settings, an address that cannot be bound (a client listener,
+    the metrics port), or a login or metadata topic the cluster refuses (a missing ACL,
+    another partition count), 1 when the remote tier's metadata topic could not be read
+    within ``remote.log.metadata.initialization.timeout.ms`` (a cluster that is not up yet
+    is waited for), 0 after a graceful shutdown. Each failure is one line on stderr.
     """
     try:
         from_file = load_settings(args.config, {}, SHARED_CONFIG_CLASSES)
@@ -156,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         try:
             runner.run(serve(config, settings))
-        except (ConfigError, EndpointError, ListenerError) as err:  # found at start-up
+        except (ConfigError, EndpointError, ListenerError, MetadataTopicError) as err:  # at start
             print(f"tierproxy serve: {err}", file=sys.stderr)
             return 2
         except TimeoutError as err:  # the metadata topic was not read in time

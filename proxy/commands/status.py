@@ -21,7 +21,8 @@ stable offset). Reads the broker and the remote log metadata topic; changes noth
 
 Unlike serve and tier, status does not wait for a cluster that is not up: when no broker
 answers within --timeout-ms it prints one line and exits 1. Exit codes: 0 all rows fine, 1
-a partition row has an error or the cluster did not answer, 2 invalid settings.
+a partition row has an error or the cluster did not answer, 2 invalid settings or a login,
+ACL or metadata topic the cluster refuses.
 
 Logs go to stderr in log.format, from WARNING up unless the config file sets log.level."""
 
@@ -64,6 +65,7 @@ def _handle(args: argparse.Namespace) -> int:
     from storage.config import ConfigError  # noqa: PLC0415
     from storage.console import report_console  # noqa: PLC0415
     from storage.kafka_client import KafkaClientError  # noqa: PLC0415
+    from storage.rlmm.topic_setup import MetadataTopicError  # noqa: PLC0415
     from storage.tiering.job import load_tiering_settings  # noqa: PLC0415
 
     try:
@@ -77,7 +79,7 @@ def _handle(args: argparse.Namespace) -> int:
     console = report_console()
     try:
         rows = asyncio.run(_collect(settings, args.topic, args.timeout_ms / 1000))
-    except ConfigError as err:  # found against the cluster
+    except (ConfigError, MetadataTopicError) as err:  # found against the cluster
         print(f"tierproxy status: {err}", file=sys.stderr)
         return 2
     except (KafkaClientError, TimeoutError) as err:  # no broker; metadata topic too slow

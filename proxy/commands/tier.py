@@ -40,11 +40,12 @@ def _handle(args: argparse.Namespace) -> int:
     from proxy.commands.log_setup import configure_from_file  # noqa: PLC0415
     from proxy.remote.wiring import SHARED_CONFIG_CLASSES  # noqa: PLC0415
     from storage.config import ConfigError  # noqa: PLC0415
+    from storage.rlmm.topic_setup import MetadataTopicError  # noqa: PLC0415
     from storage.tiering.job import run_from_arguments  # noqa: PLC0415
 
     try:
         configure_from_file(args.config)
-    except ConfigError as err:
+        return run_from_arguments(args, default_master="local[*]", accepted=SHARED_CONFIG_CLASSES)
+    except (ConfigError, MetadataTopicError) as err:  # a missing ACL, say: retrying won't help
         print(f"tierproxy tier: {err}", file=sys.stderr)
         return 2
-    return run_from_arguments(args, default_master="local[*]", accepted=SHARED_CONFIG_CLASSES)

@@ -27,7 +27,7 @@ from protocol.errors import KafkaError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.metadata_records import MetadataRecord
 from proxy.health import Readiness
-from proxy.identities import ClientIdentities
+from proxy.identities import ClientIdentities, ClientPrincipalConfig
 from proxy.remote.broker_checks import BrokerChecks
 from proxy.remote.broker_offsets import BrokerOffsets, OffsetLister
 from proxy.remote.broker_view import BrokerView
@@ -46,6 +46,7 @@ from proxy.remote.topic_ids import TopicIdLookup, TopicIds
 from storage.chunk_cache import ChunkCache
 from storage.config import from_settings
 from storage.index_cache import IndexCacheConfig, RemoteIndexCache
+from storage.kafka_acls import denied, principal_of
 from storage.kafka_client import NO_TOPIC_ID, KafkaClient
 from storage.kafka_security import KafkaSecurityConfig
 from storage.model import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
@@ -119,13 +120,16 @@ class RemoteTier:
         metrics: RemoteMetrics | None = None,
         probe: SegmentProbe | None = None,
         recheck_seconds: float = _RECHECK_SECONDS,
+        identities: ClientIdentities | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """:param offset_lister: how the proxy asks brokers ListOffsets itself, before a
         partition's first Fetch; ``None``: first probes are reach probes.
         :param probe: how to look for a segment's objects without reading them (the remote
             storage manager): for the start-up sample and the re-checks of missing objects;
-            ``None``: neither runs (reads still report what they find missing)."""
+            ``None``: neither runs (reads still report what they find missing).
+        :param identities: how clients' principals are named (the default rules if ``None``).
+        """
         self.config = config
         self.metadata = metadata
         self.publish = publish
@@ -162,7 +166,7 @@ class RemoteTier:
             broker_view=self.broker_view, ranges=self, lister=offset_lister, clock=clock
         )
         self.fallbacks = BrokerFallbacks()
-        self.identities = ClientIdentities()
+        self.identities = identities or ClientIdentities()
         self.client_quotas = ClientQuotas(
             default_bytes_per_second=config.client_quota_bytes_per_second,
             bounds=config.client_quota_bounds(),
@@ -343,6 +347,7 @@ async def open_remote_tier(
         offset_lister=offsets_client,
         metrics=metrics,
         probe=rsm,
+        identities=ClientIdentities(from_settings(ClientPrincipalConfig, settings)),
     )
     if metrics is not None:
         metrics.watch_metadata(rlmm)
@@ -370,11 +375,16 @@ async def open_remote_tier(
 async def _current_topic_ids(
     bootstrap_servers: str, security: KafkaSecurityConfig, names: list[str]
 ) -> dict[str, uuid.UUID]:
-    """The broker's current ids of ``names`` (Metadata v10+), for :class:`TopicIds`."""
+    """The broker's current ids of ``names`` (Metadata v10+), for :class:`TopicIds`; a name
+    the broker hides (no DESCRIBE for the proxy's principal) is logged as a warning naming the
+    ACL, at every refresh until it is added."""
     async with KafkaClient(
         bootstrap_servers, client_id="tierproxy-topic-ids", security=security
     ) as client:
         metadata = await client.metadata(names)
+    for name, topic in sorted(metadata.topics.items()):
+        if topic.error == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            _log.warning("%s", denied("Metadata", name, principal_of(security)))
     return {
         name: topic.topic_id
         for name, topic in metadata.topics.items()

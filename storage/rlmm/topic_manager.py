@@ -132,7 +132,9 @@ class TopicBasedRemoteLogMetadataManager:
             bootstrap_servers, client_id="tierproxy-rlmm-producer", security=resolved
         )
         """Produce and the admin requests."""
-        self._setup = MetadataTopicSetup(self._client, config, bootstrap_servers)
+        self._setup = MetadataTopicSetup(
+            self._client, config, bootstrap_servers, principal=self._principal
+        )
         self._consumer_client = KafkaClient(
             bootstrap_servers, client_id="tierproxy-rlmm-consumer", security=resolved
         )

@@ -15,6 +15,9 @@ product's client (CreateTopics, Metadata, DescribeConfigs), and checks of its ow
   ``retention.ms``, is warned about (one line each);
 - Kafka's own topic name is refused on a broker that runs native tiered storage (its
   manager would stop at tierproxy's records).
+
+A check the broker does not authorise stops the start with the ACL to add
+(:func:`storage.kafka_acls.denied`); it is never skipped quietly.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import TypeVar
 
 from protocol.errors import KafkaError
 from storage.config import ConfigError
+from storage.kafka_acls import denied
 from storage.kafka_client import (
     BrokerConnectionError,
     ClusterMetadata,
@@ -67,11 +71,19 @@ class MetadataTopicSetup:
     """Makes sure the metadata topic exists and fits ``config``."""
 
     def __init__(
-        self, client: KafkaClient, config: RemoteLogMetadataConfig, bootstrap: str
+        self,
+        client: KafkaClient,
+        config: RemoteLogMetadataConfig,
+        bootstrap: str,
+        *,
+        principal: str = "User:ANONYMOUS",
     ) -> None:
+        """``principal`` is whom the broker sees (:func:`storage.kafka_acls.principal_of`),
+        named when it refuses a check."""
         self._client = client
         self.config = config
         self._bootstrap = bootstrap
+        self._principal = principal
         self.contacted = False
         """Whether a broker has answered (what a start-up timeout waited for)."""
 
@@ -136,11 +148,25 @@ class MetadataTopicSetup:
         native tiered storage, and stops at the first record in tierproxy's format.
 
         :raises ConfigError: the broker has ``remote.log.storage.system.enable=true``.
+        :raises MetadataTopicError: the principal lacks DESCRIBE_CONFIGS on the cluster, or
+            the broker answered another error.
         """
         brokers = (await self._metadata(())).brokers
         if not brokers or await self._client.detect_broker_kind() != "kafka":
             return  # only Apache Kafka has native tiered storage
         configs = await self._client.describe_broker_configs(min(brokers))
+        if configs == KafkaError.CLUSTER_AUTHORIZATION_FAILED:
+            raise MetadataTopicError(
+                f"{self._principal} lacks DESCRIBE_CONFIGS on the cluster (DescribeConfigs "
+                "answered CLUSTER_AUTHORIZATION_FAILED), needed to check that no native tiered "
+                f"storage reads {KAFKA_TOPIC_NAME!r}; add that ACL (docs/operations.md lists "
+                "what each part needs) or use another remote.log.metadata.topic.name"
+            )
+        if isinstance(configs, KafkaError):
+            raise MetadataTopicError(
+                f"cannot tell whether the broker runs native tiered storage: DescribeConfigs "
+                f"of broker {min(brokers)} answered {configs.name}"
+            )
         entry = configs.get("remote.log.storage.system.enable")
         if entry is not None and str(entry.value).lower() == "true":
             raise ConfigError(
@@ -153,7 +179,10 @@ class MetadataTopicSetup:
 
     async def _check_existing(self, cluster: ClusterMetadata) -> None:
         """Warn about an existing metadata topic that forgets old segments (a finite
-        retention) or may lose acknowledged records (too few replicas)."""
+        retention) or may lose acknowledged records (too few replicas).
+
+        :raises MetadataTopicError: the principal lacks DESCRIBE_CONFIGS on the topic.
+        """
         topic = self.config.topic_name
         try:
             configs = (await self._client.describe_configs([topic])).get(topic, {})
@@ -161,6 +190,8 @@ class MetadataTopicSetup:
             # Brokers without DescribeConfigs (Tansu closes the connection) cannot tell.
             configs = KafkaError.UNSUPPORTED_VERSION
             log.info("could not read the metadata topic's configs (%s)", error)
+        if configs == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            raise MetadataTopicError(denied("DescribeConfigs", topic, self._principal))
         if isinstance(configs, KafkaError):
             log.info("not checking the metadata topic's configs (%s)", configs.name)
             return
@@ -226,6 +257,14 @@ class MetadataTopicSetup:
         for created in await self._client.create_topics([topic]):
             if created.error in (KafkaError.NONE, KafkaError.TOPIC_ALREADY_EXISTS):
                 continue
+            if created.error == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                # Metadata hides a topic without DESCRIBE (which READ gives): it may exist.
+                raise MetadataTopicError(
+                    f"{self._principal} lacks READ on topic {config.topic_name!r}: the metadata "
+                    "topic is not visible to it, and CreateTopics answered "
+                    "TOPIC_AUTHORIZATION_FAILED (creating it needs CREATE); add that ACL "
+                    "(docs/operations.md lists what each part needs)"
+                )
             raise MetadataTopicError(
                 f"cannot create metadata topic {config.topic_name!r}: "
                 f"{created.error.name} {created.message or ''}".rstrip()

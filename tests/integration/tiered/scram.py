@@ -3,7 +3,8 @@
 The broker keeps a PLAINTEXT listener where ``User:ANONYMOUS`` is a super user: the harness's
 readiness probe and the tests' own setup (users, topics, ACLs, producing) go there. tierproxy
 and the clients under test log in as SCRAM users on a SASL listener (SASL_PLAINTEXT or
-SASL_SSL), each holding exactly the ACLs ``docs/operations.md`` lists for its part.
+SASL_SSL), each holding exactly the ACLs ``docs/operations.md`` lists for its part: the rows
+of :data:`storage.kafka_acls.REQUIRED_ACLS`, which that table shows.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from proxy.embedded.tierproxy import TierproxyServer
 from storage.config import from_settings
+from storage.kafka_acls import Part, RequiredAcl, Resource, required_acls
 from storage.kafka_client import FetchedPartition, FetchTarget, KafkaClient
 from storage.kafka_security import KafkaSecurityConfig
 from tests.integration.tiering.workload import create_topic
@@ -96,43 +98,54 @@ def group_acls(*users: str) -> list[AclBinding]:
     ]
 
 
-def pipeline_acls(topic: str, metadata_topic: str, user: str = "tiering") -> dict[str, AclBinding]:
-    """What ``docs/operations.md`` says the pipeline's principal needs, by what it is for."""
+def part_acls(part: Part, user: str, names: Mapping[Resource, str]) -> dict[str, AclBinding]:
+    """The ACLs :data:`storage.kafka_acls.REQUIRED_ACLS` lists for ``part`` without a
+    condition (those ``docs/operations.md`` shows), for ``user``, by what they are on
+    (``"READ on the tiered topic"``); ``names`` names each resource (the cluster needs none).
+    """
     return {
-        "READ on the tiered topic": acl(user, topic, AclOperation.READ),
-        "DESCRIBE_CONFIGS on the tiered topic": acl(user, topic, AclOperation.DESCRIBE_CONFIGS),
-        "DELETE on the tiered topic": acl(user, topic, AclOperation.DELETE),
-        "READ on the metadata topic": acl(user, metadata_topic, AclOperation.READ),
-        "WRITE on the metadata topic": acl(user, metadata_topic, AclOperation.WRITE),
-        # WRITE implies DESCRIBE: the hold on the cluster's tiering (its transactional id).
-        "WRITE on the transactional id": AclBinding(
-            ResourceType.TRANSACTIONAL_ID,
-            f"tierproxy-tiering.{metadata_topic}",
-            ResourcePatternType.LITERAL,
-            f"User:{user}",
-            "*",
-            AclOperation.WRITE,
-            AclPermissionType.ALLOW,
-        ),
+        f"{required.operation} on the {required.resource}": _binding(user, required, names)
+        for required in required_acls(part)
     }
 
 
-def status_acls(topic: str, metadata_topic: str, user: str = "status") -> list[AclBinding]:
-    """What ``docs/operations.md`` says ``tierproxy status`` needs: the pipeline's rows
-    without WRITE and DELETE."""
-    return [
-        binding
-        for what, binding in pipeline_acls(topic, metadata_topic, user).items()
-        if not what.startswith(("WRITE", "DELETE"))
-    ]
+def _binding(user: str, required: RequiredAcl, names: Mapping[Resource, str]) -> AclBinding:
+    kinds = {
+        "tiered topic": ResourceType.TOPIC,
+        "metadata topic": ResourceType.TOPIC,
+        "cluster": ResourceType.BROKER,
+        "transactional id": ResourceType.TRANSACTIONAL_ID,
+    }
+    name = "kafka-cluster" if required.resource == "cluster" else names[required.resource]
+    return AclBinding(
+        kinds[required.resource],
+        name,
+        ResourcePatternType.LITERAL,
+        f"User:{user}",
+        "*",
+        AclOperation[required.operation],
+        AclPermissionType.ALLOW,
+    )
+
+
+def pipeline_acls(topic: str, metadata_topic: str, user: str = "tiering") -> dict[str, AclBinding]:
+    """What ``docs/operations.md`` says the pipeline's principal needs, by what it is for."""
+    names: dict[Resource, str] = {
+        "tiered topic": topic,
+        "metadata topic": metadata_topic,
+        "transactional id": f"tierproxy-tiering.{metadata_topic}",
+    }
+    return part_acls("tier", user, names)
+
+
+def status_acls(topic: str, metadata_topic: str, user: str = "status") -> dict[str, AclBinding]:
+    """What ``docs/operations.md`` says ``tierproxy status`` needs."""
+    return part_acls("status", user, {"tiered topic": topic, "metadata topic": metadata_topic})
 
 
 def proxy_acls(topic: str, metadata_topic: str, user: str = "proxy") -> dict[str, AclBinding]:
     """What ``docs/operations.md`` says ``tierproxy serve``'s own principal needs."""
-    return {
-        "READ on the metadata topic": acl(user, metadata_topic, AclOperation.READ),
-        "DESCRIBE on the tiered topic": acl(user, topic, AclOperation.DESCRIBE),
-    }
+    return part_acls("serve", user, {"tiered topic": topic, "metadata topic": metadata_topic})
 
 
 def apply_acls(admin_bootstrap: str, bindings: Iterable[AclBinding]) -> None:

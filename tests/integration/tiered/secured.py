@@ -8,12 +8,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import subprocess
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from proxy.embedded import KAFKA_4, BrokerInfo, KafkaBroker, S3Info, ensure_jars
 from proxy.embedded.kafka_tls import BrokerTls
+from proxy.embedded.tierproxy import write_config
 from storage.tiering.report import CycleReport
 from tests.certificates import Pki
 from tests.integration.tiered.scram import (
@@ -25,7 +28,9 @@ from tests.integration.tiered.scram import (
 )
 from tests.integration.tiered.support import SEGMENT_BYTES, CycleTarget, run_cycle
 
-USERS = ("tiering", "proxy", "alice", "mallory")
+COMMAND_TIMEOUT_S = 240
+
+USERS = ("tiering", "status", "proxy", "alice", "mallory")
 CLIENT_SECURITY = {"security.protocol": "SASL_PLAINTEXT"}
 
 
@@ -108,4 +113,26 @@ def cycle(
     policy = {"local.retention.bytes": SEGMENT_BYTES}
     return asyncio.run(
         run_cycle(secured.sasl, s3, spark, target, policy, settings=login("tiering"))
+    )
+
+
+def config_file(path: Path, settings: Mapping[str, Any], topic: str) -> Path:
+    """A tierproxy config file: ``settings`` and a ``[[topics]]`` table tiering ``topic``."""
+    write_config(path, settings)
+    with path.open("a", encoding="utf-8") as file:
+        file.write(
+            f'[[topics]]\npattern = "{topic}"\nremote.storage.enable = true\n'
+            f"segment.bytes = {SEGMENT_BYTES}\nlocal.retention.bytes = {SEGMENT_BYTES}\n"
+        )
+    return path
+
+
+def tierproxy(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``tierproxy ARGS`` as a user would (this interpreter, the worktree's code)."""
+    return subprocess.run(
+        [sys.executable, "-m", "proxy.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_S,
+        check=False,
     )

@@ -27,8 +27,6 @@ import asyncio
 import dataclasses
 import json
 import ssl
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -41,7 +39,7 @@ from cryptography import x509
 
 from protocol.errors import KafkaError
 from proxy.embedded import S3Info, create_bucket, delete_bucket
-from proxy.embedded.tierproxy import proxy_process, storage_settings, write_config
+from proxy.embedded.tierproxy import proxy_process, storage_settings
 from tests.certificates import Pki
 from tests.integration.tiered.scram import (
     MECHANISM,
@@ -60,13 +58,12 @@ from tests.integration.tiered.scram import (
     status_acls,
     storage_reads,
 )
-from tests.integration.tiered.secured import TlsKafka, sasl_ssl_kafka
-from tests.integration.tiered.support import SEGMENT_BYTES, earliest_offsets, running
+from tests.integration.tiered.secured import TlsKafka, config_file, sasl_ssl_kafka, tierproxy
+from tests.integration.tiered.support import earliest_offsets, running
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]  # tier --once starts its own Spark
 
 USERS = ("tiering", "status", "proxy", "alice", "mallory")
-COMMAND_TIMEOUT_S = 240
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -101,17 +98,6 @@ def login(user: str, ca: Path, secrets: Path) -> dict[str, Any]:
     }
 
 
-def config_file(path: Path, settings: Mapping[str, Any], topic: str) -> Path:
-    """A tierproxy config file: ``settings`` and a ``[[topics]]`` table tiering ``topic``."""
-    write_config(path, settings)
-    with path.open("a", encoding="utf-8") as file:
-        file.write(
-            f'[[topics]]\npattern = "{topic}"\nremote.storage.enable = true\n'
-            f"segment.bytes = {SEGMENT_BYTES}\nlocal.retention.bytes = {SEGMENT_BYTES}\n"
-        )
-    return path
-
-
 def shared_settings(kafka: TlsKafka, s3: S3Info, topics: Topics, bucket: str) -> dict[str, Any]:
     return {
         "bootstrap.servers": kafka.sasl_ssl.bootstrap,
@@ -122,17 +108,6 @@ def shared_settings(kafka: TlsKafka, s3: S3Info, topics: Topics, bucket: str) ->
 def proxy_certificate(pki: Pki) -> x509.Certificate:
     """The proxy's own certificate (the first of its chain), not the broker's."""
     return x509.load_pem_x509_certificates(pki.proxy.certificate.read_bytes())[0]
-
-
-def tierproxy(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``tierproxy ARGS`` as a user would (this interpreter, the worktree's code)."""
-    return subprocess.run(
-        [sys.executable, "-m", "proxy.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=COMMAND_TIMEOUT_S,
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +130,7 @@ def tiered(
 def tier_over_sasl_ssl(kafka: TlsKafka, s3: S3Info, pki: Pki, work: Path, bucket: str) -> Tiered:
     topics = new_topics(kafka.plaintext, "sasl-ssl")
     apply_acls(kafka.plaintext, pipeline_acls(topics.topic, topics.metadata).values())
-    apply_acls(kafka.plaintext, status_acls(topics.topic, topics.metadata))
+    apply_acls(kafka.plaintext, status_acls(topics.topic, topics.metadata).values())
     apply_acls(kafka.plaintext, proxy_acls(topics.topic, topics.metadata).values())
     apply_acls(
         kafka.plaintext,

@@ -25,9 +25,11 @@ from confluent_kafka.admin import AclOperation  # type: ignore[attr-defined]
 
 from protocol.errors import KafkaError
 from proxy.embedded import S3Info
-from proxy.embedded.tierproxy import proxy_process, storage_settings
+from proxy.embedded.tierproxy import proxy_process, storage_settings, write_config
+from tests.conditions import wait_until
 from tests.integration.tiered.scram import (
     RECORDS,
+    Topics,
     acl,
     apply_acls,
     consume,
@@ -36,10 +38,19 @@ from tests.integration.tiered.scram import (
     new_topics,
     pipeline_acls,
     proxy_acls,
+    status_acls,
     storage_reads,
 )
-from tests.integration.tiered.secured import CLIENT_SECURITY, SecuredKafka, cycle, login
+from tests.integration.tiered.secured import (
+    CLIENT_SECURITY,
+    SecuredKafka,
+    config_file,
+    cycle,
+    login,
+    tierproxy,
+)
 from tests.integration.tiered.support import earliest_offsets, running
+from tests.log_lines import parse_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -94,3 +105,119 @@ def test_the_pipeline_names_the_acl_it_lacks(
     operation = missing.split(" on ", maxsplit=1)[0]
     resource = "TransactionalId" if missing.endswith("transactional id") else "topic"
     assert f"User:tiering lacks {operation} on {resource}" in messages, messages
+
+
+def command_settings(
+    secured: SecuredKafka, s3: S3Info, bucket: str, topics: Topics
+) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": secured.sasl.bootstrap,
+        **storage_settings(s3, bucket, topics.metadata),
+    }
+
+
+def named(missing: str, topics: Topics) -> str:
+    """What ``denied`` says of a missing ACL named as the ACL tables key it."""
+    operation, resource = missing.split(" on the ")
+    name = topics.metadata if resource == "metadata topic" else topics.topic
+    return f"lacks {operation} on topic {name!r}"
+
+
+@pytest.mark.parametrize(
+    "missing", list(status_acls("topic", "metadata")), ids=lambda text: text.replace(" ", "-")
+)
+def test_status_names_the_acl_it_lacks(
+    missing: str, secured: SecuredKafka, s3: S3Info, s3_bucket: str, tmp_path: Path
+) -> None:
+    topics = new_topics(secured.plaintext, "secured")
+    granted = status_acls(topics.topic, topics.metadata)
+    del granted[missing]
+    apply_acls(secured.plaintext, granted.values())
+    settings = {**command_settings(secured, s3, s3_bucket, topics), **login("status")}
+
+    result = tierproxy(
+        "status", "--config", str(config_file(tmp_path / "s.toml", settings, topics.topic))
+    )
+
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert f"User:status {named(missing, topics)}" in output, output
+    assert "Traceback" not in output
+
+
+def test_status_needs_nothing_more_than_its_acls_and_logs_in_its_format(
+    secured: SecuredKafka, s3: S3Info, s3_bucket: str, tmp_path: Path
+) -> None:
+    topics = new_topics(secured.plaintext, "secured")
+    apply_acls(secured.plaintext, status_acls(topics.topic, topics.metadata).values())
+    settings = {
+        **command_settings(secured, s3, s3_bucket, topics),
+        **login("status"),
+        "log.level": "INFO",
+        "log.format": "json",
+    }
+
+    result = tierproxy(
+        "status",
+        "--config",
+        str(config_file(tmp_path / "s.toml", settings, topics.topic)),
+        "--json",
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = parse_log(result.stderr, "json")
+    assert {line["logger"].split(".")[0] for line in lines} >= {"storage"}, result.stderr
+
+
+@pytest.mark.parametrize(
+    "missing",
+    [what for what in proxy_acls("topic", "metadata") if what.endswith("metadata topic")],
+    ids=lambda text: text.replace(" ", "-"),
+)
+def test_serve_stops_at_start_naming_the_acl_it_lacks_on_the_metadata_topic(
+    missing: str, secured: SecuredKafka, s3: S3Info, s3_bucket: str, tmp_path: Path
+) -> None:
+    topics = new_topics(secured.plaintext, "secured")
+    granted = proxy_acls(topics.topic, topics.metadata)
+    del granted[missing]
+    apply_acls(secured.plaintext, granted.values())
+    settings = {
+        **command_settings(secured, s3, s3_bucket, topics),
+        **login("proxy"),
+        "remote.log.storage.system.enable": True,
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "log.format": "logfmt",
+    }
+
+    result = tierproxy("serve", "--config", str(write_config(tmp_path / "serve.toml", settings)))
+
+    assert result.returncode == 2, result.stderr
+    refusal = result.stderr.splitlines()[-1]
+    assert refusal.startswith(f"tierproxy serve: User:proxy {named(missing, topics)}"), refusal
+    assert "Traceback" not in result.stderr
+    parse_log("\n".join(result.stderr.splitlines()[:-1]), "logfmt")  # every log line
+
+
+def test_serve_warns_of_a_tiered_topic_it_may_not_describe(
+    secured: SecuredKafka, s3: S3Info, s3_bucket: str, spark: Any, tmp_path: Path
+) -> None:
+    topics = new_topics(secured.plaintext, "secured")
+    apply_acls(secured.plaintext, pipeline_acls(topics.topic, topics.metadata).values())
+    granted = proxy_acls(topics.topic, topics.metadata)
+    del granted["DESCRIBE on the tiered topic"]
+    apply_acls(secured.plaintext, granted.values())
+    assert not cycle(secured, s3, spark, s3_bucket, topics, tmp_path / "spill").errors
+    settings = {
+        **storage_settings(s3, s3_bucket, topics.metadata),
+        **login("proxy"),
+        "log.format": "json",
+    }
+
+    with running(proxy_process(secured.sasl, tmp_path, settings)) as proxy:
+        wait_until(
+            lambda: (
+                f"User:proxy lacks DESCRIBE on topic {topics.topic!r}" in proxy.process.log_tail()
+            ),
+            timeout_s=120,
+            what="a warning naming the missing DESCRIBE",
+        )
