@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from typing import IO, Any, Final
 
@@ -71,6 +72,18 @@ def _logfmt_value(value: Any) -> str:
     return f'"{escaped}"'
 
 
+class _StderrHandler(logging.StreamHandler[IO[str]]):
+    """Writes to ``sys.stderr`` as it is when a record is emitted (as logging's last resort
+    does), so a stream swapped in and closed later (a test's capture) is never written to."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> IO[str]:  # type: ignore[override]  # read-only: always the current one
+        return sys.stderr
+
+
 def configure(level: str, fmt: str, *, stream: IO[str] | None = None) -> None:
     """Send every log record to ``stream`` (stderr) in ``fmt`` (``logfmt`` or ``json``):
     tierproxy's own from ``level`` up, the libraries' from WARNING (or ``level``, if higher).
@@ -78,7 +91,7 @@ def configure(level: str, fmt: str, *, stream: IO[str] | None = None) -> None:
     Replaces the root logger's handlers and the levels a previous call set, so a command
     configures its logs once, at start, and nothing prints in another format.
     """
-    handler = logging.StreamHandler(stream)
+    handler: logging.Handler = _StderrHandler() if stream is None else logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
     ours = logging.getLevelName(level.upper())
     root = logging.getLogger()

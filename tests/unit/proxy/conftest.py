@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, ClassVar
@@ -14,6 +15,7 @@ from protocol.frames import FrameDecoder
 from proxy import connection
 from proxy.config import ProxyConfig
 from proxy.interceptors.base import Call, Forward, Interceptor
+from proxy.logs import OUR_LOGGERS
 from proxy.server import ProxyServer
 from proxy.splice import Prelude, SpliceDone, Splicer
 from storage.kafka_security import KafkaSecurityConfig
@@ -141,3 +143,23 @@ async def through(interceptor: Interceptor, call: Call, response: Any) -> Any:
         return await outcome.then.on_response(response)
     finally:
         outcome.then.release()
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """The logging state :func:`configure` changes, put back after the test."""
+    root = logging.getLogger()
+    saved = [
+        (logger, logger.level, list(logger.handlers), logger.propagate)
+        for logger in (root, *(logging.getLogger(name) for name in OUR_LOGGERS))
+    ]
+    try:
+        yield
+    finally:
+        for logger, level, handlers, propagate in saved:
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            for handler in handlers:
+                logger.addHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate

@@ -5,11 +5,10 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Iterator
 
 import pytest
 
-from proxy.logs import OUR_LOGGERS, JsonFormatter, LogfmtFormatter, configure, event
+from proxy.logs import JsonFormatter, LogfmtFormatter, configure, event
 from proxy.metrics import ProxyMetrics, api_name
 from tests.log_lines import logfmt_fields
 
@@ -65,26 +64,6 @@ def test_metrics_have_their_own_registry() -> None:
     assert sample("tierproxy_response_bytes_total", {"api": "fetch"}) == 2000
     assert sample("tierproxy_upstream_errors_total", {"kind": "connect"}) == 1
     assert second.registry.get_sample_value("tierproxy_requests_total", {"api": "fetch"}) is None
-
-
-@pytest.fixture
-def restored_logging() -> Iterator[None]:
-    """The logging state :func:`configure` changes, put back after the test."""
-    root = logging.getLogger()
-    saved = [
-        (logger, logger.level, list(logger.handlers), logger.propagate)
-        for logger in (root, *(logging.getLogger(name) for name in OUR_LOGGERS))
-    ]
-    try:
-        yield
-    finally:
-        for logger, level, handlers, propagate in saved:
-            for handler in list(logger.handlers):
-                logger.removeHandler(handler)
-            for handler in handlers:
-                logger.addHandler(handler)
-            logger.setLevel(level)
-            logger.propagate = propagate
 
 
 def log_everything() -> None:
@@ -143,3 +122,14 @@ def test_configuring_again_replaces_the_handler(restored_logging: None) -> None:
 
     assert first.getvalue() == ""
     assert logfmt_fields(second.getvalue().strip())["event"] == "once"
+
+
+def test_without_a_stream_the_current_stderr_is_written(
+    restored_logging: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure("INFO", "json")
+    capsys.readouterr()
+
+    logging.getLogger("storage.x").warning("to stderr")
+
+    assert json.loads(capsys.readouterr().err)["event"] == "to stderr"
