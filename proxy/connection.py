@@ -334,7 +334,11 @@ class ConnectionPair(asyncio.Protocol):
         self._client = transport
         peer = transport.get_extra_info("peername")
         client = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
-        self._info = dataclasses.replace(self._info, client=client)
+        tls = transport.get_extra_info("ssl_object")
+        certificate = tls.getpeercert(binary_form=True) if tls is not None else None
+        self._info = dataclasses.replace(
+            self._info, client=client, peer_certificate=certificate or None
+        )
         self._metrics.connection_opened()
         transport.set_write_buffer_limits(self._settings.high_water, self._settings.low_water)
         self._client_gate = ReadGate(transport)

@@ -69,6 +69,8 @@ class ConnectionInfo:
     connection_id: int
     client: str
     node_id: int
+    peer_certificate: bytes | None = None
+    """The client's certificate (DER), when its TLS listener verified one (ssl.client.auth)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

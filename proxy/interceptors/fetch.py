@@ -345,7 +345,7 @@ class FetchInterceptor(Interceptor):
         """The response with the remote reads waited for (within the purgatory) and fitted
         in beside the broker's ``local`` partitions, or none if the client is throttled."""
         entity = QuotaEntity(
-            principal=self._identities.principal(call.connection.connection_id),
+            principal=self._identities.principal(call.connection),
             client_id=call.header.client_id,
         )
         throttle = max(editor.throttle_time_ms, self._quotas.throttle_time_ms(entity))

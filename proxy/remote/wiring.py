@@ -16,6 +16,7 @@ from typing import Any
 from proxy.config import CONFIG_CLASSES, ProxyConfig
 from proxy.health import Liveness, Readiness
 from proxy.health_endpoint import serving
+from proxy.identities import ClientPrincipalConfig
 from proxy.interceptors.base import Interceptor
 from proxy.metrics import ProxyMetrics
 from proxy.remote.config import RemoteFetchConfig
@@ -40,6 +41,7 @@ _REMOTE_CONFIG_CLASSES: tuple[type[Any], ...] = (
     RemoteStorageConfig,
     RemoteLogMetadataConfig,
     IndexCacheConfig,
+    ClientPrincipalConfig,
 )
 _PIPELINE_CLIENT_ID = TieringConfig().client_id
 

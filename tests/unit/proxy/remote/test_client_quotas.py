@@ -1,5 +1,5 @@
-"""Client fetch quotas for remote bytes, with Kafka's throttle time, and the SASL identity
-they apply to."""
+"""Client fetch quotas for remote bytes, with Kafka's throttle time (the principals they
+apply to: ``tests/unit/proxy/test_identities.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from protocol.messages import ApiKey
-from proxy.identities import ClientIdentities, user_of
 from proxy.remote.client_quotas import ClientQuotas, QuotaEntity
 from tests.unit.proxy.remote.env import TOPIC, Env, EnvFactory, fetch, only
 from tests.unit.proxy.remote.scripted_broker import fetch_request
@@ -54,33 +53,6 @@ def test_a_fetch_over_quota_is_throttled_as_kafka_computes_and_not_counted() -> 
     assert q.throttle_time_ms(entity) == 0  # the throttled bytes were not counted
     clock.now += 5
     assert q.record(entity, 1000) == 0
-
-
-@pytest.mark.parametrize(
-    ("mechanism", "first_message", "user"),
-    [
-        ("PLAIN", b"\0alice\0secret", "alice"),
-        ("PLAIN", b"admin\0alice\0secret", "alice"),
-        ("SCRAM-SHA-512", b"n,,n=al=2Cice=3D,r=fyko+d2lbbFgONRv9qkxdawL", "al,ice="),
-        ("OAUTHBEARER", b"n,,\x01auth=Bearer x\x01\x01", None),
-        ("PLAIN", b"\xff\xfe", None),
-    ],
-)
-def test_the_user_comes_from_the_first_client_message(
-    mechanism: str, first_message: bytes, user: str | None
-) -> None:
-    assert user_of(mechanism, first_message) == user
-
-
-def test_identities_are_per_connection_and_forgotten() -> None:
-    identities = ClientIdentities()
-    identities.mechanism_chosen(7, "scram-sha-256")
-    identities.authenticating(7, b"n,,n=bob,r=abc")
-    identities.authenticating(7, b"c=biws,r=abc,p=proof")  # the final message changes nothing
-    assert identities.principal(7) == "User:bob"
-    assert identities.principal(8) is None
-    identities.forget(7)
-    assert identities.principal(7) is None
 
 
 async def test_remote_bytes_over_the_client_quota_are_throttled(make_env: EnvFactory) -> None:
