@@ -7,8 +7,9 @@ its key as two files, Kafka's ``ssl.keystore.type=PEM`` takes one file with the 
 the chain. Keys are EC P-256, which every side accepts and which is quick to generate.
 
 Besides the valid set there is a certificate whose names match no test host (for hostname
-verification) and a second CA that signed nothing the servers present (for a wrong trust
-anchor).
+verification), a second CA that signed nothing the servers present (for a wrong trust
+anchor), and two client certificates with the subjects of :data:`CLIENT_SUBJECTS` (for
+``ssl.client.auth`` and the principals Kafka names after them).
 """
 
 from __future__ import annotations
@@ -23,12 +24,30 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["KeyPair", "Pki", "make_pki"]
+__all__ = ["CLIENT_SUBJECTS", "KeyPair", "Pki", "make_pki"]
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1")
 """The names a certificate for a test server carries: every test dials one of them."""
 
 _VALIDITY = datetime.timedelta(days=2)
+
+CLIENT_SUBJECTS = {
+    "alice": x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Example"),
+            x509.NameAttribute(NameOID.ORGANIZATIONAL_UNIT_NAME, "eng"),
+            x509.NameAttribute(NameOID.COMMON_NAME, "Alice"),
+        ]
+    ),
+    "bob": x509.Name(
+        [
+            x509.NameAttribute(NameOID.ORGANIZATION_NAME, "Other"),
+            x509.NameAttribute(NameOID.COMMON_NAME, "bob"),
+        ]
+    ),
+}
+"""Subjects of the client certificates; Java writes them ``CN=Alice,OU=eng,O=Example`` and
+``CN=bob,O=Other`` (the last RDN first)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +74,8 @@ class Pki:
     """Signed by ``ca``, but for ``elsewhere.invalid`` only: fails hostname verification."""
     stranger_ca: Path
     """A second CA that signed none of them: trusting only it must fail."""
+    clients: dict[str, KeyPair]
+    """Client certificates signed by ``ca``, by the names of :data:`CLIENT_SUBJECTS`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +96,10 @@ def make_pki(directory: Path) -> Pki:
         proxy=_issue(directory, "proxy", authority, LOOPBACK_NAMES),
         mismatched=_issue(directory, "mismatched", authority, ("elsewhere.invalid",)),
         stranger_ca=_write(directory / "stranger-ca.pem", _pem(stranger.certificate)),
+        clients={
+            name: _issue(directory, name, authority, (), subject=subject)
+            for name, subject in CLIENT_SUBJECTS.items()
+        },
     )
 
 
@@ -104,13 +129,25 @@ def _authority(name: str) -> _Authority:
     return _Authority(certificate, key)
 
 
-def _issue(directory: Path, name: str, authority: _Authority, hosts: tuple[str, ...]) -> KeyPair:
+def _issue(
+    directory: Path,
+    name: str,
+    authority: _Authority,
+    hosts: tuple[str, ...],
+    *,
+    subject: x509.Name | None = None,
+) -> KeyPair:
+    """A certificate for ``hosts`` (its subject the first of them), or without host names
+    for a client with ``subject``."""
     key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])])
+    subject = subject or x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])])
+    builder = _builder(subject, authority.certificate.subject, key.public_key())
+    if hosts:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName([_general_name(h) for h in hosts]), False
+        )
     certificate = (
-        _builder(subject, authority.certificate.subject, key.public_key())
-        .add_extension(x509.SubjectAlternativeName([_general_name(h) for h in hosts]), False)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        builder.add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage(
                 [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
