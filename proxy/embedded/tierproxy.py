@@ -120,7 +120,10 @@ class TierproxyServer:
 
 
 def write_config(path: Path, settings: Mapping[str, Any]) -> Path:
-    """Write flat ``settings`` (Kafka's dotted names) as a TOML config file; returns ``path``."""
+    """Write flat ``settings`` (Kafka's dotted names) as a TOML config file; returns ``path``.
+
+    A list of mappings (``remote.fetch.client.quotas``) is written as an array of inline
+    tables."""
     path.write_text(
         "".join(f"{key} = {_toml(value)}\n" for key, value in settings.items()), encoding="utf-8"
     )
@@ -132,6 +135,10 @@ def _toml(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return str(value)
+    if isinstance(value, Mapping):  # an inline table, keys quoted (they hold dots)
+        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(item) for item in value) + "]"
     return json.dumps(str(value))
 
 

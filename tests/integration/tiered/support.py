@@ -16,6 +16,7 @@ import struct
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,20 @@ def running(proxy: TierproxyServer) -> Iterator[TierproxyServer]:
         yield proxy
     finally:
         proxy.stop()
+
+
+def client_throttle_seconds(proxy: TierproxyServer) -> dict[str, float]:
+    """``tierproxy_remote_fetch_client_throttle_seconds`` by its ``user`` label."""
+    url = f"http://{proxy.host}:{proxy.metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        text = answer.read().decode()
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("tierproxy_remote_fetch_client_throttle_seconds_total{"):
+            labels, value = line.rsplit(" ", 1)
+            user = labels.split('user="', 1)[1].split('"', 1)[0]
+            found[user] = found.get(user, 0.0) + float(value)
+    return found
 
 
 # -- clients -------------------------------------------------------------------------------

@@ -12,7 +12,6 @@ metrics show (per user and client id).
 from __future__ import annotations
 
 import ssl
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,11 +24,12 @@ from proxy.embedded.tierproxy import TierproxyServer, write_config
 from tests.certificates import Pki
 from tests.conditions import wait_until
 from tests.integration.tiered.conftest import proxy_settings
-from tests.integration.tiered.support import TieredTopic
+from tests.integration.tiered.support import TieredTopic, client_throttle_seconds
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]  # the tiered topic is made on Spark
 
-QUOTA_BYTES_PER_SECOND = 1000
+QUOTA = 1000
+"""Bytes per second of each user's remote fetches."""
 RULES = "RULE:^CN=([^,]*),OU=eng,.*$/$1/L,DEFAULT"
 PRINCIPALS = {"alice": "User:alice", "bob": "User:CN=bob,O=Other"}
 
@@ -49,15 +49,12 @@ def proxy(
             "ssl.client.auth": "required",
             "ssl.ca.location": str(pki.ca),
             "ssl.principal.mapping.rules": RULES,
+            "remote.fetch.client.quotas": [
+                {"user": principal.removeprefix("User:"), "bytes.per.second": QUOTA}
+                for principal in PRINCIPALS.values()
+            ],
         },
     )
-    quotas = ", ".join(
-        f'{{ user = "{principal.removeprefix("User:")}", '
-        f'"bytes.per.second" = {QUOTA_BYTES_PER_SECOND} }}'
-        for principal in PRINCIPALS.values()
-    )
-    with config.open("a", encoding="utf-8") as file:
-        file.write(f"remote.fetch.client.quotas = [{quotas}]\n")
     probe = ssl.create_default_context(cafile=str(pki.ca))
     alice = pki.clients["alice"]
     probe.load_cert_chain(str(alice.certificate), str(alice.key))
@@ -75,23 +72,7 @@ def proxy(
         server.stop()
 
 
-def throttle_seconds(proxy: TierproxyServer) -> dict[str, float]:
-    """``tierproxy_remote_fetch_client_throttle_seconds`` by its ``user`` label."""
-    url = f"http://{proxy.host}:{proxy.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as answer:
-        text = answer.read().decode()
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("tierproxy_remote_fetch_client_throttle_seconds_total{"):
-            labels, value = line.rsplit(" ", 1)
-            user = labels.split('user="', 1)[1].split('"', 1)[0]
-            found[user] = found.get(user, 0.0) + float(value)
-    return found
-
-
-def read_until_throttled(
-    proxy: TierproxyServer, pki: Pki, name: str, topic: str
-) -> None:
+def read_until_throttled(proxy: TierproxyServer, pki: Pki, name: str, topic: str) -> None:
     """Read ``topic`` from its first offset with ``name``'s certificate until the proxy has
     throttled that client's principal."""
     client = pki.clients[name]
@@ -112,7 +93,7 @@ def read_until_throttled(
 
         def throttled() -> bool:
             consumer.poll(0.2)
-            return throttle_seconds(proxy).get(PRINCIPALS[name], 0.0) > 0
+            return client_throttle_seconds(proxy).get(PRINCIPALS[name], 0.0) > 0
 
         wait_until(throttled, timeout_s=120, what=f"a throttle of {PRINCIPALS[name]}")
     finally:
@@ -125,5 +106,5 @@ def test_certificate_users_are_throttled_under_their_mapped_principals(
     read_until_throttled(proxy, pki, "alice", tiered_topic.topic)
     read_until_throttled(proxy, pki, "bob", tiered_topic.topic)
 
-    throttled = throttle_seconds(proxy)
+    throttled = client_throttle_seconds(proxy)
     assert set(throttled) == set(PRINCIPALS.values()), throttled

@@ -16,6 +16,10 @@ the session expired. For each mechanism, with a process burning a core beside:
 
 The proxy logs at DEBUG in ``log.format`` (logfmt for one mechanism, JSON for the others):
 every line of its log must parse in that format.
+
+The same broker serves a client's OAUTHBEARER login through the proxy (librdkafka's OIDC
+login at the same token endpoint): the proxy's quota on remote bytes for user ``alice``
+throttles it, as its token's ``sub`` names it.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from proxy.embedded import S3Info
 from proxy.embedded.tierproxy import TierproxyServer, proxy_process, storage_settings
@@ -40,7 +45,12 @@ from tests.certificates import Pki
 from tests.conditions import wait_until
 from tests.integration.tiered.scram import Topics, new_topics, password
 from tests.integration.tiered.secured import TlsKafka, sasl_ssl_kafka
-from tests.integration.tiered.support import SEGMENT_BYTES, earliest_offsets, running
+from tests.integration.tiered.support import (
+    SEGMENT_BYTES,
+    client_throttle_seconds,
+    earliest_offsets,
+    running,
+)
 from tests.integration.tiered.token_endpoint import TokenEndpoint
 from tests.integration.tiering.workload import produce_numbered
 from tests.log_lines import parse_log
@@ -50,7 +60,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.spark]
 SESSION_MS = 5_000
 TOKEN_LIFETIME_S = 20
 CYCLES = 5
-USERS = ("tiering", "proxy")
+USERS = ("tiering", "proxy", "alice")
 MECHANISMS = ("SCRAM-SHA-512", "PLAIN", "OAUTHBEARER")
 LOG_FORMATS = {"SCRAM-SHA-512": "logfmt", "PLAIN": "json", "OAUTHBEARER": "json"}
 CONSUMER = "client id tierproxy-rlmm-consumer"
@@ -133,9 +143,14 @@ def serve(kafka: TlsKafka, settings: dict[str, Any], pki: Pki, work: Path) -> Ti
 
 
 async def tiering_cycles(
-    kafka: TlsKafka, topics: Topics, settings: dict[str, Any], spark: Any, spill: Path
+    kafka: TlsKafka,
+    topics: Topics,
+    settings: dict[str, Any],
+    spark: Any,
+    spill: Path,
+    cycles: int = CYCLES,
 ) -> list[CycleReport]:
-    """``CYCLES`` cycles of one pipeline, with new records and an idle session between."""
+    """``cycles`` cycles of one pipeline, with new records and an idle session between."""
     pipeline_settings = settings_from_flat(
         {
             **settings,
@@ -154,7 +169,7 @@ async def tiering_cycles(
     )
     reports = []
     async with open_pipeline(pipeline_settings, spark) as pipeline:
-        for cycle in range(CYCLES):
+        for cycle in range(cycles):
             if cycle:
                 await asyncio.to_thread(
                     produce_numbered, kafka.plaintext, topics.topic, 500, cycle * 500
@@ -230,3 +245,51 @@ def test_own_connections_renew_their_sessions_under_load(
         issued = tokens.issued - tokens_before
         assert issued["proxy"] >= 2, "the proxy's token was never renewed"
         assert issued["tiering"] >= 2, "the pipeline's token was never renewed"
+
+
+def test_an_oauthbearer_client_is_throttled_under_its_tokens_subject(
+    kafka: TlsKafka,
+    tokens: TokenEndpoint,
+    s3: S3Info,
+    s3_bucket: str,
+    spark: Any,
+    pki: Pki,
+    tmp_path: Path,
+) -> None:
+    topics = new_topics(kafka.plaintext, "oauth-client")
+    shared = storage_settings(s3, s3_bucket, topics.metadata)
+    tiering = {**shared, **login("SCRAM-SHA-512", "tiering", pki, tokens)}
+    (report,) = asyncio.run(tiering_cycles(kafka, topics, tiering, spark, tmp_path / "spill", 1))
+    assert report.segments_copied > 0, report
+    quota = [{"user": "alice", "bytes.per.second": 1000}]
+    proxy_settings = {
+        **shared,
+        **login("SCRAM-SHA-512", "proxy", pki, tokens),
+        "remote.fetch.client.quotas": quota,
+    }
+
+    with running(serve(kafka, proxy_settings, pki, tmp_path)) as proxy:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": proxy.bootstrap,
+                "security.protocol": "SASL_SSL",
+                "ssl.ca.location": str(pki.ca),
+                "sasl.mechanisms": "OAUTHBEARER",
+                "sasl.oauthbearer.method": "oidc",
+                "sasl.oauthbearer.token.endpoint.url": tokens.url,
+                "sasl.oauthbearer.client.id": "alice",
+                "sasl.oauthbearer.client.secret": password("alice"),
+                "group.id": f"g-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            consumer.assign([TopicPartition(topics.topic, 0, 0)])
+
+            def throttled() -> bool:
+                consumer.poll(0.2)
+                return client_throttle_seconds(proxy).get("User:alice", 0.0) > 0
+
+            wait_until(throttled, timeout_s=120, what="a throttle of User:alice")
+        finally:
+            consumer.close()
