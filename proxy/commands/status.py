@@ -21,8 +21,9 @@ stable offset). Reads the broker and the remote log metadata topic; changes noth
 
 Unlike serve and tier, status does not wait for a cluster that is not up: when no broker
 answers within --timeout-ms it prints one line and exits 1. Exit codes: 0 all rows fine, 1
-a partition row has an error or the cluster did not answer, 2 invalid settings or a login,
-ACL or metadata topic the cluster refuses.
+a partition row has an error (a missing ACL, say), a tiered topic is hidden from the principal,
+or the cluster did not answer, 2 invalid settings or a login, ACL or metadata topic the
+cluster refuses.
 
 Logs go to stderr in log.format, from WARNING up unless the config file sets log.level."""
 
@@ -78,7 +79,7 @@ def _handle(args: argparse.Namespace) -> int:
         return 2
     console = report_console()
     try:
-        rows = asyncio.run(_collect(settings, args.topic, args.timeout_ms / 1000))
+        rows, hidden = asyncio.run(_collect(settings, args.topic, args.timeout_ms / 1000))
     except (ConfigError, MetadataTopicError) as err:  # found against the cluster
         print(f"tierproxy status: {err}", file=sys.stderr)
         return 2
@@ -92,21 +93,27 @@ def _handle(args: argparse.Namespace) -> int:
         from storage.tiering.status import status_table  # noqa: PLC0415
 
         console.print(status_table(rows))
-    return 1 if any(row.error for row in rows) else 0
+    for line in hidden:
+        print(f"tierproxy status: {line}", file=sys.stderr)
+    return 1 if hidden or any(row.error for row in rows) else 0
 
 
-async def _collect(settings: Any, topic_pattern: str | None, timeout_s: float) -> list[Any]:
-    """The rows; the cluster is asked once (within ``timeout_s``) before the metadata
-    manager starts, as that one retries for a cluster that is not up yet.
+async def _collect(
+    settings: Any, topic_pattern: str | None, timeout_s: float
+) -> tuple[list[Any], list[str]]:
+    """The rows, and a line for each tiered topic the broker hides from the principal; the
+    cluster is asked once (within ``timeout_s``) before the metadata manager starts, as that
+    one retries for a cluster that is not up yet.
 
     :raises KafkaClientError: no broker answers, or none within ``timeout_s``.
     :raises TimeoutError: the metadata topic could not be read within
         ``remote.log.metadata.initialization.timeout.ms``.
     """
+    from storage.kafka_acls import principal_of  # noqa: PLC0415
     from storage.kafka_client import BrokerConnectionError, KafkaClient  # noqa: PLC0415
     from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager  # noqa: PLC0415
     from storage.startup import check_cluster_login  # noqa: PLC0415
-    from storage.tiering.status import collect_status  # noqa: PLC0415
+    from storage.tiering.status import collect_status, hidden_topics  # noqa: PLC0415
 
     config = settings.tiering
     security = settings.security.with_secrets_resolved()
@@ -130,10 +137,12 @@ async def _collect(settings: Any, topic_pattern: str | None, timeout_s: float) -
         async with TopicBasedRemoteLogMetadataManager(
             settings.metadata, bootstrap_servers=config.bootstrap_servers, security=security
         ) as rlmm:
-            return await collect_status(
+            rows = await collect_status(
                 client,
                 rlmm.cache,
                 settings.rules,
                 topic_pattern=topic_pattern,
                 metadata_topic=settings.metadata.topic_name,
+                principal=principal_of(security),
             )
+        return rows, await hidden_topics(client, settings.rules, principal_of(security))

@@ -7,6 +7,10 @@ lag: offsets and estimated bytes between the remote log end and the last stable 
 and the offsets that are *missing*: deleted by the broker before they were tiered, either
 between the remote log end and the broker's log start (a gap: the remote tier below it is
 not served) or inside the remote log (a hole: copies below it are not served).
+
+What the broker refuses is said, never skipped: the rows of a topic whose configs the
+principal may not read carry that ACL as their error, and :func:`hidden_topics` names the
+tiered topics it may not even see.
 """
 
 from __future__ import annotations
@@ -14,11 +18,12 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rich.table import Table
 
 from protocol.errors import KafkaError
+from storage.kafka_acls import denied
 from storage.kafka_client import KafkaClient, TopicMetadata
 from storage.model import RemoteLogSegmentState, TopicIdPartition
 from storage.rlmm.cache import RemoteLogMetadataCache
@@ -28,9 +33,12 @@ from storage.tiering.policy import BrokerConfigValue, TopicRules, resolve_policy
 from storage.tiering.report import format_bytes
 from storage.tiering.sampling import PartitionSample, sample_partitions
 
-__all__ = ["PartitionStatus", "collect_status", "status_table"]
+__all__ = ["PartitionStatus", "collect_status", "hidden_topics", "status_table"]
 
 _SAMPLE_BYTES = 16 * 1024
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+"""A ``[[topics]]`` pattern that is also a legal topic name, which Metadata can be asked for."""
+_DENIED = KafkaError.TOPIC_AUTHORIZATION_FAILED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,10 +76,12 @@ async def collect_status(
     *,
     topic_pattern: str | None = None,
     metadata_topic: str = DEFAULT_TOPIC_NAME,
+    principal: str = "User:ANONYMOUS",
 ) -> list[PartitionStatus]:
     """Status rows of tiered topics (and of any topic with remote data), by topic and partition.
 
     :param topic_pattern: only topics whose whole name matches this regular expression.
+    :param principal: whom the broker sees, named in the error of a refused DescribeConfigs.
     """
     pattern = re.compile(topic_pattern) if topic_pattern else None
     metadata = await client.metadata(None)
@@ -114,12 +124,44 @@ async def collect_status(
         )
     )
     samples = {key: sample for group in sampled for key, sample in group.items()}
-    rows = []
-    for topic, tiered in chosen:
-        for p in topic.partitions:
-            tp = TopicIdPartition(topic_id=topic.topic_id, topic=topic.name, partition=p.partition)
-            rows.append(_row(tp, tiered, cache, samples.get((topic.name, p.partition))))
-    return rows
+    refused = {name for name, found in configs.items() if found == _DENIED}
+    return [
+        _with_refusal(
+            _row(tp, tiered, cache, samples.get((tp.topic, tp.partition))),
+            denied("DescribeConfigs", tp.topic, principal) if tp.topic in refused else None,
+        )
+        for topic, tiered in chosen
+        for tp in (
+            TopicIdPartition(topic_id=topic.topic_id, topic=topic.name, partition=p.partition)
+            for p in topic.partitions
+        )
+    ]
+
+
+def _with_refusal(row: PartitionStatus, refusal: str | None) -> PartitionStatus:
+    """``row`` with ``refusal`` as its error, unless it has one already."""
+    return row if refusal is None or row.error is not None else replace(row, error=refusal)
+
+
+async def hidden_topics(client: KafkaClient, rules: TopicRules, principal: str) -> list[str]:
+    """A line for each ``[[topics]]`` pattern that is a topic name the broker hides from
+    ``principal`` (Metadata answers TOPIC_AUTHORIZATION_FAILED: it lacks DESCRIBE, which the
+    READ that ``status`` needs gives). A pattern that is not a plain name cannot be asked for:
+    the topics it would match are simply not listed to a principal without DESCRIBE."""
+    names = [
+        rule.pattern.pattern for rule in rules.rules if _TOPIC_NAME.fullmatch(rule.pattern.pattern)
+    ]
+    if not names:
+        return []
+    found = (await client.metadata(names)).topics
+    return [
+        f"{principal} lacks READ on topic {name!r} (Metadata answered TOPIC_AUTHORIZATION_FAILED: "
+        "the topic is invisible to it); add that ACL (docs/operations.md lists what each part "
+        "needs)"
+        for name in names
+        if (topic := found.get(name)) is not None
+        and topic.error == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    ]
 
 
 def _row(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import ssl
 import uuid
 from collections.abc import Iterator, Mapping
@@ -60,6 +61,7 @@ from tests.integration.tiered.scram import (
 )
 from tests.integration.tiered.secured import TlsKafka, config_file, sasl_ssl_kafka, tierproxy
 from tests.integration.tiered.support import earliest_offsets, running
+from tests.log_lines import parse_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]  # tier --once starts its own Spark
 
@@ -75,6 +77,8 @@ class Tiered:
     work: Path
     output: str
     """What ``tier --once`` printed (stdout and stderr)."""
+    stderr: str
+    """What it printed on stderr: its log, in JSON, and what Spark's JVM writes."""
 
 
 @pytest.fixture(scope="module")
@@ -140,11 +144,18 @@ def tier_over_sasl_ssl(kafka: TlsKafka, s3: S3Info, pki: Pki, work: Path, bucket
         **shared_settings(kafka, s3, topics, bucket),
         **login("tiering", pki.ca, work / "secrets"),
         "tiering.spill.dir": str(work / "spill"),
+        "log.format": "json",
     }
     config = config_file(work / "tier.toml", settings, topics.topic)
     result = tierproxy("tier", "--once", "--master", "local[1]", "--config", str(config))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return Tiered(topics=topics, bucket=bucket, work=work, output=result.stdout + result.stderr)
+    return Tiered(
+        topics=topics,
+        bucket=bucket,
+        work=work,
+        output=result.stdout + result.stderr,
+        stderr=result.stderr,
+    )
 
 
 def test_tier_copies_and_deletes_locally_over_sasl_ssl(kafka: TlsKafka, tiered: Tiered) -> None:
@@ -153,6 +164,18 @@ def test_tier_copies_and_deletes_locally_over_sasl_ssl(kafka: TlsKafka, tiered: 
     )
     assert f"{kafka.sasl_ssl.bootstrap}: SASL_SSL SCRAM-SHA-512 as tiering" in tiered.output
     assert password("tiering") not in tiered.output
+
+
+def test_tier_logs_every_python_record_as_json(tiered: Tiered) -> None:
+    # Spark's JVM writes its own lines to the same stderr; everything Python logs is JSON.
+    records = parse_log(
+        "\n".join(line for line in tiered.stderr.splitlines() if line.startswith("{")), "json"
+    )
+    assert any(
+        record["logger"].startswith("storage.") and record["level"] == "info" for record in records
+    ), tiered.stderr[-3000:]
+    plain = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ (storage|proxy)\.")
+    assert not [line for line in tiered.stderr.splitlines() if plain.match(line)]
 
 
 def test_status_shows_the_tiered_partition_over_sasl_ssl(
