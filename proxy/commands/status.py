@@ -86,6 +86,7 @@ def _handle(args: argparse.Namespace) -> int:
     except (KafkaClientError, TimeoutError) as err:  # no broker; metadata topic too slow
         print(f"tierproxy status: {err}", file=sys.stderr)
         return 1
+    problems = list(hidden)
     if args.json:
         for row in rows:
             print(json.dumps(dataclasses.asdict(row)))
@@ -93,9 +94,11 @@ def _handle(args: argparse.Namespace) -> int:
         from storage.tiering.status import status_table  # noqa: PLC0415
 
         console.print(status_table(rows))
-    for line in hidden:
+        # The table has no room for errors: each is one line below it, once per message.
+        problems[:0] = dict.fromkeys(f"{row.topic}: {row.error}" for row in rows if row.error)
+    for line in problems:
         print(f"tierproxy status: {line}", file=sys.stderr)
-    return 1 if hidden or any(row.error for row in rows) else 0
+    return 1 if problems or any(row.error for row in rows) else 0
 
 
 async def _collect(
