@@ -52,11 +52,13 @@ from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
 from protocol.varint import VarintError, decode_unsigned_varint
 
 __all__ = [
+    "ADDRESS_VERSIONS",
     "INTERCEPTED_VERSIONS",
     "ApiKey",
     "Body",
     "ErrorCode",
     "build",
+    "carries_addresses",
     "convert",
     "decode_request",
     "decode_response",
@@ -186,11 +188,13 @@ def _kio_versions(api_key: ApiKey) -> range:
 
 INTERCEPTED_VERSIONS: Final[Mapping[ApiKey, range]] = MappingProxyType(
     {
-        # The read path, up to the newest versions Kafka 4.0 speaks. kio has no schemas
-        # below Fetch v4 and OffsetForLeaderEpoch v2 (Kafka 4 removed them, KIP-896), so
-        # the proxy never advertises those.
-        ApiKey.FETCH: range(4, 18),
-        ApiKey.LIST_OFFSETS: range(1, 11),
+        # The read path, up to the newest versions Kafka 4.3 speaks (Fetch v18 adds only a
+        # follower's tagged high watermark, KIP-1166; ListOffsets v11 only the sentinel -6,
+        # EARLIEST_PENDING_UPLOAD). kio has no schemas below Fetch v4 and
+        # OffsetForLeaderEpoch v2 (Kafka 4 removed them, KIP-896), so the proxy never
+        # advertises those.
+        ApiKey.FETCH: range(4, 19),
+        ApiKey.LIST_OFFSETS: range(1, 12),
         ApiKey.OFFSET_FOR_LEADER_EPOCH: range(2, 5),
         # Address rewriting, version negotiation, acks and the pipeline's DeleteRecords:
         # every version kio knows.
@@ -199,6 +203,8 @@ INTERCEPTED_VERSIONS: Final[Mapping[ApiKey, range]] = MappingProxyType(
         ApiKey.FIND_COORDINATOR: _kio_versions(ApiKey.FIND_COORDINATOR),
         ApiKey.DESCRIBE_CLUSTER: _kio_versions(ApiKey.DESCRIBE_CLUSTER),
         ApiKey.PRODUCE: _kio_versions(ApiKey.PRODUCE),
+        ApiKey.SHARE_FETCH: _kio_versions(ApiKey.SHARE_FETCH),
+        ApiKey.SHARE_ACKNOWLEDGE: _kio_versions(ApiKey.SHARE_ACKNOWLEDGE),
         ApiKey.DELETE_RECORDS: _kio_versions(ApiKey.DELETE_RECORDS),
         # Who the client logs in as (for per-user fetch quotas); passed through unchanged.
         ApiKey.SASL_HANDSHAKE: _kio_versions(ApiKey.SASL_HANDSHAKE),
@@ -206,6 +212,31 @@ INTERCEPTED_VERSIONS: Final[Mapping[ApiKey, range]] = MappingProxyType(
     }
 )
 """API versions the proxy decodes; any other request passes through as raw bytes."""
+
+ADDRESS_VERSIONS: Final[Mapping[ApiKey, int]] = MappingProxyType(
+    {
+        ApiKey.METADATA: 0,  # brokers
+        ApiKey.FIND_COORDINATOR: 0,  # the coordinator, or each of coordinators (v4+)
+        ApiKey.DESCRIBE_CLUSTER: 0,  # brokers
+        ApiKey.PRODUCE: 10,  # node_endpoints (KIP-951)
+        ApiKey.FETCH: 16,  # node_endpoints (KIP-951)
+        ApiKey.SHARE_FETCH: 0,  # node_endpoints (KIP-932)
+        ApiKey.SHARE_ACKNOWLEDGE: 0,  # node_endpoints (KIP-932)
+    }
+)
+"""The first version of each API whose responses may name brokers by host and port. Every
+later version, known to kio or not, is presumed to name them too: such a response is never
+passed on undecoded. Each of these APIs is in ``INTERCEPTED_VERSIONS``, so the proxy
+advertises only the versions it can rewrite."""
+
+
+_FIRST_ADDRESS_VERSIONS: Final = {int(key): first for key, first in ADDRESS_VERSIONS.items()}
+
+
+def carries_addresses(api_key: int, api_version: int) -> bool:
+    """Whether a response of this API version may name brokers by host and port."""
+    first = _FIRST_ADDRESS_VERSIONS.get(api_key)
+    return first is not None and api_version >= first
 
 
 @cache

@@ -26,6 +26,7 @@ from typing import Final, Protocol, cast
 
 from protocol.buffers import Buffers
 from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
+from protocol.fetch_tail import walkable
 from protocol.headers import (
     RequestHeader,
     encode_request_header,
@@ -40,6 +41,7 @@ from protocol.messages import (
     ApiKey,
     Body,
     ErrorCode,
+    carries_addresses,
     convert,
     decode_request,
     decode_response,
@@ -71,8 +73,6 @@ _log = logging.getLogger("tierproxy.router")
 
 _PRODUCE: Final = int(ApiKey.PRODUCE)
 _API_VERSIONS: Final = int(ApiKey.API_VERSIONS)
-_FETCH: Final = int(ApiKey.FETCH)
-_FIRST_FLEXIBLE_FETCH: Final = 12
 _INTERCEPTED: Final[Mapping[int, range]] = {int(key): v for key, v in INTERCEPTED_VERSIONS.items()}
 _PASSED_WHEN_UNKNOWN: Final = frozenset(
     int(key)
@@ -87,9 +87,11 @@ _PASSED_WHEN_UNKNOWN: Final = frozenset(
     )
 )
 """APIs whose versions the proxy cannot decode still reach the broker (a client is never
-disconnected for a version the broker serves); their answers carry no broker addresses.
-Address-carrying APIs (Metadata, FindCoordinator, DescribeCluster) are refused instead:
-passed on undecoded they would send the client around the proxy."""
+disconnected for a version the broker serves), unless that version's answer may carry broker
+addresses (``carries_addresses``: Metadata, FindCoordinator, DescribeCluster, ShareFetch and
+ShareAcknowledge at any version, Fetch from v16 and Produce from v10, those above the decoded
+range included): those are refused, as passed on undecoded they would send the client around
+the proxy."""
 
 
 class InterceptedExchange(Protocol):
@@ -253,7 +255,7 @@ class Router:
                         expects_response=True,
                         exchange=_ReadyAnswer(_unsupported_api_versions(correlation_id)),
                     )
-                if api_key not in _PASSED_WHEN_UNKNOWN:
+                if api_key not in _PASSED_WHEN_UNKNOWN or carries_addresses(api_key, api_version):
                     raise RemoteProtocolError(
                         f"{ApiKey(api_key).name} v{api_version} is not handled by the proxy "
                         f"(it advertises v{allowed[0]}-v{allowed[-1]})",
@@ -416,8 +418,7 @@ class _ChainExchange:
         header = self._call.header
         if (
             self._forward is None
-            or header.api_key != _FETCH
-            or header.api_version < _FIRST_FLEXIBLE_FETCH
+            or not walkable(header.api_key, header.api_version)
             or self._forwarded_version != header.api_version
             or not all(isinstance(exchange, TailExchange) for exchange in self._exchanges)
         ):
@@ -468,13 +469,14 @@ class _ChainExchange:
             try:
                 response = decode_response(header.api_key, self._forwarded_version, body)
             except RemoteProtocolError as err:
-                if self._rewritten:
+                if self._rewritten or carries_addresses(header.api_key, header.api_version):
                     # The broker answered a rewritten request (a Fetch with probe positions,
                     # say): its bytes answer a question the client never asked, and passed
-                    # on they would put the probe's records at the client's position.
+                    # on they would put the probe's records at the client's position. An
+                    # answer that may name brokers would send the client around the proxy.
                     raise RemoteProtocolError(
-                        f"undecodable answer to a rewritten request (API {header.api_key} "
-                        f"v{header.api_version}): {err}"
+                        f"undecodable answer to a rewritten or address-carrying request (API "
+                        f"{header.api_key} v{header.api_version}): {err}"
                     ) from err
                 # Forwarding what the broker said is what a pass-through proxy would do;
                 # the client sees the same bytes it would have seen without the proxy.

@@ -1,19 +1,24 @@
 """Broker addresses → proxy addresses, in every response that tells clients where brokers are.
 
 A client that learns a broker's own address connects to it directly and bypasses the proxy
-(a known failure of Kafka proxies that rewrite Metadata only). Addresses travel in:
+(a known failure of Kafka proxies that rewrite Metadata only). Addresses travel in
+(``protocol.messages.ADDRESS_VERSIONS``):
 
 - Metadata ``brokers`` (every version);
 - FindCoordinator: ``node_id``/``host``/``port`` (v0-v3) or each of ``coordinators`` (v4+,
   KIP-699 batching);
 - DescribeCluster ``brokers`` (brokers or, with KIP-919, controllers);
-- ``node_endpoints`` of Produce v10+ and Fetch v16+ (KIP-951: where a moved leader is).
+- ``node_endpoints`` of Produce v10+ and Fetch v16+ (KIP-951: where a moved leader is), and
+  of ShareFetch and ShareAcknowledge (KIP-932 share groups, the same for their leaders).
 
 The :class:`AddressBook` gives each broker its proxy address and starts a listener for a
 broker seen for the first time before the response reaches the client.
 
-Fetch responses stream (:class:`~proxy.interceptors.base.TailExchange`): their node endpoints
-are in the top-level tagged fields at the very end, rewritten in place once they arrived.
+Fetch, ShareFetch and ShareAcknowledge responses stream (:class:`~proxy.interceptors.base.
+TailExchange`): their node endpoints are at the very end (a Fetch's in the top-level tagged
+fields, the share APIs' as the last field before them), rewritten in place once they arrived
+(:mod:`protocol.fetch_tail`). When such a response cannot stream (it waits behind another), a
+cheap walk of its body tells whether it names any endpoint; only then is it decoded.
 """
 
 from __future__ import annotations
@@ -21,12 +26,20 @@ from __future__ import annotations
 import dataclasses
 import logging
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from protocol.errors import RemoteProtocolError
-from protocol.fetch_tail import ResponseTail, encode_tail, read_tail, skip_tagged_fields
-from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
+from protocol.fetch_tail import (
+    ResponseTail,
+    body_tail,
+    encode_tail,
+    is_empty_tail,
+    read_tail,
+    skip_tagged_fields,
+    tail_layout,
+)
+from protocol.messages import ADDRESS_VERSIONS, INTERCEPTED_VERSIONS, ApiKey
 from protocol.varint import VarintError, decode_unsigned_varint
 from proxy.config import HostPort
 from proxy.interceptors.base import Call, Forward, Interceptor, TailExchange
@@ -37,10 +50,10 @@ __all__ = ["AddressBook", "AddressRewriter", "BrokerAddress"]
 
 _log = logging.getLogger("tierproxy.addresses")
 
-# First versions that carry KIP-951 node endpoints, and FindCoordinator's first batched one.
-_PRODUCE_NODE_ENDPOINTS: Final = 10
-_FETCH_NODE_ENDPOINTS: Final = 16
 _FIND_COORDINATOR_BATCHED: Final = 4
+_NODE_ENDPOINTS: Final = frozenset(
+    int(key) for key in (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
+)
 _PRODUCE_TOPIC_IDS: Final = 13
 
 
@@ -86,7 +99,7 @@ def _where(api_key: int, api_version: int) -> tuple[str | None, str]:
         return "brokers", "node_id"
     if api_key == ApiKey.DESCRIBE_CLUSTER:
         return "brokers", "broker_id"
-    if api_key in (ApiKey.PRODUCE, ApiKey.FETCH):
+    if api_key in _NODE_ENDPOINTS:
         return "node_endpoints", "node_id"
     if api_version >= _FIND_COORDINATOR_BATCHED:
         return "coordinators", "node_id"
@@ -155,14 +168,30 @@ def _produce_top_level_tags(body: memoryview, version: int) -> int:
     return count
 
 
-_SCANS = {int(ApiKey.FETCH): _fetch_top_level_tags, int(ApiKey.PRODUCE): _produce_top_level_tags}
+def _share_tail(api_key: ApiKey) -> Callable[[memoryview, int], int]:
+    """A scan of ShareFetch or ShareAcknowledge bodies: 1 if the tail names an endpoint or
+    holds a tagged field, else 0."""
+
+    def scan(body: memoryview, version: int) -> int:
+        return int(not is_empty_tail(body_tail(api_key, version, body), tail_layout(api_key)))
+
+    return scan
+
+
+_SCANS = {
+    int(ApiKey.FETCH): _fetch_top_level_tags,
+    int(ApiKey.PRODUCE): _produce_top_level_tags,
+    int(ApiKey.SHARE_FETCH): _share_tail(ApiKey.SHARE_FETCH),
+    int(ApiKey.SHARE_ACKNOWLEDGE): _share_tail(ApiKey.SHARE_ACKNOWLEDGE),
+}
 
 
 class AddressRewriter(Interceptor):
     """Rewrites broker addresses in responses to the proxy's addresses from ``book``.
 
-    Its exchanges judge the encoded body first: Fetch and Produce responses carry node
-    endpoints only when a partition's leader moved, so the others are forwarded undecoded.
+    Its exchanges judge the encoded body first: Produce, Fetch, ShareFetch and
+    ShareAcknowledge responses carry node endpoints only when a partition's leader moved, so
+    the others are forwarded undecoded.
     """
 
     def __init__(self, book: AddressBook) -> None:
@@ -170,12 +199,10 @@ class AddressRewriter(Interceptor):
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:
+        """Every version the proxy decodes whose responses may name brokers."""
         return {
-            ApiKey.METADATA: INTERCEPTED_VERSIONS[ApiKey.METADATA],
-            ApiKey.FIND_COORDINATOR: INTERCEPTED_VERSIONS[ApiKey.FIND_COORDINATOR],
-            ApiKey.DESCRIBE_CLUSTER: INTERCEPTED_VERSIONS[ApiKey.DESCRIBE_CLUSTER],
-            ApiKey.PRODUCE: _from(INTERCEPTED_VERSIONS[ApiKey.PRODUCE], _PRODUCE_NODE_ENDPOINTS),
-            ApiKey.FETCH: _from(INTERCEPTED_VERSIONS[ApiKey.FETCH], _FETCH_NODE_ENDPOINTS),
+            api_key: _from(INTERCEPTED_VERSIONS[api_key], first)
+            for api_key, first in ADDRESS_VERSIONS.items()
         }
 
     def on_request(self, call: Call) -> Forward:
@@ -187,7 +214,7 @@ class AddressRewriter(Interceptor):
             return True
         try:
             return scan(body, call.header.api_version) > 0
-        except (VarintError, IndexError, struct.error):
+        except (VarintError, IndexError, struct.error, RemoteProtocolError):
             return True  # malformed: let the decoder say so
 
     async def on_response(self, call: Call, response: Any) -> Any:
@@ -202,26 +229,20 @@ class AddressRewriter(Interceptor):
         return dataclasses.replace(response, **{field: rewritten})
 
     def wants_tail(self, call: Call, tail: bytes) -> bool:
-        """Any tagged field at all: Kafka sends none but the node endpoints (empty is ``00``)."""
-        return tail != b"\x00"
+        """Any endpoint or tagged field at all: Kafka sends none but the node endpoints (an
+        empty tail is ``00``, or ``01 00`` for the share APIs)."""
+        return not is_empty_tail(tail, tail_layout(call.header.api_key))
 
     async def rewrite_tail(self, call: Call, tail: bytes) -> bytes:
         """The node endpoints with proxy addresses, padded to the broker's length. If the
         proxy's addresses do not fit (longer host names), the endpoints are left out: the
-        client then finds the new leader in its metadata, as with a broker before KIP-951."""
-        try:
-            fields = read_tail(tail)
-        except RemoteProtocolError as err:
-            event(
-                _log,
-                logging.WARNING,
-                "response.tail.undecodable",
-                conn=call.connection.connection_id,
-                api=call.header.api_key,
-                version=call.header.api_version,
-                error=str(err),
-            )
-            return tail  # what the broker said, as for any undecodable response
+        client then finds the new leader in its metadata, as with a broker before KIP-951.
+
+        :raises RemoteProtocolError: the tail is malformed (it may name brokers: the
+            connection closes rather than pass it on).
+        """
+        layout = tail_layout(call.header.api_key)
+        fields = read_tail(tail, layout)  # malformed: raises, never relayed as it is
         brokers = [
             BrokerAddress(node_id=e.node_id, host=e.host, port=e.port)
             for e in fields.node_endpoints
@@ -233,7 +254,7 @@ class AddressRewriter(Interceptor):
         rewritten = dataclasses.replace(
             fields, node_endpoints=_rewrite_entries(fields.node_endpoints, "node_id", proxied)
         )
-        encoded = encode_tail(rewritten, length=len(tail))
+        encoded = encode_tail(rewritten, length=len(tail), layout=layout)
         if encoded is not None:
             return encoded
         event(
@@ -241,13 +262,14 @@ class AddressRewriter(Interceptor):
             logging.INFO,
             "fetch.node_endpoints.dropped",
             conn=call.connection.connection_id,
+            api=call.header.api_key,
             nodes=",".join(str(b.node_id) for b in brokers),
             reason="the proxy addresses are longer than the brokers' in a streamed response",
         )
         without = ResponseTail(node_endpoints=(), others=fields.others)
-        encoded = encode_tail(without, length=len(tail))
+        encoded = encode_tail(without, length=len(tail), layout=layout)
         if encoded is None:
-            raise RemoteProtocolError("a Fetch response tail the proxy cannot rewrite in place")
+            raise RemoteProtocolError("a streamed response tail the proxy cannot rewrite in place")
         return encoded
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol.fetch_tail import FetchTailFinder, read_tail
+from protocol.fetch_tail import TailFinder, read_tail
 from protocol.messages import ApiKey, build, nested_class
 from protocol.messages import request_class as request_of
 from proxy.embedded import KAFKA_4, create_topic, ensure_jars
@@ -74,7 +74,7 @@ def fetch_request(version: int, topic_id: uuid.UUID) -> object:
 
 
 def tail_of(payload: bytes, version: int) -> tuple[int, bytes]:
-    finder = FetchTailFinder(version)
+    finder = TailFinder(ApiKey.FETCH, version)
     finder.feed(payload)
     assert finder.tail_start is not None
     return finder.tail_start, payload[finder.tail_start :]

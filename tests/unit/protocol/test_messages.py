@@ -19,15 +19,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode as KioErrorCode
-from kio.schema.index import api_key_map
+from kio.schema.index import api_key_map, schema_name_map
 from kio.serial import entity_writer
 from kio.static.primitive import Records, i64Timedelta
 
 from protocol.errors import KafkaError, LocalProtocolError, RemoteProtocolError
 from protocol.messages import (
+    ADDRESS_VERSIONS,
     INTERCEPTED_VERSIONS,
     ApiKey,
     ErrorCode,
+    carries_addresses,
     decode_request,
     decode_response,
     encode_request,
@@ -306,8 +308,10 @@ def test_produce_acks_of_a_truncated_body_is_a_remote_error(version: int, body: 
 
 
 def test_intercepted_versions() -> None:
-    assert INTERCEPTED_VERSIONS[ApiKey.FETCH] == range(4, 18)
-    assert INTERCEPTED_VERSIONS[ApiKey.LIST_OFFSETS] == range(1, 11)
+    assert INTERCEPTED_VERSIONS[ApiKey.FETCH] == range(4, 19)
+    assert INTERCEPTED_VERSIONS[ApiKey.LIST_OFFSETS] == range(1, 12)
+    assert INTERCEPTED_VERSIONS[ApiKey.SHARE_FETCH] == range(1, 3)
+    assert INTERCEPTED_VERSIONS[ApiKey.SHARE_ACKNOWLEDGE] == range(1, 3)
     assert INTERCEPTED_VERSIONS[ApiKey.OFFSET_FOR_LEADER_EPOCH] == range(2, 5)
     assert INTERCEPTED_VERSIONS[ApiKey.FIND_COORDINATOR] == range(0, 7)
     assert INTERCEPTED_VERSIONS[ApiKey.API_VERSIONS] == range(0, 5)
@@ -315,6 +319,51 @@ def test_intercepted_versions() -> None:
     assert INTERCEPTED_VERSIONS[ApiKey.PRODUCE] == range(3, 14)
     assert INTERCEPTED_VERSIONS[ApiKey.DESCRIBE_CLUSTER] == range(0, 3)
     assert INTERCEPTED_VERSIONS[ApiKey.DELETE_RECORDS] == range(0, 3)
+
+
+NOT_BROKER_ADDRESSES = {
+    ApiKey.DESCRIBE_ACLS: "an ACL's host pattern",
+    ApiKey.DELETE_ACLS: "an ACL's host pattern",
+    ApiKey.DESCRIBE_QUORUM: "the KRaft controllers' listeners, which the proxy does not front",
+    ApiKey.STREAMS_GROUP_HEARTBEAT: "Kafka Streams instances' own application endpoints",
+    ApiKey.STREAMS_GROUP_DESCRIBE: "Kafka Streams instances' own application endpoints",
+    ApiKey.VOTE: "controller to controller (KRaft), never on a broker listener",
+    ApiKey.BEGIN_QUORUM_EPOCH: "controller to controller (KRaft), never on a broker listener",
+    ApiKey.END_QUORUM_EPOCH: "controller to controller (KRaft), never on a broker listener",
+    ApiKey.FETCH_SNAPSHOT: "controller to controller (KRaft), never on a broker listener",
+    ApiKey.UPDATE_RAFT_VOTER: "controller to controller (KRaft), never on a broker listener",
+}
+"""Responses with a ``host`` field that names no broker (docs/architecture.md, "Broker
+addresses")."""
+
+
+def names_a_host(entity_class: type[Any]) -> bool:
+    """Whether the entity or any entity within it has a ``host`` field."""
+    for field in dataclasses.fields(entity_class):
+        if field.name == "host":
+            return True
+        try:
+            nested = nested_class(entity_class, field.name)
+        except LocalProtocolError:
+            continue
+        if names_a_host(nested):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("api_key", sorted(api_key_map), ids=lambda key: ApiKey(key).name)
+def test_every_response_that_names_a_host_is_rewritten_or_names_no_broker(api_key: int) -> None:
+    """The audit of docs/architecture.md's address table, over every schema kio knows: a
+    response naming a host at some version either has its addresses rewritten from there on
+    (and is intercepted at every version kio knows from there), or names no broker."""
+    key = ApiKey(api_key)
+    for version in sorted(schema_name_map[api_key_map[api_key]]):
+        if not names_a_host(response_class(api_key, version)):
+            assert not carries_addresses(api_key, version), (key, version)
+            continue
+        assert carries_addresses(api_key, version) or key in NOT_BROKER_ADDRESSES, (key, version)
+        if key in ADDRESS_VERSIONS:
+            assert version in INTERCEPTED_VERSIONS[key], (key, version)
 
 
 def test_api_keys_match_kio() -> None:

@@ -170,6 +170,58 @@ def fetch_response_payload(
     return encode_response_header(correlation_id, 1) + encode_response(body)
 
 
+def share_response_payload(
+    api_key: ApiKey,
+    version: int,
+    correlation_id: int,
+    *,
+    records: bytes = b"",
+    endpoints: Sequence[tuple[int, str, int]] = (),
+) -> bytes:
+    """A ShareFetch (with ``records``, acquired) or ShareAcknowledge response payload with one
+    partition; with ``endpoints`` (node id, host, port) the partition failed with
+    NOT_LEADER_OR_FOLLOWER and they are its node endpoints, as Kafka sends them."""
+    body_class = response_class(api_key, version)
+    topic_class = nested_class(body_class, "responses")
+    partition_class = nested_class(topic_class, "partitions")
+    leader = nested_class(partition_class, "current_leader")(leader_id=2, leader_epoch=3)
+    acquired = (
+        (
+            nested_class(partition_class, "acquired_records")(
+                first_offset=0, last_offset=9, delivery_count=1
+            ),
+        )
+        if records
+        else ()
+    )
+    partition = build(
+        partition_class,
+        partition_index=0,
+        error_code=ErrorCode.not_leader_or_follower if endpoints else ErrorCode.none,
+        error_message=None,
+        acknowledge_error_code=0,
+        acknowledge_error_message=None,
+        current_leader=leader,
+        records=Records(records),
+        acquired_records=acquired,
+    )
+    topic = build(topic_class, topic_id=uuid.UUID(int=7), partitions=(partition,))
+    endpoint_class = nested_class(body_class, "node_endpoints")
+    body = build(
+        body_class,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.none,
+        error_message=None,
+        acquisition_lock_timeout=datetime.timedelta(seconds=30),
+        responses=(topic,),
+        node_endpoints=tuple(
+            endpoint_class(node_id=node_id, host=host, port=port, rack=None)
+            for node_id, host, port in endpoints
+        ),
+    )
+    return encode_response_header(correlation_id, 1) + encode_response(body)
+
+
 def raw_request(correlation_id: int, body: bytes, api_key: int = RAW_API) -> bytes:
     """A framed request of a raw API with an opaque body (request header v1)."""
     header = struct.pack(">hhih", api_key, RAW_VERSION, correlation_id, 4) + b"test"

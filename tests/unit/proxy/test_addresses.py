@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.static.primitive import Records
 
-from protocol.fetch_tail import read_tail
+from protocol.errors import RemoteProtocolError
+from protocol.fetch_tail import TailLayout, read_tail
 from protocol.headers import RequestHeader, encode_request_header, encode_response_header
 from protocol.messages import (
     ApiKey,
@@ -29,7 +30,11 @@ from proxy.config import HostPort
 from proxy.interceptors.addresses import AddressRewriter, BrokerAddress
 from proxy.interceptors.base import Call, ConnectionInfo, Forward, Interceptor, OnResponse
 from proxy.router import Router
-from tests.unit.proxy.fake_broker import empty_fetch_request, fetch_response_payload
+from tests.unit.proxy.fake_broker import (
+    empty_fetch_request,
+    fetch_response_payload,
+    share_response_payload,
+)
 
 BROKERS = ((1, "kafka-1.internal", 9092), (2, "kafka-2.internal", 9093))
 PROXIED = {1: HostPort(host="proxy", port=19092), 2: HostPort(host="proxy", port=19093)}
@@ -85,6 +90,7 @@ def response_with_brokers(api_key: ApiKey, version: int) -> tuple[Any, str | Non
         "responses": (),
         "cluster_id": "c",
         "controller_id": 1,
+        "acquisition_lock_timeout": datetime.timedelta(0),
     }
     if api_key == ApiKey.METADATA:
         return (
@@ -95,7 +101,7 @@ def response_with_brokers(api_key: ApiKey, version: int) -> tuple[Any, str | Non
     if api_key == ApiKey.DESCRIBE_CLUSTER:
         brokers = entries(body_class, "brokers", "broker_id")
         return build(body_class, brokers=brokers, **common), "brokers", "broker_id"
-    if api_key in (ApiKey.PRODUCE, ApiKey.FETCH):
+    if api_key in (ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE):
         endpoints = entries(body_class, "node_endpoints", "node_id")
         return build(body_class, node_endpoints=endpoints, **common), "node_endpoints", "node_id"
     if version >= 4:
@@ -116,7 +122,8 @@ CASES = [
 def test_rewriter_covers_kip_951_versions_only() -> None:
     versions = AddressRewriter(RecordingBook()).versions
     assert versions[ApiKey.PRODUCE][0] == 10
-    assert list(versions[ApiKey.FETCH]) == [16, 17]
+    assert list(versions[ApiKey.FETCH]) == [16, 17, 18]
+    assert list(versions[ApiKey.SHARE_FETCH]) == list(versions[ApiKey.SHARE_ACKNOWLEDGE]) == [1, 2]
     assert list(versions[ApiKey.FIND_COORDINATOR]) == list(range(7))
     assert versions[ApiKey.METADATA][0] == 0
 
@@ -178,9 +185,8 @@ st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 
 SCANNED = [
     pytest.param(api_key, version, id=f"{api_key.name}-v{version}")
-    for api_key, first in ((ApiKey.FETCH, 16), (ApiKey.PRODUCE, 10))
+    for api_key in (ApiKey.FETCH, ApiKey.PRODUCE, ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
     for version in AddressRewriter(RecordingBook()).versions[api_key]
-    if version >= first
 ]
 
 
@@ -198,6 +204,30 @@ def test_the_scan_sees_node_endpoints_without_decoding(
     body = memoryview(encode_response(response))
     wants = AddressRewriter(RecordingBook()).wants_response(call(api_key, version), body)
     assert wants == bool(response.node_endpoints)
+
+
+@pytest.mark.parametrize("api_key", [ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE])
+async def test_share_answers_without_endpoints_pass_undecoded_and_moved_ones_are_rewritten(
+    api_key: ApiKey,
+) -> None:
+    """Not streamed (the answer waits behind another): judged by a walk of its body."""
+    router = Router([AddressRewriter(RecordingBook())])
+    frame = encode_request_header(api_key, 2, 9, "c")  # the body is not read
+    route = router.route(frame, ConnectionInfo(connection_id=1, client="c", node_id=1))
+    assert route.exchange is not None
+    records = b"r" * 300 if api_key == ApiKey.SHARE_FETCH else b""
+    assert route.exchange.try_pass_through(
+        bytearray(share_response_payload(api_key, 2, 9, records=records))
+    )
+    payload = share_response_payload(api_key, 2, 9, records=records, endpoints=BROKERS)
+    assert not route.exchange.try_pass_through(bytearray(payload))
+    out = await route.exchange.respond(bytearray(payload))
+    answer = decode_response(api_key, 2, bytes(out)[5:])
+    assert {(e.host, e.port) for e in answer.node_endpoints} == {
+        ("proxy", 19092),
+        ("proxy", 19093),
+    }
+    assert bytes(getattr(answer.responses[0].partitions[0], "records", None) or b"") == records
 
 
 def test_a_truncated_body_is_left_to_the_decoder() -> None:
@@ -234,11 +264,13 @@ def fetch_payload(version: int, *, moved: bool, records: bytes = b"r" * 5000) ->
     return fetch_response_payload(version, 9, records=records, endpoints=BROKERS if moved else ())
 
 
-async def stream_through(router: Router, version: int, payload: bytes, cuts: list[int]) -> bytes:
+async def stream_through(
+    router: Router, version: int, payload: bytes, cuts: list[int], api_key: ApiKey = ApiKey.FETCH
+) -> bytes:
     """What a connection pair writes for ``payload`` streamed in pieces cut at ``cuts``."""
-    frame = encode_request_header(ApiKey.FETCH, version, 9, "c") + encode_request(
-        empty_fetch_request(version)
-    )
+    frame = encode_request_header(api_key, version, 9, "c")
+    if api_key == ApiKey.FETCH:
+        frame += encode_request(empty_fetch_request(version))
     route = router.route(frame, ConnectionInfo(connection_id=1, client="c", node_id=1))
     assert route.exchange is not None
     stream = route.exchange.stream()
@@ -252,7 +284,7 @@ async def stream_through(router: Router, version: int, payload: bytes, cuts: lis
     return bytes(out + (tail if tail is not None else await stream.rewrite()))
 
 
-@pytest.mark.parametrize("version", [16, 17])
+@pytest.mark.parametrize("version", [16, 17, 18])
 @settings(max_examples=10, deadline=None)
 @given(cuts=st.lists(st.integers(min_value=0, max_value=6000), max_size=30))
 async def test_streamed_fetch_responses_without_endpoints_pass_byte_for_byte(
@@ -264,7 +296,7 @@ async def test_streamed_fetch_responses_without_endpoints_pass_byte_for_byte(
     assert book.seen == []
 
 
-@pytest.mark.parametrize("version", [16, 17])
+@pytest.mark.parametrize("version", [16, 17, 18])
 @settings(max_examples=10, deadline=None)
 @given(cuts=st.lists(st.integers(min_value=0, max_value=6000), max_size=30))
 async def test_streamed_fetch_endpoints_are_rewritten_in_place(
@@ -280,6 +312,68 @@ async def test_streamed_fetch_endpoints_are_rewritten_in_place(
         (1, "proxy", 19092),
         (2, "proxy", 19093),
     }
+
+
+SHARED = [
+    pytest.param(api_key, version, id=f"{api_key.name}-v{version}")
+    for api_key in (ApiKey.SHARE_FETCH, ApiKey.SHARE_ACKNOWLEDGE)
+    for version in (1, 2)
+]
+
+
+def share_payload(api_key: ApiKey, version: int, *, moved: bool) -> bytes:
+    records = b"r" * 5000 if api_key == ApiKey.SHARE_FETCH else b""
+    endpoints = BROKERS if moved else ()
+    return share_response_payload(api_key, version, 9, records=records, endpoints=endpoints)
+
+
+@pytest.mark.parametrize(("api_key", "version"), SHARED)
+@settings(max_examples=10, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=0, max_value=6000), max_size=30))
+async def test_streamed_share_answers_pass_byte_for_byte_or_with_proxy_endpoints_in_place(
+    api_key: ApiKey, version: int, cuts: list[int]
+) -> None:
+    book = RecordingBook()
+    router = Router([AddressRewriter(book)])
+    plain = share_payload(api_key, version, moved=False)
+    assert await stream_through(router, version, plain, cuts, api_key) == plain
+    assert book.seen == []
+    payload = share_payload(api_key, version, moved=True)
+    out = await stream_through(router, version, payload, cuts, api_key)
+    assert len(out) == len(payload)
+    head = len(plain) - 2  # all but the empty tail's 01 00
+    assert out[:head] == payload[:head]
+    endpoints = read_tail(out[head:], TailLayout.LAST_FIELD).node_endpoints
+    assert {(e.node_id, e.host, e.port) for e in endpoints} == {
+        (1, "proxy", 19092),
+        (2, "proxy", 19093),
+    }
+
+
+async def test_a_streamed_response_that_cannot_be_walked_closes_the_connection() -> None:
+    """It may name brokers where the walk could not look. (A malformed count may have let the
+    walk skip to the end of the bytes: the client got them, and cannot parse them either.)"""
+    router = Router([AddressRewriter(RecordingBook())])
+    payload = share_payload(ApiKey.SHARE_FETCH, 2, moved=True)
+    frame = encode_request_header(ApiKey.SHARE_FETCH, 2, 9, "c")
+    for broken in (payload[:-40], payload[:12] + b"\xff" * 6 + payload[18:]):
+        route = router.route(frame, ConnectionInfo(connection_id=1, client="c", node_id=1))
+        assert route.exchange is not None
+        stream = route.exchange.stream()
+        assert stream is not None
+        stream.feed(memoryview(broken))
+        assert stream.end() is None
+        with pytest.raises(RemoteProtocolError):
+            await stream.rewrite()
+
+
+async def test_a_malformed_fetch_tail_closes_the_connection() -> None:
+    payload = fetch_payload(16, moved=True)
+    head = len(fetch_payload(16, moved=False)) - 1
+    # One tagged field, tag 0 (the endpoints), whose size runs past the response.
+    broken = payload[: head + 2] + b"\x7f" + payload[head + 3 :]
+    with pytest.raises(RemoteProtocolError):
+        await stream_through(Router([AddressRewriter(RecordingBook())]), 16, broken, [])
 
 
 async def test_streamed_endpoints_too_long_to_fit_are_left_out() -> None:

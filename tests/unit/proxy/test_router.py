@@ -383,3 +383,45 @@ def test_a_request_rewritten_without_an_exchange_is_refused() -> None:
     router = Router([Holding(0, bare_rewrite=True)])
     with pytest.raises(LocalProtocolError):
         router.route(request_frame(ApiKey.LIST_OFFSETS, 1, list_offsets_request()), CONNECTION)
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version"),
+    [
+        (ApiKey.FETCH, INTERCEPTED_VERSIONS[ApiKey.FETCH][-1] + 1),
+        (ApiKey.PRODUCE, INTERCEPTED_VERSIONS[ApiKey.PRODUCE][-1] + 1),
+        (ApiKey.SHARE_FETCH, INTERCEPTED_VERSIONS[ApiKey.SHARE_FETCH][-1] + 1),
+        (ApiKey.SHARE_ACKNOWLEDGE, 0),
+    ],
+)
+def test_a_version_that_may_name_brokers_is_refused_when_the_proxy_cannot_decode_it(
+    api_key: ApiKey, version: int
+) -> None:
+    """A newer Fetch or Produce may carry node endpoints (KIP-951), any ShareFetch or
+    ShareAcknowledge does: passed on undecoded, they could send the client to a broker."""
+    frame = struct.pack(">hhih", api_key, version, 1, -1) + b"\x00" * 20
+    with pytest.raises(RemoteProtocolError) as caught:
+        Router([]).route(frame, CONNECTION)
+    assert caught.value.error_code == KafkaError.UNSUPPORTED_VERSION
+
+
+async def test_an_undecodable_answer_that_may_name_brokers_closes_the_connection() -> None:
+    """Forwarded as it is, a Metadata answer kio cannot read could send the client around
+    the proxy: the connection closes instead (the error is the caller's log line)."""
+
+    class Metadata(Interceptor):
+        @property
+        def versions(self) -> Mapping[ApiKey, range]:
+            return {ApiKey.METADATA: range(12, 13)}
+
+        def on_request(self, call: Call) -> Forward:
+            return Forward(request=call.request, then=Decoded())
+
+    class Decoded(Exchange):
+        """Wants every response decoded (the Exchange defaults)."""
+
+    request = decode_request(ApiKey.METADATA, 12, b"\x01\x01\x00\x00")
+    route = Router([Metadata()]).route(request_frame(ApiKey.METADATA, 12, request), CONNECTION)
+    assert route.exchange is not None
+    with pytest.raises(RemoteProtocolError, match="address-carrying"):
+        await route.exchange.respond(encode_response_header(7, 1) + b"\x00\x01\x02")
