@@ -1,12 +1,14 @@
-"""ListOffsets v1-v10 over the whole log (KIP-405 "ListOffsets"; DESIGN.md's sentinel table).
+"""ListOffsets v1-v11 over the whole log (KIP-405 "ListOffsets"; the sentinel table of
+docs/architecture.md).
 
 Every partition still goes to the broker, so its authorisation, leadership and
 ``current_leader_epoch`` checks decide first; a partition the broker answers with an error
 keeps it. Sentinels the broker may not know are asked as ones it does (see
 :mod:`proxy.remote.offsets`), and the answers of tiered partitions are then completed from
 the remote tier: the remote log start for EARLIEST, the highest tiered offset for
-LATEST_TIERED, and for a timestamp the first remote record at or after it (found in the
-remote time indexes), when that comes before the broker's answer.
+LATEST_TIERED, the offset after it for EARLIEST_PENDING_UPLOAD, and for a timestamp the first
+remote record at or after it (found in the remote time indexes), when that comes before the
+broker's answer.
 
 A timestamp lookup reads remote index files and a few batches; if remote storage fails or
 takes longer than ``remote.fetch.max.wait.ms`` (at least a second: a lookup may need
@@ -56,6 +58,15 @@ _QUERY_BYTES: Final = 200
 _STORAGE_ERROR: Final = int(KafkaError.KAFKA_STORAGE_ERROR)
 _BROKER_ANSWERS: Final = frozenset({OffsetQuery.BROKER, OffsetQuery.EARLIEST_LOCAL})
 """Queries whose answer is the broker's own (EARLIEST_LOCAL was asked as EARLIEST)."""
+_ALWAYS_ANSWERED: Final = frozenset(
+    {OffsetQuery.LATEST_TIERED, OffsetQuery.EARLIEST_PENDING_UPLOAD}
+)
+"""Queries the proxy answers for every partition, tiered or not (the broker was asked
+another question)."""
+_ASKED_EARLIEST: Final = frozenset(
+    {OffsetQuery.EARLIEST, OffsetQuery.EARLIEST_LOCAL, OffsetQuery.EARLIEST_PENDING_UPLOAD}
+)
+"""Queries asked of the broker as EARLIEST: its answer is its exact log start."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -109,13 +120,15 @@ class ListOffsetsInterceptor(Interceptor):
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:
-        return {ApiKey.LIST_OFFSETS: range(1, 11)}
+        return {ApiKey.LIST_OFFSETS: range(1, 12)}
 
     @property
     def served_above_broker(self) -> Mapping[ApiKey, range]:
-        # v8 and v9 only allow the sentinels -4 and -5, which on_request asks as v7's -2
-        # and -1: a broker without them (Kafka before 3.5) still gets an answerable v7.
-        return {ApiKey.LIST_OFFSETS: range(7, 10)}
+        # v8, v9 and v11 only allow the sentinels -4, -5 and -6, which on_request asks as
+        # v7's -2 and -1; v10 only adds a bound on remote-storage reads, which a broker
+        # behind the proxy never makes. A broker without them (Kafka before 4.2) still gets
+        # an answerable request at its newest version from v7.
+        return {ApiKey.LIST_OFFSETS: range(7, 12)}
 
     @property
     def needs_request(self) -> bool:
@@ -149,7 +162,7 @@ class ListOffsetsInterceptor(Interceptor):
     def _needs_answer(self, name: PartitionName, query: _Query) -> bool:
         """Whether the broker's answer for this partition may need changing (or, for an
         EARLIEST_LOCAL of a tiered partition, teaches where the broker's log starts)."""
-        if query.query is OffsetQuery.LATEST_TIERED:
+        if query.query in _ALWAYS_ANSWERED:
             return True
         if query.query is OffsetQuery.BROKER:
             return False
@@ -170,7 +183,7 @@ class ListOffsetsInterceptor(Interceptor):
             tp = self._partition(part.name)
             remote = None if tp is None else self._reachable(tp, query, part.offset)
             if query.query in _BROKER_ANSWERS or (
-                remote is None and query.query is not OffsetQuery.LATEST_TIERED
+                remote is None and query.query not in _ALWAYS_ANSWERED
             ):
                 continue
             jobs.append(self._answer(tp, query, part, remote))
@@ -184,7 +197,7 @@ class ListOffsetsInterceptor(Interceptor):
         was asked as EARLIEST) are the broker's exact log start: the broker view learns it."""
         remote = self._partitions.remote_range(tp)
         broker = self._broker
-        if query.query in (OffsetQuery.EARLIEST, OffsetQuery.EARLIEST_LOCAL):
+        if query.query in _ASKED_EARLIEST:
             broker.learn_log_start(tp, offset, remote)
         if remote is None or broker.state(tp).reaches(remote) is False:
             return None
@@ -227,7 +240,7 @@ class ListOffsetsInterceptor(Interceptor):
                     offset=located.offset,
                     leader_epoch=-1 if located.leader_epoch is None else located.leader_epoch,
                 )
-        result = answer(query.query, broker, remote, found)
+        result = answer(query.query, broker, remote, found, tiered=tp is not None)
         return dataclasses.replace(
             part, timestamp=result.timestamp, offset=result.offset, leader_epoch=result.leader_epoch
         )

@@ -1,6 +1,7 @@
 """ListOffsets over the whole log: which question the broker is asked, and the answer given.
 
-DESIGN.md's table, decided per partition from the request version and the target timestamp:
+The table of docs/architecture.md ("ListOffsets sentinels"), decided per partition from the
+request version and the target timestamp:
 
 ===========  ==========================  =====================================================
 timestamp    request v1-v6               request v7+
@@ -11,13 +12,16 @@ timestamp    request v1-v6               request v7+
                                          ``remote.list.offsets.kip405.sentinels``)
 -4           (not a sentinel: broker)    EARLIEST_LOCAL, v8+: the broker's own log start
 -5           (not a sentinel: broker)    LATEST_TIERED, v9+: highest tiered offset, or -1
+-6           (not a sentinel: broker)    EARLIEST_PENDING_UPLOAD, v11+: the first offset not
+                                         tiered yet (see :func:`answer`)
 >= 0         remote time indexes first, then the broker (the earlier of the two answers)
 ===========  ==========================  =====================================================
 
 The broker is always asked (so its authorisation and leadership checks govern the answer),
-but sentinels it may not know are replaced by ones it does: EARLIEST_LOCAL becomes EARLIEST
-(a broker that knows nothing of the remote tier has only its local log), LATEST_TIERED
-becomes LATEST. A partition the broker answers with an error keeps the error.
+but sentinels it may not know are replaced by ones it does: EARLIEST_LOCAL and
+EARLIEST_PENDING_UPLOAD become EARLIEST (a broker that knows nothing of the remote tier has
+only its local log), LATEST_TIERED becomes LATEST. A partition the broker answers with an
+error keeps the error.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from protocol.indexes.leader_epoch_checkpoint import EpochEntry, epoch_for_offse
 __all__ = [
     "EARLIEST",
     "EARLIEST_LOCAL",
+    "EARLIEST_PENDING_UPLOAD",
     "LATEST",
     "LATEST_TIERED",
     "MAX_TIMESTAMP",
@@ -49,6 +54,8 @@ EARLIEST_LOCAL = -4
 """From request v8 (KIP-405 as shipped)."""
 LATEST_TIERED = -5
 """From request v9 (KIP-1005)."""
+EARLIEST_PENDING_UPLOAD = -6
+"""From request v11 (KIP-1023): the first offset not yet copied to the remote tier."""
 NO_TIMESTAMP = -1
 UNKNOWN_OFFSET = -1
 NO_EPOCH = -1
@@ -56,6 +63,7 @@ NO_EPOCH = -1
 _FIRST_MAX_TIMESTAMP_VERSION = 7
 _FIRST_EARLIEST_LOCAL_VERSION = 8
 _FIRST_LATEST_TIERED_VERSION = 9
+_FIRST_EARLIEST_PENDING_UPLOAD_VERSION = 11
 
 
 class OffsetQuery(Enum):
@@ -66,6 +74,7 @@ class OffsetQuery(Enum):
     EARLIEST = "earliest"
     EARLIEST_LOCAL = "earliest-local"
     LATEST_TIERED = "latest-tiered"
+    EARLIEST_PENDING_UPLOAD = "earliest-pending-upload"
     TIMESTAMP = "timestamp"
 
 
@@ -104,7 +113,12 @@ def plan(timestamp: int, version: int, *, kip405_minus_3: bool = False) -> tuple
         return OffsetQuery.EARLIEST_LOCAL, EARLIEST
     if timestamp == LATEST_TIERED and version >= _FIRST_LATEST_TIERED_VERSION:
         return OffsetQuery.LATEST_TIERED, LATEST
+    if timestamp == EARLIEST_PENDING_UPLOAD and version >= _FIRST_EARLIEST_PENDING_UPLOAD_VERSION:
+        return OffsetQuery.EARLIEST_PENDING_UPLOAD, EARLIEST
     return OffsetQuery.BROKER, timestamp
+
+
+_UNKNOWN = BrokerAnswer(timestamp=NO_TIMESTAMP, offset=UNKNOWN_OFFSET, leader_epoch=NO_EPOCH)
 
 
 def answer(
@@ -112,13 +126,33 @@ def answer(
     broker: BrokerAnswer,
     remote: RemoteRange | None,
     found: BrokerAnswer | None = None,
+    *,
+    tiered: bool = True,
 ) -> BrokerAnswer:
     """The answer for one partition the broker answered without error.
 
-    :param remote: the partition's remote tier, ``None`` if nothing is tiered.
+    EARLIEST_PENDING_UPLOAD answers as Kafka's ``UnifiedLog.fetchEarliestPendingUploadOffset``
+    does: -1 for a partition the remote tier has never held (Kafka: remote storage disabled;
+    the proxy cannot tell a topic that will be tiered from one that never will); the log
+    start (the broker's EARLIEST answer) when nothing readable is tiered or the remote tier
+    does not reach the broker's log; else ``max(highest tiered offset + 1, log start)``, with
+    the broker's epoch when that is the broker's log start, the remote lineage's otherwise.
+
+    :param remote: the partition's remote tier, ``None`` if nothing is tiered (or it does not
+        reach the broker's log).
     :param found: for TIMESTAMP queries, the remote time indexes' answer (``None`` if no
         remote record is that late).
+    :param tiered: whether the remote tier holds the partition at all.
     """
+    if query is OffsetQuery.EARLIEST_PENDING_UPLOAD:
+        if not tiered:
+            return _UNKNOWN
+        if remote is None:
+            return broker
+        start = answer(OffsetQuery.EARLIEST, broker, remote).offset
+        pending = max(remote.end + 1, start)
+        epoch = broker.leader_epoch if pending == broker.offset else remote.epoch_of(pending)
+        return BrokerAnswer(timestamp=NO_TIMESTAMP, offset=pending, leader_epoch=epoch)
     if query is OffsetQuery.EARLIEST and remote is not None:
         if broker.offset < 0 or remote.start < broker.offset:
             return BrokerAnswer(
@@ -129,9 +163,7 @@ def answer(
         return broker
     if query is OffsetQuery.LATEST_TIERED:
         if remote is None:
-            return BrokerAnswer(
-                timestamp=NO_TIMESTAMP, offset=UNKNOWN_OFFSET, leader_epoch=NO_EPOCH
-            )
+            return _UNKNOWN
         return BrokerAnswer(
             timestamp=NO_TIMESTAMP, offset=remote.end, leader_epoch=remote.epoch_of(remote.end)
         )

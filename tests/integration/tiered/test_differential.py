@@ -35,7 +35,12 @@ from tests.integration.tiered.support import (
     running,
     tier_topic,
 )
-from tests.integration.tiered.wire import ask, end_offset_for_epoch, list_offsets
+from tests.integration.tiered.wire import (
+    LIST_OFFSETS_VERSION,
+    ask,
+    end_offset_for_epoch,
+    list_offsets,
+)
 from tests.unit.proxy.remote.scripted_broker import fetch_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
@@ -49,12 +54,16 @@ SENTINELS = {
     -3: "MAX_TIMESTAMP",
     -4: "EARLIEST_LOCAL",
     -5: "LATEST_TIERED",
+    -6: "EARLIEST_PENDING_UPLOAD",
 }
+SENTINEL_VERSIONS = {-6: 11}
+"""The ListOffsets version that defines a sentinel, where the default (v9) does not."""
 
 INTENDED = {
     "ListOffsets EARLIEST_LOCAL": "each tier ends where its own tiering closed segments: Kafka "
     "at the broker's segment rolls, tierproxy at the pipeline's segment.bytes/segment.ms",
     "ListOffsets LATEST_TIERED": "the same boundary, seen from the remote side",
+    "ListOffsets EARLIEST_PENDING_UPLOAD": "the same boundary, one offset on",
     "ListOffsets MAX_TIMESTAMP": "both answer -3 from the broker's local log only (Kafka's "
     "RemoteLogManager does not search remote segments for it), and the local logs differ "
     "by the boundary above",
@@ -218,8 +227,9 @@ async def kafkas_offsets(bootstrap: str, topic: str, timestamp: int) -> list[tup
     """Kafka's ListOffsets answer, asked again while a partition answers REQUEST_TIMED_OUT:
     its native tiered storage times a remote timestamp lookup out when the machine is busy,
     a retriable error that Kafka's own clients retry."""
+    version = SENTINEL_VERSIONS.get(timestamp, LIST_OFFSETS_VERSION)
     for _ in range(5):
-        answer = await list_offsets(bootstrap, topic, timestamp, PARTITIONS)
+        answer = await list_offsets(bootstrap, topic, timestamp, PARTITIONS, version)
         if all(error != KafkaError.REQUEST_TIMED_OUT for error, *_ in answer):
             break
     return answer
@@ -233,7 +243,8 @@ async def differences(
     for timestamp in [*SENTINELS, *timestamps]:
         name = SENTINELS.get(timestamp, f"timestamp {timestamp}")
         expected = await kafkas_offsets(kafka, topic, timestamp)
-        got = await list_offsets(proxy, topic, timestamp, PARTITIONS)
+        version = SENTINEL_VERSIONS.get(timestamp, LIST_OFFSETS_VERSION)
+        got = await list_offsets(proxy, topic, timestamp, PARTITIONS, version)
         found += [
             f"ListOffsets {name} partition {p}: kafka {e} tierproxy {g}"
             for p, (e, g) in enumerate(zip(expected, got, strict=True))

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from proxy.embedded import BrokerInfo, S3Info
+from proxy.embedded import KAFKA_4, BrokerInfo, S3Info, ensure_jars
 from proxy.embedded.kafka_jars import KafkaDistribution
 from proxy.embedded.kafka_tools import run_tool
 from proxy.embedded.s3 import object_keys
@@ -33,6 +33,7 @@ from tests.integration.tiered.support import (
     running,
     tier_topic,
 )
+from tests.integration.tiered.wire import list_offsets
 from tests.integration.tiering.workload import create_topic, delete_topic, produce_mixed
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.brokers("kafka", "kafka3")]
@@ -49,6 +50,23 @@ def earliest(bootstrap: str, topic: str, partition: int) -> int:
         return int(low)
     finally:
         consumer.close()
+
+
+def pending_upload_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    """ListOffsets EARLIEST_PENDING_UPLOAD (-6, v11) as Kafka 4's GetOffsetShell asks it,
+    whatever the broker behind ``bootstrap``: partition -> offset."""
+    run = run_tool(
+        ensure_jars(KAFKA_4),
+        KafkaDistribution.get_offsets,
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--time",
+        "earliest-pending-upload",
+    )
+    lines = [line.rsplit(":", 2) for line in run.stdout.split()]
+    return {int(partition): int(offset) for _topic, partition, offset in lines}
 
 
 def consume_group_with_restart(
@@ -129,6 +147,11 @@ def test_delete_records_by_the_pipeline(
             got = consume_group_with_restart(proxy.bootstrap, topic, ends, isolation)
             assert by_partition(got) == expected, isolation
         assert proxy.metric("tierproxy_remote_fetch_bytes_total") > 0
+        # ListOffsets v11 -6, served above a Kafka 3.9 broker (asked as -2 at its v9).
+        tiered = asyncio.run(list_offsets(proxy.bootstrap, topic, -5, 2))
+        assert pending_upload_offsets(proxy.bootstrap, topic) == {
+            p: offset + 1 for p, (_error, offset, _time, _epoch) in enumerate(tiered)
+        }
 
 
 @pytest.mark.parametrize(

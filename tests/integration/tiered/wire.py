@@ -4,6 +4,7 @@ answer to exactly the same question (ListOffsets, OffsetForLeaderEpoch, Fetch)."
 from __future__ import annotations
 
 import asyncio
+import datetime
 import struct
 from typing import Any
 
@@ -39,15 +40,17 @@ async def ask(bootstrap: str, api_key: int, version: int, body: Any) -> Any:
 
 
 async def list_offsets(
-    bootstrap: str, topic: str, timestamp: int, partitions: int
+    bootstrap: str, topic: str, timestamp: int, partitions: int, version: int = LIST_OFFSETS_VERSION
 ) -> list[tuple[int, ...]]:
-    body_class = request_of(ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION)
+    """(error, offset, timestamp, leader epoch) of each partition, asked at ``version``."""
+    body_class = request_of(ApiKey.LIST_OFFSETS, version)
     topic_class = nested_class(body_class, "topics")
     partition_class = nested_class(topic_class, "partitions")
     body = build(
         body_class,
         replica_id=-1,
         isolation_level=0,
+        timeout=datetime.timedelta(seconds=30),
         topics=(
             topic_class(
                 name=topic,
@@ -58,7 +61,7 @@ async def list_offsets(
             ),
         ),
     )
-    response = await ask(bootstrap, ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION, body)
+    response = await ask(bootstrap, ApiKey.LIST_OFFSETS, version, body)
     return [
         (int(p.error_code), int(p.offset), int(p.timestamp), int(p.leader_epoch))
         for p in sorted(response.topics[0].partitions, key=lambda p: p.partition_index)

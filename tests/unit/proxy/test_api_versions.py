@@ -64,16 +64,42 @@ def test_v0_bodies_are_restricted_too() -> None:
 
 @pytest.mark.parametrize(
     ("broker", "advertised"),
-    [((0, 7), (1, 9)), ((0, 8), (1, 9)), ((0, 9), (1, 9)), ((0, 10), (1, 10)), ((0, 6), (1, 6))],
+    [
+        ((0, 7), (1, 11)),
+        ((0, 8), (1, 11)),
+        ((0, 9), (1, 11)),
+        ((0, 10), (1, 11)),
+        ((0, 11), (1, 11)),
+        ((0, 12), (1, 11)),
+        ((0, 6), (1, 6)),
+    ],
 )
-def test_list_offsets_is_advertised_up_to_v9_when_the_broker_speaks_v7(
+def test_list_offsets_is_advertised_up_to_v11_when_the_broker_speaks_v7(
     broker: tuple[int, int], advertised: tuple[int, int]
 ) -> None:
-    """EARLIEST_LOCAL (v8) and LATEST_TIERED (v9) are the proxy's answers: a broker of
-    Kafka 3.0-3.4 (v7) still gets them, asked as v7."""
+    """EARLIEST_LOCAL (v8), LATEST_TIERED (v9) and EARLIEST_PENDING_UPLOAD (v11) are the
+    proxy's answers: a broker of Kafka 3.0-3.4 (v7) still gets them, asked as v7."""
     response = versions_response({2: broker})
-    served = {int(ApiKey.LIST_OFFSETS): range(7, 10)}
+    served = {int(ApiKey.LIST_OFFSETS): range(7, 12)}
     assert ranges_of(restrict_api_versions(response, served))[2] == advertised
+
+
+@pytest.mark.parametrize(
+    ("api_key", "broker", "advertised"),
+    [
+        (ApiKey.FETCH, (4, 18), (4, 18)),
+        (ApiKey.FETCH, (4, 19), (4, 18)),
+        (ApiKey.SHARE_FETCH, (1, 2), (1, 2)),
+        (ApiKey.SHARE_FETCH, (1, 3), (1, 2)),
+        (ApiKey.SHARE_ACKNOWLEDGE, (1, 2), (1, 2)),
+        (ApiKey.SHARE_FETCH, (0, 0), None),  # Kafka 4.0's early-access share groups
+    ],
+)
+def test_apis_that_may_name_brokers_are_advertised_only_where_the_proxy_rewrites_them(
+    api_key: ApiKey, broker: tuple[int, int], advertised: tuple[int, int] | None
+) -> None:
+    response = versions_response({int(api_key): broker})
+    assert ranges_of(restrict_api_versions(response)).get(int(api_key)) == advertised
 
 
 async def test_the_brokers_own_ranges_are_recorded_per_node() -> None:

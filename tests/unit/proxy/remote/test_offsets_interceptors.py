@@ -56,7 +56,7 @@ def forwarded_timestamp(env: Env) -> int:
     return int(request.topics[0].partitions[0].timestamp)
 
 
-@pytest.mark.parametrize("version", [1, 4, 7, 8, 9, 10])
+@pytest.mark.parametrize("version", [1, 4, 7, 8, 9, 10, 11])
 async def test_earliest_is_the_remote_log_start(make_env: EnvFactory, version: int) -> None:
     env = await make_env()
     part = await list_offset(env, version, -2)
@@ -102,7 +102,30 @@ async def test_latest_tiered(make_env: EnvFactory) -> None:
     assert response.topics[0].partitions[0].offset == -1
 
 
-@pytest.mark.parametrize("version", [1, 4, 10])
+async def test_earliest_pending_upload_is_the_offset_after_the_tiered_range(
+    make_env: EnvFactory,
+) -> None:
+    """-6 (v11, KIP-1023), as Kafka's UnifiedLog answers it: the highest tiered offset + 1
+    with its epoch; -1 for a partition never tiered; before v11, not a sentinel."""
+    env = await make_env()
+    part = await list_offset(env, 11, -6)
+    assert (part.error_code, part.offset, part.timestamp, part.leader_epoch) == (
+        KafkaError.NONE,
+        TIERED_END + 1,
+        -1,
+        0,
+    )
+    assert forwarded_timestamp(env) == -2  # the broker need not know the sentinel
+    env.broker.partitions[("plain", 0)] = env.model.__class__(batches=[data_batch(0, 1)])
+    response = await env.client.call(
+        ApiKey.LIST_OFFSETS, 11, list_offsets_request(11, -6, topic="plain")
+    )
+    assert (response.topics[0].partitions[0].offset, forwarded_timestamp(env)) == (-1, -2)
+    await list_offset(env, 10, -6)
+    assert forwarded_timestamp(env) == -6
+
+
+@pytest.mark.parametrize("version", [1, 4, 10, 11])
 async def test_timestamps_are_found_in_the_remote_time_indexes_first(
     make_env: EnvFactory, version: int
 ) -> None:

@@ -11,6 +11,7 @@ from proxy.remote.epochs import EpochEndOffset, end_offset
 from proxy.remote.offsets import (
     EARLIEST,
     EARLIEST_LOCAL,
+    EARLIEST_PENDING_UPLOAD,
     LATEST,
     LATEST_TIERED,
     MAX_TIMESTAMP,
@@ -134,6 +135,8 @@ REMOTE = RemoteRange(
         (EARLIEST_LOCAL, 8, False, (OffsetQuery.EARLIEST_LOCAL, EARLIEST)),
         (LATEST_TIERED, 8, False, (OffsetQuery.BROKER, LATEST_TIERED)),
         (LATEST_TIERED, 9, False, (OffsetQuery.LATEST_TIERED, LATEST)),
+        (EARLIEST_PENDING_UPLOAD, 10, False, (OffsetQuery.BROKER, EARLIEST_PENDING_UPLOAD)),
+        (EARLIEST_PENDING_UPLOAD, 11, False, (OffsetQuery.EARLIEST_PENDING_UPLOAD, EARLIEST)),
         (0, 1, False, (OffsetQuery.TIMESTAMP, 0)),
         (1_700_000_000_000, 10, False, (OffsetQuery.TIMESTAMP, 1_700_000_000_000)),
     ],
@@ -161,6 +164,24 @@ def test_latest_tiered_is_the_remote_end_or_minus_one() -> None:
         timestamp=-1, offset=99, leader_epoch=3
     )
     assert answer(OffsetQuery.LATEST_TIERED, broker, None) == BrokerAnswer(
+        timestamp=-1, offset=-1, leader_epoch=-1
+    )
+
+
+def test_earliest_pending_upload_follows_kafkas_unified_log() -> None:
+    pending = OffsetQuery.EARLIEST_PENDING_UPLOAD
+    # The broker's log starts just after the tiered range: its own answer, epoch included.
+    joined = BrokerAnswer(timestamp=-1, offset=100, leader_epoch=4)
+    assert answer(pending, joined, REMOTE) == joined
+    # The broker still holds some tiered offsets: the one after the range, the lineage's epoch.
+    overlapping = BrokerAnswer(timestamp=-1, offset=60, leader_epoch=3)
+    assert answer(pending, overlapping, REMOTE) == BrokerAnswer(
+        timestamp=-1, offset=100, leader_epoch=3
+    )
+    # Nothing readable tiered, or a gap: everything from the log start is pending.
+    assert answer(pending, joined, None) == joined
+    # Never tiered: Kafka's answer for a partition without remote storage.
+    assert answer(pending, joined, None, tiered=False) == BrokerAnswer(
         timestamp=-1, offset=-1, leader_epoch=-1
     )
 
