@@ -5,7 +5,8 @@
  *
  * Run as a single-file source program against the embedded Kafka jars:
  *   java -cp '.kafka/<version>/libs/*' tests/java/RecordDigest.java \
- *       <bootstrap> <topic> <records> <read_committed|read_uncommitted> <assign|classic|consumer>
+ *       <bootstrap> <topic> <records> <read_committed|read_uncommitted> \
+ *       <assign|classic|consumer|share> [<share group> [pause]]
  *
  * "assign" reads every partition from the beginning to its end offset without a group
  * (<records> is not used). "classic" and "consumer"
@@ -13,8 +14,19 @@
  * the middle: a first member reads a third of the records, commits and leaves (a member
  * restart), then two members share the rest (a rebalance). A record delivered again after a
  * failed commit is printed again; the line "commit-failed" says that one happened.
+ *
+ * "share" reads in the share group given as a sixth argument (KIP-932, KafkaShareConsumer)
+ * until it has seen <records> records; the group starts at the earliest offset (the group
+ * configs share.auto.offset.reset and share.isolation.level are set through the Admin client
+ * first) and every record is accepted (implicit acknowledgement, committed after every poll).
+ * With a seventh argument "pause", after a third and after two thirds of the records it prints
+ * "paused <seen>" and waits for a line on its standard input, for a test to change the cluster
+ * (move a partition's leader) at a known point. A record whose acquisition lock ran out
+ * meanwhile is delivered again and printed again, as share groups do.
  */
 
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
@@ -29,11 +41,16 @@ import java.util.Set;
 import java.util.UUID;
 import java.util.stream.Collectors;
 
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
@@ -55,6 +72,9 @@ public final class RecordDigest {
         Set<String> seen = new HashSet<>();
         if (mode.equals("assign")) {
             readAssigned(bootstrap, topic, isolation, fetchBytes, deadline, seen);
+        } else if (mode.equals("share")) {
+            boolean pause = args.length > 6 && args[6].equals("pause");
+            readInShareGroup(bootstrap, topic, records, isolation, args[5], pause, seen);
         } else {
             readInGroup(bootstrap, topic, records, isolation, mode, deadline, seen);
         }
@@ -132,6 +152,54 @@ public final class RecordDigest {
             for (KafkaConsumer<byte[], byte[]> member : members) {
                 member.close();
             }
+        }
+    }
+
+    private static void readInShareGroup(
+            String bootstrap, String topic, long records, String isolation, String group,
+            boolean pause, Set<String> seen) throws Exception {
+        try (Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
+            ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, group);
+            List<AlterConfigOp> configs = List.of(
+                    new AlterConfigOp(
+                            new ConfigEntry("share.auto.offset.reset", "earliest"),
+                            AlterConfigOp.OpType.SET),
+                    new AlterConfigOp(
+                            new ConfigEntry("share.isolation.level", isolation),
+                            AlterConfigOp.OpType.SET));
+            admin.incrementalAlterConfigs(Map.of(resource, configs)).all().get();
+        }
+        Properties props = new Properties();
+        props.put("bootstrap.servers", bootstrap);
+        props.put("group.id", group);
+        // At most 50 records per ShareFetch: many fetches, before and after each pause.
+        props.put("share.acquire.mode", "record_limit");
+        props.put("max.poll.records", "50");
+        props.put("key.deserializer", ByteArrayDeserializer.class.getName());
+        props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        BufferedReader input = new BufferedReader(new InputStreamReader(System.in));
+        List<Long> pauses = new ArrayList<>();
+        if (pause) {
+            pauses.addAll(List.of(records / 3, 2 * records / 3));
+        }
+        long deadline = System.currentTimeMillis() + DEADLINE_MS;
+        try (KafkaShareConsumer<byte[], byte[]> consumer = new KafkaShareConsumer<>(props)) {
+            consumer.subscribe(List.of(topic));
+            while (seen.size() < records && System.currentTimeMillis() < deadline) {
+                ConsumerRecords<byte[], byte[]> batch = consumer.poll(POLL);
+                print(batch, seen);
+                if (!batch.isEmpty()) {
+                    consumer.commitSync();
+                }
+                if (!pauses.isEmpty() && seen.size() >= pauses.get(0)) {
+                    pauses.remove(0);
+                    System.out.println("paused " + seen.size());
+                    System.out.flush();
+                    input.readLine();
+                    deadline = System.currentTimeMillis() + DEADLINE_MS;
+                }
+            }
+            consumer.commitSync();
         }
     }
 
