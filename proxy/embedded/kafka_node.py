@@ -11,7 +11,8 @@ bytes, unpadded), which saves a JVM start for ``random-uuid``.
 Settings beyond a plain node, all for tests: retention is checked every second (and the first
 check is not delayed by ``log.initial.task.delay.ms``, 30 s by default), segments are 1 MiB
 (the smallest Kafka 4 accepts), deleted segment files go after 1 s, the log cleaner gets a
-small dedupe buffer, and internal topics have few partitions. With ``native_tiered`` the node
+small dedupe buffer, and internal topics have few partitions (the share-group state topic
+included: Kafka 4.x enables share groups, KIP-932, on a freshly formatted cluster). With ``native_tiered`` the node
 also runs Kafka's own tiered storage (KIP-405 as shipped) on a local directory
 (``LocalTieredStorage`` from the ``kafka-storage`` test jar), with the copy task every 500 ms:
 the reference that the proxy's answers are compared with.
@@ -127,6 +128,7 @@ def _base_properties(
         "transaction.state.log.num.partitions": "5",
         "share.coordinator.state.topic.replication.factor": str(replication),
         "share.coordinator.state.topic.min.isr": "1",
+        "share.coordinator.state.topic.num.partitions": "5",
         "group.initial.rebalance.delay.ms": "0",
         "log.retention.check.interval.ms": "1000",
         "log.initial.task.delay.ms": "100",
