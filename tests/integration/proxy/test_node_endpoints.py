@@ -80,7 +80,7 @@ def tail_of(payload: bytes, version: int) -> tuple[int, bytes]:
     return finder.tail_start, payload[finder.tail_start :]
 
 
-@pytest.mark.parametrize("version", [16, 17])
+@pytest.mark.parametrize("version", [16, 17, 18])
 async def test_a_moved_leaders_endpoint_comes_back_as_the_proxys_address(
     cluster: KafkaCluster, proxy: TierproxyServer, version: int
 ) -> None:
