@@ -24,6 +24,7 @@ from proxy.embedded import (
     ensure_jars,
     free_port,
 )
+from tests.conditions import GENEROUS_S
 from tests.integration.proxy.conftest import start_proxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka", "kafka3", "tansu")]
@@ -90,7 +91,7 @@ async def test_the_proxy_outlives_a_broker_restart(
         await idle.start()
         try:
             broker.stop()
-            _wait_for_log(proxy.process.log_path, "broker closed", timeout_s=10)
+            _wait_for_log(proxy.process.log_path, "broker closed", timeout_s=GENEROUS_S)
             assert proxy.process.running
 
             broker.start()

@@ -28,7 +28,7 @@ from protocol.messages import (
 from proxy.embedded import BrokerInfo
 from proxy.embedded.tierproxy import TierproxyServer
 from proxy.interceptors.api_versions import restrict_api_versions
-from tests.conditions import wait_for, wait_until
+from tests.conditions import GENEROUS_S, wait_for, wait_until
 from tests.integration.proxy.conftest import start_proxy
 from tests.unit.proxy.remote.scripted_broker import fetch_request
 
@@ -174,7 +174,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(
     info = start_proxy(broker, tmp_path)
     try:
         asyncio.run(sigterm_round(info))
-        wait_until(lambda: not info.process.running, timeout_s=10, what="the proxy exited")
+        wait_until(lambda: not info.process.running, what="the proxy exited")
         log = info.process.log_path.read_text()
         assert "event=proxy.stopping" in log
         assert "event=proxy.stopped" in log
@@ -185,7 +185,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(
 def fetches_received(info: TierproxyServer) -> float:
     """Fetch requests the proxy has read (``tierproxy_requests_total{api="fetch"}``)."""
     url = f"http://127.0.0.1:{info.metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
+    with urllib.request.urlopen(url, timeout=GENEROUS_S) as response:
         text = response.read().decode()
     prefix = 'tierproxy_requests_total{api="fetch"} '
     return sum(float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix))
@@ -214,7 +214,7 @@ async def test_prometheus_endpoint_counts_what_passed(proxy: TierproxyServer) ->
 
     def scrape() -> str:
         url = f"http://127.0.0.1:{proxy.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=GENEROUS_S) as response:
             return str(response.read().decode())
 
     text = await asyncio.to_thread(scrape)

@@ -29,6 +29,7 @@ from proxy.embedded import BrokerInfo, S3Info
 from proxy.embedded.tierproxy import TierproxyServer, storage_settings
 from storage.tiering.job import open_pipeline, settings_from_flat
 from storage.tiering.report import CycleReport
+from tests.conditions import GENEROUS_S
 from tests.unit.proxy.remote.scripted_broker import fetch_request
 
 Record = tuple[int, int, bytes | None, bytes | None]
@@ -520,12 +521,12 @@ class LatencyRelay:
             for writer in list(self._writers):
                 writer.close()
             if self._connections:
-                await asyncio.wait(list(self._connections), timeout=5)
+                await asyncio.wait(list(self._connections), timeout=GENEROUS_S / 2)
             await self._server.wait_closed()
 
-        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
+        asyncio.run_coroutine_threadsafe(stop(), self._loop).result(GENEROUS_S)
         self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
+        self._thread.join(GENEROUS_S)
         self._loop.close()
 
 

@@ -19,6 +19,7 @@ from proxy.logs import OUR_LOGGERS
 from proxy.server import ProxyServer
 from proxy.splice import Prelude, SpliceDone, Splicer
 from storage.kafka_security import KafkaSecurityConfig
+from tests.conditions import GENEROUS_S
 from tests.unit.proxy.fake_broker import FakeBroker
 
 ProxyFactory = Callable[..., Awaitable[ProxyServer]]
@@ -81,12 +82,19 @@ async def make_proxy() -> AsyncIterator[ProxyFactory]:
 
 
 class Client:
-    """A bare Kafka-framing client: writes frames, reads whole response payloads."""
+    """A bare Kafka-framing client: writes frames, reads whole response payloads.
+
+    Every client still open when its test ends is closed then (:func:`_close_clients`), so
+    that a test that failed half-way leaks no socket into the tests after it.
+    """
+
+    still_open: ClassVar[set[Client]] = set()
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader = reader
         self.writer = writer
         self._decoder = FrameDecoder(1 << 30)
+        self.still_open.add(self)
 
     @classmethod
     async def connect(cls, server: ProxyServer, node_index: int = 0) -> Client:
@@ -98,7 +106,7 @@ class Client:
         self.writer.write(framed)
         await self.writer.drain()
 
-    async def receive(self, seconds: float = 5.0) -> bytes:
+    async def receive(self, seconds: float = GENEROUS_S) -> bytes:
         async with asyncio.timeout(seconds):
             while True:
                 frame = self._decoder.next_frame()
@@ -110,7 +118,7 @@ class Client:
                     raise ConnectionError("proxy closed the connection")
                 self._decoder.feed(data)
 
-    async def closed(self, seconds: float = 5.0) -> bool:
+    async def closed(self, seconds: float = GENEROUS_S) -> bool:
         """Whether the proxy closes this connection within ``seconds`` (reading to EOF);
         if it did, our side is closed too."""
         try:
@@ -125,9 +133,20 @@ class Client:
         return True
 
     async def close(self) -> None:
+        self.still_open.discard(self)
         self.writer.close()
         with contextlib.suppress(ConnectionError):
             await self.writer.wait_closed()
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients() -> AsyncIterator[None]:
+    """Close, in the test's own event loop, the clients it left open (it failed before
+    closing them): left to the garbage collector, they would warn (ResourceWarning, an error
+    under ``filterwarnings = error``) in whichever later test happens to collect them."""
+    yield
+    while Client.still_open:
+        await Client.still_open.pop().close()
 
 
 def frame(payload: bytes) -> bytes:

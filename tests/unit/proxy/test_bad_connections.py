@@ -105,7 +105,7 @@ async def test_a_request_trickled_too_slowly_is_closed_and_others_are_not(
     slowloris = await Client.connect(proxy)
     # A size prefix and half a header, then nothing: held past the deadline.
     await slowloris.send(struct.pack(">i", 1000) + b"\x00\x03")
-    assert await slowloris.closed(5.0)
+    assert await slowloris.closed()
     await bystander.send(raw_request(1, b"fine"))
     assert await bystander.receive() == struct.pack(">i", 1) + b"echo:fine"
     (line,) = [line for line in lines(captured, "connection.closed") if line.get("bad")]
@@ -124,7 +124,7 @@ async def test_idle_connections_are_closed_after_connections_max_idle_ms(
     idle = await Client.connect(proxy)
     await idle.send(raw_request(1, b"hello"))
     assert await idle.receive() == struct.pack(">i", 1) + b"echo:hello"
-    assert await idle.closed(5.0)
+    assert await idle.closed()
     assert [line["bad"] for line in lines(captured, "connection.closed")] == [IDLE]
 
 

@@ -24,6 +24,7 @@ from protocol.errors import KafkaError
 from protocol.messages import ApiKey, decode_response
 from proxy.config import ProxyConfig
 from proxy.server import ProxyServer
+from tests.conditions import GENEROUS_S
 from tests.unit.proxy.conftest import frame
 from tests.unit.proxy.fake_broker import FakeBroker, raw_request
 from tests.unit.proxy.test_server import api_versions_frame, metadata_frame
@@ -75,7 +76,7 @@ class ThreadedProxy:
         self.loop.close()
 
     def connect(self) -> socket.socket:
-        return socket.create_connection(self.address, timeout=5)
+        return socket.create_connection(self.address, timeout=GENEROUS_S)
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +102,8 @@ def read_exactly(sock: socket.socket, count: int) -> bytes:
 
 
 def closed_by_proxy(sock: socket.socket) -> bool:
-    """Read until EOF (or reset); False if the proxy keeps it open for 5 s."""
+    """Read until EOF (or reset); False if the proxy keeps it open for the socket's timeout
+    (``GENEROUS_S``: the proxy runs in a thread of this busy process)."""
     try:
         while sock.recv(65536):
             pass
@@ -121,11 +123,10 @@ def round_trip_works(sock: socket.socket, correlation_id: int) -> bool:
 @pytest.fixture
 def bystander(threaded: ThreadedProxy) -> Iterator[socket.socket]:
     """A well-behaved client connected the whole time."""
-    sock = threaded.connect()
-    assert round_trip_works(sock, 1)
-    yield sock
-    assert round_trip_works(sock, 2)
-    sock.close()
+    with threaded.connect() as sock:
+        assert round_trip_works(sock, 1)
+        yield sock
+        assert round_trip_works(sock, 2)
 
 
 @pytest.mark.parametrize(

@@ -78,7 +78,7 @@ async def test_a_client_that_skips_sasl_is_closed_by_the_broker_and_the_proxy(
     )
     client = await Client.connect(proxy)
     await client.send(raw_request(1, b"no login"))
-    assert await client.closed(seconds=3)
+    assert await client.closed()
 
 
 async def test_a_wrong_password_is_the_clients_answer_to_read(

@@ -17,7 +17,7 @@ from proxy.discovery import DiscoveryError
 from proxy.health import Readiness
 from proxy.health_endpoint import serving
 from proxy.server import ProxyServer
-from tests.conditions import wait_for
+from tests.conditions import GENEROUS_S, wait_for
 from tests.unit.proxy.conftest import Client, ProxyFactory, frame
 from tests.unit.proxy.fake_broker import (
     RAW_API,
@@ -151,7 +151,8 @@ async def test_metrics_endpoint_counts_requests(
     await client.receive()
 
     def scrape() -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        url = f"http://127.0.0.1:{port}/metrics"
+        with urllib.request.urlopen(url, timeout=GENEROUS_S) as response:
             return str(response.read().decode())
 
     config = ProxyConfig(metrics_port=port)
@@ -183,7 +184,8 @@ async def test_graceful_close_finishes_in_flight_requests_until_the_deadline(
         what="both requests reached the broker",
     )
     caplog.set_level(logging.INFO, logger="tierproxy")
-    await proxy.close(1.0)
+    # A grace period far longer than the quick answer's 0.2 s, however busy the machine.
+    await proxy.close(5.0)
     # The quick pair drained within the grace period; the stuck one was cut by the deadline
     # (waiting for its 30 s answer would have closed it as drained instead).
     closes = {
@@ -193,8 +195,8 @@ async def test_graceful_close_finishes_in_flight_requests_until_the_deadline(
     }
     assert closes == {"shutdown", "shutdown deadline passed"}
     assert raw_response_body(await quick.receive()) == (1, b"echo:0.2")
-    assert await quick.closed(seconds=1)
-    assert await stuck.closed(seconds=1)
+    assert await quick.closed()
+    assert await stuck.closed()
     assert proxy.connections == 0
 
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from protocol.headers import RequestHeader
 from proxy.splice import SPLICE_AVAILABLE, SpliceFailure, Splicer
-from tests.conditions import wait_for
+from tests.conditions import GENEROUS_S, wait_for
 from tests.unit.proxy.conftest import Client, ProxyFactory
 from tests.unit.proxy.fake_broker import (
     FakeBroker,
@@ -40,9 +40,9 @@ async def test_large_raw_responses_pass_byte_for_byte(
     await client.send(
         raw_request(1, big) + raw_request(2, b"small") + raw_request(3, big[: 3 * MIB])
     )
-    assert raw_response_body(await client.receive(seconds=30)) == (1, b"echo:" + big)
+    assert raw_response_body(await client.receive()) == (1, b"echo:" + big)
     assert raw_response_body(await client.receive()) == (2, b"echo:small")
-    assert raw_response_body(await client.receive(seconds=30)) == (3, b"echo:" + big[: 3 * MIB])
+    assert raw_response_body(await client.receive()) == (3, b"echo:" + big[: 3 * MIB])
     await client.close()
     if enabled:
         # Most of each large answer went through the pipe; the small one never did.
@@ -63,7 +63,7 @@ async def test_a_client_gone_mid_splice_closes_the_pair(
     await wait_for(lambda: bool(spliced), what="the proxy splicing the answer")
     fake_broker.disconnected.clear()
     client.writer.transport.abort()
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(GENEROUS_S):
         await fake_broker.disconnected.wait()
     await wait_for(lambda: proxy.connections == 0, what="the proxy dropped the pair")
 
@@ -81,7 +81,7 @@ async def test_a_broker_gone_mid_splice_closes_the_client(
     proxy = await make_proxy(fake_broker)
     client = await Client.connect(proxy)
     await client.send(raw_request(1, b""))
-    assert await client.closed(seconds=10)
+    assert await client.closed()
     await wait_for(lambda: proxy.connections == 0, what="the proxy dropped the pair")
     assert spliced
 

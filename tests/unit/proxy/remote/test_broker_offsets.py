@@ -36,6 +36,7 @@ from proxy.remote.fetch_plan import PROBE_BYTES
 from proxy.remote.offsets import EARLIEST, LATEST, RemoteRange
 from storage.kafka_client import READ_COMMITTED, BrokerConnectionError, ListedOffset
 from storage.model import TopicIdPartition
+from tests.conditions import wait_for
 from tests.unit.proxy.conftest import through
 from tests.unit.proxy.fake_broker import metadata_topics
 from tests.unit.proxy.remote.env import (
@@ -225,10 +226,9 @@ async def test_a_slow_leader_holds_the_answer_only_briefly_and_is_still_learned(
     assert len(lister.asked) == 3
     assert lister.gate is not None
     lister.gate.set()
-    for _ in range(100):
-        await asyncio.sleep(0.01)
-        if view.state(tp(0)).high_watermark is not None:
-            break
+    await wait_for(
+        lambda: view.state(tp(0)).high_watermark is not None, what="the late answer learned"
+    )
     assert view.state(tp(0)).high_watermark == HIGH_WATERMARK
 
 
