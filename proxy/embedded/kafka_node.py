@@ -12,10 +12,10 @@ Settings beyond a plain node, all for tests: retention is checked every second (
 check is not delayed by ``log.initial.task.delay.ms``, 30 s by default), segments are 1 MiB
 (the smallest Kafka 4 accepts), deleted segment files go after 1 s, the log cleaner gets a
 small dedupe buffer, and internal topics have few partitions (the share-group state topic
-included: Kafka 4.x enables share groups, KIP-932, on a freshly formatted cluster). With ``native_tiered`` the node
-also runs Kafka's own tiered storage (KIP-405 as shipped) on a local directory
-(``LocalTieredStorage`` from the ``kafka-storage`` test jar), with the copy task every 500 ms:
-the reference that the proxy's answers are compared with.
+included: Kafka 4.x enables share groups, KIP-932, on a freshly formatted cluster). With
+``native_tiered`` the node also runs Kafka's own tiered storage (KIP-405 as shipped) on a
+local directory (``LocalTieredStorage`` from the ``kafka-storage`` test jar), with the copy
+task every 500 ms: the reference that the proxy's answers are compared with.
 
 A node keeps its ports and data across ``stop()`` and ``start()``, so tests can restart a
 broker, or stop one of a cluster's nodes to force a leader election, and bring it back.
