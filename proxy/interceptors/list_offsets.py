@@ -63,9 +63,7 @@ _ALWAYS_ANSWERED: Final = frozenset(
 )
 """Queries the proxy answers for every partition, tiered or not (the broker was asked
 another question)."""
-_ASKED_EARLIEST: Final = frozenset(
-    {OffsetQuery.EARLIEST, OffsetQuery.EARLIEST_LOCAL, OffsetQuery.EARLIEST_PENDING_UPLOAD}
-)
+_ASKED_EARLIEST: Final = frozenset({OffsetQuery.EARLIEST, OffsetQuery.EARLIEST_LOCAL})
 """Queries asked of the broker as EARLIEST: its answer is its exact log start."""
 
 
@@ -240,7 +238,14 @@ class ListOffsetsInterceptor(Interceptor):
                     offset=located.offset,
                     leader_epoch=-1 if located.leader_epoch is None else located.leader_epoch,
                 )
-        result = answer(query.query, broker, remote, found, tiered=tp is not None)
+        result = answer(
+            query.query,
+            broker,
+            remote,
+            found,
+            tiered=tp is not None,
+            log_start=None if tp is None else self._broker.state(tp).log_start_offset,
+        )
         return dataclasses.replace(
             part, timestamp=result.timestamp, offset=result.offset, leader_epoch=result.leader_epoch
         )

@@ -13,15 +13,17 @@ timestamp    request v1-v6               request v7+
 -4           (not a sentinel: broker)    EARLIEST_LOCAL, v8+: the broker's own log start
 -5           (not a sentinel: broker)    LATEST_TIERED, v9+: highest tiered offset, or -1
 -6           (not a sentinel: broker)    EARLIEST_PENDING_UPLOAD, v11+: the first offset not
-                                         tiered yet (see :func:`answer`)
+                                         tiered yet, below the broker's LATEST (see
+                                         :func:`answer`)
 >= 0         remote time indexes first, then the broker (the earlier of the two answers)
 ===========  ==========================  =====================================================
 
 The broker is always asked (so its authorisation and leadership checks govern the answer),
-but sentinels it may not know are replaced by ones it does: EARLIEST_LOCAL and
-EARLIEST_PENDING_UPLOAD become EARLIEST (a broker that knows nothing of the remote tier has
-only its local log), LATEST_TIERED becomes LATEST. A partition the broker answers with an
-error keeps the error.
+but sentinels it may not know are replaced by ones it does: EARLIEST_LOCAL becomes EARLIEST
+(a broker that knows nothing of the remote tier has only its local log), LATEST_TIERED and
+EARLIEST_PENDING_UPLOAD become LATEST (for -6, the broker's high watermark, or last stable
+offset for READ_COMMITTED: Kafka answers -6 only below it). A partition the broker answers
+with an error keeps the error.
 """
 
 from __future__ import annotations
@@ -114,7 +116,7 @@ def plan(timestamp: int, version: int, *, kip405_minus_3: bool = False) -> tuple
     if timestamp == LATEST_TIERED and version >= _FIRST_LATEST_TIERED_VERSION:
         return OffsetQuery.LATEST_TIERED, LATEST
     if timestamp == EARLIEST_PENDING_UPLOAD and version >= _FIRST_EARLIEST_PENDING_UPLOAD_VERSION:
-        return OffsetQuery.EARLIEST_PENDING_UPLOAD, EARLIEST
+        return OffsetQuery.EARLIEST_PENDING_UPLOAD, LATEST
     return OffsetQuery.BROKER, timestamp
 
 
@@ -128,30 +130,30 @@ def answer(
     found: BrokerAnswer | None = None,
     *,
     tiered: bool = True,
+    log_start: int | None = None,
 ) -> BrokerAnswer:
     """The answer for one partition the broker answered without error.
 
     EARLIEST_PENDING_UPLOAD answers as Kafka's ``UnifiedLog.fetchEarliestPendingUploadOffset``
-    does: -1 for a partition the remote tier has never held (Kafka: remote storage disabled;
-    the proxy cannot tell a topic that will be tiered from one that never will); the log
-    start (the broker's EARLIEST answer) when nothing readable is tiered or the remote tier
-    does not reach the broker's log; else ``max(highest tiered offset + 1, log start)``, with
-    the broker's epoch when that is the broker's log start, the remote lineage's otherwise.
+    and ``ReplicaManager`` do: the offset after the highest tiered one, or the broker's log
+    start when nothing readable is tiered or the remote tier does not reach the broker's log;
+    then -1 if that offset is not below the last fetchable one (the broker's LATEST answer:
+    everything is tiered), and -1 for a partition the remote tier has never held (Kafka:
+    remote storage off; the proxy cannot tell a topic that will be tiered from one that never
+    will) or whose broker log start it has not learnt.
 
     :param remote: the partition's remote tier, ``None`` if nothing is tiered (or it does not
         reach the broker's log).
     :param found: for TIMESTAMP queries, the remote time indexes' answer (``None`` if no
         remote record is that late).
     :param tiered: whether the remote tier holds the partition at all.
+    :param log_start: the broker's log start, for EARLIEST_PENDING_UPLOAD (``None``: unknown).
     """
     if query is OffsetQuery.EARLIEST_PENDING_UPLOAD:
-        if not tiered:
+        pending = log_start if remote is None else remote.end + 1
+        if not tiered or pending is None or pending >= broker.offset:
             return _UNKNOWN
-        if remote is None:
-            return broker
-        start = answer(OffsetQuery.EARLIEST, broker, remote).offset
-        pending = max(remote.end + 1, start)
-        epoch = broker.leader_epoch if pending == broker.offset else remote.epoch_of(pending)
+        epoch = NO_EPOCH if remote is None else remote.epoch_of(pending)
         return BrokerAnswer(timestamp=NO_TIMESTAMP, offset=pending, leader_epoch=epoch)
     if query is OffsetQuery.EARLIEST and remote is not None:
         if broker.offset < 0 or remote.start < broker.offset:

@@ -63,7 +63,8 @@ INTENDED = {
     "ListOffsets EARLIEST_LOCAL": "each tier ends where its own tiering closed segments: Kafka "
     "at the broker's segment rolls, tierproxy at the pipeline's segment.bytes/segment.ms",
     "ListOffsets LATEST_TIERED": "the same boundary, seen from the remote side",
-    "ListOffsets EARLIEST_PENDING_UPLOAD": "the same boundary, one offset on",
+    "ListOffsets EARLIEST_PENDING_UPLOAD": "the same boundary, one offset on (-1 where a tier "
+    "holds everything below the high watermark)",
     "ListOffsets MAX_TIMESTAMP": "both answer -3 from the broker's local log only (Kafka's "
     "RemoteLogManager does not search remote segments for it), and the local logs differ "
     "by the boundary above",

@@ -15,7 +15,7 @@ from protocol.messages import ApiKey, build, nested_class, request_class, respon
 from proxy.interceptors.topic_ids import MetadataTopicIds
 from storage.rsm.base import RemoteStorageError
 from tests.unit.proxy.conftest import through
-from tests.unit.proxy.remote.env import TIERED_END, TOPIC, Env, EnvFactory, metadata_call
+from tests.unit.proxy.remote.env import LAST, TIERED_END, TOPIC, Env, EnvFactory, metadata_call
 from tests.unit.proxy.remote.tiered_log import BASE_TIMESTAMP, TP, data_batch
 
 
@@ -105,8 +105,9 @@ async def test_latest_tiered(make_env: EnvFactory) -> None:
 async def test_earliest_pending_upload_is_the_offset_after_the_tiered_range(
     make_env: EnvFactory,
 ) -> None:
-    """-6 (v11, KIP-1023), as Kafka's UnifiedLog answers it: the highest tiered offset + 1
-    with its epoch; -1 for a partition never tiered; before v11, not a sentinel."""
+    """-6 (v11, KIP-1023), as Kafka answers it: the highest tiered offset + 1 with its epoch,
+    if the broker's high watermark is above it; -1 for a partition never tiered; before v11,
+    not a sentinel."""
     env = await make_env()
     part = await list_offset(env, 11, -6)
     assert (part.error_code, part.offset, part.timestamp, part.leader_epoch) == (
@@ -115,14 +116,24 @@ async def test_earliest_pending_upload_is_the_offset_after_the_tiered_range(
         -1,
         0,
     )
-    assert forwarded_timestamp(env) == -2  # the broker need not know the sentinel
+    assert forwarded_timestamp(env) == -1  # the broker need not know the sentinel
     env.broker.partitions[("plain", 0)] = env.model.__class__(batches=[data_batch(0, 1)])
     response = await env.client.call(
         ApiKey.LIST_OFFSETS, 11, list_offsets_request(11, -6, topic="plain")
     )
-    assert (response.topics[0].partitions[0].offset, forwarded_timestamp(env)) == (-1, -2)
+    assert (response.topics[0].partitions[0].offset, forwarded_timestamp(env)) == (-1, -1)
     await list_offset(env, 10, -6)
     assert forwarded_timestamp(env) == -6
+
+
+async def test_earliest_pending_upload_is_minus_one_once_everything_is_tiered(
+    make_env: EnvFactory,
+) -> None:
+    """Kafka answers -6 only below the last fetchable offset (``ReplicaManager``)."""
+    batches = [data_batch(o, 2, value_size=50) for o in range(0, LAST + 1, 2)]
+    env = await make_env(segments=[batches[0:10], batches[10:]], local=[], local_start=LAST + 1)
+    part = await list_offset(env, 11, -6)
+    assert (part.error_code, part.offset, part.leader_epoch) == (KafkaError.NONE, -1, -1)
 
 
 @pytest.mark.parametrize("version", [1, 4, 10, 11])

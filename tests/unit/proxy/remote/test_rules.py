@@ -4,6 +4,8 @@ OffsetForLeaderEpoch answers on KIP-405's leader-epoch scenarios 3-5."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from protocol.fetch_bodies import FetchPosition
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
@@ -136,7 +138,7 @@ REMOTE = RemoteRange(
         (LATEST_TIERED, 8, False, (OffsetQuery.BROKER, LATEST_TIERED)),
         (LATEST_TIERED, 9, False, (OffsetQuery.LATEST_TIERED, LATEST)),
         (EARLIEST_PENDING_UPLOAD, 10, False, (OffsetQuery.BROKER, EARLIEST_PENDING_UPLOAD)),
-        (EARLIEST_PENDING_UPLOAD, 11, False, (OffsetQuery.EARLIEST_PENDING_UPLOAD, EARLIEST)),
+        (EARLIEST_PENDING_UPLOAD, 11, False, (OffsetQuery.EARLIEST_PENDING_UPLOAD, LATEST)),
         (0, 1, False, (OffsetQuery.TIMESTAMP, 0)),
         (1_700_000_000_000, 10, False, (OffsetQuery.TIMESTAMP, 1_700_000_000_000)),
     ],
@@ -169,21 +171,52 @@ def test_latest_tiered_is_the_remote_end_or_minus_one() -> None:
 
 
 def test_earliest_pending_upload_follows_kafkas_unified_log() -> None:
+    """The broker was asked LATEST: its answer is the last fetchable offset."""
     pending = OffsetQuery.EARLIEST_PENDING_UPLOAD
-    # The broker's log starts just after the tiered range: its own answer, epoch included.
-    joined = BrokerAnswer(timestamp=-1, offset=100, leader_epoch=4)
-    assert answer(pending, joined, REMOTE) == joined
-    # The broker still holds some tiered offsets: the one after the range, the lineage's epoch.
-    overlapping = BrokerAnswer(timestamp=-1, offset=60, leader_epoch=3)
-    assert answer(pending, overlapping, REMOTE) == BrokerAnswer(
-        timestamp=-1, offset=100, leader_epoch=3
+    latest = BrokerAnswer(timestamp=-1, offset=150, leader_epoch=4)
+    # The offset after the tiered range, with the lineage's epoch.
+    assert answer(pending, latest, REMOTE) == BrokerAnswer(timestamp=-1, offset=100, leader_epoch=3)
+    # Nothing readable tiered, or a gap: everything from the broker's log start is pending.
+    assert answer(pending, latest, None, log_start=120) == BrokerAnswer(
+        timestamp=-1, offset=120, leader_epoch=-1
     )
-    # Nothing readable tiered, or a gap: everything from the log start is pending.
-    assert answer(pending, joined, None) == joined
+    unknown = BrokerAnswer(timestamp=-1, offset=-1, leader_epoch=-1)
+    assert answer(pending, latest, None) == unknown  # the broker's log start not learnt
+    # Everything below the last fetchable offset is tiered: Kafka answers -1.
+    everything = BrokerAnswer(timestamp=-1, offset=100, leader_epoch=3)
+    assert answer(pending, everything, REMOTE) == unknown
     # Never tiered: Kafka's answer for a partition without remote storage.
-    assert answer(pending, joined, None, tiered=False) == BrokerAnswer(
-        timestamp=-1, offset=-1, leader_epoch=-1
+    assert answer(pending, latest, None, tiered=False, log_start=120) == unknown
+
+
+@given(
+    start=st.integers(0, 1_000),
+    length=st.integers(0, 1_000),
+    latest=st.integers(0, 3_000),
+    log_start=st.none() | st.integers(0, 3_000),
+    reaches=st.booleans(),
+)
+def test_earliest_pending_upload_is_below_the_last_fetchable_offset_or_minus_one(
+    start: int, length: int, latest: int, log_start: int | None, reaches: bool
+) -> None:
+    """Kafka's ``ReplicaManager`` answers -1 for an offset not below the last fetchable one;
+    an offset the proxy answers is never inside the tiered range."""
+    remote = RemoteRange(
+        start=start, end=start + length, lineage=(EpochEntry(epoch=0, start_offset=start),)
     )
+    broker = BrokerAnswer(timestamp=-1, offset=latest, leader_epoch=0)
+    got = answer(
+        OffsetQuery.EARLIEST_PENDING_UPLOAD,
+        broker,
+        remote if reaches else None,
+        log_start=log_start,
+    )
+    assert got.timestamp == -1
+    assert got.offset == -1 or got.offset < latest
+    if got.offset != -1 and reaches:
+        assert got.offset == remote.end + 1
+    if got.offset == -1:
+        assert got.leader_epoch == -1
 
 
 def test_timestamps_take_the_earlier_of_remote_and_broker() -> None:
