@@ -224,14 +224,18 @@ def same_offset_answer(kafka: tuple[int, ...], proxy: tuple[int, ...], markers_a
     return same_record and min(stamp, p_stamp) > markers_after
 
 
-async def kafkas_offsets(bootstrap: str, topic: str, timestamp: int) -> list[tuple[int, ...]]:
-    """Kafka's ListOffsets answer, asked again while a partition answers REQUEST_TIMED_OUT:
-    its native tiered storage times a remote timestamp lookup out when the machine is busy,
-    a retriable error that Kafka's own clients retry."""
+RETRIABLE = frozenset({KafkaError.REQUEST_TIMED_OUT, KafkaError.KAFKA_STORAGE_ERROR})
+"""What a remote timestamp lookup that ran out of time answers on a busy machine: Kafka's
+native tiered storage REQUEST_TIMED_OUT, tierproxy KAFKA_STORAGE_ERROR; clients retry both."""
+
+
+async def offsets_of(bootstrap: str, topic: str, timestamp: int) -> list[tuple[int, ...]]:
+    """A ListOffsets answer, asked again while a partition answers a retriable error, as
+    Kafka's own clients do."""
     version = SENTINEL_VERSIONS.get(timestamp, LIST_OFFSETS_VERSION)
     for _ in range(5):
         answer = await list_offsets(bootstrap, topic, timestamp, PARTITIONS, version)
-        if all(error != KafkaError.REQUEST_TIMED_OUT for error, *_ in answer):
+        if all(error not in RETRIABLE for error, *_ in answer):
             break
     return answer
 
@@ -243,9 +247,8 @@ async def differences(
     latest = await list_offsets(kafka, topic, -5, PARTITIONS)
     for timestamp in [*SENTINELS, *timestamps]:
         name = SENTINELS.get(timestamp, f"timestamp {timestamp}")
-        expected = await kafkas_offsets(kafka, topic, timestamp)
-        version = SENTINEL_VERSIONS.get(timestamp, LIST_OFFSETS_VERSION)
-        got = await list_offsets(proxy, topic, timestamp, PARTITIONS, version)
+        expected = await offsets_of(kafka, topic, timestamp)
+        got = await offsets_of(proxy, topic, timestamp)
         found += [
             f"ListOffsets {name} partition {p}: kafka {e} tierproxy {g}"
             for p, (e, g) in enumerate(zip(expected, got, strict=True))
