@@ -63,7 +63,7 @@ from protocol.fetch_bodies import (
     rewrite_fetch_request,
     session_not_found_response,
 )
-from protocol.messages import ApiKey, Body
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, Body
 from proxy.identities import ClientIdentities
 from proxy.interceptors.base import Answer, Call, Exchange, Forward, Interceptor
 from proxy.logs import event
@@ -149,7 +149,7 @@ class FetchInterceptor(Interceptor):
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:
-        return {ApiKey.FETCH: range(4, 18)}
+        return {ApiKey.FETCH: INTERCEPTED_VERSIONS[ApiKey.FETCH]}
 
     @property
     def needs_request(self) -> bool:

@@ -28,7 +28,7 @@ from typing import Final, Protocol, Self
 from protocol.errors import KafkaError
 from protocol.indexes import CorruptIndexError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
-from protocol.messages import ApiKey, Body
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, Body
 from protocol.offset_bodies import (
     ListedOffset,
     ListOffsetsEditor,
@@ -118,7 +118,7 @@ class ListOffsetsInterceptor(Interceptor):
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:
-        return {ApiKey.LIST_OFFSETS: range(1, 12)}
+        return {ApiKey.LIST_OFFSETS: INTERCEPTED_VERSIONS[ApiKey.LIST_OFFSETS]}
 
     @property
     def served_above_broker(self) -> Mapping[ApiKey, range]:

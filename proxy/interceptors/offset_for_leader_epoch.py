@@ -18,7 +18,7 @@ from typing import Final, Protocol
 
 from protocol.errors import KafkaError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
-from protocol.messages import ApiKey, Body
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, Body
 from protocol.offset_bodies import EpochsEditor, PartitionName, read_epochs_request
 from proxy.interceptors.base import Call, Forward, Interceptor, OnResponse
 from proxy.remote.epochs import EpochEndOffset, end_offset
@@ -48,7 +48,8 @@ class OffsetForLeaderEpochInterceptor(Interceptor):
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:
-        return {ApiKey.OFFSET_FOR_LEADER_EPOCH: range(2, 5)}
+        api = ApiKey.OFFSET_FOR_LEADER_EPOCH
+        return {api: INTERCEPTED_VERSIONS[api]}
 
     @property
     def needs_request(self) -> bool:

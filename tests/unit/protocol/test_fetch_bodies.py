@@ -14,10 +14,10 @@ from protocol.fetch_bodies import (
     empty_fetch_response,
     read_fetch_request,
 )
-from protocol.messages import ApiKey, decode_response, encode_response
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, decode_response, encode_response
 from tests.unit.proxy.remote.scripted_broker import fetch_request
 
-VERSIONS = range(4, 18)
+VERSIONS = INTERCEPTED_VERSIONS[ApiKey.FETCH]
 
 
 @pytest.mark.parametrize("version", VERSIONS)

@@ -18,7 +18,7 @@ import pytest
 
 from protocol.errors import KafkaError
 from protocol.headers import encode_request_header
-from protocol.messages import ApiKey, encode_request
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, encode_request
 from protocol.records import ControlType, parse_batch_header
 from storage.model import RemoteLogSegmentState as S
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
@@ -43,7 +43,7 @@ from tests.unit.proxy.remote.scripted_broker import (
 from tests.unit.proxy.remote.tiered_log import data_batch, marker
 
 
-@pytest.mark.parametrize("version", [4, 7, 11, 12, 13, 15, 17])
+@pytest.mark.parametrize("version", INTERCEPTED_VERSIONS[ApiKey.FETCH])
 async def test_consumers_from_offset_0_get_every_batch_once(
     make_env: EnvFactory, version: int
 ) -> None:
