@@ -159,7 +159,9 @@ public final class RecordDigest {
             String bootstrap, String topic, long records, String isolation, String group,
             boolean pause, Set<String> seen) throws Exception {
         try (Admin admin = Admin.create(Map.of("bootstrap.servers", bootstrap))) {
-            ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, group);
+            // By name: Kafka 3.9's clients, which compile this file too, have no GROUP type.
+            ConfigResource resource =
+                    new ConfigResource(ConfigResource.Type.valueOf("GROUP"), group);
             List<AlterConfigOp> configs = List.of(
                     new AlterConfigOp(
                             new ConfigEntry("share.auto.offset.reset", "earliest"),
