@@ -20,26 +20,17 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 from proxy.client_networks import ClientNetworks
-from storage.config import (
-    ConfigError,
-    from_settings,
-    read_settings,
-    setting,
-)
-from storage.kafka_security import KafkaSecurityConfig
+from storage.config import ConfigError, setting
 
 __all__ = [
-    "CONFIG_CLASSES",
     "BrokerMapEntry",
     "HostPort",
     "Listener",
     "ProxyConfig",
-    "load_settings",
     "parse_host_port",
     "parse_listener",
 ]
@@ -437,31 +428,6 @@ class ProxyConfig:
         ids = [entry.node_id for entry in entries]
         _require(len(ids) == len(set(ids)), "broker.map: a node.id appears twice")
         return tuple(entries)
-
-
-# Every config class whose keys may appear in the proxy's TOML file; parts added later (the
-# tiered read path, remote storage) append theirs so unknown-key checks stay exact.
-CONFIG_CLASSES: tuple[type[Any], ...] = (ProxyConfig, KafkaSecurityConfig)
-
-
-def load_settings(
-    path: Path | None,
-    overrides: Mapping[str, Any],
-    config_classes: Sequence[type[Any]] = CONFIG_CLASSES,
-) -> dict[str, Any]:
-    """Read the TOML file (if any), apply command-line overrides, reject unknown keys.
-
-    :raises ConfigError: for unreadable TOML or an unknown setting.
-    """
-    return read_settings(path, overrides, config_classes)
-
-
-def proxy_config(flat: Mapping[str, Any]) -> ProxyConfig:
-    """Build the proxy's settings from the flat mapping :func:`load_settings` returns.
-
-    :raises ConfigError: for a wrong type or an invalid value.
-    """
-    return from_settings(ProxyConfig, flat)
 
 
 def bootstrap_addresses(config: ProxyConfig) -> tuple[HostPort, ...]:

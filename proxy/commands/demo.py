@@ -10,7 +10,7 @@ an unmodified consumer reading from offset 0 through the proxy across the remote
 boundary; last, ``spark.read.format("tierproxy")`` counts the topic (remote tier and the
 broker's tail) and the count is compared with what was produced. The pipeline, the proxy and
 the count run as subprocesses (``tierproxy tier``, ``tierproxy serve``,
-``python -m storage.spark_source.count``), with one generated config file that the summary
+``python -m storage.spark_count``), with one generated config file that the summary
 names.
 
 With ``--broker tansu`` (a broker that never deletes anything) the tiered range stays on the
@@ -48,6 +48,8 @@ from proxy.embedded import (
 )
 from proxy.embedded.kafka_jars import KafkaJarsError
 from proxy.embedded.tierproxy import TierproxyServer
+from proxy.settings import load_settings
+from storage.config import ConfigError
 from storage.console import report_console
 from storage.kafka_client import KafkaClient, KafkaClientError
 from storage.kafka_client.consumer import AssignedConsumer
@@ -278,6 +280,10 @@ segment.bytes = {_segment_bytes(demo)}
 {local}""",
         encoding="utf-8",
     )
+    try:
+        load_settings(path)  # as tier, status and serve will: every problem at once
+    except ConfigError as err:
+        raise PipelineError(f"the demo wrote an invalid {path}: {err}") from err
     return path
 
 
@@ -379,7 +385,7 @@ def _spark_count_step(demo: DemoRun, reporter: Reporter, work_dir: Path) -> None
     title = 'count the topic with Spark: spark.read.format("tierproxy")'
     with reporter.step(title) as note:
         log_path = work_dir / "spark-count.log"
-        command = [sys.executable, "-m", "storage.spark_source.count"]
+        command = [sys.executable, "-m", "storage.spark_count"]
         counted = _run_logged(
             [*command, "--config", str(demo.config_path), "--topic", demo.options.topic],
             log_path,

@@ -1,4 +1,5 @@
-"""The logging of ``tier`` and ``status``, from ``log.level`` and ``log.format`` of their file.
+"""The settings and logging of ``tier`` and ``status``: the config file checked whole
+(:func:`proxy.settings.load_settings`), then logs from its ``log.level`` and ``log.format``.
 
 ``serve`` reads both with the rest of its settings (and its ``--log-level`` and
 ``--log-format`` flags); ``tier`` and ``status`` read the same keys of the same file here,
@@ -10,24 +11,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from proxy.config import load_settings, proxy_config
 from proxy.logs import configure
+from proxy.settings import Settings, load_flat, settings_from_flat
 
-__all__ = ["LOG_KEYS", "configure_from_file"]
-
-LOG_KEYS = ("log.level", "log.format")
+__all__ = ["settings_with_logs"]
 
 
-def configure_from_file(path: Path | None, *, default_level: str = "INFO") -> None:
-    """Configure logs from the file's ``log.level`` (``default_level`` when it has none) and
-    ``log.format``.
+def settings_with_logs(path: Path | None, *, default_level: str = "INFO") -> Settings:
+    """The checked settings of the file; logs configured from its ``log.level``
+    (``default_level`` when it has none) and ``log.format``.
 
-    :raises ConfigError: the file cannot be read, holds an unknown key, or a log setting is
-        invalid.
+    :raises ConfigError: the file cannot be read, or :class:`~storage.config.ConfigProblems`
+        listing every problem of it (nothing is configured then).
     """
-    from proxy.remote.wiring import SHARED_CONFIG_CLASSES  # noqa: PLC0415 (keep --help light)
-
-    flat = load_settings(path, {}, SHARED_CONFIG_CLASSES)
-    chosen = {key: flat[key] for key in LOG_KEYS if key in flat}
-    config = proxy_config({"log.level": default_level, **chosen})
-    configure(config.log_level, config.log_format)
+    flat = load_flat(path)
+    settings = settings_from_flat(flat)
+    level = settings.proxy.log_level if "log.level" in flat else default_level
+    configure(level, settings.proxy.log_format)
+    return settings

@@ -7,23 +7,18 @@ import asyncio
 import gc
 import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import uvloop
 
-from proxy.config import load_settings, proxy_config
+from proxy.app import serve
 from proxy.health_endpoint import EndpointError
 from proxy.listeners import ListenerError
 from proxy.logs import configure
-from proxy.remote.wiring import (
-    SERVE_CONFIG_CLASSES,
-    SHARED_CONFIG_CLASSES,
-    check_remote_settings,
-    serve,
-)
-from storage.config import ConfigError, describe
+from proxy.settings import SERVE_CONFIG_CLASSES, load_flat, settings_from_flat
+from storage.config import ConfigError, describe, toml_value
 from storage.rlmm.topic_setup import MetadataTopicError
 
 __all__ = ["register", "run"]
@@ -36,7 +31,9 @@ rewritten so that clients only ever connect through the proxy. Everything else p
 through byte for byte, SASL included.
 
 Settings come from the TOML file given with --config (Kafka-style dotted names, listed
-below); the flags override the file."""
+below as TOML lines with their defaults); the flags override the file. The whole file is
+checked before anything connects, as tier and status check it: every problem is listed and
+serve exits 2."""
 
 
 def register(subparsers: Any) -> None:
@@ -88,20 +85,33 @@ def register(subparsers: Any) -> None:
 
 
 def _settings_epilog(config_classes: Sequence[type[Any]]) -> str:
-    lines = ["settings (TOML keys, with defaults):"]
+    lines = ["settings (TOML lines with their defaults, to paste into the --config file):"]
     for config_class in config_classes:
         summary = (config_class.__doc__ or config_class.__name__).strip().splitlines()[0]
         lines.append(f"\n  # {summary}")
         for info in describe(config_class):
-            default = repr(info.default) if info.default != "" else '""'
-            lines.append(f"  {info.key} = {default}")
+            lines.append(f"  {_toml_line(info.key, info.default)}")
             lines.extend(
                 textwrap.wrap(info.doc, 88, initial_indent=" " * 6, subsequent_indent=" " * 6)
             )
     return "\n".join(lines)
 
 
-def _overrides(args: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
+_NO_LIMIT = 2**63 - 1
+"""The default of the byte-rate caps: Kafka's Long.MAX_VALUE, no cap."""
+
+
+def _toml_line(key: str, default: Any) -> str:
+    """``key = default`` as TOML writes it; a key unset by default is a comment."""
+    value = toml_value(default)
+    if value is None:
+        return f"# {key} = ...   (unset by default)"
+    if value == str(_NO_LIMIT):
+        return f"{key} = {value}   # no limit"
+    return f"{key} = {value}"
+
+
+def _overrides(args: argparse.Namespace, base: Mapping[str, Any]) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
     if args.bootstrap:
         overrides["bootstrap.servers"] = args.bootstrap
@@ -136,28 +146,28 @@ def _freeze_imports() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Handler of ``tierproxy serve``: load settings, then serve until a signal.
+    """Handler of ``tierproxy serve``: load and check the settings, then serve until a signal.
 
-    Returns 2 for invalid settings, an address that cannot be bound (a client listener,
-    the metrics port), or a login or metadata topic the cluster refuses (a missing ACL,
-    another partition count), 1 when the remote tier's metadata topic could not be read
-    within ``remote.log.metadata.initialization.timeout.ms`` (a cluster that is not up yet
-    is waited for), 0 after a graceful shutdown. Each failure is one line on stderr.
+    Returns 2 for invalid settings (every problem of the file listed, before anything
+    connects), an address that cannot be bound (a client listener, the metrics port), or a
+    login or metadata topic the cluster refuses (a missing ACL, another partition count), 1
+    when the remote tier's metadata topic could not be read within
+    ``remote.log.metadata.initialization.timeout.ms`` (a cluster that is not up yet is
+    waited for), 0 after a graceful shutdown. Each failure is said on stderr: one line, or
+    one per problem of the settings.
     """
     try:
-        from_file = load_settings(args.config, {}, SHARED_CONFIG_CLASSES)
-        settings = load_settings(args.config, _overrides(args, from_file), SHARED_CONFIG_CLASSES)
-        config = proxy_config(settings)
-        check_remote_settings(settings)
+        from_file = load_flat(args.config)
+        settings = settings_from_flat({**from_file, **_overrides(args, from_file)})
     except ConfigError as err:
         print(f"tierproxy serve: {err}", file=sys.stderr)
         return 2
-    configure(config.log_level, config.log_format)
+    configure(settings.proxy.log_level, settings.proxy.log_format)
     _freeze_imports()
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         try:
-            runner.run(serve(config, settings))
+            runner.run(serve(settings))
         except (ConfigError, EndpointError, ListenerError, MetadataTopicError) as err:  # at start
             print(f"tierproxy serve: {err}", file=sys.stderr)
             return 2

@@ -9,7 +9,10 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from proxy.settings import Settings
 
 __all__ = ["register"]
 
@@ -22,7 +25,8 @@ stable offset). Reads the broker and the remote log metadata topic; changes noth
 Unlike serve and tier, status does not wait for a cluster that is not up: when no broker
 answers within --timeout-ms it prints one line and exits 1. Exit codes: 0 all rows fine, 1
 a partition row has an error (a missing ACL, say), a tiered topic is hidden from the principal,
-or the cluster did not answer, 2 invalid settings or a login, ACL or metadata topic the
+or the cluster did not answer, 2 invalid settings (the whole config file is checked first, as
+serve and tier check it, and every problem is listed) or a login, ACL or metadata topic the
 cluster refuses.
 
 Logs go to stderr in log.format, from WARNING up unless the config file sets log.level."""
@@ -61,18 +65,15 @@ def register(subparsers: Any) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from proxy.commands.log_setup import configure_from_file  # noqa: PLC0415
-    from proxy.remote.wiring import SHARED_CONFIG_CLASSES  # noqa: PLC0415
+    from proxy.commands.log_setup import settings_with_logs  # noqa: PLC0415
     from storage.config import ConfigError  # noqa: PLC0415
     from storage.console import report_console  # noqa: PLC0415
     from storage.kafka_client import KafkaClientError  # noqa: PLC0415
     from storage.rlmm.topic_setup import MetadataTopicError  # noqa: PLC0415
-    from storage.tiering.job import load_tiering_settings  # noqa: PLC0415
 
     try:
         # The table is the output; the log says only what went wrong, unless asked for more.
-        configure_from_file(args.config, default_level="WARNING")
-        settings = load_tiering_settings(args.config, accepted=SHARED_CONFIG_CLASSES)
+        settings = settings_with_logs(args.config, default_level="WARNING")
     except ConfigError as err:
         # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
         print(f"tierproxy status: {err}", file=sys.stderr)
@@ -102,7 +103,7 @@ def _handle(args: argparse.Namespace) -> int:
 
 
 async def _collect(
-    settings: Any, topic_pattern: str | None, timeout_s: float
+    settings: Settings, topic_pattern: str | None, timeout_s: float
 ) -> tuple[list[Any], list[str]]:
     """The rows, and a line for each tiered topic the broker hides from the principal; the
     cluster is asked once (within ``timeout_s``) before the metadata manager starts, as that
@@ -119,7 +120,7 @@ async def _collect(
     from storage.tiering.status import collect_status, hidden_topics  # noqa: PLC0415
 
     config = settings.tiering
-    security = settings.security.with_secrets_resolved()
+    security = settings.security
     async with KafkaClient(
         config.bootstrap_servers,
         client_id=config.client_id,

@@ -16,6 +16,8 @@ past local.retention.ms/bytes.
 
 Runs on Spark: local[*] by default, any master with --master; with --once it runs one cycle,
 otherwise one every remote.log.manager.task.interval.ms (default 30 s) until SIGINT/SIGTERM.
+The whole config file is checked first, as serve and status check it: every problem is
+listed and tier exits 2 before Spark starts.
 To run it on a Spark cluster, submit storage/tiering/job.py with spark-submit (see the
 module documentation of storage.tiering).
 
@@ -37,15 +39,26 @@ def register(subparsers: Any) -> None:
 
 
 def _handle(args: argparse.Namespace) -> int:
-    from proxy.commands.log_setup import configure_from_file  # noqa: PLC0415
-    from proxy.remote.wiring import SHARED_CONFIG_CLASSES  # noqa: PLC0415
+    from proxy.commands.log_setup import settings_with_logs  # noqa: PLC0415
     from storage.config import ConfigError  # noqa: PLC0415
     from storage.rlmm.topic_setup import MetadataTopicError  # noqa: PLC0415
-    from storage.tiering.job import run_from_arguments  # noqa: PLC0415
+    from storage.tiering.job import TieringSettings, run_from_arguments  # noqa: PLC0415
 
     try:
-        configure_from_file(args.config)
-        return run_from_arguments(args, default_master="local[*]", accepted=SHARED_CONFIG_CLASSES)
+        settings = settings_with_logs(args.config)
+    except ConfigError as err:
+        # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
+        print(f"tierproxy tier: {err}", file=sys.stderr)
+        return 2
+    pipeline = TieringSettings(
+        tiering=settings.tiering,
+        rules=settings.rules,
+        storage=settings.storage,
+        metadata=settings.metadata,
+        security=settings.security,
+    )
+    try:
+        return run_from_arguments(args, default_master="local[*]", settings=pipeline)
     except (ConfigError, MetadataTopicError) as err:  # a missing ACL, say: retrying won't help
         print(f"tierproxy tier: {err}", file=sys.stderr)
         return 2

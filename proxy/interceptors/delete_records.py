@@ -27,7 +27,7 @@ import functools
 import logging
 import time
 from collections.abc import Mapping
-from typing import Final, Self
+from typing import Final
 
 from protocol.errors import KafkaError
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, Body
@@ -41,7 +41,7 @@ from proxy.interceptors.base import Call, Forward, Interceptor, OnResponse
 from proxy.logs import event
 from proxy.remote.broker_view import BrokerView
 from proxy.remote.fetch_plan import RemotePartitions
-from proxy.remote.tier import MetadataPublisher, RemoteTier
+from proxy.remote.tier import MetadataPublisher
 from storage.model import TopicIdPartition
 from storage.rlmm.records import log_start_record
 
@@ -76,16 +76,6 @@ class DeleteRecordsInterceptor(Interceptor):
         self._broker = broker_view
         self._publish = publish
         self._pipeline_client_id = pipeline_client_id
-
-    @classmethod
-    def for_tier(cls, tier: RemoteTier, *, pipeline_client_id: str) -> Self:
-        """The interceptor over ``tier``'s shared services."""
-        return cls(
-            partitions=tier,
-            broker_view=tier.broker_view,
-            publish=tier.publish,
-            pipeline_client_id=pipeline_client_id,
-        )
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:

@@ -48,7 +48,7 @@ import functools
 import logging
 import struct
 from collections.abc import Mapping, Sequence
-from typing import Final, Self
+from typing import Final
 
 from cachetools import LRUCache
 
@@ -76,7 +76,6 @@ from proxy.remote.inflight import FetchInFlight, estimated_size
 from proxy.remote.purgatory import RemoteFetchPurgatory
 from proxy.remote.reads import RemoteReads
 from proxy.remote.sessions import FetchSessions
-from proxy.remote.tier import RemoteTier
 
 __all__ = ["FetchInterceptor"]
 
@@ -119,33 +118,6 @@ class FetchInterceptor(Interceptor):
         self._allowed: LRUCache[int, set[PartitionKey]] = LRUCache(_CONNECTIONS_KEPT)
         """Per connection, tiered partitions the broker answered without refusing them
         (no error, or OFFSET_OUT_OF_RANGE): reads of these may start with the request."""
-
-    @classmethod
-    def for_tier(cls, tier: RemoteTier) -> Self:
-        """The interceptor over ``tier``'s shared services."""
-        return cls(
-            planner=FetchPlanner(
-                partitions=tier,
-                broker_view=tier.broker_view,
-                offload=tier.offload,
-                fallbacks=tier.fallbacks,
-                reach_probes=tier.broker_offsets,
-            ),
-            reads=RemoteReads(
-                pool=tier.pool,
-                reader=tier.reader,
-                quota=tier.quota,
-                broker_view=tier.broker_view,
-                fallbacks=tier.fallbacks,
-                counters=tier.counters,
-            ),
-            sessions=tier.sessions,
-            purgatory=tier.purgatory,
-            broker_view=tier.broker_view,
-            quotas=tier.client_quotas,
-            identities=tier.identities,
-            checks=tier.broker_checks,
-        )
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:

@@ -23,7 +23,7 @@ import functools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol, Self
+from typing import Final, Protocol
 
 from protocol.errors import KafkaError
 from protocol.indexes import CorruptIndexError
@@ -43,7 +43,6 @@ from proxy.remote.broker_view import BrokerView
 from proxy.remote.fetch_plan import RemotePartitions
 from proxy.remote.metrics import ReadCounters
 from proxy.remote.offsets import BrokerAnswer, OffsetQuery, RemoteRange, answer, plan
-from proxy.remote.tier import RemoteTier
 from storage.model import TopicIdPartition
 from storage.remote_reader import TimestampAndOffset
 from storage.rsm.base import RemoteStorageError
@@ -52,7 +51,6 @@ __all__ = ["ListOffsetsInterceptor"]
 
 _log = logging.getLogger("tierproxy.list_offsets")
 
-_MIN_LOOKUP_SECONDS: Final = 1.0
 _QUERY_BYTES: Final = 200
 """About what one partition's query holds in a ListOffsets exchange."""
 _STORAGE_ERROR: Final = int(KafkaError.KAFKA_STORAGE_ERROR)
@@ -103,18 +101,6 @@ class ListOffsetsInterceptor(Interceptor):
         self._counters = counters
         self._lookup_seconds = lookup_seconds
         self._kip405_minus_3 = kip405_minus_3
-
-    @classmethod
-    def for_tier(cls, tier: RemoteTier) -> Self:
-        """The interceptor over ``tier``'s shared services."""
-        return cls(
-            partitions=tier,
-            broker_view=tier.broker_view,
-            timestamps=tier.reader,
-            counters=tier.counters,
-            lookup_seconds=max(tier.config.max_wait_ms / 1000, _MIN_LOOKUP_SECONDS),
-            kip405_minus_3=tier.config.list_offsets_kip405_minus_3,
-        )
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:

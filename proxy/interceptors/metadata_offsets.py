@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Protocol, Self
+from typing import Protocol
 
 from protocol.errors import KafkaError
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, Body
@@ -18,7 +18,6 @@ from protocol.metadata_bodies import MetadataTopic, read_metadata_topics
 from proxy.interceptors.base import Call, Forward, Interceptor, OnResponse
 from proxy.remote.broker_offsets import LedPartition
 from proxy.remote.fetch_plan import RemotePartitions
-from proxy.remote.tier import RemoteTier
 
 __all__ = ["MetadataOffsets"]
 
@@ -36,11 +35,6 @@ class MetadataOffsets(Interceptor):
     def __init__(self, *, partitions: RemotePartitions, learner: OffsetLearner) -> None:
         self._partitions = partitions
         self._learner = learner
-
-    @classmethod
-    def for_tier(cls, tier: RemoteTier) -> Self:
-        """The interceptor over ``tier``'s shared services."""
-        return cls(partitions=tier, learner=tier.broker_offsets)
 
     @property
     def versions(self) -> Mapping[ApiKey, range]:

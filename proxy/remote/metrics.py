@@ -40,15 +40,46 @@ Series (Kafka's MBean in parentheses):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-if TYPE_CHECKING:
-    from proxy.remote.tier import RemoteTier
+from proxy.remote.broker_checks import BrokerChecks
+from proxy.remote.broker_offsets import BrokerOffsets
+from proxy.remote.broker_view import BrokerView
+from proxy.remote.client_quotas import ClientQuotas
+from proxy.remote.missing_objects import MissingObjects
+from proxy.remote.pool import ReaderPool
+from proxy.remote.purgatory import RemoteFetchPurgatory
+from proxy.remote.quota import FetchQuota
+from storage.chunk_cache import ChunkCache
+from storage.index_cache import RemoteIndexCache
 
-__all__ = ["MetadataConsumerCounts", "NoReadCounters", "ReadCounters", "RemoteMetrics"]
+__all__ = [
+    "MetadataConsumerCounts",
+    "NoReadCounters",
+    "ReadCounters",
+    "ReadPathGauges",
+    "RemoteMetrics",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadPathGauges:
+    """The read path's parts whose plain counters and sizes every scrape reads."""
+
+    pool: ReaderPool
+    purgatory: RemoteFetchPurgatory
+    quota: FetchQuota
+    broker_offsets: BrokerOffsets
+    broker_checks: BrokerChecks
+    missing_objects: MissingObjects
+    broker_view: BrokerView
+    client_quotas: ClientQuotas
+    indexes: RemoteIndexCache
+    chunks: ChunkCache
 
 
 class RemoteMetrics:
@@ -77,7 +108,7 @@ class RemoteMetrics:
             registry=registry,
         )
         self.registry = registry
-        self._collector: _TierCollector | None = None
+        self._collector: _ReadPathCollector | None = None
         self._metadata_collector: _MetadataCollector | None = None
 
     def read_started(self, topic: str) -> None:
@@ -89,10 +120,10 @@ class RemoteMetrics:
     def read_failed(self, topic: str, reason: str) -> None:
         self.errors.labels(topic, reason).inc()
 
-    def watch(self, tier: RemoteTier) -> None:
-        """Report ``tier``'s pool, caches, purgatory and quota at every scrape."""
+    def watch(self, gauges: ReadPathGauges) -> None:
+        """Report the read path's pool, caches, purgatory and quotas at every scrape."""
         if self._collector is None:
-            self._collector = _TierCollector(tier)
+            self._collector = _ReadPathCollector(gauges)
             self.registry.register(self._collector)
 
     def watch_metadata(self, consumer: MetadataConsumerCounts) -> None:
@@ -144,14 +175,14 @@ class NoReadCounters:
         """Not counted."""
 
 
-class _TierCollector:
-    """Reads the plain counters of the storage classes when Prometheus scrapes."""
+class _ReadPathCollector:
+    """Reads the plain counters of the read path's parts when Prometheus scrapes."""
 
-    def __init__(self, tier: RemoteTier) -> None:
-        self._tier = tier
+    def __init__(self, gauges: ReadPathGauges) -> None:
+        self._gauges = gauges
 
     def collect(self) -> Iterable[Metric]:
-        tier = self._tier
+        tier = self._gauges
         yield _gauge(
             "tierproxy_remote_log_reader_task_queue_size",
             "Remote reads waiting for a reader (Kafka: org.apache.kafka.storage.internals.log:"

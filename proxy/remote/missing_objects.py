@@ -42,12 +42,15 @@ from proxy.health import Verdict
 from proxy.logs import event
 from storage.model import RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError, SegmentProbe
+from storage.startup import SampledMetadata, check_segment_sample
 
 __all__ = [
     "LOG_EVERY_SECONDS",
     "MAX_TRACKED",
+    "RECHECK_SECONDS",
     "MissingObjects",
     "MissingObjectsStatus",
+    "watch_objects",
 ]
 
 _log = logging.getLogger("tierproxy.remote")
@@ -62,6 +65,8 @@ long before that many segments are read."""
 RECHECK_PER_ROUND: Final = 100
 """Missing segments a :meth:`MissingObjects.recheck` asks storage about: one HEAD each,
 eight at a time, so a round stays short whatever is missing."""
+RECHECK_SECONDS: Final = 60.0
+"""How often segments known missing are looked for again (a HEAD each, bounded per round)."""
 _RECHECK_CONCURRENCY: Final = 8
 _STATUS_KEYS: Final = 10
 """Object keys a status lists, newest first: enough to recognise a pattern (one topic, one
@@ -226,3 +231,26 @@ class MissingObjects:
                 )
 
         await asyncio.gather(*(check(entry) for entry in batch))
+
+
+async def watch_objects(
+    missing: MissingObjects,
+    metadata: SampledMetadata,
+    probe: SegmentProbe,
+    *,
+    recheck_seconds: float = RECHECK_SECONDS,
+) -> None:
+    """The start-up sample (:func:`storage.startup.check_segment_sample`), then a re-check
+    of what is missing every ``recheck_seconds``, until cancelled; a failure of either is
+    logged and the watch goes on."""
+    try:
+        await check_segment_sample(metadata, probe, missing, log=_log)
+    except Exception:
+        _log.exception("remote tier start-up check failed")
+    while True:
+        await asyncio.sleep(recheck_seconds)
+        if missing.count:
+            try:
+                await missing.recheck(probe)
+            except Exception:
+                _log.exception("re-checking missing remote objects failed")

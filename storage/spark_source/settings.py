@@ -1,6 +1,6 @@
 """The storage, metadata and cluster settings of the source, from the same ``tierproxy.toml``
 as ``tierproxy serve`` and ``tierproxy tier`` (keys the source does not read are left alone:
-the file is shared with the proxy's)."""
+the file is shared with the proxy and the pipeline, whose commands check it whole)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from storage.cluster_config import ClusterClientConfig
 from storage.config import describe, from_settings, read_settings
 from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.spark_source.options import SourceOptions
 
-__all__ = ["SourceSettings", "load_source_settings"]
+__all__ = ["SOURCE_CONFIG_CLASSES", "SourceSettings", "load_source_settings"]
+
+SOURCE_CONFIG_CLASSES: tuple[type[Any], ...] = (
+    ClusterClientConfig,
+    RemoteStorageConfig,
+    RemoteLogMetadataConfig,
+    KafkaSecurityConfig,
+)
+"""The settings the source reads; the file's other keys are the other commands' to check."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,11 +45,9 @@ def typed_settings(options: Mapping[str, str]) -> dict[str, Any]:
     """Spark's option values are strings: a setting declared ``str`` keeps the text (a bucket
     or prefix may look like a number), any other is read as TOML reads it (``3``, ``true``,
     ``["a"]``)."""
-    from storage.tiering.config import TIERING_CONFIG_CLASSES  # noqa: PLC0415 (driver only)
-
     textual = {
         info.key
-        for config_class in TIERING_CONFIG_CLASSES
+        for config_class in SOURCE_CONFIG_CLASSES
         for info in describe(config_class)
         if info.type_name in ("str", "str | None")
     }
@@ -60,20 +67,14 @@ def load_source_settings(options: SourceOptions) -> SourceSettings:
 
     :raises ConfigError: for an unreadable file or an invalid setting.
     """
-    # Not through the pipeline's job module: it imports the Kafka client, rich and the
-    # Spark stages (1.5 s of CPU), in the Python worker that plans every query.
-    from storage.tiering.config import TieringConfig  # noqa: PLC0415
-    from storage.tiering.policy import compile_rules  # noqa: PLC0415
-
     path = Path(options.config_path) if options.config_path else None
     flat = read_settings(path, typed_settings(options.settings), None)
-    compile_rules(flat)  # the file is the pipeline's too: its rules must be valid
-    tiering = from_settings(TieringConfig, flat)
+    cluster = from_settings(ClusterClientConfig, flat)
     return SourceSettings(
         storage=from_settings(RemoteStorageConfig, flat),
         metadata=from_settings(RemoteLogMetadataConfig, flat),
         security=from_settings(KafkaSecurityConfig, flat).with_secrets_resolved(),
-        bootstrap_servers=tiering.bootstrap_servers,
-        client_id=f"{tiering.client_id}-spark-source",
-        request_timeout_ms=tiering.request_timeout_ms,
+        bootstrap_servers=cluster.bootstrap_servers,
+        client_id=f"{cluster.client_id}-spark-source",
+        request_timeout_ms=cluster.request_timeout_ms,
     )

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from storage.cluster_config import ClusterClientConfig
 from storage.config import ConfigError, setting
 from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
@@ -23,23 +24,13 @@ _LONG_MAX = 2**63 - 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class TieringConfig:
-    """How ``tierproxy tier`` reaches the broker and divides the work.
+class TieringConfig(ClusterClientConfig):
+    """How ``tierproxy tier`` reaches the broker (:class:`ClusterClientConfig`) and divides
+    the work.
 
     :raises ConfigError: for sizes or intervals out of range.
     """
 
-    bootstrap_servers: str = setting(
-        "bootstrap.servers",
-        "127.0.0.1:9092",
-        "The broker(s) whose topics are tiered: comma-separated host:port.",
-        kafka="bootstrap.servers",
-    )
-    client_id: str = setting(
-        "tiering.client.id",
-        "tierproxy-tiering",
-        "Client id of the pipeline's connections to the broker (shows in broker logs and quotas).",
-    )
     broker_kind: str = setting(
         "tiering.broker.kind",
         "auto",
@@ -69,11 +60,6 @@ class TieringConfig:
         128 * _MIB,
         "About how many bytes one fetch task reads; larger backlogs of a partition are split "
         "into several tasks so that every core works.",
-    )
-    request_timeout_ms: int = setting(
-        "tiering.request.timeout.ms",
-        30_000,
-        "Time allowed for one request to the broker.",
     )
     topics: tuple[Mapping[str, Any], ...] = setting(
         "topics",
@@ -117,6 +103,7 @@ class TieringConfig:
     )
 
     def __post_init__(self) -> None:
+        ClusterClientConfig.__post_init__(self)
         if self.broker_kind not in ("auto", "kafka", "tansu", "other"):
             raise ConfigError(
                 'tiering.broker.kind must be "auto", "kafka", "tansu" or "other", '
@@ -127,14 +114,11 @@ class TieringConfig:
             ("remote.log.manager.copy.max.bytes.per.second", self.copy_max_bytes_per_second),
             ("tiering.fetch.max.bytes", self.fetch_max_bytes),
             ("tiering.task.max.bytes", self.task_max_bytes),
-            ("tiering.request.timeout.ms", self.request_timeout_ms),
             ("transaction.timeout.ms", self.transaction_timeout_ms),
             ("tiering.copy.timeout.ms", self.copy_timeout_ms),
         ):
             if value < 1:
                 raise ConfigError(f"{key} must be at least 1, not {value}")
-        if not self.bootstrap_servers.strip():
-            raise ConfigError("bootstrap.servers must name at least one broker")
 
     def fencing_id(self, metadata_topic: str) -> str:
         """The transactional id that fences the pipeline of ``metadata_topic`` (empty: none)."""

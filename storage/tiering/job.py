@@ -20,14 +20,14 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from rich.console import Console
 
-from storage.config import ConfigError, from_settings, read_settings
+from storage.config import ConfigError, Problems, read_settings
 from storage.console import report_console
 from storage.kafka_acls import denied, principal_of
 from storage.kafka_client import KafkaClient, KafkaClientError
@@ -84,18 +84,22 @@ class TieringSettings:
     :func:`open_pipeline`, on the driver, and reach the executors with the tasks)."""
 
 
-def settings_from_flat(flat: dict[str, Any]) -> TieringSettings:
+def settings_from_flat(flat: Mapping[str, Any]) -> TieringSettings:
     """Build the pipeline's settings from a flattened config mapping.
 
-    :raises ConfigError: for a wrong type or an invalid value.
+    :raises ConfigError: for wrong types or invalid values, all of them
+        (:class:`~storage.config.ConfigProblems`).
     """
-    return TieringSettings(
-        tiering=from_settings(TieringConfig, flat),
-        rules=compile_rules(flat),
-        storage=from_settings(RemoteStorageConfig, flat),
-        metadata=from_settings(RemoteLogMetadataConfig, flat),
-        security=from_settings(KafkaSecurityConfig, flat),
-    )
+    problems = Problems()
+    parts: dict[str, Any] = {
+        "tiering": problems.build(TieringConfig, flat),
+        "rules": problems.attempt(compile_rules, flat),
+        "storage": problems.build(RemoteStorageConfig, flat),
+        "metadata": problems.build(RemoteLogMetadataConfig, flat),
+        "security": problems.build(KafkaSecurityConfig, flat),
+    }
+    problems.raise_if_any()
+    return TieringSettings(**parts)
 
 
 def load_tiering_settings(
@@ -108,8 +112,9 @@ def load_tiering_settings(
 
     :param accepted: every settings class whose keys may appear in the file, to reject any
         other key (a typo would otherwise leave a setting at its default without a word).
-        The CLI passes those of every command that shares the file; storage cannot know the
-        proxy's, so ``None`` (spark-submit) leaves keys the pipeline does not read unchecked.
+        ``tierproxy tier`` checks the whole file through :mod:`proxy.settings` instead;
+        storage cannot know the proxy's keys, so ``None`` (spark-submit) leaves keys the
+        pipeline does not read unchecked.
     :raises ConfigError: for an unreadable file, an unknown key or an invalid setting.
     """
     return settings_from_flat(read_settings(path, overrides or {}, accepted))
@@ -428,23 +433,24 @@ def run_from_arguments(
     args: argparse.Namespace,
     *,
     default_master: str | None,
-    accepted: Sequence[type[Any]] | None = None,
+    settings: TieringSettings | None = None,
 ) -> int:
-    """Load settings, start Spark, and run until done or interrupted (SIGINT/SIGTERM).
+    """Start Spark and run until done or interrupted (SIGINT/SIGTERM), with ``settings``
+    checked by the caller, or else loaded from ``args.config``.
 
-    Returns 2 (before Spark starts) for invalid settings; ``accepted`` as for
-    :func:`load_tiering_settings`.
+    Returns 2 (before Spark starts) for invalid settings.
     """
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     console = report_console()
-    try:
-        settings = load_tiering_settings(args.config, accepted=accepted)
-    except ConfigError as err:
-        # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
-        print(f"tierproxy tier: {err}", file=sys.stderr)
-        return 2
+    if settings is None:
+        try:
+            settings = load_tiering_settings(args.config)
+        except ConfigError as err:
+            # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
+            print(f"tierproxy tier: {err}", file=sys.stderr)
+            return 2
     # A spinner on a terminal; nothing in pipes and CI logs (rich draws no live display there).
     with console.status(f"starting Spark ({args.master or default_master or 'spark-submit'})"):
         spark = build_spark(args.master or default_master)

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from storage.config import ConfigError, check_unknown, describe, from_settings, setting
+from storage.config import ConfigError, Problems, describe, from_settings, setting
 
 __all__ = [
     "BrokerConfigValue",
@@ -232,33 +232,49 @@ class TopicRules:
 def compile_rules(flat: Mapping[str, Any]) -> TopicRules:
     """Read the policy settings out of a flattened config file.
 
-    :raises ConfigError: for a ``[[topics]]`` table without a valid ``pattern``, or with a
-        key that is not a topic setting (so that typos do not silently tier nothing).
+    :raises ConfigError: for top-level policy values Kafka would refuse, and for ``[[topics]]``
+        tables without a valid ``pattern``, with a key that is not a topic setting (so that
+        typos do not silently tier nothing) or with values Kafka would refuse: every one of
+        them (:class:`~storage.config.ConfigProblems`).
     """
+    problems = Problems()
     defaults = {key: flat[key] for key in _POLICY_KEYS if key in flat}
+    valid_defaults = problems.build(TopicPolicy, defaults) is not None
     tables = flat.get("topics", ())
     if not isinstance(tables, Sequence) or isinstance(tables, str):
-        raise ConfigError("topics must be an array of tables ([[topics]])")
+        problems.add("topics must be an array of tables ([[topics]])")
+        tables = ()
     rules = []
     for number, table in enumerate(tables, start=1):
-        if not isinstance(table, Mapping):
-            raise ConfigError(f"[[topics]] entry {number} is not a table")
-        pattern = table.get("pattern")
-        if not isinstance(pattern, str):
-            raise ConfigError(f"[[topics]] entry {number} needs a pattern string")
-        try:
-            compiled = re.compile(pattern)
-        except re.error as err:
-            raise ConfigError(f"[[topics]] pattern {pattern!r} is invalid: {err}") from err
-        settings = {k: v for k, v in table.items() if k != "pattern"}
-        try:
-            check_unknown(settings, [TopicPolicy])
-        except ConfigError as err:
-            raise ConfigError(f"[[topics]] pattern {pattern!r}: {err}") from err
-        from_settings(TopicPolicy, {**defaults, **settings})
-        rules.append(TopicRule(pattern=compiled, settings=settings))
-    from_settings(TopicPolicy, defaults)
+        rule = _rule(number, table, defaults if valid_defaults else {}, problems)
+        if rule is not None:
+            rules.append(rule)
+    problems.raise_if_any()
     return TopicRules(defaults=defaults, rules=tuple(rules))
+
+
+def _rule(
+    number: int, table: Any, defaults: Mapping[str, Any], problems: Problems
+) -> TopicRule | None:
+    """The ``[[topics]]`` table numbered ``number``, or ``None`` with its problems noted."""
+    if not isinstance(table, Mapping):
+        problems.add(f"[[topics]] entry {number} is not a table")
+        return None
+    pattern = table.get("pattern")
+    if not isinstance(pattern, str):
+        problems.add(f"[[topics]] entry {number} needs a pattern string")
+        return None
+    try:
+        compiled = re.compile(pattern)
+    except re.error as err:
+        problems.add(f"[[topics]] pattern {pattern!r} is invalid: {err}")
+        return None
+    settings = {k: v for k, v in table.items() if k != "pattern"}
+    where = f"[[topics]] pattern {pattern!r}"
+    problems.unknown(settings, [TopicPolicy], where=where)
+    if problems.build(TopicPolicy, {**defaults, **settings}, where=where) is None:
+        return None
+    return TopicRule(pattern=compiled, settings=settings)
 
 
 def resolve_policy(

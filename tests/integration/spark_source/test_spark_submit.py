@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-import storage.spark_source.count
+import storage.spark_count
 from proxy.embedded.tierproxy import write_config
 from tests.integration.spark_source.conftest import SourceTopic
 from tests.integration.tiered.support import READ_UNCOMMITTED
@@ -31,7 +31,7 @@ def test_a_spark_submit_job_counts_what_the_source_reads_in_process(
         reader = reader.option(key, value)
     in_process = reader.load().count()
     submit = Path(sys.executable).with_name("spark-submit")
-    job = storage.spark_source.count.__file__
+    job = storage.spark_count.__file__
     command: list[str | Path] = [submit, "--master", "local[1]", job, "--master", "local[1]"]
     answer = subprocess.run(
         [*command, "--config", str(config), "--topic", source_topic.topic],

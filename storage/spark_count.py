@@ -1,9 +1,12 @@
 """Count a topic's records with ``format("tierproxy")``: the demo's last step, and a smoke
 test of a deployment::
 
-    python -m storage.spark_source.count --config tierproxy.toml --topic orders
+    python -m storage.spark_count --config tierproxy.toml --topic orders
 
- Prints one JSON line: ``{"topic": ..., "records": N, "slices": M}`` (M: Spark tasks).
+Prints one JSON line: ``{"topic": ..., "records": N, "slices": M}`` (M: Spark tasks).
+
+It starts Spark as the pipeline does (:func:`storage.tiering.job.build_spark`), so it lives
+beside the source rather than in it: :mod:`storage.spark_source` never imports the pipeline.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m storage.spark_source.count")
+    parser = argparse.ArgumentParser(prog="python -m storage.spark_count")
     parser.add_argument("--config", required=True, help="the tierproxy.toml")
     parser.add_argument("--topic", required=True)
     parser.add_argument("--master", default="local[2]")
