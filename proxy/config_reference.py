@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from storage.config import SettingInfo, describe
+from storage.config import SettingInfo, describe, toml_value
 
 __all__ = [
     "DEFAULT_OUTPUT",
@@ -103,25 +103,32 @@ def discover(root: Path = ROOT, packages: Sequence[str] = PACKAGES) -> list[Conf
         ]
         classes.sort(key=lambda cls: inspect.getsourcelines(cls)[1])
         for cls in classes:
-            settings = tuple(describe(cls))
+            settings = tuple(_declared_here(cls))
             if settings:
                 sections.append(ConfigSection(config_class=cls, settings=settings))
     return sections
 
 
+def _declared_here(config_class: type[Any]) -> Iterator[SettingInfo]:
+    """The settings ``config_class`` declares itself: those it inherits from another config
+    class (``TieringConfig`` from ``ClusterClientConfig``) are listed with that one."""
+    inherited = {
+        info.key
+        for base in config_class.__mro__[1:]
+        if dataclasses.is_dataclass(base)
+        for info in describe(base)
+    }
+    return (info for info in describe(config_class) if info.key not in inherited)
+
+
 def render_value(value: Any) -> str:
     """A default as it would be written in the TOML file (``unset`` for no value)."""
-    if value is None:
+    text = toml_value(value)
+    if text is None:
         return "unset"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return f'"{value}"'
-    if isinstance(value, tuple):
-        return "[" + ", ".join(render_value(item) for item in value) + "]"
     if value == _LONG_MAX:
-        return f"{value} (no limit)"
-    return str(value)
+        return f"{text} (no limit)"
+    return text
 
 
 def _markdown(text: str) -> str:
@@ -156,6 +163,11 @@ as plain TOML (`remote.log.reader.threads = 5`), so the file reads like a `serve
 `tierproxy serve`, `tierproxy tier` and `tierproxy status` may share one file; each part takes
 the keys it declares below. Command-line flags of `tierproxy serve` (`--bootstrap`, `--listen`,
 `--advertised-host`, `--metrics-port`, `--log-level`, `--log-format`) override the file.
+`serve`, `tier` and `status` (and `demo`, on the file it writes) check the whole file before
+they connect anywhere: unknown keys (with the closest known key), values of the wrong type,
+values out of range and settings that do not fit together are all listed at once, with exit
+code 2.
+Defaults below are written as TOML, as `tierproxy serve --help` shows them.
 
 Two keys hold arrays of tables rather than values: `[[broker.map]]` (explicit proxy addresses
 per broker, with `node.id`, `listener` and `advertised.listener`) and `[[topics]]` (per-topic

@@ -103,9 +103,12 @@ def load_flat(path: Path | None, overrides: Mapping[str, Any] | None = None) -> 
     return flat
 
 
-def settings_from_flat(flat: Mapping[str, Any]) -> Settings:
+def settings_from_flat(flat: Mapping[str, Any], *, resolve_secrets: bool = True) -> Settings:
     """Check ``flat`` whole and build :class:`Settings` from it.
 
+    :param resolve_secrets: read the upstream password from its file or the environment
+        now, so that one that cannot be read is listed with the other problems; ``False``
+        checks the settings alone (a file written for another machine).
     :raises ConfigProblems: listing every problem: unknown keys, wrong types, values out of
         range, tables that are not right, secrets that cannot be read.
     """
@@ -113,7 +116,7 @@ def settings_from_flat(flat: Mapping[str, Any]) -> Settings:
     problems.unknown(flat, ACCEPTED_CONFIG_CLASSES)
     parts: dict[str, Any] = {name: problems.build(kind, flat) for name, kind in _PARTS.items()}
     parts["rules"] = problems.attempt(compile_rules, flat)
-    if parts["security"] is not None:
+    if resolve_secrets and parts["security"] is not None:
         parts["security"] = problems.attempt(parts["security"].with_secrets_resolved)
     problems.raise_if_any()
     return Settings(**parts)

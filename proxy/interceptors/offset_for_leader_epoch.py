@@ -31,7 +31,7 @@ _PARTITION_BYTES: Final = 150
 
 
 class TieredLineages(Protocol):
-    """The tiered partitions and their leader-epoch lineages (``RemoteTier``)."""
+    """The tiered partitions and their leader-epoch lineages (``TieredPartitions``)."""
 
     def partition(
         self, *, topic: str | None, topic_id: uuid.UUID | None, partition: int

@@ -1,4 +1,5 @@
 """The tiered read path of the proxy: configuration, reader pool, purgatory, quota, offload
 policy, fetch-session tracking, the ListOffsets/OffsetForLeaderEpoch rules, metrics, and the
-:class:`~proxy.remote.tier.RemoteTier` that the Fetch, ListOffsets and OffsetForLeaderEpoch
-interceptors share."""
+tiered partitions as requests name them (:class:`~proxy.remote.tier.TieredPartitions`). The
+services are built once and handed to the Fetch, ListOffsets and OffsetForLeaderEpoch
+interceptors by the composition root, :mod:`proxy.app`."""

@@ -106,7 +106,7 @@ class OffsetLister(Protocol):
 
 
 class TieredRanges(Protocol):
-    """The remote tier's range of a partition (``RemoteTier``)."""
+    """The remote tier's range of a partition (``TieredPartitions``)."""
 
     def remote_range(self, tp: TopicIdPartition) -> RemoteRange | None: ...
 

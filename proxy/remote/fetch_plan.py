@@ -72,7 +72,7 @@ once (at least one byte is readable) and reads next to nothing."""
 
 
 class RemotePartitions(Protocol):
-    """How a request's partition is found in the remote tier (``RemoteTier``)."""
+    """How a request's partition is found in the remote tier (``TieredPartitions``)."""
 
     def partition(
         self, *, topic: str | None, topic_id: uuid.UUID | None, partition: int

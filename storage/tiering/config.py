@@ -25,7 +25,7 @@ _LONG_MAX = 2**63 - 1
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TieringConfig(ClusterClientConfig):
-    """How ``tierproxy tier`` reaches the broker (:class:`ClusterClientConfig`) and divides
+    """How ``tierproxy tier`` reaches the broker (``ClusterClientConfig``) and divides
     the work.
 
     :raises ConfigError: for sizes or intervals out of range.

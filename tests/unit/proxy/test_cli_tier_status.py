@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from proxy.cli import main
-from proxy.remote.wiring import SHARED_CONFIG_CLASSES
-from storage.tiering.job import load_tiering_settings
+from proxy.settings import load_settings
 
 EXAMPLE = Path(__file__).parents[3] / "tierproxy.example.toml"
 
@@ -65,11 +64,11 @@ def test_a_file_shared_with_serve_loads(tmp_path: Path) -> None:
         'listener = "0.0.0.0:19093"\n',
         encoding="utf-8",
     )
-    settings = load_tiering_settings(path, accepted=SHARED_CONFIG_CLASSES)
+    settings = load_settings(path)
     assert settings.rules.matching("orders") is not None
     assert settings.metadata.topic_partitions == 3
 
 
 def test_the_example_config_loads_with_the_check() -> None:
-    settings = load_tiering_settings(EXAMPLE, accepted=SHARED_CONFIG_CLASSES)
+    settings = load_settings(EXAMPLE)
     assert settings.storage.backend == "s3"

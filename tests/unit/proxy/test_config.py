@@ -12,12 +12,11 @@ from proxy.config import (
     HostPort,
     ProxyConfig,
     bootstrap_addresses,
-    load_settings,
     parse_host_port,
     parse_listener,
-    proxy_config,
 )
-from storage.config import ConfigError
+from proxy.settings import load_settings
+from storage.config import ConfigError, from_settings
 
 
 def test_defaults_are_kafkas() -> None:
@@ -50,7 +49,7 @@ advertised.listener = "proxy-7.example.com:29092"
 """,
         encoding="utf-8",
     )
-    config = proxy_config(load_settings(path, {"metrics.port": 9400}))
+    config = load_settings(path, {"metrics.port": 9400}).proxy
     assert bootstrap_addresses(config) == (
         HostPort(host="kafka-1", port=9092),
         HostPort(host="kafka-2", port=9092),
@@ -72,14 +71,14 @@ def test_unknown_keys_are_refused_with_a_hint(tmp_path: Path) -> None:
     path = tmp_path / "t.toml"
     path.write_text("socket.request.max.byte = 5\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=re.escape("did you mean 'socket.request.max.bytes'")):
-        load_settings(path, {})
+        load_settings(path)
 
 
 def test_unreadable_toml_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "t.toml"
     path.write_text("listeners = \n", encoding="utf-8")
     with pytest.raises(ConfigError, match="cannot read config file"):
-        load_settings(path, {})
+        load_settings(path)
 
 
 @pytest.mark.parametrize(
@@ -107,7 +106,7 @@ def test_invalid_settings_say_which(settings: dict[str, object], message: str) -
 
 def test_wrong_types_are_refused() -> None:
     with pytest.raises(ConfigError, match=re.escape("metrics.port")):
-        proxy_config({"metrics.port": "9400"})
+        from_settings(ProxyConfig, {"metrics.port": "9400"})
 
 
 @pytest.mark.parametrize(

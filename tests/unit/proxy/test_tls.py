@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 
 from protocol.messages import ApiKey, decode_response
+from proxy.app import serve
 from proxy.config import ProxyConfig
 from proxy.discovery import DiscoveryError
-from proxy.remote.wiring import serve
 from proxy.server import ProxyServer
+from proxy.settings import settings_from_flat
 from storage.config import ConfigError
 from storage.kafka_security import KafkaSecurityConfig
 from tests.certificates import Pki
@@ -114,14 +115,17 @@ async def test_serve_stops_at_once_when_the_broker_certificate_is_refused(pki: P
     """Rather than retrying discovery (or the metadata topic) for a CA that will not change."""
     broker = await tls_broker(pki.broker.certificate, pki.broker.key)
     bootstrap = f"127.0.0.1:{broker.port}"
-    settings = {
-        "bootstrap.servers": bootstrap,
-        "upstream.security.protocol": "SSL",
-        "upstream.ssl.ca.location": str(pki.stranger_ca),
-    }
+    settings = settings_from_flat(
+        {
+            "bootstrap.servers": bootstrap,
+            "listeners": "127.0.0.1:0",
+            "upstream.security.protocol": "SSL",
+            "upstream.ssl.ca.location": str(pki.stranger_ca),
+        }
+    )
     try:
         with pytest.raises(ConfigError, match=r"upstream\.ssl\.ca\.location"):
-            await serve(ProxyConfig(bootstrap_servers=bootstrap, listeners="127.0.0.1:0"), settings)
+            await serve(settings)
     finally:
         await broker.close()
 

@@ -27,5 +27,5 @@ async def make_env(
     yield make
     for env in made:
         await env.client.close()
-        await env.tier.close()
+        await env.running.aclose()
         await env.log.close()

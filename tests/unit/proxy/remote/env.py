@@ -4,6 +4,7 @@ front of the in-process scripted broker model, and helpers to fetch through it."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -16,16 +17,16 @@ from protocol.errors import KafkaError
 from protocol.headers import RequestHeader
 from protocol.messages import ApiKey
 from protocol.records import parse_batch_header
+from proxy.app import ReadPath, build_read_path, read_path_interceptors, running
 from proxy.interceptors.base import Call, ConnectionInfo
 from proxy.remote.config import RemoteFetchConfig
 from proxy.remote.metrics import RemoteMetrics
-from proxy.remote.tier import RemoteTier
-from proxy.remote.wiring import remote_interceptors
 from proxy.server import ProxyServer
 from storage.kafka_client import ListedOffset
 from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteStorageError
 from storage.rsm.local import LocalRemoteStorage
+from storage.tiering.config import TieringConfig
 from tests.unit.proxy.fake_broker import FakeBroker
 from tests.unit.proxy.remote.scripted_broker import (
     KafkaClient,
@@ -36,6 +37,9 @@ from tests.unit.proxy.remote.scripted_broker import (
     partitions_of,
 )
 from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch
+
+PIPELINE_CLIENT_ID = TieringConfig().client_id
+"""The tiering pipeline's client id, as ``tierproxy serve`` takes it from the settings."""
 
 TOPIC = TP.topic
 TIERED_END = 29
@@ -132,7 +136,10 @@ class Env:
     log: TieredLog
     broker: ScriptedBroker
     model: ModelPartition
-    tier: RemoteTier
+    path: ReadPath
+    metrics: RemoteMetrics
+    running: contextlib.AsyncExitStack
+    """Closes the read path's services."""
     proxy: ProxyServer
     client: KafkaClient
     storage: FaultyStorage
@@ -237,27 +244,31 @@ async def start_env(
     fake_broker.script = broker.script
     if proxy_asks_offsets:
         fake_broker.topics = {TOPIC: (TP.topic_id, len(partitions))}
-    tier = RemoteTier(
-        config=RemoteFetchConfig(**settings),
+    config = RemoteFetchConfig(**settings)
+    metrics = RemoteMetrics(CollectorRegistry())
+    path = build_read_path(
+        config,
         metadata=log.metadata,
-        publish=log.publish,
         indexes=log.indexes,
         chunks=log.chunks,
         offset_lister=ModelLister(broker) if proxy_asks_offsets else None,
-        metrics=RemoteMetrics(CollectorRegistry()),
+        counters=metrics,
     )
-    tier.start()
-    proxy = await make_proxy(
-        fake_broker,
-        interceptors=remote_interceptors(tier),
-        **(proxy_settings or {}),
+    metrics.watch(path.gauges())
+    stack = contextlib.AsyncExitStack()
+    await stack.enter_async_context(running(path))
+    interceptors = read_path_interceptors(
+        path, config=config, publish=log.publish, pipeline_client_id=PIPELINE_CLIENT_ID
     )
+    proxy = await make_proxy(fake_broker, interceptors=interceptors, **(proxy_settings or {}))
     client = await KafkaClient.connect(proxy)
     env = Env(
         log=log,
         broker=broker,
         model=model,
-        tier=tier,
+        path=path,
+        metrics=metrics,
+        running=stack,
         proxy=proxy,
         client=client,
         storage=storage,

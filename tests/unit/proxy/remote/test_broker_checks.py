@@ -105,7 +105,7 @@ async def test_a_catch_up_consumer_asks_the_broker_only_until_it_has_answered(
         f for f in fetches if f.topics[0].partitions[0].fetch_offset <= TIERED_END + 1
     ]
     assert len(remote_fetches) == 2, [f.topics[0].partitions[0] for f in fetches]
-    assert env.tier.broker_checks.answered_alone > 0
+    assert env.path.broker_checks.answered_alone > 0
 
 
 async def test_the_brokers_refusal_holds_once_the_reuse_interval_is_over(
@@ -166,7 +166,7 @@ async def test_full_session_fetches_and_throttled_clients_always_ask_the_broker(
         response = await fetch(env, 12, 0, session_id=0, session_epoch=0)
         assert batches_of(only(response).records)
     assert len(env.broker.fetches()) == 6
-    assert env.tier.broker_checks.answered_alone == 0
+    assert env.path.broker_checks.answered_alone == 0
 
 
 async def _session_step(env: Env, session: int, epoch: int, offset: int) -> Any:
@@ -196,7 +196,7 @@ async def test_a_session_consumer_asks_the_broker_only_until_it_has_answered(
         got += batches
         offset = parse_batch_header(batches[-1]).next_offset
     assert got == env.all_batches
-    assert env.tier.broker_checks.answered_alone > 0
+    assert env.path.broker_checks.answered_alone > 0
     incremental = [f.session_epoch for f in env.broker.fetches() if f.session_epoch > 0]
     assert incremental == list(range(1, len(incremental) + 1))
     assert len(incremental) < epoch - 1
@@ -215,9 +215,9 @@ async def test_a_partition_left_out_of_an_incremental_answer_counts_as_checked(
     # The probe, at the broker's high watermark, has no news: the broker leaves it out.
     assert batches_of(only(await _session_step(env, session, 1, 1)).records)
     assert len(env.broker.fetches()) == asked + 1
-    alone = env.tier.broker_checks.answered_alone
+    alone = env.path.broker_checks.answered_alone
     assert batches_of(only(await _session_step(env, session, 2, 2)).records)
-    assert env.tier.broker_checks.answered_alone == alone + 1
+    assert env.path.broker_checks.answered_alone == alone + 1
     assert len(env.broker.fetches()) == asked + 1
 
 
@@ -228,7 +228,7 @@ async def test_a_wrong_session_epoch_reaches_the_broker_and_ends_the_session(
     session = (await fetch(env, 12, 0, session_id=0, session_epoch=0)).session_id
     await _session_step(env, session, 1, 1)
     await _session_step(env, session, 2, 2)
-    alone = env.tier.broker_checks.answered_alone
+    alone = env.path.broker_checks.answered_alone
     assert alone > 0
     asked = len(env.broker.fetches())
     response = await _session_step(env, session, 4, 3)  # epoch 3 skipped
@@ -236,7 +236,7 @@ async def test_a_wrong_session_epoch_reaches_the_broker_and_ends_the_session(
     assert len(env.broker.fetches()) == asked + 1
     response = await _session_step(env, session, 5, 3)
     assert response.error_code == KafkaError.FETCH_SESSION_ID_NOT_FOUND
-    assert env.tier.broker_checks.answered_alone == alone
+    assert env.path.broker_checks.answered_alone == alone
 
 
 async def test_a_session_consumer_sees_the_brokers_refusal_once_the_interval_is_over(
@@ -251,7 +251,7 @@ async def test_a_session_consumer_sees_the_brokers_refusal_once_the_interval_is_
         part = only(await _session_step(env, session, epoch, 1))
         assert part.error_code == KafkaError.TOPIC_AUTHORIZATION_FAILED
         assert not part.records
-    assert env.broker.fetches()[-1].session_epoch == 3 - env.tier.broker_checks.answered_alone
+    assert env.broker.fetches()[-1].session_epoch == 3 - env.path.broker_checks.answered_alone
 
 
 async def test_a_partition_beyond_the_remote_tier_goes_to_the_broker(make_env: EnvFactory) -> None:

@@ -422,7 +422,7 @@ async def test_after_metadata_through_the_proxy_the_first_probe_reads_nothing(
     assert [(p.fetch_offset, p.partition_max_bytes) for p in probes] == [
         (LAST + 1, PROBE_BYTES)
     ] * 3
-    assert env.tier.broker_offsets.reach_probes == 0
+    assert env.path.broker_offsets.reach_probes == 0
 
 
 async def test_without_metadata_first_the_first_probe_is_a_reach_probe(
@@ -433,8 +433,8 @@ async def test_without_metadata_first_the_first_probe_is_a_reach_probe(
     assert part.error_code == KafkaError.NONE
     assert batches_of(part.records)
     assert first_probe(env).fetch_offset == TIERED_END + 1
-    assert env.tier.broker_offsets.reach_probes == 1
+    assert env.path.broker_offsets.reach_probes == 1
     # Its answer taught the broker's offsets: the next probe reads nothing.
     only(await fetch(env, 12, 2))
     assert env.broker.fetches()[1].topics[0].partitions[0].fetch_offset == LAST + 1
-    assert env.tier.broker_offsets.reach_probes == 1
+    assert env.path.broker_offsets.reach_probes == 1

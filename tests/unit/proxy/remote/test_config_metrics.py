@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from proxy.app import build_read_path, running
 from proxy.remote.config import RemoteFetchConfig
 from proxy.remote.metrics import RemoteMetrics
-from proxy.remote.tier import RemoteTier
-from proxy.remote.wiring import check_remote_settings
+from proxy.settings import settings_from_flat
 from storage.config import ConfigError, from_settings
 from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch
 
@@ -42,11 +42,12 @@ def test_out_of_range_values_are_refused(settings: dict[str, int]) -> None:
         from_settings(RemoteFetchConfig, settings)
 
 
-def test_remote_settings_are_checked_only_when_enabled() -> None:
-    check_remote_settings({"remote.log.storage.backend": "nfs"})
-    with pytest.raises(ConfigError):
-        check_remote_settings(
-            {"remote.log.storage.system.enable": True, "remote.log.storage.backend": "nfs"}
+@pytest.mark.parametrize("enabled", [True, False])
+def test_remote_settings_are_checked_whether_the_tier_is_on_or_not(enabled: bool) -> None:
+    """The whole file is checked, so a mistake shows before the day the tier is turned on."""
+    with pytest.raises(ConfigError, match="remote.log.storage.backend"):
+        settings_from_flat(
+            {"remote.log.storage.system.enable": enabled, "remote.log.storage.backend": "nfs"}
         )
 
 
@@ -54,35 +55,35 @@ async def test_the_series_carry_kafkas_names(tmp_path: Path) -> None:
     log = TieredLog.create(tmp_path)
     await log.copy([data_batch(0, 3)])
     registry = CollectorRegistry()
-    tier = RemoteTier(
-        config=RemoteFetchConfig(),
+    metrics = RemoteMetrics(registry)
+    path = build_read_path(
+        RemoteFetchConfig(),
         metadata=log.metadata,
-        publish=log.publish,
         indexes=log.indexes,
         chunks=log.chunks,
-        metrics=RemoteMetrics(registry),
+        counters=metrics,
     )
-    tier.start()
+    metrics.watch(path.gauges())
     try:
-        await tier.reader.read(TP, 0, 100)
-        assert tier.metrics is not None
-        tier.metrics.bytes.labels(TP.topic).inc(10)
-        text = generate_latest(registry).decode()
-        for name in (
-            'tierproxy_remote_fetch_bytes_total{topic="tiered"} 10.0',
-            "tierproxy_remote_log_reader_task_queue_size 0.0",
-            "tierproxy_remote_log_reader_idle_ratio",
-            "tierproxy_remote_fetch_purgatory_size 0.0",
-            "tierproxy_remote_fetch_expires_total 0.0",
-            "tierproxy_remote_index_cache_misses_total 1.0",
-            "tierproxy_remote_chunk_cache_misses_total 1.0",
-            "tierproxy_remote_chunk_cache_gets_total 1.0",
-            "tierproxy_remote_chunk_cache_disk_hits_total 0.0",
-            "tierproxy_remote_index_cache_expirations_total 0.0",
-        ):
-            assert name in text, name
+        async with running(path):
+            await path.reader.read(TP, 0, 100)
+            metrics.bytes.labels(TP.topic).inc(10)
+            text = generate_latest(registry).decode()
+            for name in (
+                'tierproxy_remote_fetch_bytes_total{topic="tiered"} 10.0',
+                "tierproxy_remote_log_reader_task_queue_size 0.0",
+                "tierproxy_remote_log_reader_idle_ratio",
+                "tierproxy_remote_fetch_purgatory_size 0.0",
+                "tierproxy_remote_fetch_expires_total 0.0",
+                "tierproxy_remote_index_cache_misses_total 1.0",
+                "tierproxy_remote_chunk_cache_misses_total 1.0",
+                "tierproxy_remote_chunk_cache_gets_total 1.0",
+                "tierproxy_remote_chunk_cache_disk_hits_total 0.0",
+                "tierproxy_remote_index_cache_expirations_total 0.0",
+            ):
+                assert name in text, name
     finally:
-        await tier.close()
+        metrics.unwatch()
         await log.close()
     assert "tierproxy_remote_log_reader_task_queue_size" not in generate_latest(registry).decode()
 

@@ -154,8 +154,8 @@ async def test_slow_storage_returns_within_max_wait_and_warms_the_cache(
     # Answered at the purgatory's 100 ms, not the request's 5 s: empty, the read unfinished.
     assert part.error_code == KafkaError.NONE
     assert not part.records
-    assert env.tier.purgatory.expirations == 1
-    await wait_for(lambda: len(env.tier.chunks) > 0, what="the unfinished read warmed the cache")
+    assert env.path.purgatory.expirations == 1
+    await wait_for(lambda: len(env.path.chunks) > 0, what="the unfinished read warmed the cache")
     env.storage.delay = 0
     part = only(await fetch(env, 12, 0))
     assert batches_of(part.records)[0] == env.all_batches[0]
@@ -171,7 +171,7 @@ async def test_a_full_reader_queue_gives_retriable_errors(make_env: EnvFactory) 
         topic_request = fetch_request(12, [(TOPIC, 0, 0, 1 << 20)])
         part = only(await other.call(ApiKey.FETCH, 12, topic_request))
         assert part.error_code == KafkaError.KAFKA_STORAGE_ERROR
-        assert env.tier.pool.rejected == 1
+        assert env.path.pool.rejected == 1
         await first
     finally:
         await other.close()
@@ -186,7 +186,7 @@ async def test_a_segment_the_metadata_deleted_is_out_of_range(make_env: EnvFacto
     await env.log.rsm.delete_log_segment(segment)
     part = only(await fetch(env, 12, 0))
     assert part.error_code == KafkaError.OFFSET_OUT_OF_RANGE
-    assert env.tier.missing_objects.count == 0
+    assert env.path.missing_objects.count == 0
 
 
 async def test_a_missing_object_is_a_retriable_error_logged_once_and_shown(
@@ -213,20 +213,20 @@ async def test_a_missing_object_is_a_retriable_error_logged_once_and_shown(
         assert fields["partition"] == 0
         assert fields["segment"] == segment.segment_id.id
         assert str(fields["key"]).startswith(f"{root / keys[0].rsplit('.', 1)[0]}.")
-        status = env.tier.missing_objects.status()
+        status = env.path.missing_objects.status()
         assert status.count == 1
         assert status.last_key == fields["key"]
         assert status.as_dict()["missing_objects"] == 1
 
-        await env.tier.missing_objects.recheck(env.log.rsm)
-        assert env.tier.missing_objects.count == 1  # still gone
+        await env.path.missing_objects.recheck(env.log.rsm)
+        assert env.path.missing_objects.count == 1  # still gone
         for key in keys:
             (root / f"{key}.away").rename(root / key)
         part = only(await fetch(env, 12, 0))
         assert part.error_code == KafkaError.NONE
         assert batches_of(part.records)[0] == env.all_batches[0]
-        await env.tier.missing_objects.recheck(env.log.rsm)
-    assert env.tier.missing_objects.count == 0
+        await env.path.missing_objects.recheck(env.log.rsm)
+    assert env.path.missing_objects.count == 0
     assert "remote.object.restored" in [r.getMessage() for r in caplog.records]
 
 
@@ -253,7 +253,7 @@ async def test_quota_answers_empty_without_error(make_env: EnvFactory) -> None:
     part = only(await fetch(env, 12, 10, max_wait_ms=300))
     assert part.error_code == KafkaError.NONE
     assert not part.records
-    assert env.tier.quota.throttled == 1
+    assert env.path.quota.throttled == 1
     assert due_first.is_set()
 
 
@@ -306,7 +306,7 @@ async def test_fetches_of_untiered_topics_are_forwarded_unchanged(make_env: EnvF
 
 async def test_a_recreated_topic_does_not_serve_the_old_topics_data(make_env: EnvFactory) -> None:
     env = await make_env()
-    env.tier.topic_ids.observe(TOPIC, uuid.uuid4())
+    env.path.topic_ids.observe(TOPIC, uuid.uuid4())
     part = only(await fetch(env, 12, 0))
     assert part.error_code == KafkaError.OFFSET_OUT_OF_RANGE
 
@@ -314,11 +314,9 @@ async def test_a_recreated_topic_does_not_serve_the_old_topics_data(make_env: En
 async def test_metrics_count_remote_reads(make_env: EnvFactory) -> None:
     env = await make_env()
     await consume(env, 12)
-    assert env.tier.metrics is not None
-    assert env.tier.metrics.requests.labels(TOPIC)._value.get() >= 3
-    assert env.tier.metrics.bytes.labels(TOPIC)._value.get() == sum(
-        len(b) for b in env.all_batches[:15]
-    )
+    assert env.metrics is not None
+    assert env.metrics.requests.labels(TOPIC)._value.get() >= 3
+    assert env.metrics.bytes.labels(TOPIC)._value.get() == sum(len(b) for b in env.all_batches[:15])
 
 
 async def test_offload_hands_unresolvable_transactions_back_to_the_broker(
@@ -429,7 +427,7 @@ async def test_closed_connections_take_their_fetch_sessions_along(make_env: EnvF
         request = fetch_request(12, [(TOPIC, 0, 5, 1 << 20)], session_epoch=0)
         await passer_by.call(ApiKey.FETCH, 12, request)
         await passer_by.close()
-    await wait_for(lambda: len(env.tier.sessions) == 1)
+    await wait_for(lambda: len(env.path.sessions) == 1)
     again = await env.client.call(
         ApiKey.FETCH,
         12,
@@ -451,13 +449,13 @@ async def test_a_closed_connections_queued_reads_are_cancelled(make_env: EnvFact
         payload += encode_request(fetch_request(12, [(TOPIC, 0, offset, 1)]))
         writer.write(len(payload).to_bytes(4, "big") + payload)
     await writer.drain()
-    await wait_for(lambda: env.tier.pool.queue_size == 2, what="two reads queued")
+    await wait_for(lambda: env.path.pool.queue_size == 2, what="two reads queued")
     # The consumer is gone: a reset (a half-close would still be answered).
     writer.get_extra_info("socket").setsockopt(
         socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
     )
     writer.transport.abort()
-    await wait_for(lambda: env.tier.pool.queue_size == 0, what="the queue drained")
+    await wait_for(lambda: env.path.pool.queue_size == 0, what="the queue drained")
     assert 20 not in env.storage.log_reads, "a closed connection's queued reads still ran"
 
 
@@ -468,8 +466,8 @@ async def test_no_remote_read_before_the_broker_lets_the_connection_read(
     remote storage: its reads wait for the broker's answer, which refuses them."""
     env = await make_env()
     await fetch(env, 12, 0)  # an authorised client: the broker's log start is known now
-    assert env.tier.metrics is not None
-    reads = env.tier.metrics.requests.labels(TOPIC)
+    assert env.metrics is not None
+    reads = env.metrics.requests.labels(TOPIC)
     before = reads._value.get()
     env.model.error = KafkaError.TOPIC_AUTHORIZATION_FAILED
     stranger = await KafkaClient.connect(env.proxy)
@@ -491,10 +489,10 @@ async def test_a_refusal_cancels_the_read_started_with_the_request(
     and no later Fetch of the connection starts one (issue 28)."""
     env = await make_env(reader_threads=1)
     await fetch(env, 12, 0)  # the broker lets this connection read the partition
-    assert env.tier.metrics is not None
-    reads = env.tier.metrics.requests.labels(TOPIC)
+    assert env.metrics is not None
+    reads = env.metrics.requests.labels(TOPIC)
     ran: list[int] = []
-    read = env.tier.reader.read
+    read = env.path.reader.read
     release = asyncio.Event()
 
     async def recorded(tp: Any, offset: int, *args: Any, **kwargs: Any) -> Any:
@@ -503,7 +501,7 @@ async def test_a_refusal_cancels_the_read_started_with_the_request(
             await release.wait()  # the only reader stays busy
         return await read(tp, offset, *args, **kwargs)
 
-    monkeypatch.setattr(env.tier.reader, "read", recorded)
+    monkeypatch.setattr(env.path.reader, "read", recorded)
     other = await KafkaClient.connect(env.proxy)
     try:
         busy = asyncio.create_task(
@@ -521,7 +519,7 @@ async def test_a_refusal_cancels_the_read_started_with_the_request(
         assert reads._value.get() == before + 1, "a read started after the broker's refusal"
         release.set()
         await busy
-        await wait_for(lambda: env.tier.pool.queue_size == 0, what="the queue drained")
+        await wait_for(lambda: env.path.pool.queue_size == 0, what="the queue drained")
         assert ran == [20], "the refused partition's read ran"
     finally:
         await other.close()

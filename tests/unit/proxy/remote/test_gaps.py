@@ -36,8 +36,8 @@ async def test_fetches_below_the_gap_are_out_of_range(make_env: EnvFactory) -> N
     # Counted where an operator can alert on it: 4 offsets were never tiered (exactly once
     # the broker's log start is known: the consumer's reset asks for it).
     await list_offset(env, 8, -2)
-    assert env.tier.metrics is not None
-    text = generate_latest(env.tier.metrics.registry).decode()
+    assert env.metrics is not None
+    text = generate_latest(env.metrics.registry).decode()
     assert f'tierproxy_remote_log_gap_records{{topic="{TOPIC}"}} 4.0' in text
     # The first Fetch asked the broker just past the remote tier, not at the client's 0.
     first = env.broker.fetches()[0].topics[0].partitions[0]
@@ -73,7 +73,7 @@ async def test_no_gap_when_the_broker_starts_right_after_the_remote_tier(
     assert (await list_offset(env, 8, -2)).offset == 0
     part = only(await fetch(env, 12, 0))
     assert part.error_code == KafkaError.NONE and part.records
-    assert not env.tier.broker_view.gaps()
+    assert not env.path.broker_view.gaps()
 
 
 async def test_the_broker_moving_its_start_past_the_remote_end_closes_the_remote_tier(

@@ -211,7 +211,7 @@ async def test_epochs_only_the_remote_tier_knows(make_env: EnvFactory, version: 
 
 async def test_metadata_responses_teach_the_current_topic_ids(make_env: EnvFactory) -> None:
     env = await make_env()
-    interceptor = MetadataTopicIds(env.tier.topic_ids)
+    interceptor = MetadataTopicIds(env.path.topic_ids)
     body_class = response_class(ApiKey.METADATA, 12)
     topic_class = nested_class(body_class, "topics")
     newer = uuid.uuid4()
@@ -235,5 +235,5 @@ async def test_metadata_responses_teach_the_current_topic_ids(make_env: EnvFacto
     )
     call = metadata_call(12)
     assert await through(interceptor, call, response) is response
-    assert env.tier.partition(topic=TOPIC, topic_id=None, partition=0) is None
-    assert env.tier.partition(topic=None, topic_id=TP.topic_id, partition=0) == TP
+    assert env.path.partitions.partition(topic=TOPIC, topic_id=None, partition=0) is None
+    assert env.path.partitions.partition(topic=None, topic_id=TP.topic_id, partition=0) == TP

@@ -53,7 +53,7 @@ async def test_the_brokers_current_id_keeps_the_old_topics_data_away(
 ) -> None:
     env = await make_env()
     assert only(await fetch(env, 12, 0)).records
-    env.tier.topic_ids.observe(TOPIC, uuid.uuid4())  # re-created: the name has a new id
+    env.path.topic_ids.observe(TOPIC, uuid.uuid4())  # re-created: the name has a new id
     part = only(await fetch(env, 4, 0))  # Fetch v4 names the topic
     assert not part.records
 
@@ -63,4 +63,4 @@ async def test_ids_marked_for_deletion_never_answer_for_the_name(make_env: EnvFa
     env.log.metadata.update_partition_delete(
         TP, RemotePartitionDeleteState.DELETE_PARTITION_MARKED, epoch=0, event_timestamp=0
     )
-    assert env.tier.partition(topic=TOPIC, topic_id=None, partition=0) is None
+    assert env.path.partitions.partition(topic=TOPIC, topic_id=None, partition=0) is None
