@@ -167,7 +167,10 @@ the keys it declares below. Command-line flags of `tierproxy serve` (`--bootstra
 they connect anywhere: unknown keys (with the closest known key), values of the wrong type,
 values out of range and settings that do not fit together are all listed at once, with exit
 code 2.
-Defaults below are written as TOML, as `tierproxy serve --help` shows them.
+Defaults below are written as TOML, as `tierproxy serve --help` shows them. A key that extends
+another key (`listeners.allow.cidrs` beside `listeners`, `upstream.sasl.password.file` beside
+`upstream.sasl.password`) is written in quotes (`"listeners.allow.cidrs" = "10.0.0.0/8"`)
+when both are in the file: TOML cannot hold a value and a key under it as dotted keys.
 
 Two keys hold arrays of tables rather than values: `[[broker.map]]` (explicit proxy addresses
 per broker, with `node.id`, `listener` and `advertised.listener`) and `[[topics]]` (per-topic

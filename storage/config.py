@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import re
 import tomllib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -201,9 +202,10 @@ class Problems:
         return None
 
     def raise_if_any(self) -> None:
-        """:raises ConfigProblems: listing everything noted, if anything was."""
+        """:raises ConfigProblems: listing everything noted, if anything was, each problem
+        once (a key that two parts read, such as ``bootstrap.servers``, is noted by both)."""
         if self._found:
-            raise ConfigProblems(self._found)
+            raise ConfigProblems(list(dict.fromkeys(self._found)))
 
 
 def read_settings(
@@ -261,19 +263,45 @@ def toml_mistake(
     remote.fetch.offload.enable = True: TOML booleans are lowercase true or false:
     remote.fetch.offload.enable = true``; with the key's type when ``settings`` (by key)
     has it. Falls back to ``error``'s own words where the line has no ``key = value``."""
-    where = _AT_LINE.search(str(error))
-    if where is None:
-        return str(error)
-    number = int(where.group(1))
     lines = text.splitlines()
+    where = _AT_LINE.search(str(error))
+    reason = str(error)[: where.start()].strip() if where else str(error).split(" (at ")[0]
+    if where is not None:
+        number = int(where.group(1))
+    elif reason == _OVERWRITE and any(line.strip() for line in lines):
+        number = max(n for n, line in enumerate(lines, start=1) if line.strip())
+    else:
+        return str(error)
     line = lines[number - 1].strip() if 0 < number <= len(lines) else ""
     key, sep, value = line.partition("=")
     key, value = key.strip(), value.split("#", 1)[0].strip()
     if not sep or not key or key.startswith("["):
-        reason = str(error)[: where.start()].strip()
         return f"line {number}: {line}: {reason}" if line else f"line {number}: {reason}"
+    if reason == _OVERWRITE:
+        return f"line {number}: {key} = {value}: {_overwritten(key, value, lines[: number - 1])}"
     info = (settings or {}).get(_qualified(key, lines[: number - 1]))
     return f"line {number}: {key} = {value}: {_expected_form(key, value, info)}"
+
+
+_OVERWRITE: Final = "Cannot overwrite a value"
+
+
+def _overwritten(key: str, value: str, before: Sequence[str]) -> str:
+    """Why TOML refused to set ``key`` again: the earlier line that set it or a key it
+    extends (``listeners`` before ``listeners.allow.cidrs``), and how to write both."""
+    for number in range(len(before), 0, -1):
+        earlier, sep, _ = before[number - 1].partition("=")
+        earlier = earlier.strip()
+        if not sep or earlier.startswith(("[", "#")):
+            continue
+        if earlier == key:
+            return f"set twice, first on line {number}: keep one"
+        if key.startswith(f"{earlier}."):
+            return (
+                f"TOML cannot hold both {earlier} (line {number}) and a key under it as dotted "
+                f'keys: quote the longer one, "{key}" = {value}'
+            )
+    return "a key TOML already holds (set twice, or as a table): keep one"
 
 
 def _qualified(key: str, before: Sequence[str]) -> str:
@@ -331,7 +359,8 @@ def toml_value(value: Any) -> str | None:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        # JSON's string escapes are TOML's, but for DEL, which TOML wants escaped too.
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(value, (tuple, list)):
         return "[" + ", ".join(toml_value(item) or '""' for item in value) + "]"
     return str(value)

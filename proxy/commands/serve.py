@@ -86,11 +86,15 @@ def register(subparsers: Any) -> None:
 
 def _settings_epilog(config_classes: Sequence[type[Any]]) -> str:
     lines = ["settings (TOML lines with their defaults, to paste into the --config file):"]
+    keys = {info.key for config_class in config_classes for info in describe(config_class)}
     for config_class in config_classes:
         summary = (config_class.__doc__ or config_class.__name__).strip().splitlines()[0]
         lines.append(f"\n  # {summary}")
         for info in describe(config_class):
-            lines.append(f"  {_toml_line(info.key, info.default)}")
+            # TOML cannot hold ``listeners`` and ``listeners.allow.cidrs`` as dotted keys.
+            extends = any(info.key.startswith(f"{key}.") for key in keys)
+            key = f'"{info.key}"' if extends else info.key
+            lines.append(f"  {_toml_line(key, info.default)}")
             lines.extend(
                 textwrap.wrap(info.doc, 88, initial_indent=" " * 6, subsequent_indent=" " * 6)
             )

@@ -20,7 +20,7 @@ def test_help_explains_every_flag_and_setting(capsys: pytest.CaptureFixture[str]
     for flag in ("--config", "--bootstrap", "--listen", "--advertised-host", "--metrics-port"):
         assert flag in text
     for info in describe(ProxyConfig):
-        assert f"  {info.key} = " in text
+        assert f"  {info.key} = " in text or f'  "{info.key}" = ' in text
 
 
 def test_invalid_settings_exit_2_with_the_reason(

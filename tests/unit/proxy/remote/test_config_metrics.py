@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def test_out_of_range_values_are_refused(settings: dict[str, int]) -> None:
 @pytest.mark.parametrize("enabled", [True, False])
 def test_remote_settings_are_checked_whether_the_tier_is_on_or_not(enabled: bool) -> None:
     """The whole file is checked, so a mistake shows before the day the tier is turned on."""
-    with pytest.raises(ConfigError, match="remote.log.storage.backend"):
+    with pytest.raises(ConfigError, match=re.escape("remote.log.storage.backend")):
         settings_from_flat(
             {"remote.log.storage.system.enable": enabled, "remote.log.storage.backend": "nfs"}
         )
