@@ -72,7 +72,10 @@ def test_retry_settings_carry_kafkas_names() -> None:
         ({"remote.log.storage.s3.access.key.id": "AKIA"}, "or neither"),
         ({"remote.log.manager.task.retry.jitter": 0.7}, "jitter"),
         ({"remote.log.storage.retry.max.attempts": 0}, "attempts"),
-        ({"remote.log.storage.s3.read.timeout.ms": "slow"}, "must be of type int"),
+        (
+            {"remote.log.storage.s3.read.timeout.ms": "slow"},
+            'read.timeout.ms = "slow": expected an integer',
+        ),
         (
             {
                 "remote.log.storage.s3.profile": "tiering",
@@ -149,5 +152,5 @@ async def test_factory_builds_s3_without_connecting() -> None:
 
 def test_true_is_not_an_integer_setting() -> None:
     """TOML's ``true`` is a Python int; an integer setting must still refuse it."""
-    with pytest.raises(ConfigError, match="must be of type int, not True"):
+    with pytest.raises(ConfigError, match="attempts = true: expected an integer"):
         from_settings(RemoteStorageConfig, {"remote.log.storage.retry.max.attempts": True})
