@@ -3,6 +3,7 @@ listed, each naming its key and the TOML form expected, and TOML's own errors ex
 
 from __future__ import annotations
 
+import logging
 import re
 import tomllib
 from pathlib import Path
@@ -13,6 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from proxy.cli import build_parser
+from proxy.commands.log_setup import settings_with_logs
+from proxy.logs import JsonFormatter
 from proxy.settings import (
     ACCEPTED_CONFIG_CLASSES,
     Settings,
@@ -232,3 +235,54 @@ def test_serve_help_shows_toml_that_loads_as_the_defaults(
     assert "# remote.log.storage.s3.bucket = ...   (unset by default)" in text
     no_limit = "remote.log.manager.fetch.max.bytes.per.second = 9223372036854775807   # no limit"
     assert no_limit in text
+
+
+def test_the_pipelines_fencing_and_the_client_principals_are_parts_of_the_one_file() -> None:
+    settings = settings_from_flat(
+        {
+            "transactional.id": "tiering-a",
+            "transaction.timeout.ms": 30_000,
+            "ssl.principal.mapping.rules": "RULE:^CN=(.*?),.*$/$1/L,DEFAULT",
+            "sasl.oauthbearer.sub.claim.name": "client_id",
+        }
+    )
+    assert settings.tiering.fencing_id(settings.metadata.topic_name) == "tiering-a"
+    assert settings.tiering.transaction_timeout_ms == 30_000
+    assert settings.principals.sasl_oauthbearer_sub_claim_name == "client_id"
+    problems = problems_of(
+        {
+            "transaction.timeout.ms": 0,
+            "ssl.principal.mapping.rules": "RULE:no-slashes",
+            "remote.log.metadata.topic.replication.factor": 0,
+        }
+    )
+    assert len(problems) == 3
+    assert any(p.startswith("ssl.principal.mapping.rules: ") for p in problems)
+    assert "transaction.timeout.ms must be at least 1, not 0" in problems
+    assert any(p.startswith("remote.log.metadata.topic.replication.factor") for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("text", "level"),
+    [("", logging.WARNING), ('log.level = "DEBUG"\n', logging.DEBUG)],
+)
+def test_status_logs_from_warning_unless_the_file_sets_a_level(
+    text: str, level: int, tmp_path: Path, restored_logging: None
+) -> None:
+    path = tmp_path / "tierproxy.toml"
+    path.write_text(f'{text}log.format = "json"\n', encoding="utf-8")
+    settings = settings_with_logs(path, default_level="WARNING")
+    assert settings.proxy.log_format == "json"
+    assert logging.getLogger("storage").level == level
+    (handler,) = logging.getLogger().handlers
+    assert isinstance(handler.formatter, JsonFormatter)
+
+
+def test_a_file_with_problems_configures_no_logs(tmp_path: Path, restored_logging: None) -> None:
+    handlers = list(logging.getLogger().handlers)
+    path = tmp_path / "tierproxy.toml"
+    path.write_text('log.format = "json"\nlog.level = "LOUD"\nsegment.byte = 1\n', "utf-8")
+    with pytest.raises(ConfigProblems) as raised:
+        settings_with_logs(path)
+    assert len(raised.value.problems) == 2
+    assert logging.getLogger().handlers == handlers
