@@ -1,7 +1,7 @@
 """KIP-405 ``__remote_log_metadata`` record formats, the flat-file store, committed offsets.
 
 Everything here follows the KIP text (seed 000), not the later drift of Kafka's shipped
-manager (see DESIGN.md "Metadata"):
+manager (see docs/architecture.md "Metadata"):
 
 - A metadata topic record has a null key and the value ``type, version, data``: ``type``
   and ``version`` are unsigned varints (the schema's ``apiKey`` and version, 0 for all),

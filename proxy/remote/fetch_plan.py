@@ -15,7 +15,7 @@ the remote tier (``[remote log start, remote log end]``):
   only when that was not done, not in time, or failed, and is counted and logged at debug
   level with the reason.
 - Otherwise it is *served remotely* when the broker no longer holds the offset, or when
-  the offload policy wants it (``remote.fetch.offload.enable``; DESIGN.md "Read path" 4),
+  the offload policy wants it (``remote.fetch.offload.enable``; docs/architecture.md "Read path"),
   unless the remote tier recently failed to serve it there (see
   :mod:`proxy.remote.fallbacks`): the broker, which still holds it, serves it then.
 

@@ -1,5 +1,5 @@
 """The offload policy: serve already-tiered ranges from the remote tier while the broker
-still has them (DESIGN.md "Read path" 4; beyond KIP-405).
+still has them (docs/architecture.md "Read path"; beyond KIP-405).
 
 A consumer far behind the head reads data that the broker has long since paged out: every
 such Fetch is a cold disk read on the broker, competing with producers and tail consumers.

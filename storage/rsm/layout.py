@@ -1,4 +1,4 @@
-"""Object keys of remote segments, exactly as DESIGN.md's "Remote layout" states.
+"""Object keys of remote segments, exactly as docs/architecture.md's "Remote layout" states.
 
 ``{prefix}/{topic}-{topicId}/{partition}/{baseOffset:020d}-{segmentId}.{suffix}``
 

@@ -424,8 +424,9 @@ def test_kafkas_dump_log_segments_reads_the_remote_segments_without_error(
     s3_bucket: str,
     tmp_path: Path,
 ) -> None:
-    """DESIGN.md promises Kafka's own formats: Kafka's DumpLogSegments iterates every record
-    of every tiered segment and verifies its offset and time indexes against it."""
+    """The remote tier keeps Kafka's own formats (docs/architecture.md): Kafka's
+    DumpLogSegments iterates every record of every tiered segment and verifies its offset and
+    time indexes against it."""
     topic = f"kafka-dump-{uuid.uuid4().hex[:8]}"
     create_topic(broker.bootstrap, topic, 2)
     produce_mixed(broker.bootstrap, topic, 2, records=200)

@@ -1,4 +1,4 @@
-"""storage.rsm.layout: object keys exactly as DESIGN.md's "Remote layout" states."""
+"""storage.rsm.layout: object keys exactly as docs/architecture.md's "Remote layout" states."""
 
 from __future__ import annotations
 
