@@ -38,7 +38,9 @@ from tests.integration.tiering.workload import create_topic, delete_topic, produ
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.brokers("kafka", "kafka3")]
 
-SEGMENT_MS = 2000
+OPEN_TRANSACTION_SEGMENT_MS = 20_000
+"""The pipeline's segment.ms where a test needs its last segment too young to copy: the cycle
+must survey the topic within this of the last append, even on a busy machine."""
 
 
 def earliest(bootstrap: str, topic: str, partition: int) -> int:
@@ -246,7 +248,7 @@ def test_read_committed_across_a_transaction_still_open_at_the_remote_end(
     for i in range(400):  # closed segments inside the transaction
         plain.produce(topic, key=str(i).encode(), value=bytes([i % 256]) * 300, partition=0)
     plain.flush(30)
-    time.sleep(SEGMENT_MS / 1000 + 0.5)
+    time.sleep(OPEN_TRANSACTION_SEGMENT_MS / 1000 + 0.5)
     # The marker comes more than segment.ms after the segments before it, so it starts a
     # segment of its own: the last one, too young to be copied by the cycle that follows.
     transactional.commit_transaction(30)
@@ -267,7 +269,11 @@ def test_read_committed_across_a_transaction_still_open_at_the_remote_end(
             bucket=s3_bucket,
             metadata_topic=metadata_topic,
             spill=tmp_path / "spill",
-            **{"local.retention.ms": 1, "retention.ms": -1, "segment.ms": SEGMENT_MS},
+            **{
+                "local.retention.ms": 1,
+                "retention.ms": -1,
+                "segment.ms": OPEN_TRANSACTION_SEGMENT_MS,
+            },
         )
     )
     assert report.topics[topic].lag_bytes > 0, "the marker's segment was tiered too"
