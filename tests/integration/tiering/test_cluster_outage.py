@@ -57,7 +57,13 @@ def test_the_loop_waits_for_the_cluster_and_outlives_its_restart(
 
             server.stop()
             gone = len(tier.log_path.read_text(errors="replace"))
-            wait_for_line(tier, re.compile(r"ERROR .*tiering cycle failed: .*"), gone)
+            wait_for_line(
+                tier,
+                re.compile(
+                    r"level=error logger=storage\.tiering\.job event=\"tiering cycle failed: "
+                ),
+                gone,
+            )
             server.start()
             back = len(tier.log_path.read_text(errors="replace"))
             produce_numbered(broker.bootstrap, topic, 200, first=200)
