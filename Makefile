@@ -8,7 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help demo test lint fmt bench fuzz compose-check apt-tools kafka-jars clean
+.PHONY: help demo test lint fmt bench fuzz compose-check apt-tools kafka-jars emulators clean
 
 help:
 	@echo "make demo    set up .venv and run the end-to-end demo on embedded servers"
@@ -47,6 +47,13 @@ kafka-jars: $(STAMP) apt-tools
 	@echo "==> Apache Kafka's jars from Maven Central (once; then cached in .kafka/)"
 	$(BIN)/python -m proxy.embedded
 
+# The object-store emulators of the GCS and Azure tests (proxy/embedded/emulators.py pins
+# them): Azurite from npm (Node.js 20+), fake-gcs-server built with go from the Go module
+# proxy; once, into ~/.cache/tierproxy/emulators (or $$TIERPROXY_EMULATORS).
+emulators: $(STAMP)
+	@echo "==> object-store emulators (once; then cached in ~/.cache/tierproxy/emulators)"
+	$(BIN)/python -m proxy.embedded emulators
+
 demo: $(STAMP) apt-tools kafka-jars
 	$(BIN)/tierproxy demo
 
@@ -65,10 +72,10 @@ fmt: $(STAMP)
 	$(BIN)/ruff format .
 	$(BIN)/ruff check --fix .
 
-test: $(STAMP) apt-tools kafka-jars compose-check lint
+test: $(STAMP) apt-tools kafka-jars emulators compose-check lint
 	$(BIN)/pytest $(PYTEST_ARGS)
 
-bench: $(STAMP) apt-tools kafka-jars
+bench: $(STAMP) apt-tools kafka-jars emulators
 	$(BIN)/python -m bench.report
 
 # Coverage-guided fuzzing with atheris (the optional `fuzz` extra), FUZZ_SECONDS per target;

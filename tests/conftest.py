@@ -14,6 +14,10 @@
 * ``seaweedfs`` -> the embedded :class:`proxy.embedded.SeaweedFS`, for fault injection:
   ``stop()`` it mid-test and ``start()`` it again (same ports and data); it is restarted after
   the test in any case.
+* ``azurite`` -> :class:`proxy.embedded.object_stores.Azurite` (Azure Blob Storage) and
+  ``fake_gcs`` -> :class:`proxy.embedded.object_stores.FakeGcs` (Google Cloud Storage), the
+  pinned emulators (installed on first use, :mod:`proxy.embedded.emulators`);
+  ``azure_container`` and ``gcs_bucket`` -> a fresh container or bucket in them per test.
 * ``pki`` -> :class:`tests.certificates.Pki`: a CA made for the session, with broker and
   proxy certificates for localhost/127.0.0.1, a mismatched one and a stranger CA (PEM files).
 * ``spark`` -> a ``local[2]`` SparkSession (UI off, 2 shuffle partitions, 1 GiB driver).
@@ -63,6 +67,8 @@ from proxy.embedded import (
     s3_info_from_env,
 )
 from proxy.embedded.kafka_jars import KafkaDistribution, distribution_from_home
+from proxy.embedded.object_stores import AzureInfo, Azurite, FakeGcs, GcsInfo
+from proxy.embedded.process import ServerStartError
 from tests.certificates import Pki, make_pki
 
 if TYPE_CHECKING:
@@ -232,6 +238,62 @@ def s3_bucket(s3: S3Info, request: pytest.FixtureRequest) -> Iterator[str]:
     if embedded is not None:
         embedded.start()  # a no-op unless the test left it stopped
     delete_bucket(s3, name)
+
+
+@pytest.fixture(scope="session")
+def _azurite_server() -> Iterator[Azurite]:
+    server = Azurite()
+    try:
+        try:
+            info = server.start()
+        except ServerStartError as err:
+            missing_server(f"Azurite: {err}")
+        _started["azure"] = f"Azurite at {info.endpoint}, ready in {server.startup_seconds:.2f} s"
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def azurite(_azurite_server: Azurite) -> AzureInfo:
+    return _azurite_server.info
+
+
+@pytest.fixture
+def azure_container(_azurite_server: Azurite) -> Iterator[str]:
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    _azurite_server.create_container(name)
+    yield name
+    _azurite_server.delete_container(name)
+
+
+@pytest.fixture(scope="session")
+def _fake_gcs_server() -> Iterator[FakeGcs]:
+    server = FakeGcs()
+    try:
+        try:
+            info = server.start()
+        except ServerStartError as err:
+            missing_server(f"fake-gcs-server: {err}")
+        _started["gcs"] = (
+            f"fake-gcs-server at {info.endpoint}, ready in {server.startup_seconds:.2f} s"
+        )
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(_fake_gcs_server: FakeGcs) -> GcsInfo:
+    return _fake_gcs_server.info
+
+
+@pytest.fixture
+def gcs_bucket(_fake_gcs_server: FakeGcs) -> str:
+    """A fresh bucket (fake-gcs-server's data goes with its session directory)."""
+    name = f"t-{uuid.uuid4().hex[:16]}"
+    _fake_gcs_server.create_bucket(name)
+    return name
 
 
 SPARK_KAFKA_PACKAGE = "org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0"

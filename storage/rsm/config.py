@@ -14,7 +14,18 @@ from typing import Literal
 from storage.config import ConfigError, setting
 from storage.retry import RetryPolicy
 
-__all__ = ["MIN_PART_SIZE_BYTES", "SSE_ALGORITHMS", "RemoteStorageConfig"]
+__all__ = [
+    "BACKENDS",
+    "MIN_CHUNK_BYTES",
+    "MIN_PART_SIZE_BYTES",
+    "SSE_ALGORITHMS",
+    "RemoteStorageConfig",
+]
+
+BACKENDS = ("local", "s3", "gcs", "azure")
+"""Values of ``remote.log.storage.backend``."""
+MIN_CHUNK_BYTES = 1024
+"""Smallest stored chunk: each chunk costs a checksum and, encrypted, a 16-byte tag."""
 
 MIN_PART_SIZE_BYTES = 5 * 1024 * 1024
 """S3 rejects multipart parts (all but the last) smaller than 5 MiB."""
@@ -37,10 +48,11 @@ class RemoteStorageConfig:
         of range.
     """
 
-    backend: Literal["local", "s3"] = setting(
+    backend: Literal["local", "s3", "gcs", "azure"] = setting(
         "remote.log.storage.backend",
         "local",
-        'Where segments go: "local" (a directory, the embedded default) or "s3".',
+        'Where segments go: "local" (a directory, the embedded default), "s3", "gcs" '
+        '(Google Cloud Storage) or "azure" (Azure Blob Storage).',
     )
     local_dir: str = setting(
         "remote.log.storage.local.dir",
@@ -52,7 +64,64 @@ class RemoteStorageConfig:
     prefix: str = setting(
         "remote.log.storage.prefix",
         "",
-        "Key prefix before every object (both backends); empty for none.",
+        "Key prefix before every object (every backend); empty for none.",
+    )
+    chunk_size_bytes: int = setting(
+        "remote.log.storage.chunk.size.bytes",
+        4 * _MIB,
+        "Original bytes per stored chunk of a segment's .log: each is checksummed, and "
+        "compressed and encrypted on its own, so ranged reads stay ranged. Keep it equal to "
+        "the proxy's remote.fetch.chunk.size.bytes (one GET per cached chunk). Applies to "
+        "segments written from then on; each segment's manifest records its own.",
+    )
+    compression_enable: bool = setting(
+        "remote.log.storage.compression.enable",
+        False,
+        "Compress new segments' chunks with zstd (a chunk that does not shrink by a "
+        "sixteenth is stored as is).",
+    )
+    compression_level: int = setting(
+        "remote.log.storage.compression.level",
+        3,
+        "zstd level of remote.log.storage.compression.enable (1 fastest to 22 smallest; "
+        "negative levels are faster still).",
+    )
+    compression_heuristic_enable: bool = setting(
+        "remote.log.storage.compression.heuristic.enable",
+        True,
+        "Leave segments whose record batches the producer compressed uncompressed (the "
+        "codec in the first batches' attributes).",
+    )
+    encryption_enable: bool = setting(
+        "remote.log.storage.encryption.enable",
+        False,
+        "Encrypt new segments (data and indexes, AES-256-GCM per chunk) under a fresh data "
+        "key per segment, wrapped by the key remote.log.storage.encryption.key.id.",
+    )
+    encryption_key_id: str | None = setting(
+        "remote.log.storage.encryption.key.id",
+        None,
+        "Id of the key-encryption key that wraps new segments' data keys (the active key); "
+        "required with encryption. Older keys stay in the key file or variable to read the "
+        "segments they wrapped.",
+    )
+    encryption_keys_file: str | None = setting(
+        "remote.log.storage.encryption.keys.file",
+        None,
+        "File of key-encryption keys, one ID:BASE64 (32 bytes) per line. Readable by the "
+        "proxy and the pipeline (every Spark executor) only.",
+    )
+    encryption_keys_env: str = setting(
+        "remote.log.storage.encryption.keys.env",
+        "TIERPROXY_ENCRYPTION_KEYS",
+        "Environment variable holding key-encryption keys as ID:BASE64 entries separated "
+        "by commas or newlines (with or instead of the key file); empty for none.",
+    )
+    upload_rate_bytes_per_second: int = setting(
+        "remote.log.storage.upload.rate.limit.bytes.per.second",
+        0,
+        "Most bytes per second one pipeline task uploads (as stored: after compression); "
+        "0 for no limit. See also tier.upload.rate.limit.bytes.per.second for the total.",
     )
     s3_bucket: str | None = setting(
         "remote.log.storage.s3.bucket",
@@ -131,6 +200,63 @@ class RemoteStorageConfig:
         30_000,
         "Time allowed between bytes of a response from the S3 endpoint.",
     )
+    gcs_bucket: str | None = setting(
+        "remote.log.storage.gcs.bucket",
+        None,
+        "Google Cloud Storage bucket holding the segments; required for the gcs backend (it "
+        "must exist).",
+    )
+    gcs_endpoint: str | None = setting(
+        "remote.log.storage.gcs.endpoint",
+        None,
+        "GCS endpoint URL (an emulator such as fake-gcs-server); unset uses "
+        "https://storage.googleapis.com.",
+    )
+    gcs_credentials_path: str | None = setting(
+        "remote.log.storage.gcs.credentials.path",
+        None,
+        "A service-account key or external-account (workload identity federation) JSON "
+        "file; unset uses Application Default Credentials: GOOGLE_APPLICATION_CREDENTIALS, "
+        "gcloud's ADC file, then the metadata server (GKE workload identity, GCE).",
+    )
+    gcs_credentials_anonymous: bool = setting(
+        "remote.log.storage.gcs.credentials.anonymous",
+        False,
+        "Send no credentials (an emulator, or a public bucket). Excludes "
+        "remote.log.storage.gcs.credentials.path.",
+    )
+    azure_container: str | None = setting(
+        "remote.log.storage.azure.container",
+        None,
+        "Azure Blob Storage container holding the segments; required for the azure backend "
+        "(it must exist).",
+    )
+    azure_account_name: str | None = setting(
+        "remote.log.storage.azure.account.name",
+        None,
+        "Storage account name; required for the azure backend.",
+    )
+    azure_account_key: str | None = setting(
+        "remote.log.storage.azure.account.key",
+        None,
+        "Storage account key (Shared Key); unset uses a SAS token if set, else the Azure "
+        "credential chain: a service principal from AZURE_* variables, workload identity "
+        "(AZURE_FEDERATED_TOKEN_FILE), managed identity, the Azure CLI.",
+        secret=True,
+    )
+    azure_sas_token: str | None = setting(
+        "remote.log.storage.azure.sas.token",
+        None,
+        "A shared access signature (the query string, without '?') allowing read, write, "
+        "delete and list on the container; excludes the account key.",
+        secret=True,
+    )
+    azure_endpoint: str | None = setting(
+        "remote.log.storage.azure.endpoint",
+        None,
+        "Blob service URL (Azurite: http://127.0.0.1:10000/ACCOUNT); unset uses "
+        "https://ACCOUNT.blob.core.windows.net.",
+    )
     retry_backoff_ms: int = setting(
         "remote.log.manager.task.retry.backoff.ms",
         500,
@@ -162,12 +288,19 @@ class RemoteStorageConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.backend not in ("local", "s3"):
+        if self.backend not in BACKENDS:
             raise ConfigError(
-                f'remote.log.storage.backend must be "local" or "s3", not {self.backend!r}'
+                f"remote.log.storage.backend must be one of {BACKENDS}, not {self.backend!r}"
             )
         if self.backend == "s3" and not self.s3_bucket:
             raise ConfigError("remote.log.storage.s3.bucket is required for the s3 backend")
+        if self.backend == "gcs" and not self.gcs_bucket:
+            raise ConfigError("remote.log.storage.gcs.bucket is required for the gcs backend")
+        if self.backend == "azure" and not (self.azure_container and self.azure_account_name):
+            raise ConfigError(
+                "remote.log.storage.azure.container and .account.name are required for the "
+                "azure backend"
+            )
         if self.s3_part_size_bytes < MIN_PART_SIZE_BYTES:
             raise ConfigError(
                 f"remote.log.storage.s3.part.size.bytes must be at least {MIN_PART_SIZE_BYTES}"
@@ -178,6 +311,7 @@ class RemoteStorageConfig:
             raise ConfigError("remote.log.storage.s3.max.connections must be at least 1")
         self._check_credentials()
         self._check_encryption()
+        self._check_chunks()
         try:
             self.retry_policy()
         except ValueError as err:
@@ -193,6 +327,30 @@ class RemoteStorageConfig:
                 "remote.log.storage.s3.profile and remote.log.storage.s3.access.key.id both "
                 "name credentials: set one of them"
             )
+        if self.gcs_credentials_anonymous and self.gcs_credentials_path:
+            raise ConfigError(
+                "remote.log.storage.gcs.credentials.anonymous and .credentials.path exclude "
+                "each other"
+            )
+        if self.azure_account_key and self.azure_sas_token:
+            raise ConfigError(
+                "remote.log.storage.azure.account.key and .sas.token both name credentials: "
+                "set one of them"
+            )
+
+    def _check_chunks(self) -> None:
+        if self.chunk_size_bytes < MIN_CHUNK_BYTES:
+            raise ConfigError(
+                f"remote.log.storage.chunk.size.bytes must be at least {MIN_CHUNK_BYTES}"
+            )
+        if not -7 <= self.compression_level <= 22:
+            raise ConfigError("remote.log.storage.compression.level must be in [-7, 22]")
+        if self.encryption_enable and not self.encryption_key_id:
+            raise ConfigError(
+                "remote.log.storage.encryption.enable needs remote.log.storage.encryption.key.id"
+            )
+        if self.upload_rate_bytes_per_second < 0:
+            raise ConfigError("remote.log.storage.upload.rate.limit.bytes.per.second must be >= 0")
 
     def _check_encryption(self) -> None:
         if self.s3_sse_algorithm not in SSE_ALGORITHMS:

@@ -8,6 +8,12 @@ segment files), and the segment id keeps every copy attempt apart. Ids are print
 ``Uuid.toString()`` (URL-safe base64 without padding, 22 characters), so keys match what
 Kafka-side tools print for the same ids. Every backend uses these keys, the local directory
 backend as relative paths.
+
+Segments written with a manifest (:mod:`storage.rsm.manifest`) add
+``{baseOffset:020d}-{segmentId}.manifest``; an object stored encoded (compressed or
+encrypted) has the suffix ``.tpx`` after its usual key (``….log.tpx``), so that a reader
+that does not know the manifest (an older tierproxy, a manifest deleted by hand) finds no
+``.log`` rather than serving its encoded bytes as records.
 """
 
 from __future__ import annotations
@@ -18,10 +24,14 @@ from dataclasses import dataclass
 
 from storage.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
 
-__all__ = ["LOG_SUFFIX", "RemoteLayout", "kafka_uuid_string"]
+__all__ = ["ENCODED_SUFFIX", "LOG_SUFFIX", "MANIFEST_SUFFIX", "RemoteLayout", "kafka_uuid_string"]
 
 LOG_SUFFIX = "log"
 """Suffix of the object holding the segment's record batches."""
+MANIFEST_SUFFIX = "manifest"
+"""Suffix of the segment's manifest (its chunks, checksums and encryption)."""
+ENCODED_SUFFIX = ".tpx"
+"""Appended to the key of an object stored compressed or encrypted."""
 
 
 def kafka_uuid_string(value: uuid.UUID) -> str:
@@ -58,6 +68,10 @@ class RemoteLayout:
     def index_key(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> str:
         """Key of the segment's auxiliary file ``index_type``."""
         return self.segment_prefix(metadata) + index_type.value
+
+    def manifest_key(self, metadata: RemoteLogSegmentMetadata) -> str:
+        """Key of the segment's manifest."""
+        return self.segment_prefix(metadata) + MANIFEST_SUFFIX
 
     def segment_keys(self, metadata: RemoteLogSegmentMetadata) -> tuple[str, ...]:
         """Keys of all six files of a segment, ``.log`` first."""

@@ -61,7 +61,9 @@ _T = TypeVar("_T")
 
 
 class LocalRemoteStorage:
-    """A :class:`~storage.rsm.base.RemoteStorageManager` over a directory tree."""
+    """A :class:`~storage.rsm.base.RemoteStorageManager` over a directory tree, and the
+    :class:`~storage.rsm.objects.ObjectStore` beneath
+    :class:`~storage.rsm.segments.SegmentStorage` (keys are relative paths)."""
 
     def __init__(self, root: str | os.PathLike[str], *, prefix: str = "") -> None:
         self._root = Path(root)
@@ -128,18 +130,7 @@ class LocalRemoteStorage:
         :raises RemoteResourceNotFoundError: when the segment's ``.log`` does not exist.
         :raises RemoteStorageError: for other storage failures.
         """
-        self._check_open()
-        check_range(start, end)
-        if end == start:
-            return memoryview(b"")
-        key = self._layout.log_key(metadata)
-        unmapped, self._unmapped = self._unmapped, []
-
-        def map_range() -> memoryview:
-            unmapped.clear()  # the last references, mostly: unmapped here, not on the loop
-            return self._map_range(key, start, end)
-
-        return await self._in_thread(key, map_range)
+        return await self.map_object_range(self._layout.log_key(metadata), start, end)
 
     def unmap(self, view: memoryview) -> None:
         """``view``, an answer of :meth:`map_log_segment`, is no longer kept by the caller:
@@ -148,9 +139,7 @@ class LocalRemoteStorage:
         self._unmapped.append(view)
 
     async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        self._check_open()
-        key = self._layout.index_key(metadata, index_type)
-        return await self._read(key, 0, None)
+        return await self.get_object(self._layout.index_key(metadata, index_type))
 
     async def log_segment_size(self, metadata: RemoteLogSegmentMetadata) -> int:
         """The size of the segment's ``.log`` file, from a ``stat``
@@ -164,19 +153,61 @@ class LocalRemoteStorage:
         return await self._in_thread(key, lambda: (self._root / key).stat().st_size)
 
     async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
-        self._check_open()
-        keys = self._layout.segment_keys(metadata)
-        try:
-            deleted = await asyncio.to_thread(self._delete_files, keys)
-        except OSError as err:
-            raise RemoteStorageError(
-                f"cannot delete segment {metadata.segment_id.id} under {self._root}: {err}",
-                retriable=False,
-            ) from err
-        if not deleted:
+        if not await self.delete_prefix(self._layout.segment_prefix(metadata)):
             raise RemoteResourceNotFoundError(
                 f"segment {self._layout.segment_prefix(metadata)}* not found under {self._root}"
             )
+
+    # -- objects (storage.rsm.objects.ObjectStore) ------------------------------------------
+
+    async def put_object(self, key: str, body: bytes | memoryview) -> None:
+        self._check_open()
+        try:
+            await asyncio.to_thread(self._write_files, [(key, body)])
+        except OSError as err:
+            raise RemoteStorageError(
+                f"cannot store {key} under {self._root}: {err}", retriable=False
+            ) from err
+
+    async def get_object(self, key: str) -> bytes:
+        self._check_open()
+        return await self._read(key, 0, None)
+
+    async def get_object_range(self, key: str, start: int, end: int) -> bytes:
+        self._check_open()
+        check_range(start, end)
+        if end == start:
+            return b""
+        return await self._read(key, start, end)
+
+    async def map_object_range(self, key: str, start: int, end: int) -> memoryview:
+        """Bytes ``[start, end)`` of the file ``key`` as a read-only view of its pages (see
+        :meth:`map_log_segment`)."""
+        self._check_open()
+        check_range(start, end)
+        if end == start:
+            return memoryview(b"")
+        unmapped, self._unmapped = self._unmapped, []
+
+        def map_range() -> memoryview:
+            unmapped.clear()  # the last references, mostly: unmapped here, not on the loop
+            return self._map_range(key, start, end)
+
+        return await self._in_thread(key, map_range)
+
+    async def object_size(self, key: str) -> int:
+        self._check_open()
+        return await self._in_thread(key, lambda: (self._root / key).stat().st_size)
+
+    async def delete_prefix(self, prefix: str) -> int:
+        """Delete the files whose relative path starts with ``prefix`` (in its directory)."""
+        self._check_open()
+        try:
+            return await asyncio.to_thread(self._delete_prefix, prefix)
+        except OSError as err:
+            raise RemoteStorageError(
+                f"cannot delete {prefix}* under {self._root}: {err}", retriable=False
+            ) from err
 
     async def close(self) -> None:
         self._closed = True
@@ -230,17 +261,20 @@ class LocalRemoteStorage:
         for directory in directories:
             fsync_directory(directory)
 
-    def _delete_files(self, keys: Sequence[str]) -> int:
+    def _delete_prefix(self, prefix: str) -> int:
+        directory, _, name = (self._root / prefix).as_posix().rpartition("/")
+        try:
+            entries = os.listdir(directory)
+        except FileNotFoundError:
+            return 0
         deleted = 0
-        directories: set[Path] = set()
-        for key in keys:
-            path = self._root / key
-            try:
-                path.unlink()
-            except FileNotFoundError:
-                continue
-            deleted += 1
-            directories.add(path.parent)
-        for directory in directories:
-            fsync_directory(directory)
+        for entry in entries:
+            if entry.startswith(name):
+                try:
+                    os.unlink(os.path.join(directory, entry))
+                except FileNotFoundError:
+                    continue
+                deleted += 1
+        if deleted:
+            fsync_directory(Path(directory))
         return deleted

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any, Protocol, TypeVar
@@ -57,7 +58,7 @@ from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.layout import RemoteLayout
 from storage.rsm.s3_credentials import credentials_source, new_session
 from storage.rsm.s3_errors import http_status, is_retriable, most_severe, translate_s3_error
-from storage.rsm.s3_ranged_get import URL_EXPIRY_SECONDS, RangedGets
+from storage.rsm.s3_ranged_get import URL_EXPIRY_SECONDS, RangedGets, SignedGet
 
 __all__ = ["S3Client", "S3RemoteStorage"]
 
@@ -89,7 +90,9 @@ _S3Call = Callable[[S3Client], Awaitable[T]]
 
 
 class S3RemoteStorage:
-    """A :class:`~storage.rsm.base.RemoteStorageManager` over one S3 bucket.
+    """A :class:`~storage.rsm.base.RemoteStorageManager` over one S3 bucket, and the
+    :class:`~storage.rsm.objects.ObjectStore` beneath
+    :class:`~storage.rsm.segments.SegmentStorage`.
 
     :param clock: time source of the retry loop (tests pass a fake one).
     :param client: an S3 client to use instead of creating one from ``config``; its owner
@@ -162,10 +165,74 @@ class S3RemoteStorage:
     async def fetch_log_segment(
         self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
     ) -> bytes | bytearray:
+        return await self._get_range(self._layout.log_key(metadata), start, end)
+
+    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        return await self.get_object(self._layout.index_key(metadata, index_type))
+
+    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
+        prefix = self._layout.segment_prefix(metadata)
+        if not await self.delete_prefix(prefix):
+            raise RemoteResourceNotFoundError(f"segment s3://{self._bucket}/{prefix}* not found")
+
+    async def log_segment_size(self, metadata: RemoteLogSegmentMetadata) -> int:
+        """The size of the segment's ``.log`` object, from a HEAD
+        (:class:`~storage.rsm.base.SegmentProbe`).
+
+        :raises RemoteResourceNotFoundError: when it does not exist.
+        :raises RemoteStorageError: for other storage failures.
+        """
+        return await self.object_size(self._layout.log_key(metadata))
+
+    # -- objects (storage.rsm.objects.ObjectStore) ------------------------------------------
+
+    async def put_object(self, key: str, body: bytes | memoryview) -> None:
+        await self._put(key, body)
+
+    async def get_object(self, key: str) -> bytes:
+        async def get(client: S3Client) -> bytes:
+            response = await client.get_object(Bucket=self._bucket, Key=key)
+            return await _read_body(response)
+
+        return await self._request("read", key, get)
+
+    async def get_object_range(self, key: str, start: int, end: int) -> bytes | bytearray:
+        return await self._get_range(key, start, end)
+
+    async def object_size(self, key: str) -> int:
+        async def head(client: S3Client) -> int:
+            response = await client.head_object(Bucket=self._bucket, Key=key)
+            return int(response["ContentLength"])
+
+        return await self._request("stat", key, head)
+
+    async def delete_prefix(self, prefix: str) -> int:
+        async def list_keys(client: S3Client) -> list[str]:
+            listing = await client.list_objects_v2(Bucket=self._bucket, Prefix=prefix)
+            return [entry["Key"] for entry in listing.get("Contents", ())]
+
+        keys = await self._request("list", prefix, list_keys)
+        if not keys:
+            return 0
+
+        async def delete(client: S3Client) -> None:
+            objects = [{"Key": key} for key in keys]
+            result = await client.delete_objects(
+                Bucket=self._bucket, Delete={"Objects": objects, "Quiet": True}
+            )
+            if failures := result.get("Errors"):
+                failure = failures[0]
+                error = ClientError({"Error": failure}, "DeleteObjects")
+                where = f"s3://{self._bucket}/{failure.get('Key', prefix)}"
+                raise translate_s3_error(error, "delete", where) from error
+
+        await self._request("delete", prefix, delete)
+        return len(keys)
+
+    async def _get_range(self, key: str, start: int, end: int | None) -> bytes | bytearray:
         check_range(start, end)
         if end == start:
             return b""
-        key = self._layout.log_key(metadata)
         byte_range = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
 
         async def get_range(client: S3Client) -> bytes | bytearray:
@@ -193,54 +260,6 @@ class S3RemoteStorage:
             return body
 
         return await self._request("read", key, get_range)
-
-    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        key = self._layout.index_key(metadata, index_type)
-
-        async def get(client: S3Client) -> bytes:
-            response = await client.get_object(Bucket=self._bucket, Key=key)
-            return await _read_body(response)
-
-        return await self._request("read", key, get)
-
-    async def log_segment_size(self, metadata: RemoteLogSegmentMetadata) -> int:
-        """The size of the segment's ``.log`` object, from a HEAD
-        (:class:`~storage.rsm.base.SegmentProbe`).
-
-        :raises RemoteResourceNotFoundError: when it does not exist.
-        :raises RemoteStorageError: for other storage failures.
-        """
-        key = self._layout.log_key(metadata)
-
-        async def head(client: S3Client) -> int:
-            response = await client.head_object(Bucket=self._bucket, Key=key)
-            return int(response["ContentLength"])
-
-        return await self._request("stat", key, head)
-
-    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
-        prefix = self._layout.segment_prefix(metadata)
-
-        async def list_keys(client: S3Client) -> list[str]:
-            listing = await client.list_objects_v2(Bucket=self._bucket, Prefix=prefix)
-            return [entry["Key"] for entry in listing.get("Contents", ())]
-
-        keys = await self._request("list", prefix, list_keys)
-        if not keys:
-            raise RemoteResourceNotFoundError(f"segment s3://{self._bucket}/{prefix}* not found")
-
-        async def delete(client: S3Client) -> None:
-            objects = [{"Key": key} for key in keys]
-            result = await client.delete_objects(
-                Bucket=self._bucket, Delete={"Objects": objects, "Quiet": True}
-            )
-            if failures := result.get("Errors"):
-                failure = failures[0]
-                error = ClientError({"Error": failure}, "DeleteObjects")
-                where = f"s3://{self._bucket}/{failure.get('Key', prefix)}"
-                raise translate_s3_error(error, "delete", where) from error
-
-        await self._request("delete", prefix, delete)
 
     def recycle(self, data: bytes | bytearray) -> None:
         """``data``, an answer of :meth:`fetch_log_segment`, is no longer kept by the caller
@@ -389,13 +408,13 @@ class S3RemoteStorage:
             return self._client
 
     def _ranged_gets(self, client: Any) -> RangedGets:
-        async def presign(bucket: str, key: str) -> str:
+        async def presign(bucket: str, key: str) -> SignedGet:
             url: str = await client.generate_presigned_url(
                 "get_object",
                 Params={"Bucket": bucket, "Key": key},
                 ExpiresIn=URL_EXPIRY_SECONDS,
             )
-            return url
+            return SignedGet(url=url)
 
         config = self._config
         return RangedGets(
@@ -403,6 +422,7 @@ class S3RemoteStorage:
             max_connections=config.s3_max_connections,
             connect_timeout=config.s3_connect_timeout_ms / 1000,
             read_timeout=config.s3_read_timeout_ms / 1000,
+            ca_file=os.environ.get("AWS_CA_BUNDLE"),
         )
 
     def _client_arguments(self) -> dict[str, Any]:

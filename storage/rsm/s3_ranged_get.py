@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 import ssl
 import sys
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Final, cast
 from urllib.parse import urlsplit
 
@@ -58,8 +58,10 @@ __all__ = [
     "PAUSE_SECONDS",
     "URL_EXPIRY_SECONDS",
     "URL_REUSE_SECONDS",
+    "Presign",
     "RangedGets",
     "ResponseReader",
+    "SignedGet",
     "SpareBodies",
 ]
 
@@ -87,8 +89,19 @@ them: in ``bench.catchup`` (one consumer, rounds that start again) 28 % of the b
 new, and their pages faulting in (``clear_page_erms`` under ``_copy_to_iter``, with
 ``exc_page_fault``) were about 5 % of the proxy's ``perf`` samples."""
 
-Presign = Callable[[str, str], Awaitable[str]]
-"""``(bucket, key)`` to a presigned GET URL of the object."""
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SignedGet:
+    """How to GET an object: its URL (presigned, or plain) and the headers that authorise
+    the request (a bearer token), reusable for :data:`URL_REUSE_SECONDS`."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+Presign = Callable[[str, str], Awaitable[SignedGet]]
+"""``(bucket, key)`` to a signed GET of the object (S3: a presigned URL; Google Cloud
+Storage and Azure Blob Storage: a URL with a SAS or a bearer token)."""
 
 
 class _UnexpectedAnswerError(Exception):
@@ -292,11 +305,18 @@ class RangedGets:
         connect_timeout: float,
         read_timeout: float,
         clock: Callable[[], float] = time.monotonic,
+        ca_file: str | None = None,
+        store: str = "s3",
     ) -> None:
+        """:param ca_file: CA bundle for HTTPS endpoints (the system's by default).
+        :param store: the URL scheme of the store's objects in log lines (``s3``, ``gs``...).
+        """
         self._presign = presign
+        self._ca_file = ca_file
+        self._store = store
         self._slots = asyncio.Semaphore(max_connections)
         self._idle: deque[tuple[str, ResponseReader]] = deque()
-        self._urls: dict[tuple[str, str], tuple[float, str]] = {}
+        self._urls: dict[tuple[str, str], tuple[float, SignedGet]] = {}
         self._connect_timeout = connect_timeout
         self._read_timeout = read_timeout
         self._clock = clock
@@ -314,7 +334,9 @@ class RangedGets:
         except (OSError, TimeoutError) as err:
             self._paused_until = self._clock() + PAUSE_SECONDS
             _log.warning(
-                "ranged GET of s3://%s/%s failed (%r); GETs go through botocore for %.0f s",
+                "ranged GET of %s://%s/%s failed (%r); GETs go through the regular client "
+                "for %.0f s",
+                self._store,
                 bucket,
                 key,
                 err,
@@ -323,11 +345,13 @@ class RangedGets:
             return None
 
     async def _get(self, bucket: str, key: str, start: int, end: int) -> bytearray | None:
-        url = urlsplit(await self._url(bucket, key))
+        signed = await self._url(bucket, key)
+        url = urlsplit(signed.url)
         target = f"{url.path}?{url.query}" if url.query else url.path
+        headers = "".join(f"{name}: {value}\r\n" for name, value in signed.headers)
         request = (
             f"GET {target} HTTP/1.1\r\nHost: {url.netloc}\r\n"
-            f"Range: bytes={start}-{end - 1}\r\nUser-Agent: tierproxy\r\n\r\n"
+            f"Range: bytes={start}-{end - 1}\r\nUser-Agent: tierproxy\r\n{headers}\r\n"
         ).encode()
         origin = f"{url.scheme}://{url.netloc}"
         async with self._slots:
@@ -367,8 +391,9 @@ class RangedGets:
         if not _log.isEnabledFor(logging.DEBUG) or reader.first_byte_at is None:
             return
         _log.debug(
-            "ranged GET of s3://%s/%s from byte %d: first byte after %.1f ms, last after "
+            "ranged GET of %s://%s/%s from byte %d: first byte after %.1f ms, last after "
             "%.1f ms, %d GETs in flight",
+            self._store,
             bucket,
             key,
             start,
@@ -389,7 +414,7 @@ class RangedGets:
             if reader.transport is not None:
                 reader.transport.abort()
 
-    async def _url(self, bucket: str, key: str) -> str:
+    async def _url(self, bucket: str, key: str) -> SignedGet:
         now = self._clock()
         cached = self._urls.get((bucket, key))
         if cached is not None and now - cached[0] < URL_REUSE_SECONDS:
@@ -411,7 +436,7 @@ class RangedGets:
                 reader.transport.abort()
         context = None
         if scheme == "https":
-            context = ssl.create_default_context(cafile=os.environ.get("AWS_CA_BUNDLE"))
+            context = ssl.create_default_context(cafile=self._ca_file)
         loop = asyncio.get_running_loop()
         async with asyncio.timeout(self._connect_timeout):
             _transport, reader = await loop.create_connection(

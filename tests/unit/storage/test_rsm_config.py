@@ -9,10 +9,13 @@ import pytest
 
 from storage.config import ConfigError, describe, from_settings
 from storage.retry import RetryPolicy
+from storage.rsm.azure import AzureStore
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.factory import create_remote_storage
+from storage.rsm.gcs import GcsStore
 from storage.rsm.local import LocalRemoteStorage
 from storage.rsm.s3 import S3RemoteStorage
+from storage.rsm.segments import MappedSegmentStorage, SegmentStorage
 
 
 def test_defaults_are_the_local_backend_and_kafkas_retry_settings() -> None:
@@ -139,15 +142,56 @@ def test_repr_hides_the_secret_key() -> None:
 
 def test_factory_builds_the_local_backend_by_default(tmp_path: Path) -> None:
     storage = create_remote_storage(RemoteStorageConfig(local_dir=str(tmp_path)))
-    assert isinstance(storage, LocalRemoteStorage)
-    assert storage.root == tmp_path
+    assert isinstance(storage, MappedSegmentStorage)  # the directory's pages, uncopied
+    assert isinstance(storage.store, LocalRemoteStorage)
+    assert storage.store.root == tmp_path
 
 
-async def test_factory_builds_s3_without_connecting() -> None:
-    config = RemoteStorageConfig(backend="s3", s3_bucket="tiered", s3_endpoint="http://127.0.0.1:9")
+@pytest.mark.parametrize(
+    ("settings", "kind"),
+    [
+        ({"s3_bucket": "tiered", "s3_endpoint": "http://127.0.0.1:9"}, S3RemoteStorage),
+        ({"gcs_bucket": "tiered", "gcs_endpoint": "http://127.0.0.1:9"}, GcsStore),
+        ({"azure_container": "tiered", "azure_account_name": "a"}, AzureStore),
+    ],
+)
+async def test_factory_builds_cloud_backends_without_connecting(
+    settings: dict[str, str], kind: type
+) -> None:
+    backend = {S3RemoteStorage: "s3", GcsStore: "gcs", AzureStore: "azure"}[kind]
+    flat = {f"remote.log.storage.{name.replace('_', '.')}": v for name, v in settings.items()}
+    config = from_settings(RemoteStorageConfig, {"remote.log.storage.backend": backend, **flat})
     storage = create_remote_storage(config)
-    assert isinstance(storage, S3RemoteStorage)
+    assert type(storage) is SegmentStorage
+    assert isinstance(storage.store, kind)
     await storage.close()
+
+
+@pytest.mark.parametrize(
+    ("settings", "problem"),
+    [
+        ({"backend": "gcs"}, "remote.log.storage.gcs.bucket is required"),
+        ({"backend": "azure", "azure_container": "c"}, "container and .account.name are required"),
+        ({"chunk_size_bytes": 100}, "chunk.size.bytes must be at least 1024"),
+        ({"encryption_enable": True}, "encryption.enable needs remote.log.storage.encryption.key"),
+        ({"compression_level": 30}, "compression.level must be in"),
+        ({"gcs_credentials_anonymous": True, "gcs_credentials_path": "k.json"}, "exclude"),
+        ({"azure_account_key": "a2V5", "azure_sas_token": "sv=x"}, "set one of them"),
+    ],
+)
+def test_backend_and_encoding_settings_are_checked(
+    settings: dict[str, object], problem: str
+) -> None:
+    with pytest.raises(ConfigError, match=problem):
+        RemoteStorageConfig(**settings)  # type: ignore[arg-type]
+
+
+def test_account_key_and_sas_are_secrets() -> None:
+    for config in (
+        RemoteStorageConfig(azure_account_key="c2VjcmV0"),
+        RemoteStorageConfig(azure_sas_token="c2VjcmV0"),
+    ):
+        assert "c2VjcmV0" not in repr(config)
 
 
 def test_true_is_not_an_integer_setting() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from storage.rsm.s3_ranged_get import RangedGets, SpareBodies
+from storage.rsm.s3_ranged_get import RangedGets, SignedGet, SpareBodies
 
 OBJECT = bytes(range(256)) * 64  # 16 KiB
 TICKS = itertools.count()
@@ -94,9 +94,12 @@ async def server(clock: Callable[[], float]) -> AsyncIterator[tuple[Server, Rang
     port = listener.sockets[0].getsockname()[1]
     signed: list[str] = []
 
-    async def presign(bucket: str, key: str) -> str:
+    async def presign(bucket: str, key: str) -> SignedGet:
         signed.append(key)
-        return f"http://127.0.0.1:{port}/{bucket}/{key}?X-Amz-Signature=abc"
+        return SignedGet(
+            url=f"http://127.0.0.1:{port}/{bucket}/{key}?X-Amz-Signature=abc",
+            headers=(("x-test-auth", "token"),),
+        )
 
     gets = RangedGets(presign, max_connections=2, connect_timeout=5, read_timeout=5, clock=clock)
     yield script, gets, signed
@@ -118,6 +121,7 @@ async def test_answers_are_read_in_place_over_one_kept_alive_connection(
     assert signed == ["k.log"]  # one presigned URL serves the object
     assert script.heads[0].startswith(b"GET /b/k.log?X-Amz-Signature=abc HTTP/1.1\r\n")
     assert b"\r\nRange: bytes=0-4999\r\n" in script.heads[0]
+    assert b"\r\nx-test-auth: token\r\n" in script.heads[0]  # a bearer token goes along
 
 
 @pytest.mark.parametrize("clock", [lambda: float(next(TICKS))])
@@ -177,7 +181,7 @@ async def test_a_connection_closed_mid_answer_pauses_these_gets(
     script, gets, _signed = server
     script.answers = [lambda head: partial(*requested_range(head))[:-1]]
     assert await gets.get("b", "k.log", 0, 5000) is None
-    assert "go through botocore for 60 s" in caplog.text
+    assert "go through the regular client for 60 s" in caplog.text
     script.answers = [lambda head: partial(*requested_range(head))]
     assert await gets.get("b", "k.log", 0, 5000) is None  # paused: botocore answers
     assert script.connections == 1
@@ -209,8 +213,8 @@ async def test_a_server_that_does_not_answer_in_the_read_timeout_gives_none() ->
     listener = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
 
-    async def presign(bucket: str, key: str) -> str:
-        return f"http://127.0.0.1:{port}/{bucket}/{key}"
+    async def presign(bucket: str, key: str) -> SignedGet:
+        return SignedGet(url=f"http://127.0.0.1:{port}/{bucket}/{key}")
 
     gets = RangedGets(presign, max_connections=1, connect_timeout=5, read_timeout=0.05)
     try:

@@ -1,0 +1,203 @@
+"""Azure Blob Storage as an object store, over its REST API (:mod:`storage.rsm.http_objects`).
+
+- Put: one ``Put Blob`` of a block blob per object (Azure takes up to 5,000 MiB in one
+  request; a failed upload is retried whole, with the configured policy).
+- Read: a ranged ``Get Blob`` read in place by the lean ranged GET (through a read SAS, or
+  a bearer token); any other answer goes again through aiohttp, where 416 tells an empty
+  tail (start at the size) from a start beyond it.
+- Delete: ``List Blobs`` of the prefix, then ``Delete Blob`` per blob, a few at a time.
+
+Blob names are URL-encoded with ``/`` kept, as the service shows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final
+from urllib.parse import quote, urlencode
+from xml.etree import ElementTree
+
+import aiohttp
+
+from storage.config import ConfigError
+from storage.retry import SYSTEM_CLOCK, Clock
+from storage.rsm.azure_auth import AzureAuth
+from storage.rsm.base import RemoteRangeError, check_range
+from storage.rsm.config import RemoteStorageConfig
+from storage.rsm.http_objects import HttpFailure, HttpObjects
+from storage.rsm.s3_ranged_get import SignedGet
+
+__all__ = ["AzureStore"]
+
+_DELETES_AT_ONCE: Final = 8
+_MISSING_CONTAINER: Final = frozenset({"ContainerNotFound", "ResourceNotFound"})
+
+
+class AzureStore:
+    """An :class:`~storage.rsm.objects.ObjectStore` over one Azure Blob Storage container.
+
+    :raises ConfigError: when ``config`` names no container or account.
+    """
+
+    def __init__(self, config: RemoteStorageConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        if not (config.azure_container and config.azure_account_name):
+            raise ConfigError(
+                "remote.log.storage.azure.container and .account.name are required for the "
+                "azure backend"
+            )
+        self._container = config.azure_container
+        account = config.azure_account_name
+        endpoint = config.azure_endpoint or f"https://{account}.blob.core.windows.net"
+        self._base = f"{endpoint.rstrip('/')}/{self._container}"
+        self._prefix = config.prefix.strip("/")
+        self._auth = AzureAuth(config)
+        self._http = HttpObjects(
+            scheme="azure", policy=config.retry_policy(), presign=self._presign, clock=clock
+        )
+
+    @property
+    def location(self) -> str:
+        prefix = f"{self._prefix}/" if self._prefix else ""
+        return f"{self._base}/{prefix}"
+
+    async def describe_credentials(self) -> str:
+        return await self._auth.describe()
+
+    async def check(self) -> None:
+        await self._list(self._prefix, limit=1)
+
+    async def put_object(self, key: str, body: bytes | memoryview) -> None:
+        async def put() -> None:
+            headers = {
+                "x-ms-blob-type": "BlockBlob",
+                "Content-Length": str(len(body)),
+                "Content-Type": "application/octet-stream",
+            }
+            url = await self._auth.sign("PUT", self._url(key), headers)
+            async with self._http.session().put(url, data=body, headers=headers) as answer:
+                await _succeeded(answer)
+
+        await self._http.call("write", self._where(key), put)
+
+    async def get_object(self, key: str) -> bytes:
+        async def get() -> bytes:
+            headers: dict[str, str] = {}
+            url = await self._auth.sign("GET", self._url(key), headers)
+            async with self._http.session().get(url, headers=headers) as answer:
+                await _succeeded(answer)
+                return await answer.read()
+
+        return await self._http.call("read", self._where(key), get)
+
+    async def get_object_range(self, key: str, start: int, end: int) -> bytes | bytearray:
+        check_range(start, end)
+        if end == start:
+            return b""
+
+        async def get() -> bytes | bytearray:
+            data = await self._http.ranged.get(self._container, key, start, end)
+            if data is not None:
+                return data
+            headers = {"Range": f"bytes={start}-{end - 1}"}
+            url = await self._auth.sign("GET", self._url(key), headers)
+            async with self._http.session().get(url, headers=headers) as answer:
+                if answer.status == 416:
+                    size = await self.object_size(key)
+                    if start == size:
+                        return b""
+                    raise RemoteRangeError(key=key, start=start, size=size)
+                await _succeeded(answer)
+                body = await answer.read()
+                if answer.status == 200:  # the whole blob: Range ignored
+                    if start > len(body):
+                        raise RemoteRangeError(key=key, start=start, size=len(body))
+                    return body[start:end]
+                return body
+
+        return await self._http.call("read", self._where(key), get)
+
+    async def object_size(self, key: str) -> int:
+        async def head() -> int:
+            headers: dict[str, str] = {}
+            url = await self._auth.sign("HEAD", self._url(key), headers)
+            async with self._http.session().head(url, headers=headers) as answer:
+                await _succeeded(answer)
+                return int(answer.headers["Content-Length"])
+
+        return await self._http.call("stat", self._where(key), head)
+
+    async def delete_prefix(self, prefix: str) -> int:
+        keys = await self._list(prefix)
+        slots = asyncio.Semaphore(_DELETES_AT_ONCE)
+
+        async def delete(key: str) -> None:
+            async def once() -> None:
+                headers: dict[str, str] = {}
+                url = await self._auth.sign("DELETE", self._url(key), headers)
+                async with self._http.session().delete(url, headers=headers) as answer:
+                    if answer.status != 404:  # gone already: a retried delete
+                        await _succeeded(answer)
+
+            async with slots:
+                await self._http.call("delete", self._where(key), once)
+
+        async with asyncio.TaskGroup() as group:
+            for key in keys:
+                group.create_task(delete(key))
+        return len(keys)
+
+    def recycle(self, data: bytes | bytearray) -> None:
+        self._http.recycle(data)
+
+    async def close(self) -> None:
+        await self._http.close()
+        await self._auth.close()
+
+    async def _list(self, prefix: str, *, limit: int | None = None) -> list[str]:
+        keys: list[str] = []
+        marker = ""
+        while True:
+            params = {"restype": "container", "comp": "list", "prefix": prefix}
+            if limit is not None:
+                params["maxresults"] = str(limit)
+            if marker:
+                params["marker"] = marker
+
+            async def page(params: dict[str, str] = params) -> bytes:
+                headers: dict[str, str] = {}
+                url = await self._auth.sign("GET", f"{self._base}?{urlencode(params)}", headers)
+                async with self._http.session().get(url, headers=headers) as answer:
+                    await _succeeded(answer)
+                    return await answer.read()
+
+            listing = ElementTree.fromstring(
+                await self._http.call("list", self._where(prefix), page)
+            )
+            keys += [name.text or "" for name in listing.iterfind("./Blobs/Blob/Name")]
+            marker = listing.findtext("NextMarker") or ""
+            if not marker or limit is not None:
+                return keys
+
+    async def _presign(self, container: str, key: str) -> SignedGet:
+        url, headers = await self._auth.signed_get(self._url(key), container, key)
+        return SignedGet(url=url, headers=headers)
+
+    def _url(self, key: str) -> str:
+        return f"{self._base}/{quote(key, safe='/')}"
+
+    def _where(self, key: str) -> str:
+        return f"azure://{self._container}/{key}"
+
+
+async def _succeeded(answer: aiohttp.ClientResponse) -> None:
+    """Return for a 2xx answer; raise its :class:`HttpFailure` otherwise."""
+    if answer.status < 300:
+        return
+    code = answer.headers.get("x-ms-error-code", "")
+    text = (await answer.read()).decode("utf-8", "replace")
+    raise HttpFailure(
+        status=answer.status,
+        code=code,
+        text=text,
+        container_missing=answer.status == 404 and code in _MISSING_CONTAINER,
+    )

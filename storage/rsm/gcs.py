@@ -1,0 +1,202 @@
+"""Google Cloud Storage as an object store, over its JSON API (:mod:`storage.rsm.http_objects`).
+
+- Put: one ``uploadType=media`` upload per object (GCS takes objects of up to 5 TiB in one
+  request; a failed upload is retried whole, with the configured policy).
+- Read: a ranged ``alt=media`` GET read in place by the lean ranged GET, with the bearer
+  token in a header; any other answer goes again through aiohttp, where 416 tells an empty
+  tail (start at the size) from a start beyond it.
+- Delete: a listing of the prefix, then a ``DELETE`` per object, a few at a time.
+
+Object names are URL-encoded whole (``/`` included), as the JSON API wants them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, Final
+from urllib.parse import quote
+
+import aiohttp
+
+from storage.config import ConfigError
+from storage.retry import SYSTEM_CLOCK, Clock
+from storage.rsm.base import RemoteRangeError, check_range
+from storage.rsm.config import RemoteStorageConfig
+from storage.rsm.gcs_auth import GcsCredentials
+from storage.rsm.http_objects import HttpFailure, HttpObjects
+from storage.rsm.s3_ranged_get import SignedGet
+
+__all__ = ["DEFAULT_ENDPOINT", "GcsStore"]
+
+DEFAULT_ENDPOINT: Final = "https://storage.googleapis.com"
+_DELETES_AT_ONCE: Final = 8
+
+
+class GcsStore:
+    """An :class:`~storage.rsm.objects.ObjectStore` over one GCS bucket.
+
+    :raises ConfigError: when ``config`` names no bucket.
+    """
+
+    def __init__(self, config: RemoteStorageConfig, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        if not config.gcs_bucket:
+            raise ConfigError("remote.log.storage.gcs.bucket is required for the gcs backend")
+        self._bucket = config.gcs_bucket
+        self._endpoint = (config.gcs_endpoint or DEFAULT_ENDPOINT).rstrip("/")
+        self._prefix = config.prefix.strip("/")
+        self._credentials = GcsCredentials(config)
+        self._http = HttpObjects(
+            scheme="gs", policy=config.retry_policy(), presign=self._presign, clock=clock
+        )
+
+    @property
+    def location(self) -> str:
+        prefix = f"{self._prefix}/" if self._prefix else ""
+        return f"gs://{self._bucket}/{prefix} at {self._endpoint}"
+
+    async def describe_credentials(self) -> str:
+        return await self._credentials.describe()
+
+    async def check(self) -> None:
+        await self._list(self._prefix, limit=1)
+
+    async def put_object(self, key: str, body: bytes | memoryview) -> None:
+        url = f"{self._endpoint}/upload/storage/v1/b/{self._bucket}/o"
+        params = {"uploadType": "media", "name": key}
+
+        async def put() -> None:
+            headers = dict(await self._credentials.headers())
+            headers["Content-Type"] = "application/octet-stream"
+            async with self._http.session().post(
+                url, params=params, data=body, headers=headers
+            ) as answer:
+                await _succeeded(answer)
+
+        await self._http.call("write", self._where(key), put)
+
+    async def get_object(self, key: str) -> bytes:
+        async def get() -> bytes:
+            headers = dict(await self._credentials.headers())
+            async with self._http.session().get(self._media_url(key), headers=headers) as answer:
+                await _succeeded(answer)
+                return await answer.read()
+
+        return await self._http.call("read", self._where(key), get)
+
+    async def get_object_range(self, key: str, start: int, end: int) -> bytes | bytearray:
+        check_range(start, end)
+        if end == start:
+            return b""
+
+        async def get() -> bytes | bytearray:
+            data = await self._http.ranged.get(self._bucket, key, start, end)
+            if data is not None:
+                return data
+            headers = dict(await self._credentials.headers())
+            headers["Range"] = f"bytes={start}-{end - 1}"
+            async with self._http.session().get(self._media_url(key), headers=headers) as answer:
+                if answer.status == 416:
+                    size = await self.object_size(key)
+                    if start == size:
+                        return b""
+                    raise RemoteRangeError(key=key, start=start, size=size)
+                await _succeeded(answer)
+                body = await answer.read()
+                if answer.status == 200:  # the whole object: Range ignored
+                    if start > len(body):
+                        raise RemoteRangeError(key=key, start=start, size=len(body))
+                    return body[start:end]
+                return body
+
+        return await self._http.call("read", self._where(key), get)
+
+    async def object_size(self, key: str) -> int:
+        async def stat() -> int:
+            headers = dict(await self._credentials.headers())
+            async with self._http.session().get(self._metadata_url(key), headers=headers) as answer:
+                await _succeeded(answer)
+                return int(json.loads(await answer.read())["size"])
+
+        return await self._http.call("stat", self._where(key), stat)
+
+    async def delete_prefix(self, prefix: str) -> int:
+        keys = await self._list(prefix)
+        slots = asyncio.Semaphore(_DELETES_AT_ONCE)
+
+        async def delete(key: str) -> None:
+            async def once() -> None:
+                headers = dict(await self._credentials.headers())
+                async with self._http.session().delete(
+                    self._metadata_url(key), headers=headers
+                ) as answer:
+                    if answer.status != 404:  # gone already: a retried delete
+                        await _succeeded(answer)
+
+            async with slots:
+                await self._http.call("delete", self._where(key), once)
+
+        async with asyncio.TaskGroup() as group:
+            for key in keys:
+                group.create_task(delete(key))
+        return len(keys)
+
+    def recycle(self, data: bytes | bytearray) -> None:
+        self._http.recycle(data)
+
+    async def close(self) -> None:
+        await self._http.close()
+
+    async def _list(self, prefix: str, *, limit: int | None = None) -> list[str]:
+        url = f"{self._endpoint}/storage/v1/b/{self._bucket}/o"
+        keys: list[str] = []
+        token: str | None = None
+        while True:
+            params = {"prefix": prefix, "fields": "items(name),nextPageToken"}
+            if limit is not None:
+                params["maxResults"] = str(limit)
+            if token is not None:
+                params["pageToken"] = token
+
+            async def page(params: dict[str, str] = params) -> dict[str, Any]:
+                headers = dict(await self._credentials.headers())
+                async with self._http.session().get(url, params=params, headers=headers) as answer:
+                    await _succeeded(answer)
+                    listing: dict[str, Any] = json.loads(await answer.read())
+                    return listing
+
+            listing = await self._http.call("list", self._where(prefix), page)
+            keys += [item["name"] for item in listing.get("items", ())]
+            token = listing.get("nextPageToken")
+            if token is None or limit is not None:
+                return keys
+
+    async def _presign(self, bucket: str, key: str) -> SignedGet:
+        return SignedGet(url=self._media_url(key), headers=await self._credentials.headers())
+
+    def _media_url(self, key: str) -> str:
+        return self._metadata_url(key) + "?alt=media"
+
+    def _metadata_url(self, key: str) -> str:
+        return f"{self._endpoint}/storage/v1/b/{self._bucket}/o/{quote(key, safe='')}"
+
+    def _where(self, key: str) -> str:
+        return f"gs://{self._bucket}/{key}"
+
+
+async def _succeeded(answer: aiohttp.ClientResponse) -> None:
+    """Return for a 2xx answer; raise its :class:`HttpFailure` otherwise."""
+    if answer.status < 300:
+        return
+    text = (await answer.read()).decode("utf-8", "replace")
+    reason = ""
+    try:
+        error = json.loads(text)["error"]
+        text = str(error.get("message", text))
+        reason = str((error.get("errors") or [{}])[0].get("reason", ""))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        pass
+    missing_bucket = answer.status == 404 and "bucket" in text.lower()
+    raise HttpFailure(
+        status=answer.status, code=reason, text=text, container_missing=missing_bucket
+    )

@@ -1,0 +1,164 @@
+"""What the REST object stores (Google Cloud Storage, Azure Blob Storage) share: one aiohttp
+session, one retry policy, one way of sorting failures, and the lean ranged GET.
+
+Their data path is plain HTTP against each service's REST API, not their SDKs
+(``docs/decisions/0003-object-store-clients.md`` has the figures): writes, listings and
+deletes through aiohttp; ranged reads straight into their buffer by
+:class:`~storage.rsm.s3_ranged_get.RangedGets` (the S3 path's lean GET, which takes a signed
+URL and headers), falling back to aiohttp for any answer but a plain 206. Credentials come
+from each SDK's standard chain (:mod:`storage.rsm.gcs_auth`, :mod:`storage.rsm.azure_auth`).
+
+Failures: connection errors, timeouts, 408, 429 and 5xx are retriable; 404 for an object is
+:class:`~storage.rsm.base.RemoteResourceNotFoundError` (a missing bucket or container is a
+configuration error, not a missing segment); everything else (401, 403, 400...) is
+permanent. Every request goes through :func:`storage.retry.call_with_retry` with the
+configured policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Final, TypeVar
+
+import aiohttp
+
+from storage.retry import SYSTEM_CLOCK, Clock, RetryPolicy, call_with_retry
+from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
+from storage.rsm.s3_errors import is_retriable
+from storage.rsm.s3_ranged_get import Presign, RangedGets
+
+__all__ = [
+    "MAX_CONNECTIONS",
+    "HttpFailure",
+    "HttpObjects",
+    "translate_http_error",
+]
+
+T = TypeVar("T")
+
+_log = logging.getLogger(__name__)
+
+MAX_CONNECTIONS: Final = 32
+"""Connections kept to the endpoint (as S3's default ``max.connections``)."""
+CONNECT_TIMEOUT_SECONDS: Final = 5.0
+READ_TIMEOUT_SECONDS: Final = 30.0
+"""Time allowed to connect, and between bytes of an answer (as S3's defaults)."""
+_RETRIABLE_STATUSES: Final = frozenset({408, 429})
+
+
+class HttpFailure(Exception):
+    """An answer that was not a success: its status, the service's error code, its text,
+    and whether the bucket or container itself is missing (not the object)."""
+
+    def __init__(
+        self, *, status: int, code: str, text: str, container_missing: bool = False
+    ) -> None:
+        super().__init__(f"{status} {code}")
+        self.status = status
+        self.code = code
+        self.text = text
+        self.container_missing = container_missing
+
+
+def translate_http_error(err: Exception, action: str, where: str) -> RemoteStorageError:
+    """Sort a failure of a request to ``where`` into not-found, retriable or permanent."""
+    if isinstance(err, RemoteStorageError):
+        return err
+    if isinstance(err, HttpFailure):
+        message = f"cannot {action} {where}: {err.status} {err.code} {err.text[:300]}".rstrip()
+        if err.status == 404 and not err.container_missing:
+            return RemoteResourceNotFoundError(message)
+        retriable = err.status in _RETRIABLE_STATUSES or err.status >= 500
+        return RemoteStorageError(message, retriable=retriable)
+    retriable = isinstance(err, aiohttp.ClientError | OSError | TimeoutError)
+    return RemoteStorageError(f"cannot {action} {where}: {err!r}", retriable=retriable)
+
+
+class HttpObjects:
+    """An aiohttp session, created on first use, with retries and the lean ranged GETs."""
+
+    def __init__(
+        self,
+        *,
+        scheme: str,
+        policy: RetryPolicy,
+        presign: Presign,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        """:param scheme: how object names are shown in messages (``gs``, ``azure``).
+        :param presign: the signed GET of an object, for the lean ranged GETs."""
+        self._scheme = scheme
+        self._policy = policy
+        self._clock = clock
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+        self.ranged = RangedGets(
+            presign,
+            max_connections=MAX_CONNECTIONS,
+            connect_timeout=CONNECT_TIMEOUT_SECONDS,
+            read_timeout=READ_TIMEOUT_SECONDS,
+            store=scheme,
+        )
+
+    def session(self) -> aiohttp.ClientSession:
+        """The session (created now if this is the first request).
+
+        :raises RemoteStorageError: after :meth:`close`.
+        """
+        if self._closed:
+            raise RemoteStorageError(f"{self._scheme} remote storage is closed", retriable=False)
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=MAX_CONNECTIONS),
+                timeout=aiohttp.ClientTimeout(
+                    sock_connect=CONNECT_TIMEOUT_SECONDS, sock_read=READ_TIMEOUT_SECONDS
+                ),
+                auto_decompress=False,
+            )
+        return self._session
+
+    async def call(self, action: str, where: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()`` with retries; every failure as a :class:`RemoteStorageError`.
+
+        :raises RemoteStorageError: the last attempt's failure, or a retriable one when the
+            retry deadline passed.
+        """
+
+        async def once() -> T:
+            try:
+                return await attempt()
+            except Exception as err:
+                raise translate_http_error(err, action, where) from err
+
+        def log_retry(attempt_number: int, err: Exception, wait: float) -> None:
+            _log.info("attempt %d failed (%s); retrying in %.2f s", attempt_number, err, wait)
+
+        try:
+            return await call_with_retry(
+                once,
+                policy=self._policy,
+                is_retriable=is_retriable,
+                clock=self._clock,
+                on_retry=log_retry,
+            )
+        except TimeoutError as err:
+            raise RemoteStorageError(
+                f"cannot {action} {where}: no success within the retry deadline of "
+                f"{self._policy.deadline_ms} ms",
+                retriable=True,
+            ) from err
+
+    def recycle(self, data: bytes | bytearray) -> None:
+        """An answer of a ranged GET, no longer kept: later answers may be read into it."""
+        if isinstance(data, bytearray):
+            self.ranged.recycle(data)
+
+    async def close(self) -> None:
+        self._closed = True
+        self.ranged.close()
+        if self._session is not None:
+            await self._session.close()
+            # aiohttp closes its transports on the next loop turns.
+            await asyncio.sleep(0)
