@@ -190,6 +190,7 @@ async def _remote_tier(
         )
         remote_metrics.watch(path.gauges())
         remote_metrics.watch_metadata(rlmm)
+        remote_metrics.watch_storage(rsm.counters)
         stack.callback(remote_metrics.unwatch)
         interval = settings.proxy.health_check_interval_ms / 1000
         readiness.add_probe(

@@ -116,6 +116,7 @@ async def _collect(
     from storage.kafka_acls import principal_of  # noqa: PLC0415
     from storage.kafka_client import BrokerConnectionError, KafkaClient  # noqa: PLC0415
     from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager  # noqa: PLC0415
+    from storage.rsm.factory import create_remote_storage  # noqa: PLC0415
     from storage.startup import check_cluster_login  # noqa: PLC0415
     from storage.tiering.status import collect_status, hidden_topics  # noqa: PLC0415
 
@@ -138,15 +139,20 @@ async def _collect(
                 f"no broker at {config.bootstrap_servers} answered within "
                 f"{round(timeout_s * 1000)} ms"
             ) from err
-        async with TopicBasedRemoteLogMetadataManager(
-            settings.metadata, bootstrap_servers=config.bootstrap_servers, security=security
-        ) as rlmm:
-            rows = await collect_status(
-                client,
-                rlmm.cache,
-                settings.rules,
-                topic_pattern=topic_pattern,
-                metadata_topic=settings.metadata.topic_name,
-                principal=principal_of(security),
-            )
+        storage = create_remote_storage(settings.storage)
+        try:
+            async with TopicBasedRemoteLogMetadataManager(
+                settings.metadata, bootstrap_servers=config.bootstrap_servers, security=security
+            ) as rlmm:
+                rows = await collect_status(
+                    client,
+                    rlmm.cache,
+                    settings.rules,
+                    topic_pattern=topic_pattern,
+                    metadata_topic=settings.metadata.topic_name,
+                    principal=principal_of(security),
+                    stored_size=storage.stored_size,
+                )
+        finally:
+            await storage.close()
         return rows, await hidden_topics(client, settings.rules, principal_of(security))

@@ -23,6 +23,13 @@ Series (Kafka's MBean in parentheses):
   RemoteIndexCache exports none)
 - ``tierproxy_remote_chunk_cache_{hits,misses,evictions,prefetches,disk_hits,gets}_total``,
   ``tierproxy_remote_chunk_cache_bytes`` (tierproxy's chunk cache; Kafka has none)
+- ``tierproxy_remote_storage_integrity_errors_total``,
+  ``tierproxy_remote_storage_key_errors_total``,
+  ``tierproxy_remote_storage_manifest_gets_total``,
+  ``tierproxy_remote_storage_read_bytes_total{form="stored"|"original"}`` (tierproxy's
+  segment layer, :mod:`storage.rsm.segments`: chunks that failed their checksums, reads
+  refused for a missing key, and the bytes read as stored against as decoded: the
+  difference is what compression saves)
 - ``tierproxy_remote_log_metadata_records_{applied,skipped}_total`` (records of the
   metadata topic the proxy's consumer applied, or could not decode or apply; Kafka's
   consumer task logs them and exports nothing)
@@ -56,6 +63,7 @@ from proxy.remote.purgatory import RemoteFetchPurgatory
 from proxy.remote.quota import FetchQuota
 from storage.chunk_cache import ChunkCache
 from storage.index_cache import RemoteIndexCache
+from storage.rsm.segments import StorageCounters
 
 __all__ = [
     "MetadataConsumerCounts",
@@ -110,6 +118,7 @@ class RemoteMetrics:
         self.registry = registry
         self._collector: _ReadPathCollector | None = None
         self._metadata_collector: _MetadataCollector | None = None
+        self._storage_collector: _StorageCollector | None = None
 
     def read_started(self, topic: str) -> None:
         self.requests.labels(topic).inc()
@@ -132,14 +141,24 @@ class RemoteMetrics:
             self._metadata_collector = _MetadataCollector(consumer)
             self.registry.register(self._metadata_collector)
 
+    def watch_storage(self, counters: StorageCounters) -> None:
+        """Report what the remote storage manager's segment layer counts at every scrape."""
+        if self._storage_collector is None:
+            self._storage_collector = _StorageCollector(counters)
+            self.registry.register(self._storage_collector)
+
     def unwatch(self) -> None:
-        """Stop reporting what :meth:`watch` and :meth:`watch_metadata` added."""
+        """Stop reporting what :meth:`watch`, :meth:`watch_metadata` and
+        :meth:`watch_storage` added."""
         if self._collector is not None:
             self.registry.unregister(self._collector)
             self._collector = None
         if self._metadata_collector is not None:
             self.registry.unregister(self._metadata_collector)
             self._metadata_collector = None
+        if self._storage_collector is not None:
+            self.registry.unregister(self._storage_collector)
+            self._storage_collector = None
 
 
 class MetadataConsumerCounts(Protocol):
@@ -323,6 +342,49 @@ class _MetadataCollector:
 
     def describe(self) -> Iterable[Metric]:
         return ()
+
+
+class _StorageCollector:
+    """Reads the segment layer's counters when Prometheus scrapes."""
+
+    def __init__(self, counters: StorageCounters) -> None:
+        self._counters = counters
+
+    def collect(self) -> Iterable[Metric]:
+        return _storage(self._counters)
+
+    def describe(self) -> Iterable[Metric]:
+        return ()
+
+
+def _storage(counters: StorageCounters) -> Iterator[Metric]:
+    yield _counter(
+        "tierproxy_remote_storage_integrity_errors",
+        "Chunks and manifests read from remote storage that did not match their checksum "
+        "(or encryption tag, or codec): answered KAFKA_STORAGE_ERROR, never cached (alert "
+        "on any increase; the log names each object).",
+        counters.integrity_failures,
+    )
+    yield _counter(
+        "tierproxy_remote_storage_key_errors",
+        "Reads refused because a segment's data key could not be unwrapped (its key id is "
+        "not loaded, or is another key): the log names the key id.",
+        counters.key_failures,
+    )
+    yield _counter(
+        "tierproxy_remote_storage_manifest_gets",
+        "GETs of segment manifests (one per segment read, kept while in use).",
+        counters.manifest_gets,
+    )
+    read = CounterMetricFamily(
+        "tierproxy_remote_storage_read_bytes",
+        "Bytes of segment chunks read from manifest segments, as stored and as decoded: "
+        "their difference is what compression saved on reads.",
+        labels=["form"],
+    )
+    read.add_metric(["stored"], counters.stored_bytes_read)
+    read.add_metric(["original"], counters.original_bytes_read)
+    yield read
 
 
 class _Counted(Protocol):

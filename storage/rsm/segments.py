@@ -243,6 +243,15 @@ class SegmentStorage:
         if not await self.store.delete_prefix(prefix):
             raise RemoteResourceNotFoundError(f"segment {prefix}* not found in {self.location}")
 
+    async def stored_size(self, metadata: RemoteLogSegmentMetadata) -> int | None:
+        """Bytes the segment's files take in storage (its manifest left out), from its
+        manifest; ``None`` for a segment of the earlier format (stored as the broker had it).
+
+        :raises RemoteStorageError: when the manifest cannot be read.
+        """
+        known = await self._segment(metadata)
+        return None if isinstance(known, _Plain) else known.manifest.stored_bytes()
+
     def recycle(self, data: bytes | bytearray) -> None:
         """``data``, an answer of :meth:`fetch_log_segment`, is no longer kept by the caller
         (the chunk cache evicted it): a later read of its length may be decoded into it, or

@@ -50,6 +50,13 @@ class TieringConfig(ClusterClientConfig):
         "tasks of a cycle (KIP-956).",
         kafka="remote.log.manager.copy.max.bytes.per.second",
     )
+    upload_max_bytes_per_second: int = setting(
+        "tiering.upload.max.bytes.per.second",
+        _LONG_MAX,
+        "Cap on the bytes per second (as stored: after compression) that the copy tasks of "
+        "a cycle upload to remote storage together, split evenly between the tasks that run "
+        "at once; remote.log.storage.upload.rate.limit.bytes.per.second caps each task.",
+    )
     fetch_max_bytes: int = setting(
         "tiering.fetch.max.bytes",
         8 * _MIB,
@@ -112,6 +119,7 @@ class TieringConfig(ClusterClientConfig):
         for key, value in (
             ("remote.log.manager.task.interval.ms", self.task_interval_ms),
             ("remote.log.manager.copy.max.bytes.per.second", self.copy_max_bytes_per_second),
+            ("tiering.upload.max.bytes.per.second", self.upload_max_bytes_per_second),
             ("tiering.fetch.max.bytes", self.fetch_max_bytes),
             ("tiering.task.max.bytes", self.task_max_bytes),
             ("transaction.timeout.ms", self.transaction_timeout_ms),

@@ -73,6 +73,7 @@ from storage.tiering.tier_stage import (
     MetadataSink,
     PartitionOutcome,
     PartitionWork,
+    task_upload_limit,
     tier_partitions,
 )
 from storage.tiering.worker import StorageFactory
@@ -236,7 +237,11 @@ class CopyDriver:
                     tier_partitions,
                     broker=self._broker,
                     sink=sink,
-                    storage=self._storage,
+                    storage=task_upload_limit(
+                        self._storage,
+                        total=self._config.upload_max_bytes_per_second,
+                        tasks=self._runner.parallelism,
+                    ),
                     storage_factory=self._storage_factory,
                 ),
                 total_bytes=total,

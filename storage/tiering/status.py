@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 
 from rich.table import Table
@@ -25,7 +25,7 @@ from rich.table import Table
 from protocol.errors import KafkaError
 from storage.kafka_acls import denied
 from storage.kafka_client import KafkaClient, TopicMetadata
-from storage.model import RemoteLogSegmentState, TopicIdPartition
+from storage.model import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.config import DEFAULT_TOPIC_NAME
 from storage.tiering.planner import estimate_bytes
@@ -39,6 +39,11 @@ _SAMPLE_BYTES = 16 * 1024
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 """A ``[[topics]]`` pattern that is also a legal topic name, which Metadata can be asked for."""
 _DENIED = KafkaError.TOPIC_AUTHORIZATION_FAILED
+_STORED_AT_ONCE = 16
+"""Manifests read at once for the stored bytes."""
+
+StoredSize = Callable[[RemoteLogSegmentMetadata], Awaitable[int | None]]
+"""A segment's bytes in storage (:meth:`storage.rsm.segments.SegmentStorage.stored_size`)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +67,9 @@ class PartitionStatus:
     """Estimated from the partition's average bytes per offset."""
     missing: tuple[tuple[int, int], ...] = ()
     """Offset ranges (first, last) that neither tier holds, below the broker's log start."""
+    stored_bytes: int | None = None
+    """Bytes the remote segments take in storage (compressed ones less than
+    ``remote_bytes``); ``None`` when not asked."""
     error: str | None = None
 
     @property
@@ -77,11 +85,14 @@ async def collect_status(
     topic_pattern: str | None = None,
     metadata_topic: str = DEFAULT_TOPIC_NAME,
     principal: str = "User:ANONYMOUS",
+    stored_size: StoredSize | None = None,
 ) -> list[PartitionStatus]:
     """Status rows of tiered topics (and of any topic with remote data), by topic and partition.
 
     :param topic_pattern: only topics whose whole name matches this regular expression.
     :param principal: whom the broker sees, named in the error of a refused DescribeConfigs.
+    :param stored_size: the bytes a segment takes in storage (``None``: as the broker had
+        it), asked of every readable segment, a few at a time; by default not asked.
     """
     pattern = re.compile(topic_pattern) if topic_pattern else None
     metadata = await client.metadata(None)
@@ -125,17 +136,37 @@ async def collect_status(
     )
     samples = {key: sample for group in sampled for key, sample in group.items()}
     refused = {name for name, found in configs.items() if found == _DENIED}
-    return [
+    partitions = [
+        (TopicIdPartition(topic_id=topic.topic_id, topic=topic.name, partition=p.partition), tiered)
+        for topic, tiered in chosen
+        for p in topic.partitions
+    ]
+    rows = [
         _with_refusal(
             _row(tp, tiered, cache, samples.get((tp.topic, tp.partition))),
             denied("DescribeConfigs", tp.topic, principal) if tp.topic in refused else None,
         )
-        for topic, tiered in chosen
-        for tp in (
-            TopicIdPartition(topic_id=topic.topic_id, topic=topic.name, partition=p.partition)
-            for p in topic.partitions
-        )
+        for tp, tiered in partitions
     ]
+    if stored_size is None:
+        return rows
+    return [
+        replace(row, stored_bytes=await _stored(tp, cache, stored_size))
+        for (tp, _tiered), row in zip(partitions, rows, strict=True)
+    ]
+
+
+async def _stored(tp: TopicIdPartition, cache: RemoteLogMetadataCache, size: StoredSize) -> int:
+    """Bytes the partition's readable segments take in storage."""
+    slots = asyncio.Semaphore(_STORED_AT_ONCE)
+    segments = cache.segments(tp, {RemoteLogSegmentState.COPY_SEGMENT_FINISHED})
+
+    async def one(segment: RemoteLogSegmentMetadata) -> int:
+        async with slots:
+            stored = await size(segment)
+        return segment.segment_size_in_bytes if stored is None else stored
+
+    return sum(await asyncio.gather(*(one(s) for s in segments)))
 
 
 def _with_refusal(row: PartitionStatus, refusal: str | None) -> PartitionStatus:
@@ -223,6 +254,7 @@ def status_table(rows: Iterable[PartitionStatus]) -> Table:
         "remote end",
         "segments",
         "remote bytes",
+        "stored",
         "lag offsets",
         "lag bytes",
         "missing",
@@ -239,6 +271,7 @@ def status_table(rows: Iterable[PartitionStatus]) -> Table:
             _offset(row.remote_log_end),
             str(row.segments),
             format_bytes(row.remote_bytes),
+            _stored_text(row),
             str(row.lag_offsets),
             f"~{format_bytes(row.lag_bytes)}",
             _missing(row),
@@ -253,6 +286,16 @@ def _missing(row: PartitionStatus) -> str:
     ranges = ", ".join(f"{first}-{last}" for first, last in row.missing[:3])
     more = ", ..." if len(row.missing) > 3 else ""
     return f"{row.missing_offsets} ({ranges}{more})"
+
+
+def _stored_text(row: PartitionStatus) -> str:
+    """The bytes in storage and what compression saved, ``-`` when not known."""
+    if row.stored_bytes is None:
+        return "-"
+    saved = row.remote_bytes - row.stored_bytes
+    if row.remote_bytes <= 0 or saved <= 0:
+        return format_bytes(row.stored_bytes)
+    return f"{format_bytes(row.stored_bytes)} (-{100 * saved / row.remote_bytes:.0f} %)"
 
 
 def _offset(value: int | None) -> str:

@@ -91,6 +91,7 @@ __all__ = [
     "PartitionTask",
     "PartitionWork",
     "plan_partition",
+    "task_upload_limit",
     "tier_partitions",
 ]
 
@@ -162,6 +163,9 @@ read, so that its upload (disk) overlaps the next read (CPU). With two reads at 
 (``bench.pipeline``, local tier, 256 MiB over 8 partitions, busy machine) both tasks read
 two partitions in step and then uploaded them in step: median 481 MB/s over 14 rounds, best
 648, against 510 and 855 with one."""
+
+_NO_CAP = 2**63 - 1
+"""Kafka's Long.MAX_VALUE: a rate setting's "no cap"."""
 
 _NOTHING = PartitionPlan(jobs=(), scan=None, tail=None, final=None)
 
@@ -345,6 +349,20 @@ class PartitionTask:
             await remove_uploaded(job, self._rsm)
             return failed_copy(job, f"uploaded, then removed: {_PAST_DEADLINE}")
         return copied
+
+
+def task_upload_limit(
+    storage: RemoteStorageConfig, *, total: int, tasks: int
+) -> RemoteStorageConfig:
+    """``storage`` with each task's upload rate limit: its own
+    (``remote.log.storage.upload.rate.limit.bytes.per.second``, 0 for none) or its share of
+    the cycle's ``total`` (``tiering.upload.max.bytes.per.second``; Long.MAX_VALUE for
+    none) among the ``tasks`` that run at once, whichever is lower."""
+    if total >= _NO_CAP:
+        return storage
+    share = max(1, total // max(tasks, 1))
+    own = storage.upload_rate_bytes_per_second
+    return replace(storage, upload_rate_bytes_per_second=share if own == 0 else min(own, share))
 
 
 def tier_partitions(

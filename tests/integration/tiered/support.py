@@ -67,10 +67,16 @@ async def tier_topic(
     bucket: str,
     metadata_topic: str,
     spill: Path,
+    storage: Any = None,
     **policy: Any,
 ) -> CycleReport:
-    """Run one pipeline cycle over ``topic``; the cycle's report, which had no errors."""
-    target = CycleTarget(topic=topic, bucket=bucket, metadata_topic=metadata_topic, spill=spill)
+    """Run one pipeline cycle over ``topic``; the cycle's report, which had no errors.
+
+    :param storage: the ``remote.log.storage.*`` settings (a mapping) of another remote tier
+        than the bucket ``bucket`` of ``s3``."""
+    target = CycleTarget(
+        topic=topic, bucket=bucket, metadata_topic=metadata_topic, spill=spill, storage=storage
+    )
     report = await run_cycle(broker, s3, spark, target, policy)
     assert not report.errors, report.errors
     return report
@@ -84,6 +90,8 @@ class CycleTarget:
     bucket: str
     metadata_topic: str
     spill: Path
+    storage: Mapping[str, Any] | None = None
+    """Another remote tier's settings than the bucket's (with the metadata topic's)."""
 
 
 async def run_cycle(
@@ -103,6 +111,7 @@ async def run_cycle(
             "bootstrap.servers": broker.bootstrap,
             **storage_settings(s3, bucket, metadata_topic),
             **(settings or {}),
+            **(target.storage or {}),
             "tiering.spill.dir": str(target.spill),
             "topics": [
                 {

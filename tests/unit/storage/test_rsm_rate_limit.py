@@ -1,0 +1,94 @@
+"""storage.rsm.rate_limit, the upload rate limit, on a fake clock; and each pipeline task's
+share of the cycle's upload cap (storage.tiering.tier_stage.task_upload_limit)."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from storage.rsm.config import RemoteStorageConfig
+from storage.rsm.rate_limit import RateLimiter
+from storage.tiering.status import PartitionStatus, status_table
+from storage.tiering.tier_stage import task_upload_limit
+
+
+class FakeTime:
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.slept: list[float] = []
+
+    def clock(self) -> float:
+        return self.now
+
+    async def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
+async def test_bursts_up_to_a_second_then_waits_at_the_rate() -> None:
+    time = FakeTime()
+    limiter = RateLimiter(1000, clock=time.clock, sleep=time.sleep)
+    await limiter.acquire(1000)  # one second's worth, at once
+    assert time.slept == []
+    await limiter.acquire(500)
+    assert time.slept == [0.5]
+    await limiter.acquire(4000)  # larger than a burst: waits for all of it, never split
+    assert time.slept == [0.5, 4.0]
+    time.now += 10  # idle: the bucket fills to one second's worth, no more
+    await limiter.acquire(1500)
+    assert time.slept == [0.5, 4.0, 0.5]
+    assert limiter.waited_seconds == pytest.approx(5.0)
+
+
+async def test_average_rate_over_many_uploads() -> None:
+    time = FakeTime()
+    limiter = RateLimiter(1_000_000, clock=time.clock, sleep=time.sleep)
+    for _ in range(100):
+        await limiter.acquire(100_000)
+    # 10 MB at 1 MB/s with a 1 MB burst: 9 s.
+    assert time.now == pytest.approx(9.0)
+
+
+def test_rate_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="at least 1 byte/s"):
+        RateLimiter(0)
+
+
+@pytest.mark.parametrize(
+    ("own", "total", "tasks", "limit"),
+    [
+        (0, 2**63 - 1, 2, 0),  # neither set: no limit
+        (5_000, 2**63 - 1, 2, 5_000),  # the task's own
+        (0, 8_000, 2, 4_000),  # a share of the total
+        (3_000, 8_000, 2, 3_000),  # the lower of the two
+        (9_000, 8_000, 4, 2_000),
+    ],
+)
+def test_each_task_gets_the_lower_of_its_limit_and_its_share(
+    own: int, total: int, tasks: int, limit: int
+) -> None:
+    storage = RemoteStorageConfig(upload_rate_bytes_per_second=own)
+    assert task_upload_limit(storage, total=total, tasks=tasks).upload_rate_bytes_per_second == (
+        limit
+    )
+
+
+def test_status_shows_the_bytes_stored_and_what_compression_saved() -> None:
+    row = PartitionStatus(
+        topic="t",
+        partition=0,
+        tiered=True,
+        local_log_start=10,
+        local_log_end=20,
+        last_stable_offset=20,
+        remote_log_start=0,
+        remote_log_end=9,
+        segments=2,
+        remote_bytes=4 * 1024 * 1024,
+        lag_offsets=0,
+        lag_bytes=0,
+        stored_bytes=1024 * 1024,
+    )
+    console = Console(width=250, record=True)
+    console.print(status_table([row]))
+    assert "(-75 %)" in console.export_text()
