@@ -91,13 +91,23 @@ async def announce_remote_tier(
 
 
 def _s3_details(storage: RemoteStorageConfig, credentials: str | None) -> str:
-    """`` (credentials from ..., encryption ...)`` for S3; nothing for a directory."""
-    if storage.backend != "s3":
-        return ""
-    encryption = storage.s3_sse_algorithm
-    if storage.s3_sse_kms_key_id:
-        encryption += f" with key {storage.s3_sse_kms_key_id}"
-    return f" (credentials from {credentials or 'nowhere'}, encryption {encryption})"
+    """`` (credentials from ..., encryption ...)`` of a cloud store, and how new segments are
+    stored (compression, client-side encryption's active key id) for every backend."""
+    stored = f"compression {'zstd' if storage.compression_enable else 'off'}, "
+    stored += (
+        f"encryption with key {storage.encryption_key_id!r}"
+        if storage.encryption_enable
+        else "encryption off"
+    )
+    if storage.backend == "local":
+        return f" ({stored})"
+    details = f"credentials from {credentials or 'nowhere'}"
+    if storage.backend == "s3":
+        encryption = storage.s3_sse_algorithm
+        if storage.s3_sse_kms_key_id:
+            encryption += f" with key {storage.s3_sse_kms_key_id}"
+        details += f", server-side encryption {encryption}"
+    return f" ({details}, {stored})"
 
 
 async def check_cluster_login(
