@@ -23,6 +23,8 @@ The benchmarks (their docstrings give the exact question and method):
   local log, and a tail consumer's latency while catch-up readers use each remote tier;
 - ``bench/pipeline.py``: the Spark tiering pipeline vs a raw Fetch of the same data, and the
   cost of an idle cycle;
+- ``bench/encoded_tier.py``: what compression and encryption at rest cost the pipeline and
+  catch-up reads, and GETs per GiB on every backend;
 - ``bench/hostile.py``: malformed input at the proxy while consumers read tiered data.
 
 Servers come from the environment as in the tests (``KAFKA_BOOTSTRAP`` > ``KAFKA_HOME`` >
@@ -134,6 +136,15 @@ BENCHMARKS = (
         "(RemoteLogManager with LocalTieredStorage), per partition, on one broker.",
         goals="pipeline MB/s per partition ≥ 1.0 x the native copier's; CPU-s per GiB of the "
         "pipeline's processes and of the broker reported.",
+    ),
+    Benchmark(
+        name="encoded_tier",
+        question="Compression and encryption at rest: the pipeline's CPU, catch-up through the "
+        "proxy from an encoded tier vs a plain one, and object-storage GETs per GiB on every "
+        "backend (local directory, SeaweedFS, fake-gcs-server, Azurite).",
+        goals="pipeline CPU-s per GiB compressed and encrypted ≤ 1.5 x plain; catch-up from "
+        "an encrypted (and compressed) tier ≥ 0.8 x a plain one; ≤ 300 GETs per GiB on every "
+        "backend.",
     ),
     Benchmark(
         name="hostile",
