@@ -61,7 +61,7 @@ class GcsCredentials:
             return "anonymous (remote.log.storage.gcs.credentials.anonymous)"
         async with self._lock:
             credentials = await self._refreshed()
-        kind = type(credentials).__module__.rsplit(".", 1)[-1]
+        kind = _kind(type(credentials).__module__)
         who = getattr(credentials, "service_account_email", None)
         where = self._path or "application default credentials"
         return f"{kind} from {where}" + (f" ({who})" if isinstance(who, str) else "")
@@ -93,6 +93,23 @@ class GcsCredentials:
                 credentials, _project = google.auth.default(scopes=[SCOPE])
         credentials.refresh(Request())
         return credentials
+
+
+_KINDS: Final = (
+    ("compute_engine", "metadata server (GKE workload identity, Compute Engine)"),
+    ("service_account", "service account"),
+    ("impersonated", "impersonated service account"),
+    ("identity_pool", "external account (workload identity federation)"),
+    ("external_account", "external account (workload identity federation)"),
+    ("aws", "external account (workload identity federation from AWS)"),
+    ("pluggable", "external account (an executable's token)"),
+    ("oauth2.credentials", "gcloud user login"),
+)
+
+
+def _kind(module: str) -> str:
+    """What google-auth credentials of ``module`` are, in an operator's words."""
+    return next((words for part, words in _KINDS if part in module), module)
 
 
 def _credential_error(err: Exception, path: str | None) -> RemoteStorageError:
