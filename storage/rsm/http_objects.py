@@ -69,7 +69,7 @@ def translate_http_error(err: Exception, action: str, where: str) -> RemoteStora
     if isinstance(err, HttpFailure):
         message = f"cannot {action} {where}: {err.status} {err.code} {err.text[:300]}".rstrip()
         if err.status == 404 and not err.container_missing:
-            return RemoteResourceNotFoundError(message)
+            return RemoteResourceNotFoundError(message, key=where)
         retriable = err.status in _RETRIABLE_STATUSES or err.status >= 500
         return RemoteStorageError(message, retriable=retriable)
     retriable = isinstance(err, aiohttp.ClientError | OSError | TimeoutError)

@@ -243,6 +243,18 @@ class SegmentStorage:
         if not await self.store.delete_prefix(prefix):
             raise RemoteResourceNotFoundError(f"segment {prefix}* not found in {self.location}")
 
+    async def log_segment_size(self, metadata: RemoteLogSegmentMetadata) -> int:
+        """The size of the object that holds the segment's ``.log`` (encoded or not), from a
+        HEAD or a stat, after its manifest (:class:`~storage.rsm.base.SegmentProbe`).
+
+        :raises RemoteResourceNotFoundError: when it does not exist (``key`` names it).
+        :raises RemoteStorageError: for other storage failures.
+        """
+        known = await self._segment(metadata)
+        if isinstance(known, _Plain):
+            return await self.store.object_size(self._layout.log_key(metadata))
+        return await self.store.object_size(self._key(metadata, None, known.manifest.log))
+
     async def stored_size(self, metadata: RemoteLogSegmentMetadata) -> int | None:
         """Bytes the segment's files take in storage (its manifest left out), from its
         manifest; ``None`` for a segment of the earlier format (stored as the broker had it).
