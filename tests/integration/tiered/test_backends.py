@@ -16,7 +16,9 @@ The S3 backend as is is the rest of the tiered suite's.
 
 On the local directory with both, a damaged chunk gives KAFKA_STORAGE_ERROR (never records),
 logged with its object key, and reads again once the object is repaired; a proxy without
-the segments' key gives KAFKA_STORAGE_ERROR with a log line naming the key id.
+the segments' key gives KAFKA_STORAGE_ERROR with a log line naming the key id. Segments
+without a manifest (the earlier format: a local tier stored as is, its manifests removed)
+are served as before.
 """
 
 from __future__ import annotations
@@ -351,5 +353,27 @@ def test_a_proxy_without_the_key_answers_a_storage_error_naming_the_key(
             timeout_s=30,
             what="the missing key named in the proxy's log",
         )
+    finally:
+        proxy.stop()
+
+
+def test_segments_of_the_earlier_format_are_served_as_before(
+    stored_topics: StoredTopics,
+    request: pytest.FixtureRequest,
+    broker: BrokerInfo,
+    tmp_path: Path,
+) -> None:
+    """Segments without a manifest (as earlier versions wrote them) are read as stored."""
+    stored = stored_topics.get(request, "local", "plain")
+    assert stored.local_dir is not None
+    manifests = sorted(stored.local_dir.rglob("*.manifest"))
+    assert manifests
+    for manifest in manifests:
+        manifest.unlink()
+    proxy = proxy_process(broker, tmp_path, proxy_settings(stored))
+    proxy.start()
+    try:
+        got = consume_confluent(proxy.bootstrap, stored.topic, stored.high_watermarks)
+        assert by_partition(got) == stored.expected[READ_UNCOMMITTED]
     finally:
         proxy.stop()
