@@ -121,7 +121,7 @@ class RemoteStorageConfig:
         "remote.log.storage.upload.rate.limit.bytes.per.second",
         0,
         "Most bytes per second one pipeline task uploads (as stored: after compression); "
-        "0 for no limit. See also tier.upload.rate.limit.bytes.per.second for the total.",
+        "0 for no limit. See also tiering.upload.max.bytes.per.second for the cycle's total.",
     )
     s3_bucket: str | None = setting(
         "remote.log.storage.s3.bucket",
