@@ -3,10 +3,11 @@
 ``tierproxy serve``, ``tier``, ``status`` and ``demo`` share one file: each reads it through
 :func:`load_settings`, which checks all of it before anything connects — unknown keys (with
 the closest known key), values of the wrong type, each part's ranges and cross-key rules,
-the ``[[topics]]`` and ``[[broker.map]]`` tables, and the secrets named by file — and raises
-one :class:`~storage.config.ConfigProblems` that lists every problem found. What it returns
-is a frozen :class:`Settings` of the parts' own config classes; each command hands each part
-the one it needs.
+the ``[[topics]]`` and ``[[broker.map]]`` tables, and the secrets named by file (the
+upstream password, remote storage's encryption keys) — and raises one
+:class:`~storage.config.ConfigProblems` that lists every problem found. What it returns is a
+frozen :class:`Settings` of the parts' own config classes; each command hands each part the
+one it needs.
 
 A new part of the file is one more field of :class:`Settings`: a frozen config class whose
 fields are :func:`storage.config.setting` calls. Its keys are then accepted, checked and
@@ -30,6 +31,7 @@ from storage.index_cache import IndexCacheConfig
 from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
+from storage.rsm.factory import key_ring
 from storage.tiering.config import TieringConfig
 from storage.tiering.policy import TopicPolicy, TopicRules, compile_rules
 
@@ -107,8 +109,9 @@ def settings_from_flat(flat: Mapping[str, Any], *, resolve_secrets: bool = True)
     """Check ``flat`` whole and build :class:`Settings` from it.
 
     :param resolve_secrets: read the upstream password from its file or the environment
-        now, so that one that cannot be read is listed with the other problems; ``False``
-        checks the settings alone (a file written for another machine).
+        now, and load remote storage's encryption keys (the active key among them), so that
+        one that cannot be read is listed with the other problems; ``False`` checks the
+        settings alone (a file written for another machine).
     :raises ConfigProblems: listing every problem: unknown keys, wrong types, values out of
         range, tables that are not right, secrets that cannot be read.
     """
@@ -118,5 +121,7 @@ def settings_from_flat(flat: Mapping[str, Any], *, resolve_secrets: bool = True)
     parts["rules"] = problems.attempt(compile_rules, flat)
     if resolve_secrets and parts["security"] is not None:
         parts["security"] = problems.attempt(parts["security"].with_secrets_resolved)
+    if resolve_secrets and parts["storage"] is not None:
+        problems.attempt(key_ring, parts["storage"])
     problems.raise_if_any()
     return Settings(**parts)

@@ -121,6 +121,13 @@ ONE_MISTAKE = {
         """[[topics]] pattern 'orders': local.retention.ms = "ten": expected an integer """
         "(milliseconds), such as the default: local.retention.ms = -2",
     ),
+    "encryption keys": (
+        "remote.log.storage.encryption.enable = true\n"
+        'remote.log.storage.encryption.key.id = "k1"\n'
+        'remote.log.storage.encryption.keys.file = "/nonexistent/tierproxy-keys"\n',
+        "cannot read encryption keys from /nonexistent/tierproxy-keys: [Errno 2] No such "
+        "file or directory: '/nonexistent/tierproxy-keys'",
+    ),
 }
 
 

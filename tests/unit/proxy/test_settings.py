@@ -3,6 +3,7 @@ listed, each naming its key and the TOML form expected, and TOML's own errors ex
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 import tomllib
@@ -106,6 +107,29 @@ def test_a_secret_that_cannot_be_read_is_a_problem_of_the_file(
     (tmp_path / "absent").write_text("s3cret\n", encoding="utf-8")
     settings = settings_from_flat({**flat, "remote.log.reader.threads": 1})
     assert settings.security.sasl_password == "s3cret"  # resolved once, here
+
+
+def test_encryption_keys_that_cannot_be_loaded_are_problems_of_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TIERPROXY_ENCRYPTION_KEYS", raising=False)
+    keys = tmp_path / "keys"
+    flat = {
+        "remote.log.storage.encryption.enable": True,
+        "remote.log.storage.encryption.key.id": "k2",
+        "remote.log.storage.encryption.keys.file": str(keys),
+        "remote.log.reader.threads": 0,
+    }
+    (unreadable, threads) = sorted(problems_of(flat))
+    assert unreadable.startswith(f"cannot read encryption keys from {keys}")
+    assert threads.startswith("remote.log.reader.threads")
+    settings_from_flat(flat | {"remote.log.reader.threads": 1}, resolve_secrets=False)
+    keys.write_text(f"k1:{base64.b64encode(bytes(32)).decode()}\n", encoding="utf-8")
+    (inactive,) = problems_of(flat | {"remote.log.reader.threads": 1})
+    assert "k2" in inactive
+    keys.write_text(f"k2:{base64.b64encode(bytes(32)).decode()}\n", encoding="utf-8")
+    settings = settings_from_flat(flat | {"remote.log.reader.threads": 1})
+    assert settings.storage.encryption_key_id == "k2"
 
 
 @given(
