@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import shutil
 import struct
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -152,6 +154,22 @@ def client_throttle_seconds(proxy: TierproxyServer) -> dict[str, float]:
             user = labels.split('user="', 1)[1].split('"', 1)[0]
             found[user] = found.get(user, 0.0) + float(value)
     return found
+
+
+# -- status --------------------------------------------------------------------------------
+
+
+def status_rows(config: Path, topic: str) -> list[dict[str, Any]]:
+    """``tierproxy status --json`` of ``topic`` with the file ``config``, one row a partition."""
+    command = ["status", "--json", "--config", str(config), "--topic", topic]
+    result = subprocess.run(
+        [sys.executable, "-m", "proxy.cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return [json.loads(line) for line in result.stdout.splitlines()]
 
 
 # -- clients -------------------------------------------------------------------------------

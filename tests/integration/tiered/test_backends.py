@@ -15,8 +15,10 @@ local x {compressed, encrypted, both}; S3 x both; GCS x {as is, both}; Azure x {
 The S3 backend as is is the rest of the tiered suite's.
 
 On the local directory with both, a damaged chunk gives KAFKA_STORAGE_ERROR (never records),
-logged with its object key, and reads again once the object is repaired; a proxy without
-the segments' key gives KAFKA_STORAGE_ERROR with a log line naming the key id. Segments
+logged with its object key and counted in the proxy's metrics, and reads again once the
+object is repaired; a proxy without the segments' key gives KAFKA_STORAGE_ERROR with a log
+line naming the key id, counted too. ``tierproxy status`` shows a compressed tier's bytes
+in storage below the bytes the broker had. Segments
 without a manifest (the earlier format: a local tier stored as is, its manifests removed)
 are served as before.
 """
@@ -39,7 +41,7 @@ from confluent_kafka import Producer
 from protocol.errors import KafkaError
 from proxy.embedded import BrokerInfo, S3Info, create_bucket, delete_bucket
 from proxy.embedded.object_stores import Azurite, FakeGcs
-from proxy.embedded.tierproxy import proxy_process
+from proxy.embedded.tierproxy import proxy_process, write_config
 from storage.rsm.manifest import decode_manifest
 from storage.spark_source import register
 from tests.conditions import wait_until
@@ -55,6 +57,7 @@ from tests.integration.tiered.support import (
     fetch_once,
     high_watermarks,
     offsets_for_times,
+    status_rows,
     tier_topic,
 )
 from tests.integration.tiering.workload import create_topic, produce_mixed
@@ -293,6 +296,23 @@ def test_the_spark_source_reads_the_whole_history(
     assert actual == stored.rows
 
 
+def test_status_shows_the_bytes_in_storage_and_what_compression_saved(
+    stored_topics: StoredTopics,
+    request: pytest.FixtureRequest,
+    broker: BrokerInfo,
+    tmp_path: Path,
+) -> None:
+    stored = stored_topics.get(request, "local", "compressed")
+    config = write_config(
+        tmp_path / "status.toml", {"bootstrap.servers": broker.bootstrap, **stored.storage}
+    )
+    rows = status_rows(config, stored.topic)
+    assert [row["partition"] for row in rows] == list(range(PARTITIONS))
+    for row in rows:
+        assert row["error"] is None, row
+        assert 0 < row["stored_bytes"] < row["remote_bytes"], row
+
+
 def test_a_damaged_chunk_is_never_served_and_reads_again_once_repaired(
     stored_topics: StoredTopics,
     request: pytest.FixtureRequest,
@@ -316,6 +336,11 @@ def test_a_damaged_chunk_is_never_served_and_reads_again_once_repaired(
             lambda: "remote.storage.integrity" in log.read_text() and first.name in log.read_text(),
             timeout_s=30,
             what="the integrity failure logged with its object key",
+        )
+        wait_until(
+            lambda: proxy.metric("tierproxy_remote_storage_integrity_errors_total") >= 1,
+            timeout_s=30,
+            what="the integrity failure counted in the proxy's metrics",
         )
         first.write_bytes(original)
         got = consume_confluent(proxy.bootstrap, stored.topic, stored.high_watermarks)
@@ -352,6 +377,11 @@ def test_a_proxy_without_the_key_answers_a_storage_error_naming_the_key(
             ),
             timeout_s=30,
             what="the missing key named in the proxy's log",
+        )
+        wait_until(
+            lambda: proxy.metric("tierproxy_remote_storage_key_errors_total") >= 1,
+            timeout_s=30,
+            what="the missing key counted in the proxy's metrics",
         )
     finally:
         proxy.stop()

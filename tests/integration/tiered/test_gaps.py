@@ -12,9 +12,6 @@ in the remote log that is shown, not presented as one range.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -36,6 +33,7 @@ from tests.integration.tiered.support import (
     earliest_offsets,
     fetch_once,
     running,
+    status_rows,
     tier_topic,
     watermarks,
 )
@@ -82,18 +80,6 @@ def consume_from_earliest(bootstrap: str, topic: str, end: int, seconds: float) 
     finally:
         consumer.close()
     return offsets
-
-
-def status_rows(config: Path, topic: str) -> list[dict[str, Any]]:
-    command = ["status", "--json", "--config", str(config), "--topic", topic]
-    result = subprocess.run(
-        [sys.executable, "-m", "proxy.cli", *command],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return [json.loads(line) for line in result.stdout.splitlines()]
 
 
 def test_data_deleted_before_it_was_tiered_is_a_gap_not_a_loop(
