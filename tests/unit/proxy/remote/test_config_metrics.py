@@ -14,6 +14,7 @@ from proxy.remote.config import RemoteFetchConfig
 from proxy.remote.metrics import RemoteMetrics
 from proxy.settings import settings_from_flat
 from storage.config import ConfigError, from_settings
+from storage.rsm.segments import StorageCounters
 from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch
 
 
@@ -98,6 +99,26 @@ def test_the_metadata_consumers_skipped_records_are_exported() -> None:
     assert "tierproxy_remote_log_metadata_records_skipped_total 2.0" in text
     metrics.unwatch()
     assert "tierproxy_remote_log_metadata" not in generate_latest(registry).decode()
+
+
+def test_the_segment_layers_counts_are_exported() -> None:
+    registry = CollectorRegistry()
+    metrics = RemoteMetrics(registry)
+    counters = StorageCounters()
+    metrics.watch_storage(counters)
+    counters.integrity_failures += 1
+    counters.key_failures += 2
+    counters.manifest_gets += 3
+    counters.stored_bytes_read += 40
+    counters.original_bytes_read += 100
+    text = generate_latest(registry).decode()
+    assert "tierproxy_remote_storage_integrity_errors_total 1.0" in text
+    assert "tierproxy_remote_storage_key_errors_total 2.0" in text
+    assert "tierproxy_remote_storage_manifest_gets_total 3.0" in text
+    assert 'tierproxy_remote_storage_read_bytes_total{form="stored"} 40.0' in text
+    assert 'tierproxy_remote_storage_read_bytes_total{form="original"} 100.0' in text
+    metrics.unwatch()
+    assert "tierproxy_remote_storage" not in generate_latest(registry).decode()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
