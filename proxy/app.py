@@ -60,6 +60,7 @@ from proxy.remote.tier import MetadataPublisher, RemoteLogMetadata, TieredPartit
 from proxy.remote.topic_ids import TopicIdLookup, TopicIds
 from proxy.server import run_until_stopped
 from proxy.settings import Settings
+from proxy.workers.role import WorkerRole
 from storage.chunk_cache import ChunkCache
 from storage.index_cache import RemoteIndexCache
 from storage.kafka_acls import denied, principal_of
@@ -92,8 +93,11 @@ class _CheckedStorage(Protocol):
     async def check(self) -> None: ...
 
 
-async def serve(settings: Settings) -> None:
+async def serve(settings: Settings, *, worker: WorkerRole | None = None) -> None:
     """Run the proxy until SIGTERM/SIGINT, with the remote tier if the settings enable it.
+
+    As one ``worker`` of several, the listeners share their ports and the health endpoint
+    is the worker's own, for the supervisor.
 
     :raises ConfigError: for unusable ``metrics.*`` settings, or a TLS or SASL login the
         cluster refuses.
@@ -105,16 +109,30 @@ async def serve(settings: Settings) -> None:
     """
     metrics = ProxyMetrics()
     readiness = Readiness()
-    with serving(settings.proxy, registry=metrics.registry, readiness=readiness) as liveness:
+    endpoint = "" if worker is None else worker.endpoint
+    with serving(
+        settings.proxy, registry=metrics.registry, readiness=readiness, unix_path=endpoint
+    ) as liveness:
         readiness.start()
         try:
-            await _serve(settings, metrics=metrics, readiness=readiness, liveness=liveness)
+            await _serve(
+                settings,
+                metrics=metrics,
+                readiness=readiness,
+                liveness=liveness,
+                reuse_port=worker is not None,
+            )
         finally:
             await readiness.close()
 
 
 async def _serve(
-    settings: Settings, *, metrics: ProxyMetrics, readiness: Readiness, liveness: Liveness
+    settings: Settings,
+    *,
+    metrics: ProxyMetrics,
+    readiness: Readiness,
+    liveness: Liveness,
+    reuse_port: bool,
 ) -> None:
     config = settings.proxy
     await check_cluster_login(
@@ -133,6 +151,7 @@ async def _serve(
             security=settings.security,
             readiness=readiness,
             liveness=liveness,
+            reuse_port=reuse_port,
         )
 
 

@@ -321,6 +321,17 @@ class ProxyConfig:
         "remote storage; a check whose last success is older than three intervals fails.",
     )
 
+    workers: int = setting(
+        "workers",
+        0,
+        "Worker processes that serve clients, each with its own event loop, sharing the "
+        "listeners' ports (SO_REUSEPORT); the host-wide budgets (remote reader threads and "
+        "queue, chunk, read-ahead and index cache bytes, S3 connections, the remote fetch "
+        "quota, TLS handshakes, fetch session slots) are divided among them. 0: one per "
+        "core this process may use (CPU affinity and the cgroup's CPU quota). 1: a single "
+        "process, no supervisor. A listener on port 0 needs one worker.",
+    )
+
     def __post_init__(self) -> None:
         bootstrap_addresses(self)
         parse_listener(self.listeners)
@@ -366,6 +377,7 @@ class ProxyConfig:
             "metrics.ssl.key.location needs metrics.ssl.certificate.location",
         )
         _require(self.health_check_interval_ms > 0, "health.check.interval.ms must be > 0")
+        _require(self.workers >= 0, "workers must be >= 0 (0: one per core)")
 
     def client_networks(self) -> ClientNetworks:
         """Who may connect, from ``listeners.allow.cidrs`` and ``listeners.deny.cidrs``.

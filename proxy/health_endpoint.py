@@ -27,11 +27,12 @@ import http.server
 import logging
 import os
 import socket
+import socketserver
 import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -45,11 +46,14 @@ from storage.config import ConfigError
 __all__ = [
     "LOOP_WAIT_S",
     "MAX_CONCURRENT",
+    "Answers",
     "EndpointError",
     "EndpointSettings",
     "HealthEndpoint",
+    "LoopAnswers",
     "endpoint_settings",
     "serving",
+    "serving_answers",
 ]
 
 _log = logging.getLogger("tierproxy.health")
@@ -84,6 +88,8 @@ class EndpointSettings:
     tls: ssl.SSLContext | None = None
     basic: tuple[str, str] | None = dataclasses.field(default=None, repr=False)
     bearer: str | None = dataclasses.field(default=None, repr=False)
+    unix_path: str = ""
+    """Serve on this Unix socket instead of ``host:port`` (a worker's endpoint)."""
 
     @property
     def authenticated(self) -> bool:
@@ -154,27 +160,49 @@ def _tls_context(config: ProxyConfig) -> ssl.SSLContext | None:
 
 @contextlib.contextmanager
 def serving(
-    config: ProxyConfig, *, registry: CollectorRegistry, readiness: Readiness
+    config: ProxyConfig,
+    *,
+    registry: CollectorRegistry,
+    readiness: Readiness,
+    unix_path: str = "",
 ) -> Iterator[Liveness]:
     """Serve the endpoint on ``metrics.port`` (if not 0) while the block runs, on the
     running loop; yields the liveness that the loop-lag probe should feed.
+
+    With ``unix_path``, a worker's endpoint: it is served on that Unix socket instead (for
+    the supervisor alone: no TLS, no credentials; the socket's directory guards it), and
+    ``metrics.port`` is left to the supervisor.
 
     :raises ConfigError: for unusable ``metrics.*`` settings.
     :raises EndpointError: when the port cannot be bound.
     """
     loop = asyncio.get_running_loop()
     liveness = Liveness(loop)
+    answers = LoopAnswers(registry=registry, readiness=readiness, liveness=liveness, loop=loop)
+    if unix_path:
+        endpoint = HealthEndpoint(EndpointSettings(host="", port=0, unix_path=unix_path), answers)
+        try:
+            yield liveness
+        finally:
+            endpoint.close()
+        return
     if not config.metrics_port:
         yield liveness
         return
+    with serving_answers(config, answers):
+        yield liveness
+
+
+@contextlib.contextmanager
+def serving_answers(config: ProxyConfig, answers: Answers) -> Iterator[HealthEndpoint]:
+    """Serve ``answers`` on ``metrics.port`` with the ``metrics.*`` TLS and credentials
+    while the block runs (``metrics.port`` must not be 0).
+
+    :raises ConfigError: for unusable ``metrics.*`` settings.
+    :raises EndpointError: when the port cannot be bound.
+    """
     settings = endpoint_settings(config)
-    endpoint = HealthEndpoint(
-        settings,
-        registry=registry,
-        readiness=readiness,
-        liveness=liveness,
-        loop=loop,
-    )
+    endpoint = HealthEndpoint(settings, answers)
     event(
         _log,
         logging.INFO,
@@ -184,33 +212,92 @@ def serving(
         authentication=settings.authenticated,
     )
     try:
-        yield liveness
+        yield endpoint
     finally:
         endpoint.close()
 
 
-class HealthEndpoint:
-    """The running endpoint: a thread per request, at most :data:`MAX_CONCURRENT`."""
+class Answers(Protocol):
+    """What the endpoint serves. Each call runs on one of the endpoint's request threads,
+    never on the event loop, and returns within about :data:`LOOP_WAIT_S`."""
+
+    def metrics(self, accept: str) -> tuple[bytes, str]:
+        """The exposition for an ``Accept`` header, and its content type."""
+        ...
+
+    def livez(self) -> HealthReport:
+        """Whether the process is alive."""
+        ...
+
+    def readyz(self) -> HealthReport:
+        """Whether the process should get traffic."""
+        ...
+
+
+class LoopAnswers:
+    """One process's own answers: its registry, and its readiness and liveness asked on
+    its event loop."""
 
     def __init__(
         self,
-        settings: EndpointSettings,
         *,
         registry: CollectorRegistry,
         readiness: Readiness,
         liveness: Liveness,
         loop: asyncio.AbstractEventLoop,
     ) -> None:
+        self._registry = registry
+        self._readiness = readiness
+        self._liveness = liveness
+        self._loop = loop
+
+    def metrics(self, accept: str) -> tuple[bytes, str]:
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self._registry), content_type
+
+    def livez(self) -> HealthReport:
+        return self._liveness.answer(LOOP_WAIT_S)
+
+    def readyz(self) -> HealthReport:
+        """The readiness report, run on the event loop, waited for up to
+        :data:`LOOP_WAIT_S`."""
+        answered: concurrent.futures.Future[HealthReport] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                answered.set_result(self._readiness.report())
+            except Exception as err:
+                answered.set_exception(err)
+
+        try:
+            self._loop.call_soon_threadsafe(run)
+            return answered.result(timeout=LOOP_WAIT_S)
+        except RuntimeError:
+            return HealthReport(ok=False, body={"reason": "the event loop is closed"})
+        except concurrent.futures.TimeoutError:
+            return HealthReport(
+                ok=False,
+                body={"reason": f"the event loop did not answer within {LOOP_WAIT_S:g} s"},
+            )
+
+
+class HealthEndpoint:
+    """The running endpoint: a thread per request, at most :data:`MAX_CONCURRENT`."""
+
+    def __init__(self, settings: EndpointSettings, answers: Answers) -> None:
         """Bind and start serving.
 
         :raises EndpointError: when the address cannot be bound.
         """
         try:
-            self._server = _Server(settings, registry, readiness, liveness, loop)
+            self._server: _Bounded = (
+                _UnixServer(settings, answers)
+                if settings.unix_path
+                else _TcpServer(settings, answers)
+            )
         except OSError as err:
-            raise EndpointError(
-                f"cannot serve metrics on {settings.host}:{settings.port}: {err}"
-            ) from err
+            where = settings.unix_path or f"{settings.host}:{settings.port}"
+            raise EndpointError(f"cannot serve metrics on {where}: {err}") from err
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="tierproxy-metrics", daemon=True
         )
@@ -218,8 +305,9 @@ class HealthEndpoint:
 
     @property
     def port(self) -> int:
-        """The bound port (useful when 0 asked for any free one)."""
-        return int(self._server.server_address[1])
+        """The bound port (useful when 0 asked for any free one); 0 on a Unix socket."""
+        address = self._server.server_address
+        return int(address[1]) if isinstance(address, tuple) else 0
 
     def close(self) -> None:
         """Stop serving and join the accepting thread."""
@@ -228,27 +316,20 @@ class HealthEndpoint:
         self._thread.join()
 
 
-class _Server(http.server.ThreadingHTTPServer):
+class _Bounded(socketserver.ThreadingMixIn, socketserver.BaseServer):
+    """At most :data:`MAX_CONCURRENT` request threads; TLS wrapped in the request's thread."""
+
     daemon_threads = True
     block_on_close = False
     request_queue_size = 64
+    settings: EndpointSettings
+    answers: Answers
+    socket: socket.socket
 
-    def __init__(
-        self,
-        settings: EndpointSettings,
-        registry: CollectorRegistry,
-        readiness: Readiness,
-        liveness: Liveness,
-        loop: asyncio.AbstractEventLoop,
-    ) -> None:
-        self.address_family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    def _bound(self, settings: EndpointSettings, answers: Answers) -> None:
         self.settings = settings
-        self.registry = registry
-        self.readiness = readiness
-        self.liveness = liveness
-        self.loop = loop
+        self.answers = answers
         self._slots = threading.BoundedSemaphore(MAX_CONCURRENT)
-        super().__init__((settings.host, settings.port), _Handler)
 
     def get_request(self) -> tuple[Any, Any]:
         sock, address = self.socket.accept()
@@ -275,30 +356,24 @@ class _Server(http.server.ThreadingHTTPServer):
         # A scraper that hung up, a failed TLS handshake: the client's problem, one line.
         event(_log, logging.DEBUG, "metrics.request.failed", client=str(client_address))
 
-    def report(self, read: Any) -> HealthReport:
-        """``read()`` run on the event loop, waited for up to :data:`LOOP_WAIT_S`."""
-        answered: concurrent.futures.Future[HealthReport] = concurrent.futures.Future()
 
-        def run() -> None:
-            try:
-                answered.set_result(read())
-            except Exception as err:
-                answered.set_exception(err)
+class _TcpServer(_Bounded, http.server.HTTPServer):
+    def __init__(self, settings: EndpointSettings, answers: Answers) -> None:
+        self.address_family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+        self._bound(settings, answers)
+        http.server.HTTPServer.__init__(self, (settings.host, settings.port), _Handler)
 
-        try:
-            self.loop.call_soon_threadsafe(run)
-            return answered.result(timeout=LOOP_WAIT_S)
-        except RuntimeError:
-            return HealthReport(ok=False, body={"reason": "the event loop is closed"})
-        except concurrent.futures.TimeoutError:
-            return HealthReport(
-                ok=False,
-                body={"reason": f"the event loop did not answer within {LOOP_WAIT_S:g} s"},
-            )
+
+class _UnixServer(_Bounded, socketserver.UnixStreamServer):
+    def __init__(self, settings: EndpointSettings, answers: Answers) -> None:
+        self._bound(settings, answers)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(settings.unix_path)  # left by a worker that died
+        socketserver.UnixStreamServer.__init__(self, settings.unix_path, _Handler)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    server: _Server
+    server: _Bounded
     timeout = REQUEST_TIMEOUT_S
     server_version = "tierproxy"
     sys_version = ""
@@ -311,12 +386,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
+        answers = self.server.answers
         if path == "/metrics":
             self._metrics()
         elif path == "/livez":
-            self._health(self.server.liveness.answer(LOOP_WAIT_S))
+            self._health(answers.livez())
         elif path == "/readyz":
-            self._health(self.server.report(self.server.readiness.report))
+            self._health(answers.readyz())
         else:
             self._send(404, b"not found: try /metrics, /livez or /readyz\n", "text/plain")
 
@@ -330,15 +406,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 if self.server.settings.basic is not None
                 else ("WWW-Authenticate", 'Bearer realm="tierproxy metrics"'),
             )
-            event(
-                _log,
-                logging.WARNING,
-                "metrics.unauthorized",
-                client=f"{self.client_address[0]}:{self.client_address[1]}",
-            )
+            event(_log, logging.WARNING, "metrics.unauthorized", client=_client(self))
             return
-        encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-        self._send(200, encoder(self.server.registry), content_type)
+        body, content_type = self.server.answers.metrics(self.headers.get("Accept", ""))
+        self._send(200, body, content_type)
 
     def _authorized(self) -> bool:
         settings = self.server.settings
@@ -373,3 +444,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Requests are not logged one by one (a scrape every 15 s would fill the log)."""
+
+
+def _client(handler: http.server.BaseHTTPRequestHandler) -> str:
+    address = handler.client_address
+    return f"{address[0]}:{address[1]}" if isinstance(address, tuple) else "unix"

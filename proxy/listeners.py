@@ -110,16 +110,29 @@ class Admission:
 
 
 async def listen(
-    address: HostPort, *, node_id: int, admission: Admission, make: PairFactory
+    address: HostPort,
+    *,
+    node_id: int,
+    admission: Admission,
+    make: PairFactory,
+    reuse_port: bool = False,
 ) -> Listener:
     """Bind a listener for broker ``node_id`` at ``address``.
+
+    ``reuse_port``: bind with ``SO_REUSEPORT``, so that the workers of one ``serve`` share
+    the address and the kernel spreads new connections over them (see
+    :mod:`proxy.workers`).
 
     :raises ListenerError: when the address cannot be bound (in use, not this host's).
     """
     try:
         if admission.handshakes is not None:
-            return await _TlsListener.bind(address, node_id=node_id, admission=admission, make=make)
-        return await _PlainListener.bind(address, node_id=node_id, admission=admission, make=make)
+            return await _TlsListener.bind(
+                address, node_id=node_id, admission=admission, make=make, reuse_port=reuse_port
+            )
+        return await _PlainListener.bind(
+            address, node_id=node_id, admission=admission, make=make, reuse_port=reuse_port
+        )
     except OSError as err:
         raise ListenerError(f"cannot listen on {address} for broker {node_id}: {err}") from err
 
@@ -154,7 +167,13 @@ class _PlainListener:
 
     @classmethod
     async def bind(
-        cls, address: HostPort, *, node_id: int, admission: Admission, make: PairFactory
+        cls,
+        address: HostPort,
+        *,
+        node_id: int,
+        admission: Admission,
+        make: PairFactory,
+        reuse_port: bool,
     ) -> _PlainListener:
         server = await asyncio.get_running_loop().create_server(
             (lambda: _Checked(admission, node_id, make)) if admission.restricted else make,
@@ -162,6 +181,7 @@ class _PlainListener:
             address.port,
             backlog=BACKLOG,
             reuse_address=True,
+            reuse_port=reuse_port or None,
         )
         return cls(server)
 
@@ -196,7 +216,13 @@ class _TlsListener:
 
     @classmethod
     async def bind(
-        cls, address: HostPort, *, node_id: int, admission: Admission, make: PairFactory
+        cls,
+        address: HostPort,
+        *,
+        node_id: int,
+        admission: Admission,
+        make: PairFactory,
+        reuse_port: bool,
     ) -> _TlsListener:
         infos = await asyncio.get_running_loop().getaddrinfo(
             address.host or None,
@@ -210,6 +236,8 @@ class _TlsListener:
                 sock = socket.socket(family, kind, proto)
                 sockets.append(sock)
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if reuse_port:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 if family == socket.AF_INET6:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 # Port 0 on several addresses: every socket takes the first one's port.

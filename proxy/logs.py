@@ -16,6 +16,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Mapping
 from typing import IO, Any, Final
 
 __all__ = ["OUR_LOGGERS", "JsonFormatter", "LogfmtFormatter", "configure", "event"]
@@ -35,12 +36,13 @@ def event(logger: logging.Logger, level: int, name: str, **fields: Any) -> None:
         logger.log(level, name, extra={_FIELDS: fields})
 
 
-def _record_fields(record: logging.LogRecord) -> dict[str, Any]:
+def _record_fields(record: logging.LogRecord, process: Mapping[str, Any]) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
         + f".{int(record.msecs):03d}Z",
         "level": record.levelname.lower(),
         "logger": record.name,
+        **process,
         "event": record.getMessage(),
     }
     fields.update(getattr(record, _FIELDS, {}))
@@ -50,18 +52,29 @@ def _record_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 
 class LogfmtFormatter(logging.Formatter):
-    """``key=value`` pairs; values with spaces, quotes or ``=`` are double-quoted."""
+    """``key=value`` pairs; values with spaces, quotes or ``=`` are double-quoted.
+
+    ``process`` fields (a worker's ``worker=2``) go on every line, before the event."""
+
+    def __init__(self, process: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self._process = dict(process or {})
 
     def format(self, record: logging.LogRecord) -> str:
-        fields = _record_fields(record)
+        fields = _record_fields(record, self._process)
         return " ".join(f"{key}={_logfmt_value(value)}" for key, value in fields.items())
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line."""
+    """One JSON object per line (with the ``process`` fields, as :class:`LogfmtFormatter`)."""
+
+    def __init__(self, process: Mapping[str, Any] | None = None) -> None:
+        super().__init__()
+        self._process = dict(process or {})
 
     def format(self, record: logging.LogRecord) -> str:
-        return json.dumps(_record_fields(record), default=str, separators=(",", ":"))
+        fields = _record_fields(record, self._process)
+        return json.dumps(fields, default=str, separators=(",", ":"))
 
 
 def _logfmt_value(value: Any) -> str:
@@ -84,15 +97,22 @@ class _StderrHandler(logging.StreamHandler[IO[str]]):
         return sys.stderr
 
 
-def configure(level: str, fmt: str, *, stream: IO[str] | None = None) -> None:
+def configure(
+    level: str,
+    fmt: str,
+    process: Mapping[str, Any] | None = None,
+    *,
+    stream: IO[str] | None = None,
+) -> None:
     """Send every log record to ``stream`` (stderr) in ``fmt`` (``logfmt`` or ``json``):
-    tierproxy's own from ``level`` up, the libraries' from WARNING (or ``level``, if higher).
+    tierproxy's own from ``level`` up, the libraries' from WARNING (or ``level``, if higher);
+    each line with the ``process`` fields (which worker wrote it).
 
     Replaces the root logger's handlers and the levels a previous call set, so a command
     configures its logs once, at start, and nothing prints in another format.
     """
     handler: logging.Handler = _StderrHandler() if stream is None else logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else LogfmtFormatter())
+    handler.setFormatter(JsonFormatter(process) if fmt == "json" else LogfmtFormatter(process))
     ours = logging.getLevelName(level.upper())
     root = logging.getLogger()
     for old in list(root.handlers):

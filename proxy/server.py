@@ -79,12 +79,15 @@ class ProxyServer:
         security: KafkaSecurityConfig | None = None,
         readiness: Readiness | None = None,
         liveness: Liveness | None = None,
+        reuse_port: bool = False,
     ) -> None:
         """:param security: how the proxy's own connections (discovery) log in, and whether
         every connection to the brokers uses TLS.
         :param readiness: where the server adds its ``listeners`` and ``broker`` checks.
-        :param liveness: told the event loop's lag along with the metrics."""
+        :param liveness: told the event loop's lag along with the metrics.
+        :param reuse_port: listeners bind with ``SO_REUSEPORT`` (one worker of several)."""
         self._config = config
+        self._reuse_port = reuse_port
         self._security = security or KafkaSecurityConfig()
         self.metrics = ProxyMetrics() if metrics is None else metrics
         self._pairs: dict[int, ConnectionPair] = {}
@@ -240,6 +243,7 @@ class ProxyServer:
                 node_id=node_id,
                 admission=self._admission,
                 make=lambda: self._accept(node_id),
+                reuse_port=self._reuse_port,
             )
         except ListenerError as err:
             self._unbound[node_id] = str(err)
@@ -362,6 +366,7 @@ async def run_until_stopped(
     security: KafkaSecurityConfig | None = None,
     readiness: Readiness | None = None,
     liveness: Liveness | None = None,
+    reuse_port: bool = False,
 ) -> None:
     """Run a proxy until SIGTERM or SIGINT, then shut it down gracefully (readiness turns
     false first).
@@ -382,6 +387,7 @@ async def run_until_stopped(
         security=security,
         readiness=readiness,
         liveness=liveness,
+        reuse_port=reuse_port,
     )
     try:
         delay = _DISCOVERY_BACKOFF_S

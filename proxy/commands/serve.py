@@ -14,14 +14,18 @@ from typing import Any
 import uvloop
 
 from proxy.app import serve
+from proxy.config import ProxyConfig
 from proxy.health_endpoint import EndpointError
 from proxy.listeners import ListenerError
 from proxy.logs import configure
-from proxy.settings import SERVE_CONFIG_CLASSES, load_flat, settings_from_flat
+from proxy.settings import SERVE_CONFIG_CLASSES, Settings, load_flat, settings_from_flat
+from proxy.workers.cores import available_cores
+from proxy.workers.role import WorkerRole
+from proxy.workers.supervisor import Supervisor, check_addresses_free
 from storage.config import ConfigError, describe, toml_value
 from storage.rlmm.topic_setup import MetadataTopicError
 
-__all__ = ["register", "run"]
+__all__ = ["register", "run", "serve_process", "worker_count"]
 
 _DESCRIPTION = """\
 Run the wire-compatible Kafka proxy. Clients bootstrap to the proxy's address; every broker
@@ -74,6 +78,12 @@ def register(subparsers: Any) -> None:
         "--metrics-host",
         metavar="HOST",
         help="address the metrics and health endpoint binds to (metrics.host)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="worker processes sharing the listeners, 0 = one per core (workers)",
     )
     parser.add_argument(
         "--log-level", choices=("DEBUG", "INFO", "WARNING", "ERROR"), help="(log.level)"
@@ -132,6 +142,8 @@ def _overrides(args: argparse.Namespace, base: Mapping[str, Any]) -> dict[str, A
         overrides["metrics.port"] = args.metrics_port
     if args.metrics_host:
         overrides["metrics.host"] = args.metrics_host
+    if args.workers is not None:
+        overrides["workers"] = args.workers
     if args.log_level:
         overrides["log.level"] = args.log_level
     if args.log_format:
@@ -150,7 +162,8 @@ def _freeze_imports() -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Handler of ``tierproxy serve``: load and check the settings, then serve until a signal.
+    """Handler of ``tierproxy serve``: load and check the settings, then serve until a signal,
+    in this process (one worker) or as the supervisor of several (:mod:`proxy.workers`).
 
     Returns 2 for invalid settings (every problem of the file listed, before anything
     connects), an address that cannot be bound (a client listener, the metrics port), or a
@@ -162,16 +175,57 @@ def run(args: argparse.Namespace) -> int:
     """
     try:
         from_file = load_flat(args.config)
-        settings = settings_from_flat({**from_file, **_overrides(args, from_file)})
-    except ConfigError as err:
+        flat = {**from_file, **_overrides(args, from_file)}
+        settings = settings_from_flat(flat)
+        workers = worker_count(settings.proxy)
+        if workers > 1:
+            check_addresses_free(settings.proxy)
+    except (ConfigError, ListenerError) as err:
         print(f"tierproxy serve: {err}", file=sys.stderr)
         return 2
+    if workers == 1:
+        return serve_process(settings)
     configure(settings.proxy.log_level, settings.proxy.log_format)
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        try:
+            return runner.run(Supervisor(settings.proxy, flat, count=workers).run())
+        except (ConfigError, EndpointError) as err:
+            print(f"tierproxy serve: {err}", file=sys.stderr)
+            return 2
+
+
+def worker_count(config: ProxyConfig) -> int:
+    """How many workers ``serve`` runs: ``workers``, or one per core when it is 0.
+
+    A listener on port 0 (any free port) cannot be shared: with ``workers`` at 0 it gets
+    one worker, and with more than one it is refused.
+
+    :raises ConfigError: for several workers and a port-0 listener.
+    """
+    ports = [config.listener.address.port, *(e.listener.port for e in config.explicit_brokers())]
+    if 0 in ports:
+        if config.workers > 1:
+            raise ConfigError(
+                "workers > 1 share their listeners' ports: a listener on port 0 (any free "
+                "port) needs workers = 1"
+            )
+        return 1
+    return config.workers or available_cores()
+
+
+def serve_process(settings: Settings, *, worker: WorkerRole | None = None) -> int:
+    """Serve in this process until a signal (alone, or as one ``worker``); the exit code
+    as :func:`run` says."""
+    configure(
+        settings.proxy.log_level,
+        settings.proxy.log_format,
+        None if worker is None else {"worker": worker.index},
+    )
     _freeze_imports()
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         try:
-            runner.run(serve(settings))
+            runner.run(serve(settings, worker=worker))
         except (ConfigError, EndpointError, ListenerError, MetadataTopicError) as err:  # at start
             print(f"tierproxy serve: {err}", file=sys.stderr)
             return 2

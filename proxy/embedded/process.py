@@ -17,6 +17,7 @@ Rules of this module:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
 import signal
@@ -165,6 +166,19 @@ class ManagedProcess:
             except subprocess.TimeoutExpired:
                 popen.kill()
                 popen.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def kill(self) -> None:
+        """SIGKILL the server's whole process group (it runs in its own session, so this is
+        the server and every process it started) and reap it; idempotent."""
+        popen, self._popen = self._popen, None
+        _live.discard(self)
+        if popen is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(popen.pid, signal.SIGKILL)
+            popen.wait()
         if self._log is not None:
             self._log.close()
             self._log = None

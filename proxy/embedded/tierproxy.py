@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import ssl
 import sys
+import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -39,6 +40,8 @@ class TierproxyServer:
         name the proxy's certificate, and ``client_tls`` is how the readiness probe trusts it.
     :param env: the process's environment (benchmarks run another checkout's proxy with its
         ``PYTHONPATH``); this process's when None.
+    :param workers: ``--workers``; 1 (one process, no supervisor) unless a test is about
+        workers.
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class TierproxyServer:
         listener: str = "PLAINTEXT",
         client_tls: ssl.SSLContext | None = None,
         env: Mapping[str, str] | None = None,
+        workers: int = 1,
     ) -> None:
         self.host = LOOPBACK
         self.port = port if port is not None else free_port()
@@ -75,6 +79,8 @@ class TierproxyServer:
                 f"{scheme}{self.host}:{self.port}",
                 "--metrics-port",
                 str(self.metrics_port),
+                "--workers",
+                str(workers),
                 *extra_args,
             ],
             log_path=log_path,
@@ -100,6 +106,24 @@ class TierproxyServer:
     def stop(self) -> None:
         """Stop the proxy by PID; idempotent."""
         self.process.stop()
+
+    def kill(self) -> None:
+        """SIGKILL the proxy and every worker it started (its process group), as a machine
+        or container that dies would; idempotent."""
+        self.process.kill()
+
+    def health(self, resource: str) -> tuple[int, dict[str, Any]]:
+        """``/livez`` or ``/readyz``: the HTTP status and the JSON body.
+
+        :raises OSError: the endpoint did not answer.
+        """
+        url = f"http://{self.host}:{self.metrics_port}{resource}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as answer:
+                return int(answer.status), dict(json.loads(answer.read()))
+        except urllib.error.HTTPError as err:
+            with err:
+                return int(err.code), dict(json.loads(err.read()))
 
     def metric(self, name: str, **labels: str) -> float:
         """Sum of every series of ``name`` on the proxy's Prometheus endpoint (only those
@@ -169,9 +193,10 @@ def proxy_process(
     listener: str = "PLAINTEXT",
     client_tls: ssl.SSLContext | None = None,
     env: Mapping[str, str] | None = None,
+    workers: int = 1,
 ) -> TierproxyServer:
     """A (not yet started) ``tierproxy serve`` with the remote tier and ``settings``
-    (``listener``, ``client_tls`` and ``env`` as in :class:`TierproxyServer`)."""
+    (``listener``, ``client_tls``, ``env`` and ``workers`` as in :class:`TierproxyServer`)."""
     port = port or free_port()
     config = write_config(
         log_dir / f"tierproxy-{port}.toml",
@@ -185,4 +210,5 @@ def proxy_process(
         listener=listener,
         client_tls=client_tls,
         env=env,
+        workers=workers,
     )
