@@ -31,6 +31,13 @@ Rules of this file (the only module that writes to transports):
   released when its entry leaves ``_ordered``: its response written, or the pair closed.
   While the exchanges of all pairs hold more than the router's
   :class:`~proxy.exchange_memory.ExchangeMemory` bound, no request is read.
+- A drain (shutdown) goes in stages, never cutting a response: *serving* (requests still
+  read and answered, for a while), *finishing* (reading stopped, responses owed still
+  written), *closing* (nothing owed: the client side is half-closed, so the client reads
+  every byte and then the end, and what it still sends is read and dropped until it
+  closes). A close with unread input would send a reset, which may destroy a response the
+  client has not read yet; Kafka's clients retry a request that a closed connection left
+  unanswered.
 - Either side closing closes the pair, with one log line saying why. A close for bad input
   (or a timeout, or a side gone with responses owed) is counted and its line rate-limited
   (:mod:`proxy.bad_connections`).
@@ -89,6 +96,15 @@ _DRAINING: Final = "draining"
 _CLIENT_CLOSED: Final = "client closed"
 _SPLICING: Final = "splicing"
 _PLANS_FULL: Final = "request-plans-full"
+
+# Stages of a drain (see the rules above).
+_SERVING: Final = "serving"
+_FINISHING: Final = "finishing"
+_CLOSING: Final = "closing"
+
+_LINGER_S: Final = 5.0
+"""How long a half-closed client may take to close its side before the pair closes anyway:
+Kafka's clients close at once when they read the end of the stream."""
 
 _SPLICE_MIN_BYTES: Final = 64 * 1024
 """The fewest bytes worth a splice: it costs a few more system calls than copying one
@@ -211,8 +227,11 @@ class ConnectionPair(asyncio.Protocol):
         # Whether the next read of the broker takes only a lead (see _upstream_read_size).
         self._lead_read = False
         self._tasks: set[asyncio.Task[None]] = set()
-        # Why the pair stops reading requests and closes once answered ("" while serving).
+        # Why the pair stops reading requests and closes once answered ("" while serving),
+        # and the drain's stage (_SERVING, _FINISHING, _CLOSING).
         self._draining = ""
+        self._drain_stage = ""
+        self._drain_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._done = asyncio.get_running_loop().create_future()
         # The two clocks of :meth:`expire` (time.monotonic()).
@@ -225,18 +244,61 @@ class ConnectionPair(asyncio.Protocol):
         """Return once the pair is closed."""
         await asyncio.shield(self._done)
 
-    def drain(self, reason: str = "shutdown") -> None:
-        """Stop reading requests and close once every response owed has been written."""
+    def drain(self, reason: str = "shutdown", *, serve_s: float = 0.0) -> None:
+        """Take no more work and close once every response owed has been written.
+
+        Requests go on being read and answered for up to ``serve_s`` seconds (a client
+        between requests is closed at once), then reading stops; the close itself is a
+        half-close, so no response is cut (see the rules of this file).
+        """
         if self._closed or self._draining:
             return
         self._draining = reason
+        if serve_s > 0 and reason != _CLIENT_CLOSED:
+            self._drain_stage = _SERVING
+            loop = asyncio.get_running_loop()
+            self._drain_timer = loop.call_later(serve_s, self._stop_serving)
+        else:
+            self._stop_serving()
+        if self._upstream is not None:
+            self._drain_step()
+
+    def _stop_serving(self) -> None:
+        """The drain's *finishing* stage: read no more requests."""
+        if self._closed or self._drain_stage == _CLOSING:
+            return
+        self._drain_stage = _FINISHING
         if self._client_gate is not None:
             self._client_gate.hold(_DRAINING)
-        if not self._ordered and self._upstream is not None:
-            self._close_drained()
+        if self._upstream is not None:
+            self._drain_step()
+
+    def _drain_step(self) -> None:
+        """Close a draining pair that owes nothing: half-close it if the client is between
+        requests or no longer read; a client that closed its side is closed at once."""
+        if self._closed or self._ordered or self._drain_stage == _CLOSING:
+            return
+        if self._drain_stage == _SERVING and self._requests.buffered_bytes:
+            return  # a request is on its way: answer it first
+        client = self._client
+        if self._draining == _CLIENT_CLOSED or client is None or not client.can_write_eof():
+            self._close_drained()  # TLS has no half-close
+            return
+        self._drain_stage = _CLOSING
+        self._send_unsent()
+        client.write_eof()
+        if self._client_gate is not None:
+            self._client_gate.release(_DRAINING)  # read and drop until the client closes
+        self._drain_timer = asyncio.get_running_loop().call_later(
+            _LINGER_S, self._close, self._draining
+        )
 
     def abort(self, reason: str) -> None:
-        """Close both sides now, dropping unwritten data."""
+        """Close both sides now, dropping unwritten data. A half-closed pair (the *closing*
+        stage of a drain) owes nothing and has nothing unwritten: it closes as drained."""
+        if self._drain_stage == _CLOSING:
+            self._close(self._draining)
+            return
         self._close(reason, abort=True)
 
     def expire(self, now: float) -> None:
@@ -295,6 +357,8 @@ class ConnectionPair(asyncio.Protocol):
             self._settings.bad_log.closed(level, bad, **line)
         if self._splicer is not None:
             self._splicer.close()
+        if self._drain_timer is not None:
+            self._drain_timer.cancel()
         for transport in (self._client, self._upstream):
             if transport is not None:
                 if abort:
@@ -354,6 +418,8 @@ class ConnectionPair(asyncio.Protocol):
         self._spawn(self._connect_upstream())
 
     def data_received(self, data: bytes) -> None:
+        if self._drain_stage == _CLOSING:
+            return  # half-closed: dropped, the client will see the end and retry elsewhere
         now = time.monotonic()
         self._last_active = now
         if self._frame_started is None:
@@ -374,8 +440,8 @@ class ConnectionPair(asyncio.Protocol):
                 return
             frame = self._requests.next_frame()
             if frame is None:
-                if self._draining and not self._ordered:
-                    self._close_drained()
+                if self._draining:
+                    self._drain_step()
                 return
             if isinstance(frame, FrameTooLarge):
                 spoken = foreign_protocol(frame.declared_size)
@@ -420,10 +486,16 @@ class ConnectionPair(asyncio.Protocol):
     def eof_received(self) -> bool:
         # The client sent its last bytes (a close looks the same until we write): answer what
         # it asked first, then close. TLS has no half-close: there the transport closes anyway.
+        if self._drain_stage == _CLOSING:
+            self._close(self._draining)  # the client read our end and closed its side
+            return False
         self.drain(_CLIENT_CLOSED)
         return self._client is not None and self._client.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._drain_stage == _CLOSING:
+            self._close(self._draining)
+            return
         self._close(
             _CLIENT_CLOSED,
             bad=self._client_gone_early(),
@@ -795,8 +867,8 @@ class ConnectionPair(asyncio.Protocol):
         self._send_unsent()
         if self._held_bytes <= self._settings.low_water and self._upstream_gate is not None:
             self._upstream_gate.release(_HELD_RESPONSES)
-        if self._draining and not self._ordered:
-            self._close_drained()
+        if self._draining:
+            self._drain_step()
 
     def _finished(self, entry: _InFlight) -> None:
         """``entry``'s response is written (or queued to be): release its exchange."""

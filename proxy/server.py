@@ -12,8 +12,9 @@ its listener) and ``broker`` (a bootstrap broker answered the proxy's own Metada
 within the last few ``health.check.interval.ms``).
 
 Shutdown goes in stages: stop accepting (and abort TLS handshakes in progress), ask every
-pair to finish the requests it has in flight (reading no new ones), wait up to the
-deadline, then cut what is left.
+pair to drain (answer what it is asked for the first half of the deadline, then read no new
+requests; close each client between requests, by a half-close after its last response),
+wait up to the deadline, then cut what is left.
 """
 
 from __future__ import annotations
@@ -331,7 +332,7 @@ class ProxyServer:
         pairs = list(self._pairs.values())
         event(_log, logging.INFO, "proxy.stopping", connections=len(pairs), grace_s=grace_seconds)
         for pair in pairs:
-            pair.drain()
+            pair.drain(serve_s=grace_seconds / 2)
         try:
             async with asyncio.timeout(grace_seconds), asyncio.TaskGroup() as group:
                 for pair in pairs:

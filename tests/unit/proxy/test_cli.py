@@ -49,6 +49,7 @@ def test_advertised_host_keeps_an_advertised_port(from_file: str, expected: str)
         metrics_port=None,
         metrics_host=None,
         log_level=None,
+        workers=None,
         log_format=None,
     )
     overrides = _overrides(args, {"advertised.listeners": from_file} if from_file else {})

@@ -208,3 +208,58 @@ async def test_no_broker_no_start() -> None:
     )
     with pytest.raises(DiscoveryError):
         await ProxyServer(config).start()
+
+
+async def test_a_drain_answers_requests_sent_after_it_then_half_closes(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    async def slow(header: RequestHeader, body: bytes) -> bytes | None:
+        await asyncio.sleep(float(body.decode()))
+        return await echo(header, body)
+
+    fake_broker.script = slow
+    proxy = await make_proxy(fake_broker)
+    client = await Client.connect(proxy)
+    await client.send(raw_request(1, b"1.0"))
+    await wait_for(
+        lambda: sum(key == RAW_API for key, _version, _id in fake_broker.requests) == 1,
+        what="the first request reached the broker",
+    )
+    closing = asyncio.get_running_loop().create_task(proxy.close(10.0))
+    await asyncio.sleep(0.1)
+    # Sent while the pair drains and still owes an answer: read and answered (the drain's
+    # serving stage), then the end of the stream, with no reset.
+    await client.send(raw_request(2, b"0"))
+    assert raw_response_body(await client.receive()) == (1, b"echo:1.0")
+    assert raw_response_body(await client.receive()) == (2, b"echo:0")
+    assert await client.closed(seconds=10)
+    await closing
+    assert proxy.connections == 0
+
+
+async def test_a_drained_response_is_never_cut_by_a_reset(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory
+) -> None:
+    """A large response still in the socket buffers when the pair closes, with the client's
+    next request unread: closing then would reset the connection and drop the response's
+    tail. The half-close delivers all of it, then the end."""
+    size = 16 * 1024 * 1024
+
+    async def large(header: RequestHeader, body: bytes) -> bytes | None:
+        return await echo(header, body * (size // len(body)) if body == b"large" else body)
+
+    fake_broker.script = large
+    proxy = await make_proxy(fake_broker)
+    client = await Client.connect(proxy)
+    await client.send(raw_request(1, b"large"))
+    await wait_for(
+        lambda: sum(key == RAW_API for key, _version, _id in fake_broker.requests) == 1,
+        what="the request reached the broker",
+    )
+    closing = asyncio.get_running_loop().create_task(proxy.close(10.0))
+    await asyncio.sleep(0.2)  # the client is slow to read: the response fills the buffers
+    await client.send(raw_request(2, b"next"))  # sent after reading stopped
+    correlation_id, body = raw_response_body(await client.receive(seconds=20))
+    assert (correlation_id, len(body)) == (1, len(b"echo:") + len(b"large") * (size // 5))
+    assert await client.closed(seconds=10)
+    await closing
