@@ -7,6 +7,7 @@
  *   java -cp '.kafka/<version>/libs/*' tests/java/RecordDigest.java \
  *       <bootstrap> <topic> <records> <read_committed|read_uncommitted> \
  *       <assign|classic|consumer|share> [<share group> [pause]]
+ *   or, for "assign": ... assign [max.partition.fetch.bytes [pause ms after each poll]]
  *
  * "assign" reads every partition from the beginning to its end offset without a group
  * (<records> is not used). "classic" and "consumer"
@@ -71,7 +72,10 @@ public final class RecordDigest {
         long deadline = System.currentTimeMillis() + DEADLINE_MS;
         Set<String> seen = new HashSet<>();
         if (mode.equals("assign")) {
-            readAssigned(bootstrap, topic, isolation, fetchBytes, deadline, seen);
+            // Optional: milliseconds to pause after each poll (a slow reader, so that a test
+            // can break its proxy mid-read).
+            long pauseMs = args.length > 6 ? Long.parseLong(args[6]) : 0;
+            readAssigned(bootstrap, topic, isolation, fetchBytes, pauseMs, deadline, seen);
         } else if (mode.equals("share")) {
             boolean pause = args.length > 6 && args[6].equals("pause");
             readInShareGroup(bootstrap, topic, records, isolation, args[5], pause, seen);
@@ -94,8 +98,8 @@ public final class RecordDigest {
     }
 
     private static void readAssigned(
-            String bootstrap, String topic, String isolation, String fetchBytes, long deadline,
-            Set<String> seen) throws Exception {
+            String bootstrap, String topic, String isolation, String fetchBytes, long pauseMs,
+            long deadline, Set<String> seen) throws Exception {
         Properties props = config(bootstrap, isolation);
         if (fetchBytes != null) {
             props.put("max.partition.fetch.bytes", fetchBytes);
@@ -109,6 +113,7 @@ public final class RecordDigest {
             Map<TopicPartition, Long> ends = consumer.endOffsets(partitions);
             while (System.currentTimeMillis() < deadline) {
                 print(consumer.poll(POLL), seen);
+                Thread.sleep(pauseMs);
                 boolean done = true;
                 for (TopicPartition partition : partitions) {
                     done &= consumer.position(partition) >= ends.get(partition);
