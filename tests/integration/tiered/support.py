@@ -276,8 +276,11 @@ def consume_confluent(
     isolation: str = READ_UNCOMMITTED,
     timeout_s: float = 60,
     extra: Mapping[str, Any] | None = None,
+    on_record: Callable[[list[Record]], None] | None = None,
 ) -> list[Record]:
-    """Every record of ``topic`` from the earliest offset up to ``ends`` (exclusive)."""
+    """Every record of ``topic`` from the earliest offset up to ``ends`` (exclusive);
+    ``on_record`` is called with the records so far after each one (a test's hook to
+    break something mid-read)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
@@ -305,6 +308,8 @@ def consume_confluent(
                 partition, offset = message.partition(), message.offset()
                 assert partition is not None and offset is not None
                 records.append((partition, offset, message.key(), message.value()))
+                if on_record is not None:
+                    on_record(records)
             positions = consumer.position([TopicPartition(topic, p) for p in ends])
             if all(tp.offset >= ends[tp.partition] for tp in positions):
                 return records
