@@ -25,7 +25,8 @@ The benchmarks (their docstrings give the exact question and method):
   cost of an idle cycle;
 - ``bench/encoded_tier.py``: what compression and encryption at rest cost the pipeline and
   catch-up reads, and GETs per GiB on every backend;
-- ``bench/hostile.py``: malformed input at the proxy while consumers read tiered data.
+- ``bench/hostile.py``: malformed input at the proxy while consumers read tiered data;
+- ``bench/scale.py``: one worker vs several on one host, and memory with idle connections.
 
 Servers come from the environment as in the tests (``KAFKA_BOOTSTRAP`` > ``KAFKA_HOME`` >
 embedded Apache Kafka 4.x; ``S3_ENDPOINT`` > embedded SeaweedFS); ``bench/native.py`` always
@@ -152,6 +153,15 @@ BENCHMARKS = (
         "consumers read tiered data through it.",
         goals="the proxy stays up; every consumer gets every record exactly once; RSS "
         "bounded (before vs after); one log line per bad connection, rate-limited.",
+    ),
+    Benchmark(
+        name="scale",
+        question="Workers on one host: aggregate MiB/s of 8 consumers direct, through one "
+        "worker and through two (pass-through and remote catch-up), and RSS per worker with "
+        "2,000 idle connections.",
+        goals="RSS ≤ 300 MiB per worker with 2,000 idle connections; throughput that grows "
+        "with workers where cores are free (not on a 2-core machine that also runs the broker "
+        "and the consumers); CPU-s per GiB reported.",
     ),
     Benchmark(
         name="spark_source",

@@ -311,10 +311,10 @@ def summarise_throughput(
             summary[f"{case} proxy CPU-s/GiB"] = median(
                 [r[case].proxy_cpu_s_per_gib for r in rounds]
             )
-            summary[f"{case} / direct"] = median(
+            summary[f"{case} ratio_to_direct"] = median(
                 [r[case].mib_per_s / r[DIRECT].mib_per_s for r in rounds]
             )
-    summary[f"{candidate} / {baseline}"] = median(
+    summary[f"ratio {candidate} to {baseline}"] = median(
         [r[candidate].mib_per_s / r[baseline].mib_per_s for r in rounds]
     )
     return summary
