@@ -72,6 +72,7 @@ from bench.common import (
     GIB,
     MIB,
     bar_chart,
+    client_cpu_seconds,
     cpu_seconds,
     median,
     percentile,
@@ -243,7 +244,7 @@ async def throughput_round(
 ) -> ThroughputRound:
     def cpu() -> tuple[float, float, float]:
         broker = cpu_seconds(broker_pid) if broker_pid is not None else float("nan")
-        return tree_cpu_seconds(proxy_pids), broker, cpu_seconds()
+        return tree_cpu_seconds(proxy_pids), broker, client_cpu_seconds()
 
     before = cpu()
     started = time.perf_counter()
