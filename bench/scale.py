@@ -327,10 +327,12 @@ def summarise_throughput(
 async def connections(
     proxy: Proxy, broker: BrokerInfo, topic: str, args: argparse.Namespace
 ) -> dict[str, Any]:
-    """RSS of each of the proxy's processes with the idle clients, then produce latency
-    through it and direct while they are held."""
+    """RSS of each of the proxy's processes before and with the idle clients (after the
+    throughput rounds: its caches hold what they read), then produce latency through it and
+    direct while they are held."""
     idle = []
     body = request_class(ApiKey.API_VERSIONS, 0)()
+    before = {str(pid): rss_bytes(pid) / MIB for pid in proxy.pids()}
     try:
         for _ in range(args.idle_connections):
             connection = await RawConnection.open(proxy.endpoint)
@@ -353,6 +355,7 @@ async def connections(
             await connection.close()
     result = {
         "idle_connections": args.idle_connections,
+        "rss_mib_before_by_pid": before,
         "rss_mib_by_pid": rss,
         "max_process_rss_mib": max(rss.values()),
         "total_rss_mib": sum(rss.values()),
