@@ -58,7 +58,7 @@ from proxy.remote.reads import RemoteReads
 from proxy.remote.sessions import FetchSessions
 from proxy.remote.tier import MetadataPublisher, RemoteLogMetadata, TieredPartitions, tiered_names
 from proxy.remote.topic_ids import TopicIdLookup, TopicIds
-from proxy.server import run_until_stopped
+from proxy.server import SERVER_CHECKS, run_until_stopped
 from proxy.settings import Settings
 from proxy.workers.role import WorkerRole
 from storage.chunk_cache import ChunkCache
@@ -108,7 +108,8 @@ async def serve(settings: Settings, *, worker: WorkerRole | None = None) -> None
         ``remote.log.metadata.initialization.timeout.ms``.
     """
     metrics = ProxyMetrics()
-    readiness = Readiness()
+    # The server adds these once it exists; until then the process is not ready.
+    readiness = Readiness(required=SERVER_CHECKS)
     endpoint = "" if worker is None else worker.endpoint
     with serving(
         settings.proxy, registry=metrics.registry, readiness=readiness, unix_path=endpoint

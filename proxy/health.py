@@ -17,6 +17,9 @@ Rules of this file:
   listeners and the broker, the remote tier its metadata view and its storage. Names are
   unique; reasons carry no secret and no topic, user or client name, since ``/readyz``
   needs no credentials.
+- A check named *required* when the :class:`Readiness` is made fails ("not started yet")
+  until a part adds it: the endpoint answers from the process's first moments, before the
+  parts that add their checks exist, and an empty conjunction must not read as ready.
 - :meth:`Readiness.stop_serving` turns readiness false for good (SIGTERM): load balancers
   and Kubernetes stop sending new clients before the listeners close.
 - Each process answers for itself; several processes (workers, instances) each have their
@@ -31,7 +34,7 @@ import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final
 
 __all__ = [
@@ -78,8 +81,12 @@ class HealthReport:
 class Readiness:
     """Named checks; ready when every one passes."""
 
-    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, *, clock: Callable[[], float] = time.monotonic, required: Iterable[str] = ()
+    ) -> None:
+        """:param required: names of checks that fail until they are added."""
         self._clock = clock
+        self._required = tuple(required)
         self._checks: dict[str, Check] = {}
         self._probes: list[_Probe] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -135,7 +142,11 @@ class Readiness:
 
     def report(self) -> HealthReport:
         """Run every check (on the event loop) and aggregate."""
-        verdicts = {}
+        verdicts = {
+            name: Verdict(ok=False, reason="not started yet")
+            for name in self._required
+            if name not in self._checks
+        }
         for name, check in self._checks.items():
             try:
                 verdicts[name] = check()

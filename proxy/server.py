@@ -51,9 +51,12 @@ from proxy.tls import server_context
 from storage.kafka_client import BrokerAddress
 from storage.kafka_security import KafkaSecurityConfig
 
-__all__ = ["ProxyServer", "run_until_stopped"]
+__all__ = ["SERVER_CHECKS", "ProxyServer", "run_until_stopped"]
 
 _log = logging.getLogger("tierproxy.server")
+
+SERVER_CHECKS: Final = ("listeners", "broker")
+"""The readiness checks a server adds to the :class:`~proxy.health.Readiness` it is given."""
 
 # Retry delays while no bootstrap broker answers at start-up.
 _DISCOVERY_BACKOFF_S: Final = 0.25
@@ -148,9 +151,10 @@ class ProxyServer:
             else _both(self.metrics.loop_lag, liveness.observe_lag)
         )
         if readiness is not None:
-            readiness.add("listeners", self._listeners_verdict)
+            listeners, broker = SERVER_CHECKS
+            readiness.add(listeners, self._listeners_verdict)
             readiness.add_probe(
-                "broker", self._ask_broker, interval=config.health_check_interval_ms / 1000
+                broker, self._ask_broker, interval=config.health_check_interval_ms / 1000
             )
 
     @property

@@ -119,6 +119,29 @@ def test_readyz_fails_while_no_broker_answers_and_livez_still_answers(tmp_path: 
         proxy.stop()
 
 
+def test_readyz_fails_while_the_proxy_is_still_connecting(tmp_path: Path) -> None:
+    """A bootstrap address that accepts connections and never answers holds the proxy in
+    its first login to the cluster, before its server exists: not ready, though alive."""
+    with socket.create_server((LOOPBACK, 0)) as silent:
+        proxy = TierproxyServer(
+            config=write_config(
+                tmp_path / "proxy.toml", {"health.check.interval.ms": CHECK_INTERVAL_MS}
+            ),
+            log_path=tmp_path / "proxy.log",
+            bootstrap=f"{LOOPBACK}:{silent.getsockname()[1]}",
+        )
+        proxy.process.start()
+        try:
+            wait_until(
+                lambda: _answers(proxy, "/livez") == 200, timeout_s=60, what="/livez answers"
+            )
+            status, readiness = health(proxy, "/readyz")
+            assert status == 503, readiness
+            assert readiness["checks"]["listeners"] == {"ok": False, "reason": "not started yet"}
+        finally:
+            proxy.stop()
+
+
 def _answers(proxy: TierproxyServer, path: str) -> int | None:
     try:
         return health(proxy, path)[0]

@@ -46,6 +46,18 @@ def test_ready_only_when_every_check_passes_and_reasons_name_the_failing_ones() 
     assert body["checks"]["listeners"] == {"ok": True, "reason": "2 listeners bound"}
 
 
+def test_a_required_check_fails_until_it_is_added() -> None:
+    readiness = Readiness(required=("listeners", "broker"))
+    report = readiness.report()
+    assert not report.ok
+    assert report.body["checks"]["broker"] == {"ok": False, "reason": "not started yet"}
+    assert "listeners: not started yet" in report.body["reason"]
+    readiness.add("listeners", lambda: Verdict(ok=True, reason="1 bound"))
+    assert not readiness.report().ok
+    readiness.add("broker", lambda: Verdict(ok=True, reason="answered"))
+    assert readiness.report().ok
+
+
 def test_a_check_that_raises_fails_itself_and_names_are_unique() -> None:
     readiness = Readiness()
 
