@@ -80,6 +80,15 @@ class JavaProgram:
         for line in self._process.stdout:
             self.lines.append(line.rstrip("\n"))
 
+    def kill(self) -> None:
+        """Kill it and close its pipes (a test that failed before :meth:`finish`)."""
+        self._process.kill()
+        self._process.wait()
+        self._reader.join(10)
+        for pipe in (self._process.stdin, self._process.stdout):
+            if pipe is not None:
+                pipe.close()
+
     def finish(self, timeout_s: float = 180) -> list[str]:
         """Close its stdin (a producer's signal to stop), wait for it, and return its lines."""
         assert self._process.stdin is not None
@@ -134,10 +143,14 @@ def test_consumers_survive_the_sigkill_of_their_proxy_through_the_other(
         "1024",
         "300",
     )
-    wait_until(lambda: len(java.lines) >= 50, timeout_s=120, what="the Java consumer reads")
-    victim = in_use(pair, before)
-    read_before_kill = len(java.lines)
-    victim.kill()
+    try:
+        wait_until(lambda: len(java.lines) >= 50, timeout_s=120, what="the Java consumer reads")
+        victim = in_use(pair, before)
+        read_before_kill = len(java.lines)
+        victim.kill()
+    except BaseException:
+        java.kill()
+        raise
     lines = java.finish()
     records = [line.split() for line in lines if len(line.split()) == 3]
     assert read_before_kill < len(records), "the Java consumer finished before the kill"
@@ -198,6 +211,7 @@ def test_rolling_restart_under_producer_and_consumers(
             wait_until(reading_on(readers, 200), timeout_s=120, what="every consumer reads on")
         lines = producer.finish()
     except BaseException:
+        producer.kill()
         for reader in readers:
             reader.stop_at(None)
         raise
