@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import subprocess
+import tempfile
 import threading
 import time
 import uuid
@@ -65,11 +66,12 @@ class JavaProgram:
 
     def __init__(self, distribution: KafkaDistribution, source: str, *args: str) -> None:
         self.lines: list[str] = []
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the program
         self._process = subprocess.Popen(
             distribution.java(str(JAVA / source), *args),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=self._stderr,
             text=True,
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -88,6 +90,12 @@ class JavaProgram:
         for pipe in (self._process.stdin, self._process.stdout):
             if pipe is not None:
                 pipe.close()
+        self._stderr.close()
+
+    def stderr_tail(self, size: int = 4000) -> str:
+        """The last ``size`` bytes the program wrote to its stderr (Kafka's client log)."""
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")[-size:]
 
     def finish(self, timeout_s: float = 180) -> list[str]:
         """Close its stdin (a producer's signal to stop), wait for it, and return its lines."""
@@ -102,6 +110,7 @@ class JavaProgram:
             self._reader.join(10)
             assert self._process.stdout is not None
             self._process.stdout.close()
+            self._stderr.close()
         return list(self.lines)
 
 
@@ -148,7 +157,10 @@ def test_consumers_survive_the_sigkill_of_their_proxy_through_the_other(
         victim = in_use(pair, before)
         read_before_kill = len(java.lines)
         victim.kill()
-    except BaseException:
+    except BaseException as err:
+        err.add_note(f"the Java consumer's log:\n{java.stderr_tail()}")
+        for proxy in pair:
+            err.add_note(f"proxy {proxy.bootstrap}:\n{proxy.process.log_tail()}")
         java.kill()
         raise
     lines = java.finish()
