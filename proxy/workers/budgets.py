@@ -16,8 +16,10 @@ never below its minimum):
   unlimited) and ``ssl.handshake.max.pending``.
 
 Not divided: per-client quotas (``remote.fetch.client.quota.*``), which bound each client as
-Kafka's quotas bound it per broker, timeouts, and the metadata view: each worker consumes
-the metadata topic itself into its own snapshot slot.
+Kafka's quotas bound it per broker, timeouts, the connections to Google Cloud Storage or
+Azure Blob Storage (a constant of :mod:`storage.rsm.http_objects`, not a setting: each
+worker keeps its own), and the metadata view: each worker consumes the metadata topic
+itself into its own snapshot slot.
 """
 
 from __future__ import annotations
