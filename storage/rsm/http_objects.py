@@ -11,8 +11,8 @@ from each SDK's standard chain (:mod:`storage.rsm.gcs_auth`, :mod:`storage.rsm.a
 Failures: connection errors, timeouts, 408, 429 and 5xx are retriable; 404 for an object is
 :class:`~storage.rsm.base.RemoteResourceNotFoundError` (a missing bucket or container is a
 configuration error, not a missing segment); everything else (401, 403, 400...) is
-permanent. Every request goes through :func:`storage.retry.call_with_retry` with the
-configured policy.
+permanent. Every request goes through :func:`storage.rsm.retried.retried_request` with
+the configured policy.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from typing import Final, TypeVar
 
 import aiohttp
 
-from storage.retry import SYSTEM_CLOCK, Clock, RetryPolicy, call_with_retry
+from storage.retry import SYSTEM_CLOCK, Clock, RetryPolicy
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
-from storage.rsm.s3_errors import is_retriable
+from storage.rsm.retried import retried_request
 from storage.rsm.s3_ranged_get import Presign, RangedGets
 
 __all__ = [
@@ -125,30 +125,15 @@ class HttpObjects:
         :raises RemoteStorageError: the last attempt's failure, or a retriable one when the
             retry deadline passed.
         """
-
-        async def once() -> T:
-            try:
-                return await attempt()
-            except Exception as err:
-                raise translate_http_error(err, action, where) from err
-
-        def log_retry(attempt_number: int, err: Exception, wait: float) -> None:
-            _log.info("attempt %d failed (%s); retrying in %.2f s", attempt_number, err, wait)
-
-        try:
-            return await call_with_retry(
-                once,
-                policy=self._policy,
-                is_retriable=is_retriable,
-                clock=self._clock,
-                on_retry=log_retry,
-            )
-        except TimeoutError as err:
-            raise RemoteStorageError(
-                f"cannot {action} {where}: no success within the retry deadline of "
-                f"{self._policy.deadline_ms} ms",
-                retriable=True,
-            ) from err
+        return await retried_request(
+            action,
+            where,
+            attempt,
+            translate=translate_http_error,
+            policy=self._policy,
+            clock=self._clock,
+            logger=_log,
+        )
 
     def recycle(self, data: bytes | bytearray) -> None:
         """An answer of a ranged GET, no longer kept: later answers may be read into it."""

@@ -1,7 +1,8 @@
 """Remote storage on S3 (or any S3-compatible store: MinIO, SeaweedFS, ...) via aiobotocore.
 
-Every S3 request goes through :func:`storage.retry.call_with_retry` with the configured policy;
-botocore's own retries are switched off so that one policy, with Kafka's settings, governs.
+Every S3 request goes through :func:`storage.rsm.retried.retried_request` with the configured
+policy; botocore's own retries are switched off so that one policy, with Kafka's settings,
+governs.
 Errors are sorted into retriable (connection failures, timeouts, 5xx, throttling) and not
 (missing objects, denied access, bad requests) and surface as
 :class:`~storage.rsm.base.RemoteStorageError` (:mod:`storage.rsm.s3_errors`).
@@ -47,7 +48,7 @@ from botocore.exceptions import (
 
 from storage.config import ConfigError
 from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
-from storage.retry import SYSTEM_CLOCK, Clock, call_with_retry
+from storage.retry import SYSTEM_CLOCK, Clock
 from storage.rsm.base import (
     RemoteRangeError,
     RemoteResourceNotFoundError,
@@ -56,8 +57,9 @@ from storage.rsm.base import (
 )
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.layout import RemoteLayout
+from storage.rsm.retried import retried_request
 from storage.rsm.s3_credentials import credentials_source, new_session
-from storage.rsm.s3_errors import http_status, is_retriable, most_severe, translate_s3_error
+from storage.rsm.s3_errors import http_status, most_severe, translate_s3_error
 from storage.rsm.s3_ranged_get import URL_EXPIRY_SECONDS, RangedGets, SignedGet
 
 __all__ = ["S3Client", "S3RemoteStorage"]
@@ -362,32 +364,15 @@ class S3RemoteStorage:
     async def _request(self, action: str, key: str, call: _S3Call[T]) -> T:
         """Run one S3 request with retries, translating every failure to RemoteStorageError."""
         client = await self._connected_client()
-
-        async def attempt() -> T:
-            try:
-                return await call(client)
-            except RemoteStorageError:
-                raise
-            except Exception as err:
-                raise translate_s3_error(err, action, f"s3://{self._bucket}/{key}") from err
-
-        def log_retry(attempt_number: int, err: Exception, wait: float) -> None:
-            logger.info("attempt %d failed (%s); retrying in %.2f s", attempt_number, err, wait)
-
-        try:
-            return await call_with_retry(
-                attempt,
-                policy=self._policy,
-                is_retriable=is_retriable,
-                clock=self._clock,
-                on_retry=log_retry,
-            )
-        except TimeoutError as err:
-            raise RemoteStorageError(
-                f"cannot {action} s3://{self._bucket}/{key}: no success within the retry "
-                f"deadline of {self._policy.deadline_ms} ms",
-                retriable=True,
-            ) from err
+        return await retried_request(
+            action,
+            f"s3://{self._bucket}/{key}",
+            lambda: call(client),
+            translate=translate_s3_error,
+            policy=self._policy,
+            clock=self._clock,
+            logger=logger,
+        )
 
     async def _connected_client(self) -> S3Client:
         if self._closed:
