@@ -12,7 +12,6 @@ Blob names are URL-encoded with ``/`` kept, as the service shows them.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Final
 from urllib.parse import quote, urlencode
 from xml.etree import ElementTree
@@ -22,14 +21,12 @@ import aiohttp
 from storage.config import ConfigError
 from storage.retry import SYSTEM_CLOCK, Clock
 from storage.rsm.azure_auth import AzureAuth
-from storage.rsm.base import RemoteRangeError, check_range
 from storage.rsm.config import RemoteStorageConfig
-from storage.rsm.http_objects import HttpFailure, HttpObjects
+from storage.rsm.http_objects import HttpFailure, HttpObjects, range_answer
 from storage.rsm.s3_ranged_get import SignedGet
 
 __all__ = ["AzureStore"]
 
-_DELETES_AT_ONCE: Final = 8
 _MISSING_CONTAINER: Final = frozenset({"ContainerNotFound", "ResourceNotFound"})
 
 
@@ -90,31 +87,22 @@ class AzureStore:
         return await self._http.call("read", self._where(key), get)
 
     async def get_object_range(self, key: str, start: int, end: int) -> bytes | bytearray:
-        check_range(start, end)
-        if end == start:
-            return b""
-
-        async def get() -> bytes | bytearray:
-            data = await self._http.ranged.get(self._container, key, start, end)
-            if data is not None:
-                return data
-            headers = {"Range": f"bytes={start}-{end - 1}"}
+        async def fallback(byte_range: str) -> bytes | bytearray:
+            headers = {"Range": byte_range}
             url = await self._auth.sign("GET", self._url(key), headers)
             async with self._http.session().get(url, headers=headers) as answer:
-                if answer.status == 416:
-                    size = await self.object_size(key)
-                    if start == size:
-                        return b""
-                    raise RemoteRangeError(key=key, start=start, size=size)
-                await _succeeded(answer)
-                body = await answer.read()
-                if answer.status == 200:  # the whole blob: Range ignored
-                    if start > len(body):
-                        raise RemoteRangeError(key=key, start=start, size=len(body))
-                    return body[start:end]
-                return body
+                return await range_answer(
+                    answer,
+                    key=key,
+                    start=start,
+                    end=end,
+                    succeeded=_succeeded,
+                    size=lambda: self.object_size(key),
+                )
 
-        return await self._http.call("read", self._where(key), get)
+        return await self._http.get_range(
+            self._container, key, start, end, where=self._where(key), fallback=fallback
+        )
 
     async def object_size(self, key: str) -> int:
         async def head() -> int:
@@ -127,24 +115,14 @@ class AzureStore:
         return await self._http.call("stat", self._where(key), head)
 
     async def delete_prefix(self, prefix: str) -> int:
-        keys = await self._list(prefix)
-        slots = asyncio.Semaphore(_DELETES_AT_ONCE)
-
         async def delete(key: str) -> None:
-            async def once() -> None:
-                headers: dict[str, str] = {}
-                url = await self._auth.sign("DELETE", self._url(key), headers)
-                async with self._http.session().delete(url, headers=headers) as answer:
-                    if answer.status != 404:  # gone already: a retried delete
-                        await _succeeded(answer)
+            headers: dict[str, str] = {}
+            url = await self._auth.sign("DELETE", self._url(key), headers)
+            async with self._http.session().delete(url, headers=headers) as answer:
+                if answer.status != 404:  # gone already: a retried delete
+                    await _succeeded(answer)
 
-            async with slots:
-                await self._http.call("delete", self._where(key), once)
-
-        async with asyncio.TaskGroup() as group:
-            for key in keys:
-                group.create_task(delete(key))
-        return len(keys)
+        return await self._http.delete_each(await self._list(prefix), self._where, delete)
 
     def recycle(self, data: bytes | bytearray) -> None:
         self._http.recycle(data)

@@ -12,7 +12,6 @@ Object names are URL-encoded whole (``/`` included), as the JSON API wants them.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any, Final
 from urllib.parse import quote
@@ -21,16 +20,14 @@ import aiohttp
 
 from storage.config import ConfigError
 from storage.retry import SYSTEM_CLOCK, Clock
-from storage.rsm.base import RemoteRangeError, check_range
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.gcs_auth import GcsCredentials
-from storage.rsm.http_objects import HttpFailure, HttpObjects
+from storage.rsm.http_objects import HttpFailure, HttpObjects, range_answer
 from storage.rsm.s3_ranged_get import SignedGet
 
 __all__ = ["DEFAULT_ENDPOINT", "GcsStore"]
 
 DEFAULT_ENDPOINT: Final = "https://storage.googleapis.com"
-_DELETES_AT_ONCE: Final = 8
 
 
 class GcsStore:
@@ -85,31 +82,22 @@ class GcsStore:
         return await self._http.call("read", self._where(key), get)
 
     async def get_object_range(self, key: str, start: int, end: int) -> bytes | bytearray:
-        check_range(start, end)
-        if end == start:
-            return b""
-
-        async def get() -> bytes | bytearray:
-            data = await self._http.ranged.get(self._bucket, key, start, end)
-            if data is not None:
-                return data
+        async def fallback(byte_range: str) -> bytes | bytearray:
             headers = dict(await self._credentials.headers())
-            headers["Range"] = f"bytes={start}-{end - 1}"
+            headers["Range"] = byte_range
             async with self._http.session().get(self._media_url(key), headers=headers) as answer:
-                if answer.status == 416:
-                    size = await self.object_size(key)
-                    if start == size:
-                        return b""
-                    raise RemoteRangeError(key=key, start=start, size=size)
-                await _succeeded(answer)
-                body = await answer.read()
-                if answer.status == 200:  # the whole object: Range ignored
-                    if start > len(body):
-                        raise RemoteRangeError(key=key, start=start, size=len(body))
-                    return body[start:end]
-                return body
+                return await range_answer(
+                    answer,
+                    key=key,
+                    start=start,
+                    end=end,
+                    succeeded=_succeeded,
+                    size=lambda: self.object_size(key),
+                )
 
-        return await self._http.call("read", self._where(key), get)
+        return await self._http.get_range(
+            self._bucket, key, start, end, where=self._where(key), fallback=fallback
+        )
 
     async def object_size(self, key: str) -> int:
         async def stat() -> int:
@@ -121,25 +109,15 @@ class GcsStore:
         return await self._http.call("stat", self._where(key), stat)
 
     async def delete_prefix(self, prefix: str) -> int:
-        keys = await self._list(prefix)
-        slots = asyncio.Semaphore(_DELETES_AT_ONCE)
-
         async def delete(key: str) -> None:
-            async def once() -> None:
-                headers = dict(await self._credentials.headers())
-                async with self._http.session().delete(
-                    self._metadata_url(key), headers=headers
-                ) as answer:
-                    if answer.status != 404:  # gone already: a retried delete
-                        await _succeeded(answer)
+            headers = dict(await self._credentials.headers())
+            async with self._http.session().delete(
+                self._metadata_url(key), headers=headers
+            ) as answer:
+                if answer.status != 404:  # gone already: a retried delete
+                    await _succeeded(answer)
 
-            async with slots:
-                await self._http.call("delete", self._where(key), once)
-
-        async with asyncio.TaskGroup() as group:
-            for key in keys:
-                group.create_task(delete(key))
-        return len(keys)
+        return await self._http.delete_each(await self._list(prefix), self._where, delete)
 
     def recycle(self, data: bytes | bytearray) -> None:
         self._http.recycle(data)

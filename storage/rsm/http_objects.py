@@ -25,7 +25,12 @@ from typing import Final, TypeVar
 import aiohttp
 
 from storage.retry import SYSTEM_CLOCK, Clock, RetryPolicy
-from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
+from storage.rsm.base import (
+    RemoteRangeError,
+    RemoteResourceNotFoundError,
+    RemoteStorageError,
+    check_range,
+)
 from storage.rsm.retried import retried_request
 from storage.rsm.s3_ranged_get import Presign, RangedGets
 
@@ -33,6 +38,7 @@ __all__ = [
     "MAX_CONNECTIONS",
     "HttpFailure",
     "HttpObjects",
+    "range_answer",
     "translate_http_error",
 ]
 
@@ -46,6 +52,7 @@ CONNECT_TIMEOUT_SECONDS: Final = 5.0
 READ_TIMEOUT_SECONDS: Final = 30.0
 """Time allowed to connect, and between bytes of an answer (as S3's defaults)."""
 _RETRIABLE_STATUSES: Final = frozenset({408, 429})
+_DELETES_AT_ONCE: Final = 8
 
 
 class HttpFailure(Exception):
@@ -135,6 +142,53 @@ class HttpObjects:
             logger=_log,
         )
 
+    async def get_range(
+        self,
+        container: str,
+        key: str,
+        start: int,
+        end: int,
+        *,
+        where: str,
+        fallback: Callable[[str], Awaitable[bytes | bytearray]],
+    ) -> bytes | bytearray:
+        """Bytes ``start`` to ``end`` (exclusive) of ``key``, with retries: read in place by
+        the lean ranged GET, or, for any answer but a plain 206, by ``fallback`` given the
+        ``Range`` header's value (which reads its answer with :func:`range_answer`).
+
+        :raises RemoteStorageError: as :meth:`call`; :class:`RemoteRangeError` for a start
+            beyond the object's size.
+        """
+        check_range(start, end)
+        if end == start:
+            return b""
+
+        async def get() -> bytes | bytearray:
+            data = await self.ranged.get(container, key, start, end)
+            if data is not None:
+                return data
+            return await fallback(f"bytes={start}-{end - 1}")
+
+        return await self.call("read", where, get)
+
+    async def delete_each(
+        self, keys: list[str], where: Callable[[str], str], delete: Callable[[str], Awaitable[None]]
+    ) -> int:
+        """``delete(key)`` for every key, each with retries, a few at a time; the count.
+
+        :raises RemoteStorageError: the first delete that failed for good.
+        """
+        slots = asyncio.Semaphore(_DELETES_AT_ONCE)
+
+        async def delete_one(key: str) -> None:
+            async with slots:
+                await self.call("delete", where(key), lambda: delete(key))
+
+        async with asyncio.TaskGroup() as group:
+            for key in keys:
+                group.create_task(delete_one(key))
+        return len(keys)
+
     def recycle(self, data: bytes | bytearray) -> None:
         """An answer of a ranged GET, no longer kept: later answers may be read into it."""
         if isinstance(data, bytearray):
@@ -147,3 +201,30 @@ class HttpObjects:
             await self._session.close()
             # aiohttp closes its transports on the next loop turns.
             await asyncio.sleep(0)
+
+
+async def range_answer(
+    answer: aiohttp.ClientResponse,
+    *,
+    key: str,
+    start: int,
+    end: int,
+    succeeded: Callable[[aiohttp.ClientResponse], Awaitable[None]],
+    size: Callable[[], Awaitable[int]],
+) -> bytes | bytearray:
+    """The bytes ``start`` to ``end`` of a ranged GET's answer: 416 is an empty tail when
+    ``start`` is the object's ``size()`` and a :class:`RemoteRangeError` beyond it; a 200
+    (the whole object: the range ignored) is cut to the range; any other failure is raised
+    by ``succeeded``."""
+    if answer.status == 416:
+        whole = await size()
+        if start == whole:
+            return b""
+        raise RemoteRangeError(key=key, start=start, size=whole)
+    await succeeded(answer)
+    body = await answer.read()
+    if answer.status == 200:
+        if start > len(body):
+            raise RemoteRangeError(key=key, start=start, size=len(body))
+        return body[start:end]
+    return body
