@@ -28,10 +28,10 @@ from protocol.messages import ApiKey
 from protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record, build_record_batch
 from storage.kafka_client.client import KafkaClient
 from storage.kafka_client.leaders import PartitionLeaders, TopicAuthorizationError, is_retriable
-from storage.kafka_client.values import RETRIABLE_ERRORS, KafkaClientError
+from storage.kafka_client.values import RETRIABLE_ERRORS, KafkaClientError, ProducedBatch
 from storage.retry import RetryPolicy, call_with_retry
 
-__all__ = ["PRODUCER_RETRY", "ProduceError", "RecordWriter", "TopicProducer"]
+__all__ = ["PRODUCER_RETRY", "ProduceError", "RecordWriter", "TopicProducer", "produce_on_leader"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,59 @@ class ProduceError(KafkaClientError):
 
 class _Retry(KafkaClientError):
     """A retriable answer: the leader moved, the producer id is stale, or replicas lag."""
+
+
+async def produce_on_leader(
+    client: KafkaClient,
+    leaders: PartitionLeaders,
+    topic: str,
+    partition: int,
+    records: Sequence[Record],
+    *,
+    producer_id: int,
+    epoch: int,
+    base_sequence: int,
+    timeout_ms: int,
+    retry: type[KafkaClientError],
+    transactional_id: str | None = None,
+) -> ProducedBatch:
+    """One Produce of ``records``, as one batch of ``producer_id`` and ``epoch`` from
+    ``base_sequence`` (transactional when ``transactional_id`` is given), to the partition's
+    current leader; the answer when it is neither retriable nor a refused WRITE. The leader
+    is forgotten whenever the request failed or the answer said retriable, so the next
+    attempt asks again.
+
+    :raises KafkaClientError: the request failed (the leader forgotten).
+    :raises TopicAuthorizationError: the principal lacks WRITE on the topic.
+    :raises KafkaClientError: ``retry`` for a retriable answer (the leader forgotten).
+    """
+    batch = build_record_batch(
+        base_offset=0,
+        records=records,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=base_sequence,
+        is_transactional=transactional_id is not None,
+    )
+    leader = await leaders.leader(partition)
+    try:
+        answer = await client.produce(
+            leader,
+            topic,
+            partition,
+            batch,
+            timeout_ms=timeout_ms,
+            transactional_id=transactional_id,
+        )
+    except KafkaClientError:
+        leaders.forget([partition])
+        raise
+    if answer.error == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+        raise TopicAuthorizationError("Produce", topic)
+    if answer.error in RETRIABLE_ERRORS:
+        leaders.forget([partition])
+        raise retry(f"Produce to {topic}-{partition}: {answer.error.name}")
+    return answer
 
 
 class TopicProducer:
@@ -132,31 +185,23 @@ class TopicProducer:
     async def _attempt(self, partition: int, records: Sequence[Record]) -> int:
         producer_id, epoch = await self._producer_identity()
         sequence = self._sequences.get(partition, 0) if producer_id >= 0 else -1
-        batch = build_record_batch(
-            base_offset=0,
-            records=records,
+        answer = await produce_on_leader(
+            self._client,
+            self._leaders,
+            self._topic,
+            partition,
+            records,
             producer_id=producer_id,
-            producer_epoch=epoch,
+            epoch=epoch,
             base_sequence=sequence,
+            timeout_ms=self._timeout_ms,
+            retry=_Retry,
         )
-        leader = await self._leaders.leader(partition)
-        try:
-            answer = await self._client.produce(
-                leader, self._topic, partition, batch, timeout_ms=self._timeout_ms
-            )
-        except KafkaClientError:
-            self._leaders.forget([partition])
-            raise
         if answer.error == KafkaError.NONE:
             if producer_id >= 0 and self._identity == (producer_id, epoch):
                 self._sequences[partition] = sequence + len(records)
             return answer.base_offset
         where = f"Produce to {self._topic}-{partition}"
-        if answer.error == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-            raise TopicAuthorizationError("Produce", self._topic)
-        if answer.error in RETRIABLE_ERRORS:
-            self._leaders.forget([partition])
-            raise _Retry(f"{where}: {answer.error.name}")
         if answer.error in _STALE_IDENTITY and producer_id >= 0:
             self._identity = None
             raise _Retry(f"{where}: {answer.error.name}; starting a new producer epoch")

@@ -32,12 +32,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, TypeVar
 
 from protocol.errors import KafkaError
-from protocol.records import Record, build_record_batch
+from protocol.records import Record
 from storage.kafka_client.client import KafkaClient
 from storage.kafka_client.leaders import PartitionLeaders, TopicAuthorizationError, is_retriable
-from storage.kafka_client.producer import PRODUCER_RETRY, ProduceError
+from storage.kafka_client.producer import PRODUCER_RETRY, ProduceError, produce_on_leader
 from storage.kafka_client.transactions import TransactionDescription
-from storage.kafka_client.values import RETRIABLE_ERRORS, BrokerConnectionError, KafkaClientError
+from storage.kafka_client.values import BrokerConnectionError, KafkaClientError
 from storage.retry import RetryPolicy, call_with_retry
 
 __all__ = [
@@ -233,37 +233,24 @@ class TransactionalProducer:
     async def _produce_once(self, partition: int, records: Sequence[Record]) -> int:
         producer_id, epoch = self._held()
         sequence = self._sequences.get(partition, 0)
-        batch = build_record_batch(
-            base_offset=0,
-            records=records,
+        answer = await produce_on_leader(
+            self._client,
+            self._leaders,
+            self._topic,
+            partition,
+            records,
             producer_id=producer_id,
-            producer_epoch=epoch,
+            epoch=epoch,
             base_sequence=sequence,
-            is_transactional=True,
+            timeout_ms=self._request_timeout_ms,
+            retry=_Retry,
+            transactional_id=self.transactional_id,
         )
-        leader = await self._leaders.leader(partition)
-        try:
-            answer = await self._client.produce(
-                leader,
-                self._topic,
-                partition,
-                batch,
-                timeout_ms=self._request_timeout_ms,
-                transactional_id=self.transactional_id,
-            )
-        except KafkaClientError:
-            self._leaders.forget([partition])
-            raise
         if answer.error == KafkaError.NONE:
             self._sequences[partition] = sequence + len(records)
             return answer.base_offset
-        where = f"Produce to {self._topic}-{partition}"
-        if answer.error == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-            raise TopicAuthorizationError("Produce", self._topic)
-        if answer.error in RETRIABLE_ERRORS:
-            self._leaders.forget([partition])
-            raise _Retry(f"{where}: {answer.error.name}")
         self._check("Produce", answer.error)
+        where = f"Produce to {self._topic}-{partition}"
         raise ProduceError(answer.error, f"{where} failed: {answer.error.name}")
 
     def _held(self) -> tuple[int, int]:
