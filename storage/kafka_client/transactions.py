@@ -10,7 +10,6 @@ v5 would bump it on every commit (:mod:`.connection` stops EndTxn at v4).
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -19,6 +18,7 @@ from protocol.errors import KafkaError
 from protocol.messages import ApiKey, nested_class
 from protocol.messages import build as build_entity
 from storage.kafka_client.connection import Connection
+from storage.kafka_client.writes import init_producer_id
 
 __all__ = [
     "TRANSACTION_KEY",
@@ -91,21 +91,10 @@ async def init_transactional_producer(
     epoch is fenced, and a transaction it left open is aborted first (the coordinator
     answers CONCURRENT_TRANSACTIONS until the abort is complete)."""
 
-    def build(cls: type[Any]) -> Any:
-        return build_entity(
-            cls,
-            transactional_id=transactional_id,
-            transaction_timeout=datetime.timedelta(milliseconds=transaction_timeout_ms),
-            producer_id=-1,
-            producer_epoch=-1,
-        )
-
-    response = await connection.request(ApiKey.INIT_PRODUCER_ID, build)
-    return ProducerIdentity(
-        error=KafkaError(int(response.error_code)),
-        producer_id=int(response.producer_id),
-        epoch=int(response.producer_epoch),
+    error, producer_id, epoch = await init_producer_id(
+        connection, transactional_id=transactional_id, transaction_timeout_ms=transaction_timeout_ms
     )
+    return ProducerIdentity(error=error, producer_id=producer_id, epoch=epoch)
 
 
 async def add_partitions_to_txn(

@@ -62,15 +62,21 @@ async def produce(
     )
 
 
-async def init_producer_id(connection: Connection) -> tuple[KafkaError, int, int]:
-    """A producer id and epoch for an idempotent (not transactional) producer:
-    ``(error, producer id, producer epoch)``."""
+async def init_producer_id(
+    connection: Connection,
+    *,
+    transactional_id: str | None = None,
+    transaction_timeout_ms: int = _TRANSACTION_TIMEOUT_MS,
+) -> tuple[KafkaError, int, int]:
+    """A producer id and epoch: ``(error, producer id, producer epoch)``; for an idempotent
+    producer without ``transactional_id``, or a new epoch of ``transactional_id`` (sent to
+    its coordinator)."""
 
     def build(cls: type[Any]) -> Any:
         return build_entity(
             cls,
-            transactional_id=None,
-            transaction_timeout=datetime.timedelta(milliseconds=_TRANSACTION_TIMEOUT_MS),
+            transactional_id=transactional_id,
+            transaction_timeout=datetime.timedelta(milliseconds=transaction_timeout_ms),
             producer_id=-1,
             producer_epoch=-1,
         )
