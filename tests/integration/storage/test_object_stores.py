@@ -25,9 +25,7 @@ from storage.config import from_settings
 from storage.model import (
     IndexType,
     LogSegmentData,
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
-    RemoteLogSegmentState,
     TopicIdPartition,
 )
 from storage.rsm.azure_auth import service_sas
@@ -35,6 +33,7 @@ from storage.rsm.base import RemoteRangeError, RemoteResourceNotFoundError, Remo
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.factory import check_remote_storage, create_object_store, create_remote_storage
 from storage.rsm.objects import ObjectStore
+from tests.segment_metadata import segment_metadata
 
 pytestmark = pytest.mark.integration
 
@@ -126,17 +125,7 @@ async def test_ranged_reads_are_received_in_place(
 
 
 def metadata(size: int) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId.generate(TOPIC),
-        start_offset=0,
-        end_offset=9,
-        max_timestamp=0,
-        leader_epoch=0,
-        event_timestamp=0,
-        segment_leader_epochs=((0, 0),),
-        segment_size_in_bytes=size,
-        state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-    )
+    return segment_metadata(TOPIC, size=size)
 
 
 @pytest.mark.parametrize("mode", MODES)

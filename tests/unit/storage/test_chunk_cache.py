@@ -14,34 +14,23 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.buffers import Buffers
-from protocol.metadata_records import RemoteLogSegmentState
 from storage.chunk_cache import ChunkCache, _RecentLRU
 from storage.model import (
     IndexType,
     LogSegmentData,
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
 from storage.rsm.local import LocalRemoteStorage
+from tests.segment_metadata import segment_metadata
 from tests.unit.storage.test_rsm_local import segment_data
 
 TP = TopicIdPartition(topic_id=uuid.uuid4(), topic="t", partition=0)
 
 
 def segment(size: int) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId.generate(TP),
-        start_offset=0,
-        end_offset=99,
-        max_timestamp=0,
-        leader_epoch=0,
-        event_timestamp=0,
-        segment_leader_epochs=((0, 0),),
-        segment_size_in_bytes=size,
-        state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-    )
+    return segment_metadata(TP, size=size, end_offset=99)
 
 
 def content(metadata: RemoteLogSegmentMetadata) -> bytes:

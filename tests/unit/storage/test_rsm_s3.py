@@ -25,7 +25,6 @@ from botocore.exceptions import (
 from storage.model import (
     IndexType,
     LogSegmentData,
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
@@ -34,23 +33,14 @@ from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.s3 import S3RemoteStorage
 from storage.rsm.s3_errors import translate_s3_error
+from tests.segment_metadata import segment_metadata
 
 TOPIC = TopicIdPartition(topic_id=uuid.uuid4(), topic="clicks", partition=0)
 MIB = 1024 * 1024
 
 
 def new_metadata() -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId.generate(TOPIC),
-        start_offset=0,
-        end_offset=9,
-        max_timestamp=0,
-        leader_epoch=0,
-        event_timestamp=0,
-        segment_leader_epochs=((0, 0),),
-        segment_size_in_bytes=0,
-        state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
-    )
+    return segment_metadata(TOPIC, state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)
 
 
 def segment_data(log: bytes) -> LogSegmentData:

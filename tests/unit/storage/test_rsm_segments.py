@@ -20,9 +20,7 @@ from protocol.records import Compression
 from storage.model import (
     IndexType,
     LogSegmentData,
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
-    RemoteLogSegmentState,
     TopicIdPartition,
 )
 from storage.rsm.base import RemoteRangeError, RemoteResourceNotFoundError
@@ -32,6 +30,7 @@ from storage.rsm.layout import RemoteLayout
 from storage.rsm.local import LocalRemoteStorage
 from storage.rsm.manifest import decode_manifest
 from storage.rsm.segments import MappedSegmentStorage, SegmentStorage
+from tests.segment_metadata import segment_metadata
 from tests.unit.proxy.remote.tiered_log import data_batch
 
 TOPIC = TopicIdPartition(topic_id=uuid.uuid4(), topic="payments", partition=0)
@@ -42,17 +41,7 @@ MODES = ("plain", "compressed", "encrypted", "both")
 
 
 def metadata(size: int) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId.generate(TOPIC),
-        start_offset=0,
-        end_offset=99,
-        max_timestamp=1,
-        leader_epoch=0,
-        event_timestamp=1,
-        segment_leader_epochs=((0, 0),),
-        segment_size_in_bytes=size,
-        state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-    )
+    return segment_metadata(TOPIC, size=size, end_offset=99, timestamp=1)
 
 
 def segment(log: bytes) -> LogSegmentData:
