@@ -81,6 +81,22 @@ def records_of(lines: list[str]) -> list[tuple[str, ...]]:
     return [match.groups() for line in lines if (match := _RECORD_LINE.match(line))]
 
 
+def read_directly(cluster: KafkaCluster, topic: str) -> list[tuple[str, ...]]:
+    """What ``RecordDigest.java`` reads of every partition of ``topic`` from the brokers
+    themselves, assigned (no group)."""
+    run = run_tool(
+        cluster.distribution,
+        str(RECORD_DIGEST),
+        cluster.bootstrap,
+        topic,
+        "0",
+        "read_committed",
+        "assign",
+        timeout_s=180,
+    )
+    return records_of(run.stdout.splitlines())
+
+
 def partition_zero(cluster: KafkaCluster, topic: str) -> tuple[int, list[int]]:
     """Partition 0's leader and in-sync replicas, asked of a running node directly."""
     node = cluster.running_nodes()[0]
@@ -199,17 +215,7 @@ def test_a_share_consumer_reads_everything_across_leader_moves_and_sees_only_pro
 ) -> None:
     topic = f"share-{uuid.uuid4().hex[:8]}"
     produce(cluster.bootstrap, topic)
-    direct = run_tool(
-        cluster.distribution,
-        str(RECORD_DIGEST),
-        cluster.bootstrap,
-        topic,
-        "0",
-        "read_committed",
-        "assign",
-        timeout_s=180,
-    )
-    expected = sorted(set(records_of(direct.stdout.splitlines())))
+    expected = sorted(set(read_directly(cluster, topic)))
     assert len(expected) == RECORDS
     proxy_ports = {proxy.port + i for i in range(cluster.size)}
     broker_ports = {node.port for node in cluster.nodes}
@@ -264,17 +270,7 @@ def test_a_share_group_behind_the_brokers_log_start_goes_on_from_it(
     in between are not delivered to the group, the rest are, each with its own data."""
     topic = f"behind-{uuid.uuid4().hex[:8]}"
     produce(cluster.bootstrap, topic)
-    direct = run_tool(
-        cluster.distribution,
-        str(RECORD_DIGEST),
-        cluster.bootstrap,
-        topic,
-        "0",
-        "read_committed",
-        "assign",
-        timeout_s=180,
-    )
-    by_offset = {(p, o): digest for p, o, digest in records_of(direct.stdout.splitlines())}
+    by_offset = {(p, o): digest for p, o, digest in read_directly(cluster, topic)}
     group = f"behind-{uuid.uuid4().hex[:8]}"
     first = read_in_share_group(cluster.distribution, proxy.bootstrap, topic, group, 300)
     assert len({(p, o) for p, o, _ in first}) >= 300
