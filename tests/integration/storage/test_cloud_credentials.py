@@ -112,19 +112,16 @@ print(json.dumps({"credentials": check.credentials, "problem": check.problem}))
 """
 
 
-def test_gcs_takes_its_token_from_the_metadata_server(
-    metadata_port: int, storage_port: int, tmp_path: Path
-) -> None:
-    settings = {
-        "remote.log.storage.backend": "gcs",
-        "remote.log.storage.gcs.bucket": "tiered",
-        "remote.log.storage.gcs.endpoint": f"http://127.0.0.1:{storage_port}",
-        "remote.log.storage.retry.max.attempts": 1,
-    }
+def checked_in_a_clean_process(
+    settings: dict[str, object], home: Path, metadata_port: int
+) -> tuple[dict[str, Any], str]:
+    """What :data:`CHECK` says of ``settings`` in a process with nothing of this machine's
+    Google Cloud login (``home`` is its home) and the metadata server at ``metadata_port``;
+    and its stderr."""
     env = {
         "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),  # no gcloud login to fall back on
+        "HOME": str(home),
+        "CLOUDSDK_CONFIG": str(home / "gcloud"),  # no gcloud login to fall back on
         "GCE_METADATA_HOST": f"127.0.0.1:{metadata_port}",
         "GCE_METADATA_IP": f"127.0.0.1:{metadata_port}",
         "PYTHONPATH": str(Path(__file__).parents[3]),
@@ -137,8 +134,21 @@ def test_gcs_takes_its_token_from_the_metadata_server(
         timeout=120,
         check=True,
     )
-    check = json.loads(done.stdout.strip().splitlines()[-1])
-    assert check["problem"] is None, (check, done.stderr[-2000:])
+    check: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return check, done.stderr
+
+
+def test_gcs_takes_its_token_from_the_metadata_server(
+    metadata_port: int, storage_port: int, tmp_path: Path
+) -> None:
+    settings = {
+        "remote.log.storage.backend": "gcs",
+        "remote.log.storage.gcs.bucket": "tiered",
+        "remote.log.storage.gcs.endpoint": f"http://127.0.0.1:{storage_port}",
+        "remote.log.storage.retry.max.attempts": 1,
+    }
+    check, stderr = checked_in_a_clean_process(settings, tmp_path, metadata_port)
+    assert check["problem"] is None, (check, stderr[-2000:])
     assert check["credentials"] == (
         "metadata server (GKE workload identity, Compute Engine) from application default "
         f"credentials ({ACCOUNT})"
@@ -153,21 +163,6 @@ def test_gcs_without_any_credentials_says_where_it_looked(tmp_path: Path) -> Non
         "remote.log.storage.gcs.endpoint": "http://127.0.0.1:9",
         "remote.log.storage.retry.max.attempts": 1,
     }
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),
-        "GCE_METADATA_HOST": "127.0.0.1:9",  # nothing listens: no metadata server
-        "GCE_METADATA_IP": "127.0.0.1:9",
-        "PYTHONPATH": str(Path(__file__).parents[3]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", CHECK, json.dumps(settings)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    check = json.loads(done.stdout.strip().splitlines()[-1])
+    # Nothing listens on port 9: no metadata server.
+    check, _stderr = checked_in_a_clean_process(settings, tmp_path, 9)
     assert "no Google Cloud credentials" in check["problem"], check
