@@ -30,7 +30,7 @@ import base64
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from confluent_kafka import Producer
 from protocol.errors import KafkaError
 from proxy.embedded import BrokerInfo, S3Info, create_bucket, delete_bucket
 from proxy.embedded.object_stores import Azurite, FakeGcs
-from proxy.embedded.tierproxy import proxy_process, write_config
+from proxy.embedded.tierproxy import TierproxyServer, proxy_process, write_config
 from storage.rsm.manifest import decode_manifest
 from storage.spark_source import register
 from tests.conditions import wait_until
@@ -241,6 +241,30 @@ def proxy_settings(stored: StoredTopic, **settings: Any) -> dict[str, Any]:
     }
 
 
+def a_storage_error_is_logged_and_counted(
+    proxy: TierproxyServer,
+    topic: str,
+    *,
+    logged: Callable[[str], bool],
+    metric: str,
+    what: str,
+) -> None:
+    """A fetch of ``topic``-0 from offset 0 answers KAFKA_STORAGE_ERROR with no records;
+    then the proxy's log holds a line ``logged`` finds and ``metric`` counts the failure."""
+    error, _hw, records = asyncio.run(fetch_once(proxy.bootstrap, topic, 0, 0))
+    assert error == KafkaError.KAFKA_STORAGE_ERROR and records == b""
+    wait_until(
+        lambda: logged(proxy.process.log_path.read_text()),
+        timeout_s=30,
+        what=f"{what} in the proxy's log",
+    )
+    wait_until(
+        lambda: proxy.metric(metric) >= 1,
+        timeout_s=30,
+        what=f"{what} counted in the proxy's metrics",
+    )
+
+
 @pytest.mark.parametrize(("backend", "mode"), COMBINATIONS)
 def test_clients_read_every_record_from_the_remote_tier(
     stored_topics: StoredTopics,
@@ -329,18 +353,12 @@ def test_a_damaged_chunk_is_never_served_and_reads_again_once_repaired(
     proxy.start()
     try:
         first.write_bytes(bytes(damaged))
-        error, _hw, records = asyncio.run(fetch_once(proxy.bootstrap, stored.topic, 0, 0))
-        assert error == KafkaError.KAFKA_STORAGE_ERROR and records == b""
-        log = proxy.process.log_path
-        wait_until(
-            lambda: "remote.storage.integrity" in log.read_text() and first.name in log.read_text(),
-            timeout_s=30,
-            what="the integrity failure logged with its object key",
-        )
-        wait_until(
-            lambda: proxy.metric("tierproxy_remote_storage_integrity_errors_total") >= 1,
-            timeout_s=30,
-            what="the integrity failure counted in the proxy's metrics",
+        a_storage_error_is_logged_and_counted(
+            proxy,
+            stored.topic,
+            logged=lambda log: "remote.storage.integrity" in log and first.name in log,
+            metric="tierproxy_remote_storage_integrity_errors_total",
+            what="the integrity failure, with its object key,",
         )
         first.write_bytes(original)
         got = consume_confluent(proxy.bootstrap, stored.topic, stored.high_watermarks)
@@ -369,19 +387,12 @@ def test_a_proxy_without_the_key_answers_a_storage_error_naming_the_key(
     proxy = proxy_process(broker, tmp_path, settings)
     proxy.start()
     try:
-        error, _hw, records = asyncio.run(fetch_once(proxy.bootstrap, stored.topic, 0, 0))
-        assert error == KafkaError.KAFKA_STORAGE_ERROR and records == b""
-        wait_until(
-            lambda: (
-                f"encryption key '{KEY_ID}' is not loaded" in proxy.process.log_path.read_text()
-            ),
-            timeout_s=30,
-            what="the missing key named in the proxy's log",
-        )
-        wait_until(
-            lambda: proxy.metric("tierproxy_remote_storage_key_errors_total") >= 1,
-            timeout_s=30,
-            what="the missing key counted in the proxy's metrics",
+        a_storage_error_is_logged_and_counted(
+            proxy,
+            stored.topic,
+            logged=lambda log: f"encryption key '{KEY_ID}' is not loaded" in log,
+            metric="tierproxy_remote_storage_key_errors_total",
+            what="the missing key",
         )
     finally:
         proxy.stop()
