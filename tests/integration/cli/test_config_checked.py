@@ -89,20 +89,27 @@ def connections(listener: socket.socket) -> int:
         count += 1
 
 
+def refused(command: str, listener: socket.socket, config: Path, settings: str) -> str:
+    """What ``command`` says on stderr of ``settings`` (``{bootstrap}`` in them replaced by
+    ``listener``'s address) written to ``config``, once it has exited 2, said nothing on
+    stdout and not connected to ``listener``."""
+    host, port = listener.getsockname()[:2]
+    config.write_text(settings.replace("{bootstrap}", f"{host}:{port}"), encoding="utf-8")
+    result = run(command, config)
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert connections(listener) == 0
+    return result.stderr
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_mistake_is_listed_before_anything_connects(
     command: str, silent_bootstrap: socket.socket, tmp_path: Path
 ) -> None:
-    host, port = silent_bootstrap.getsockname()[:2]
-    config = tmp_path / "tierproxy.toml"
-    config.write_text(EVERY_MISTAKE.format(bootstrap=f"{host}:{port}"), encoding="utf-8")
-    result = run(command, config)
-    assert (result.returncode, result.stdout) == (2, ""), result.stderr
-    assert result.stderr.splitlines() == [
+    stderr = refused(command, silent_bootstrap, tmp_path / "tierproxy.toml", EVERY_MISTAKE)
+    assert stderr.splitlines() == [
         f"tierproxy {command}: {PROBLEMS[0]}",
         *PROBLEMS[1:],
     ]
-    assert connections(silent_bootstrap) == 0
 
 
 ONE_MISTAKE = {
@@ -137,31 +144,21 @@ def test_a_setting_of_another_command_is_checked_too(
     command: str, mistake: str, silent_bootstrap: socket.socket, tmp_path: Path
 ) -> None:
     """Each command checks the keys the others act on, before it connects."""
-    host, port = silent_bootstrap.getsockname()[:2]
     line, problem = ONE_MISTAKE[mistake]
-    config = tmp_path / "tierproxy.toml"
-    config.write_text(f'bootstrap.servers = "{host}:{port}"\n{line}', encoding="utf-8")
-    result = run(command, config)
-    assert (result.returncode, result.stdout) == (2, ""), result.stderr
-    assert result.stderr == f"tierproxy {command}: {problem}\n"
-    assert connections(silent_bootstrap) == 0
+    settings = 'bootstrap.servers = "{bootstrap}"\n' + line
+    stderr = refused(command, silent_bootstrap, tmp_path / "tierproxy.toml", settings)
+    assert stderr == f"tierproxy {command}: {problem}\n"
 
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_a_file_toml_cannot_read_names_the_line_the_key_and_the_fix(
     command: str, silent_bootstrap: socket.socket, tmp_path: Path
 ) -> None:
-    host, port = silent_bootstrap.getsockname()[:2]
     config = tmp_path / "tierproxy.toml"
-    config.write_text(
-        f'bootstrap.servers = "{host}:{port}"\nremote.fetch.offload.enable = True\n',
-        encoding="utf-8",
-    )
-    result = run(command, config)
-    assert (result.returncode, result.stdout) == (2, ""), result.stderr
-    assert result.stderr == (
+    settings = 'bootstrap.servers = "{bootstrap}"\nremote.fetch.offload.enable = True\n'
+    stderr = refused(command, silent_bootstrap, config, settings)
+    assert stderr == (
         f"tierproxy {command}: cannot read config file {config}: line 2: "
         "remote.fetch.offload.enable = True: TOML booleans are lowercase true or false: "
         "remote.fetch.offload.enable = true\n"
     )
-    assert connections(silent_bootstrap) == 0
