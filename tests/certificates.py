@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["CLIENT_SUBJECTS", "KeyPair", "Pki", "make_pki"]
+__all__ = ["CLIENT_SUBJECTS", "KeyPair", "Pki", "make_pki", "self_signed_der"]
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1")
 """The names a certificate for a test server carries: every test dials one of them."""
@@ -100,6 +100,24 @@ def make_pki(directory: Path) -> Pki:
             name: _issue(directory, name, authority, (), subject=subject)
             for name, subject in CLIENT_SUBJECTS.items()
         },
+    )
+
+
+def self_signed_der(subject: x509.Name) -> bytes:
+    """A certificate of ``subject``, signed by its own new key, valid from now for a day, in
+    DER (as a TLS peer presents it)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now)
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.DER)
     )
 
 

@@ -3,40 +3,21 @@ subjects from the JWT, certificate subjects through ``ssl.principal.mapping.rule
 
 from __future__ import annotations
 
-import datetime
-
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from proxy.identities import ClientIdentities, ClientPrincipalConfig, user_of
 from proxy.interceptors.base import ConnectionInfo
 from proxy.logs import LogfmtFormatter
 from storage.config import ConfigError
+from tests.certificates import self_signed_der
 from tests.integration.tiered.token_endpoint import unsecured_jwt
 
 
 def bearer(claims: dict[str, object], *, authzid: str = "") -> bytes:
     gs2 = f"n,a={authzid}," if authzid else "n,,"
     return f"{gs2}\x01host=kafka\x01auth=Bearer {unsecured_jwt(claims)}\x01\x01".encode()
-
-
-def certificate(subject: x509.Name) -> bytes:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    built = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    return built.public_bytes(serialization.Encoding.DER)
 
 
 def connection(connection_id: int, peer_certificate: bytes | None = None) -> ConnectionInfo:
@@ -104,8 +85,8 @@ def test_a_certificate_names_a_connection_without_sasl_through_the_mapping_rules
     )
     bob = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bob")])
 
-    assert identities.principal(connection(1, certificate(ALICE))) == "User:alice"
-    assert identities.principal(connection(2, certificate(bob))) == "User:CN=bob"
+    assert identities.principal(connection(1, self_signed_der(ALICE))) == "User:alice"
+    assert identities.principal(connection(2, self_signed_der(bob))) == "User:CN=bob"
     assert identities.principal(connection(3)) is None
 
 
@@ -114,7 +95,7 @@ def test_sasl_names_a_connection_even_with_a_certificate() -> None:
     identities.mechanism_chosen(1, "PLAIN")
     identities.authenticating(1, b"\0carol\0pw")
 
-    assert identities.principal(connection(1, certificate(ALICE))) == "User:carol"
+    assert identities.principal(connection(1, self_signed_der(ALICE))) == "User:carol"
 
 
 def test_a_sasl_login_whose_user_cannot_be_read_is_not_named_by_its_certificate() -> None:
@@ -122,7 +103,7 @@ def test_a_sasl_login_whose_user_cannot_be_read_is_not_named_by_its_certificate(
     identities.mechanism_chosen(1, "GSSAPI")
     identities.authenticating(1, b"\x60\x82")
 
-    assert identities.principal(connection(1, certificate(ALICE))) is None
+    assert identities.principal(connection(1, self_signed_der(ALICE))) is None
 
 
 def test_a_dn_no_rule_maps_is_logged_and_unknown(caplog: pytest.LogCaptureFixture) -> None:
@@ -130,7 +111,7 @@ def test_a_dn_no_rule_maps_is_logged_and_unknown(caplog: pytest.LogCaptureFixtur
         ClientPrincipalConfig(ssl_principal_mapping_rules="RULE:^CN=x$/x/")
     )
 
-    assert identities.principal(connection(4, certificate(ALICE))) is None
+    assert identities.principal(connection(4, self_signed_der(ALICE))) is None
     (record,) = caplog.records
     line = LogfmtFormatter().format(record)
     assert "event=identity.unknown conn=4" in line

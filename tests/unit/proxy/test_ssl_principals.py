@@ -8,13 +8,10 @@ Kafka's own classes on the same inputs is ``tests/integration/proxy/test_princip
 
 from __future__ import annotations
 
-import datetime
 import re
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID, ObjectIdentifier
 from hypothesis import assume, given
 from hypothesis import strategies as st
@@ -26,6 +23,7 @@ from proxy.ssl_principals import (
     java_pattern,
     java_replacement,
 )
+from tests.certificates import self_signed_der
 
 
 @pytest.mark.parametrize(
@@ -205,22 +203,6 @@ def test_java_group_references_match_pythons(groups: list[str], template: list[s
     assert pattern.sub(java_replacement(java, pattern), text) == pattern.sub(python, text)
 
 
-def certificate(subject: x509.Name) -> bytes:
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    return (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now)
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-        .public_bytes(serialization.Encoding.DER)
-    )
-
-
 _KEYWORD_OIDS = [
     NameOID.COMMON_NAME,
     NameOID.ORGANIZATION_NAME,
@@ -245,7 +227,7 @@ def test_names_are_written_as_rfc_4514_says_where_java_agrees(
     assume(attributes)
     name = x509.Name([x509.NameAttribute(oid, value) for oid, value in attributes])
 
-    assert distinguished_name(certificate(name)) == name.rfc4514_string()
+    assert distinguished_name(self_signed_der(name)) == name.rfc4514_string()
 
 
 def test_names_are_written_as_java_writes_them() -> None:
@@ -264,7 +246,7 @@ def test_names_are_written_as_java_writes_them() -> None:
         ]
     )
 
-    assert distinguished_name(certificate(name)) == (
+    assert distinguished_name(self_signed_der(name)) == (
         "CN=\\ \\#lead\\=and trail\\ ,"
         "1.2.840.113549.1.9.1=#16056140622e63,"
         'C=US+O=A\\+B\\, \\"Inc\\"'
