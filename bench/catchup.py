@@ -199,6 +199,11 @@ async def prepare(
     await asyncio.to_thread(
         produce_head, broker.bootstrap, topic, args.tail_mib * MIB // RECORD_BYTES
     )
+    return await tiered_setup(broker, topic, metadata_topic)
+
+
+async def tiered_setup(broker: BrokerInfo, topic: str, metadata_topic: str) -> Setup:
+    """The topic's tiered range, from the metadata topic of one of its tiers."""
     direct = Endpoint(name="direct", host=broker.host, port=broker.port)
     topic_id, high_watermark = await topic_id_and_end(direct, topic)
     rlmm = TopicBasedRemoteLogMetadataManager(

@@ -46,16 +46,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.catchup import GET_METRICS, Pids, catchup_round, warm_up
-from bench.clients import RECORD_BYTES, Endpoint, preload, raw_fetch_all, topic_id_and_end
+from bench.catchup import GET_METRICS, Pids, catchup_round, tiered_setup, warm_up
+from bench.clients import RECORD_BYTES, Endpoint, preload, raw_fetch_all
 from bench.common import GIB, MIB, alternate_async, median, save_json, throughput_summary
 from bench.pipeline import CpuMeter
 from bench.tail import Setup
 from proxy.embedded import BrokerInfo, SeaweedFS, broker_from_env, create_bucket, create_topic
 from proxy.embedded.object_stores import Azurite, FakeGcs
 from proxy.embedded.tierproxy import TierproxyServer, proxy_process
-from storage.rlmm.config import RemoteLogMetadataConfig
-from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 from storage.tiering.job import build_spark, open_pipeline, settings_from_flat
 
 SEGMENT_BYTES = 8 * MIB
@@ -220,25 +218,6 @@ def proxy_for(
 
 def gets(proxy: TierproxyServer) -> float:
     return sum(proxy.metric(name) for name in _GET_METRICS)
-
-
-async def tiered_setup(broker: BrokerInfo, topic: str, metadata_topic: str) -> Setup:
-    """The topic's tiered range, from the metadata topic of one of its tiers."""
-    direct = Endpoint(name="direct", host=broker.host, port=broker.port)
-    topic_id, high_watermark = await topic_id_and_end(direct, topic)
-    rlmm = TopicBasedRemoteLogMetadataManager(
-        RemoteLogMetadataConfig(topic_name=metadata_topic, topic_partitions=3),
-        bootstrap_servers=broker.bootstrap,
-    )
-    await rlmm.start()
-    try:
-        tp = rlmm.cache.topic_id_partition(topic, 0)
-        end = None if tp is None else rlmm.cache.remote_log_end_offset(tp)
-    finally:
-        await rlmm.close()
-    if end is None:
-        raise RuntimeError("nothing was tiered")
-    return Setup(topic=topic, topic_id=topic_id, tiered_end=end + 1, high_watermark=high_watermark)
 
 
 async def catchup_rounds(
