@@ -149,41 +149,48 @@ def _share_fetch_body(version: int) -> _Walk:
     message, acquisition lock timeout, then per topic (id) and partition: index, error code
     and message, acknowledge error code and message, current leader, records, acquired
     records (first and last offset, delivery count)."""
-    yield from _skip(_THROTTLE_AND_ERROR_BYTES)
-    yield from _skip((yield from _items()))  # error message: compact nullable string
-    yield from _skip(_LOCK_TIMEOUT_BYTES)
-    for _ in range((yield from _items())):
-        yield from _skip(_TOPIC_ID_BYTES)
-        for _ in range((yield from _items())):
-            yield from _skip(_SHARE_PARTITION_BYTES)
-            yield from _skip((yield from _items()))
-            yield from _skip(_ACKNOWLEDGE_ERROR_BYTES)
-            yield from _skip((yield from _items()))
-            yield from _skip(_LEADER_BYTES)
-            yield from _tagged_fields()
-            yield from _skip((yield from _items()))  # records: compact (nullable) bytes
-            for _ in range((yield from _items())):
-                yield from _skip(_ACQUIRED_BYTES)
-                yield from _tagged_fields()
-            yield from _tagged_fields()
+
+    def partition() -> _Walk:
+        yield from _skip(_ACKNOWLEDGE_ERROR_BYTES)
+        yield from _skip((yield from _items()))
+        yield from _skip(_LEADER_BYTES)
         yield from _tagged_fields()
+        yield from _skip((yield from _items()))  # records: compact (nullable) bytes
+        for _ in range((yield from _items())):
+            yield from _skip(_ACQUIRED_BYTES)
+            yield from _tagged_fields()
+
+    yield from _share_body(lock_timeout=True, partition=partition)
 
 
 def _share_acknowledge_body(version: int) -> _Walk:
     """ShareAcknowledgeResponse.json v1+, up to ``node_endpoints``: throttle, error code and
     message, acquisition lock timeout (v2+), then per topic (id) and partition: index, error
     code and message, current leader."""
+
+    def partition() -> _Walk:
+        yield from _skip(_LEADER_BYTES)
+        yield from _tagged_fields()
+
+    yield from _share_body(
+        lock_timeout=version >= _FIRST_ACKNOWLEDGE_LOCK_TIMEOUT, partition=partition
+    )
+
+
+def _share_body(*, lock_timeout: bool, partition: Callable[[], _Walk]) -> _Walk:
+    """What the share answers have alike: throttle, error code and message, acquisition lock
+    timeout (when ``lock_timeout``), then per topic (id) and partition: index, error code
+    and message, the rest of the partition (``partition()``) and its tagged fields."""
     yield from _skip(_THROTTLE_AND_ERROR_BYTES)
-    yield from _skip((yield from _items()))
-    if version >= _FIRST_ACKNOWLEDGE_LOCK_TIMEOUT:
+    yield from _skip((yield from _items()))  # error message: compact nullable string
+    if lock_timeout:
         yield from _skip(_LOCK_TIMEOUT_BYTES)
     for _ in range((yield from _items())):
         yield from _skip(_TOPIC_ID_BYTES)
         for _ in range((yield from _items())):
             yield from _skip(_SHARE_PARTITION_BYTES)
             yield from _skip((yield from _items()))
-            yield from _skip(_LEADER_BYTES)
-            yield from _tagged_fields()
+            yield from partition()
             yield from _tagged_fields()
         yield from _tagged_fields()
 
