@@ -98,7 +98,7 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -549,8 +549,9 @@ misses is one GET. (Chunk misses plus read-aheads, the earlier estimate, counted
 joined a read-ahead in flight twice: with slow GETs most reads do, hence the 1.8 x.)"""
 
 
-def gets(proxy: TierproxyServer) -> float:
-    return sum(proxy.metric(name) for name in GET_METRICS)
+def gets(proxy: TierproxyServer, metrics: Sequence[str] = GET_METRICS) -> float:
+    """The proxy's object-storage GETs so far, the sum of ``metrics``."""
+    return sum(proxy.metric(name) for name in metrics)
 
 
 async def latency_rounds(

@@ -46,7 +46,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.catchup import GET_METRICS, Pids, catchup_round, tiered_setup, warm_up
+from bench.catchup import GET_METRICS, Pids, catchup_round, gets, tiered_setup, warm_up
 from bench.clients import RECORD_BYTES, Endpoint, preload, raw_fetch_all
 from bench.common import GIB, MIB, alternate_async, median, save_json, throughput_summary
 from bench.pipeline import CpuMeter
@@ -216,10 +216,6 @@ def proxy_for(
         proxy.stop()
 
 
-def gets(proxy: TierproxyServer) -> float:
-    return sum(proxy.metric(name) for name in _GET_METRICS)
-
-
 async def catchup_rounds(
     args: argparse.Namespace,
     broker: BrokerInfo,
@@ -296,7 +292,7 @@ async def gets_rows(
             with proxy_for(broker, storage, metadata_topic, args.chunk_cache_mib) as proxy:
                 endpoint = Endpoint(name=backend, host="127.0.0.1", port=proxy.port)
                 await warm_up(endpoint, setup)
-                before, read = gets(proxy), 0
+                before, read = gets(proxy, _GET_METRICS), 0
                 for _ in range(2):
                     read += await raw_fetch_all(
                         endpoint,
@@ -307,7 +303,7 @@ async def gets_rows(
                         partition_max_bytes=8 * MIB,
                     )
                 rows[backend] = {
-                    "gets_per_gib": (gets(proxy) - before) / (read / GIB),
+                    "gets_per_gib": (gets(proxy, _GET_METRICS) - before) / (read / GIB),
                     "goal_gets_per_gib": GOAL_GETS_PER_GIB,
                 }
             print(backend, rows[backend])
