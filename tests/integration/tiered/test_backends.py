@@ -57,6 +57,7 @@ from tests.integration.tiered.support import (
     fetch_once,
     high_watermarks,
     offsets_for_times,
+    running,
     status_rows,
     tier_topic,
 )
@@ -275,9 +276,7 @@ def test_clients_read_every_record_from_the_remote_tier(
     mode: str,
 ) -> None:
     stored = stored_topics.get(request, backend, mode)
-    proxy = proxy_process(broker, tmp_path, proxy_settings(stored))
-    proxy.start()
-    try:
+    with running(proxy_process(broker, tmp_path, proxy_settings(stored))) as proxy:
         for isolation in (READ_UNCOMMITTED, READ_COMMITTED):
             got = consume_confluent(
                 proxy.bootstrap, stored.topic, stored.high_watermarks, isolation=isolation
@@ -287,8 +286,6 @@ def test_clients_read_every_record_from_the_remote_tier(
             offsets_for_times(proxy.bootstrap, stored.topic, stored.high_watermarks)
             == stored.offsets_for_times
         )
-    finally:
-        proxy.stop()
     if stored.local_dir is not None and mode in ("compressed", "both"):
         manifests = [decode_manifest(p.read_bytes()) for p in stored.local_dir.rglob("*.manifest")]
         assert any(c.compressed for m in manifests for c in m.log.chunks), "nothing compressed"
@@ -349,23 +346,21 @@ def test_a_damaged_chunk_is_never_served_and_reads_again_once_repaired(
     original = first.read_bytes()
     damaged = bytearray(original)
     damaged[len(damaged) // 3] ^= 0xFF
-    proxy = proxy_process(broker, tmp_path, proxy_settings(stored))
-    proxy.start()
-    try:
-        first.write_bytes(bytes(damaged))
-        a_storage_error_is_logged_and_counted(
-            proxy,
-            stored.topic,
-            logged=lambda log: "remote.storage.integrity" in log and first.name in log,
-            metric="tierproxy_remote_storage_integrity_errors_total",
-            what="the integrity failure, with its object key,",
-        )
-        first.write_bytes(original)
-        got = consume_confluent(proxy.bootstrap, stored.topic, stored.high_watermarks)
-        assert by_partition(got) == stored.expected[READ_UNCOMMITTED]
-    finally:
-        first.write_bytes(original)
-        proxy.stop()
+    with running(proxy_process(broker, tmp_path, proxy_settings(stored))) as proxy:
+        try:
+            first.write_bytes(bytes(damaged))
+            a_storage_error_is_logged_and_counted(
+                proxy,
+                stored.topic,
+                logged=lambda log: "remote.storage.integrity" in log and first.name in log,
+                metric="tierproxy_remote_storage_integrity_errors_total",
+                what="the integrity failure, with its object key,",
+            )
+            first.write_bytes(original)
+            got = consume_confluent(proxy.bootstrap, stored.topic, stored.high_watermarks)
+            assert by_partition(got) == stored.expected[READ_UNCOMMITTED]
+        finally:
+            first.write_bytes(original)
 
 
 def test_a_proxy_without_the_key_answers_a_storage_error_naming_the_key(
@@ -384,9 +379,7 @@ def test_a_proxy_without_the_key_answers_a_storage_error_naming_the_key(
             "remote.log.storage.encryption.keys.file": str(other_keys),
         },
     )
-    proxy = proxy_process(broker, tmp_path, settings)
-    proxy.start()
-    try:
+    with running(proxy_process(broker, tmp_path, settings)) as proxy:
         a_storage_error_is_logged_and_counted(
             proxy,
             stored.topic,
@@ -394,8 +387,6 @@ def test_a_proxy_without_the_key_answers_a_storage_error_naming_the_key(
             metric="tierproxy_remote_storage_key_errors_total",
             what="the missing key",
         )
-    finally:
-        proxy.stop()
 
 
 def test_segments_of_the_earlier_format_are_served_as_before(
@@ -411,10 +402,6 @@ def test_segments_of_the_earlier_format_are_served_as_before(
     assert manifests
     for manifest in manifests:
         manifest.unlink()
-    proxy = proxy_process(broker, tmp_path, proxy_settings(stored))
-    proxy.start()
-    try:
+    with running(proxy_process(broker, tmp_path, proxy_settings(stored))) as proxy:
         got = consume_confluent(proxy.bootstrap, stored.topic, stored.high_watermarks)
         assert by_partition(got) == stored.expected[READ_UNCOMMITTED]
-    finally:
-        proxy.stop()
