@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.exposition import start_http_server
 
 from protocol.messages import ApiKey
@@ -59,6 +59,7 @@ class ProxyMetrics:
     """The proxy's Prometheus series, in their own registry."""
 
     def __init__(self) -> None:
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series
         self.registry = CollectorRegistry()
         self._connections_active = Gauge(
             "tierproxy_connections_active",

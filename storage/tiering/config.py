@@ -109,8 +109,23 @@ class TieringConfig(ClusterClientConfig):
         "uploaded; empty: a tierproxy directory under the system's temporary directory.",
     )
 
+    metrics_port: int = setting(
+        "tiering.metrics.port",
+        0,
+        "Port of the pipeline's Prometheus /metrics endpoint (copy lag, cycles, whether it "
+        "holds the cluster's tiering) while `tierproxy tier` runs without --once; 0 turns it "
+        "off. Not metrics.port: serve and tier may read one file on one host.",
+    )
+    metrics_host: str = setting(
+        "tiering.metrics.host",
+        "127.0.0.1",
+        "Address the pipeline's /metrics endpoint binds to (its series name topics).",
+    )
+
     def __post_init__(self) -> None:
         ClusterClientConfig.__post_init__(self)
+        if not 0 <= self.metrics_port < 65536:
+            raise ConfigError(f"tiering.metrics.port must be 0..65535, not {self.metrics_port}")
         if self.broker_kind not in ("auto", "kafka", "tansu", "other"):
             raise ConfigError(
                 'tiering.broker.kind must be "auto", "kafka", "tansu" or "other", '

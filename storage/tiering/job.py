@@ -39,6 +39,7 @@ from storage.rsm.config import RemoteStorageConfig
 from storage.tiering.config import TIERING_CONFIG_CLASSES, TieringConfig
 from storage.tiering.jvm_stderr import stderr_without
 from storage.tiering.lease import Hold, NotHoldingError, PipelineLease, UnfencedLease
+from storage.tiering.metrics import TieringMetrics, TieringMetricsServer
 from storage.tiering.pipeline import MetadataManager, TieringPipeline, wall_clock_ms
 from storage.tiering.policy import TopicRules, compile_rules
 from storage.tiering.report import CycleReport, log_report, summary_table
@@ -317,15 +318,17 @@ async def run_tiering(
     once: bool,
     console: Console,
     stop: asyncio.Event | None = None,
+    metrics: TieringMetrics | None = None,
 ) -> int:
     """Run one cycle (``once``) or cycles every ``remote.log.manager.task.interval.ms`` until
     ``stop`` is set; the exit code (1 if the last cycle had errors).
 
     The loop waits for a cluster that is not up for as long as it takes, so ``stop`` also
-    ends that wait (a cycle under way is let finish).
+    ends that wait (a cycle under way is let finish). Every cycle is recorded in ``metrics``.
     """
     stop = stop or asyncio.Event()
     interval = settings.tiering.task_interval_ms / 1000
+    metrics = metrics or TieringMetrics(task_interval_s=interval)
     async with contextlib.AsyncExitStack() as stack:
         opening = stack.enter_async_context(
             open_pipeline(
@@ -341,6 +344,7 @@ async def run_tiering(
         if pipeline is None:
             log.info("stopped while waiting for the cluster")
             return 0
+        metrics.watch_holding(lambda: pipeline.holding)
         while True:
             if not pipeline.holding and not await _hold_again(pipeline, stop):
                 return 0
@@ -352,11 +356,13 @@ async def run_tiering(
                 log.warning("tiering cycle stopped: %s", err)
                 continue
             except Exception as err:
+                metrics.cycle_failed()
                 if once:
                     raise
                 _log_failed_cycle(err)
                 await _sleep_or_stop(stop, _ERROR_BACKOFF_SECONDS)
                 continue
+            metrics.cycle_ran(report)
             _show(report, console)
             if once:
                 return 1 if report.errors or report.copy_failures else 0
@@ -451,11 +457,43 @@ def run_from_arguments(
             # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
             print(f"tierproxy tier: {err}", file=sys.stderr)
             return 2
+    metrics = TieringMetrics(task_interval_s=settings.tiering.task_interval_ms / 1000)
+    with contextlib.ExitStack() as stack:
+        if not args.once and settings.tiering.metrics_port:
+            try:
+                server = TieringMetricsServer(
+                    metrics, settings.tiering.metrics_host, settings.tiering.metrics_port
+                )
+            except OSError as err:
+                print(
+                    "tierproxy tier: cannot serve tiering.metrics.port on "
+                    f"{settings.tiering.metrics_host}:{settings.tiering.metrics_port}: {err}",
+                    file=sys.stderr,
+                )
+                return 2
+            stack.callback(server.close)
+            log.info(
+                "metrics served at http://%s:%d/metrics",
+                settings.tiering.metrics_host,
+                server.port,
+            )
+        return _run_on_spark(args, default_master, settings, console, metrics)
+
+
+def _run_on_spark(
+    args: argparse.Namespace,
+    default_master: str | None,
+    settings: TieringSettings,
+    console: Console,
+    metrics: TieringMetrics,
+) -> int:
     # A spinner on a terminal; nothing in pipes and CI logs (rich draws no live display there).
     with console.status(f"starting Spark ({args.master or default_master or 'spark-submit'})"):
         spark = build_spark(args.master or default_master)
     try:
-        return asyncio.run(_run_with_signals(settings, spark, once=args.once, console=console))
+        return asyncio.run(
+            _run_with_signals(settings, spark, once=args.once, console=console, metrics=metrics)
+        )
     except ConfigError as err:  # found at start-up against the cluster
         print(f"tierproxy tier: {err}", file=sys.stderr)
         return 2
@@ -467,14 +505,21 @@ def run_from_arguments(
 
 
 async def _run_with_signals(
-    settings: TieringSettings, spark: Any, *, once: bool, console: Console
+    settings: TieringSettings,
+    spark: Any,
+    *,
+    once: bool,
+    console: Console,
+    metrics: TieringMetrics,
 ) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
-    return await run_tiering(settings, spark, once=once, console=console, stop=stop)
+    return await run_tiering(
+        settings, spark, once=once, console=console, stop=stop, metrics=metrics
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
