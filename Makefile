@@ -28,9 +28,11 @@ $(STAMP): pyproject.toml
 
 # Command-line tools the tests use (kcat as a real client, docker-compose to
 # validate the compose file, a JDK for Kafka, Spark and the Java test clients,
-# Maven for Kafka's jars). Installed with apt when we are root and they are
-# missing; otherwise reported (CI fails the tests that need them).
-APT_TOOLS := kcat:kcat docker-compose:docker-compose javac:openjdk-17-jdk-headless mvn:maven
+# Maven for Kafka's jars, Prometheus and promtool for the monitoring files).
+# Installed with apt when we are root and they are missing; otherwise reported
+# (CI fails the tests that need them).
+APT_TOOLS := kcat:kcat docker-compose:docker-compose javac:openjdk-17-jdk-headless mvn:maven \
+  promtool:prometheus
 apt-tools:
 	@missing=""; for pair in $(APT_TOOLS); do cmd=$${pair%%:*}; pkg=$${pair##*:}; \
 	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \

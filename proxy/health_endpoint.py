@@ -35,7 +35,9 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
 
 from proxy.config import METRICS_PASSWORD_ENV, METRICS_TOKEN_ENV, ProxyConfig
 from proxy.health import HealthReport, Liveness, Readiness
@@ -182,15 +184,51 @@ def serving(
     if unix_path:
         endpoint = HealthEndpoint(EndpointSettings(host="", port=0, unix_path=unix_path), answers)
         try:
-            yield liveness
+            with _readiness_series(registry, answers):
+                yield liveness
         finally:
             endpoint.close()
         return
     if not config.metrics_port:
         yield liveness
         return
-    with serving_answers(config, answers):
+    with serving_answers(config, answers), _readiness_series(registry, answers):
         yield liveness
+
+
+class _ReadinessSeries:
+    """``tierproxy_ready`` and ``tierproxy_readiness_check{check}``: what ``/readyz`` would
+    answer, asked at each scrape (so dashboards and alerts see it without a probe)."""
+
+    def __init__(self, answers: Answers) -> None:
+        self._answers = answers
+
+    def collect(self) -> Iterator[Metric]:
+        report = self._answers.readyz()
+        ready = GaugeMetricFamily(
+            "tierproxy_ready", "1 while /readyz answers 200 (every check passes), else 0."
+        )
+        ready.add_metric([], 1 if report.ok else 0)
+        yield ready
+        checks = GaugeMetricFamily(
+            "tierproxy_readiness_check",
+            "1 while the readiness check passes, per check (listeners, broker, "
+            "remote_metadata, remote_storage, remote_objects); /readyz says why one fails.",
+            labels=["check"],
+        )
+        for name, verdict in sorted(report.body.get("checks", {}).items()):
+            checks.add_metric([name], 1 if verdict["ok"] else 0)
+        yield checks
+
+
+@contextlib.contextmanager
+def _readiness_series(registry: CollectorRegistry, answers: Answers) -> Iterator[None]:
+    series = _ReadinessSeries(answers)
+    registry.register(series)
+    try:
+        yield
+    finally:
+        registry.unregister(series)
 
 
 @contextlib.contextmanager

@@ -185,6 +185,11 @@ def test_prometheus_runs_every_rule_and_dashboard_query_on_a_live_pair(
         assert rule["health"] == "ok", rule
     held = _result(prometheus, "tierproxy_tiering_holding")
     assert [float(series["value"][1]) for series in held] == [1.0]
+    wait_until(
+        lambda: [float(s["value"][1]) for s in _result(prometheus, "tierproxy_ready")] == [1.0],
+        timeout_s=120,
+        what="the proxy's tierproxy_ready is 1",
+    )
 
     for panel, query in dashboard_queries():
         result = _result(prometheus, runnable(query))
