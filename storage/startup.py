@@ -13,7 +13,9 @@ with tierproxy's own client. A broker certificate that the configured CA did not
 names another host, or a refused SASL login, will not get better by retrying, so ``serve``,
 ``tier`` and ``status`` stop at once with one line naming the setting to check, rather than
 waiting out ``remote.log.metadata.initialization.timeout.ms`` while the metadata topic's
-clients retry. A cluster that does not answer yet is left to those retries, as before.
+clients retry. A cluster that does not answer yet is left to those retries, as before. A job
+that must not wait for the cluster (``tier --once``) asks :func:`cluster_answers_within`
+first, before it starts Spark.
 
 Once the metadata is loaded, ``serve`` runs :func:`check_segment_sample` in the background:
 a HEAD (or ``stat``) of the oldest and newest readable segment of a random sample of tiered
@@ -49,6 +51,7 @@ __all__ = [
     "announce_remote_tier",
     "check_cluster_login",
     "check_segment_sample",
+    "cluster_answers_within",
 ]
 
 SAMPLE_PARTITIONS: Final = 50
@@ -56,6 +59,7 @@ SAMPLE_PARTITIONS: Final = 50
 HEADs, a second or two eight at a time even against distant object storage, and enough to
 see a tier that is gone as a whole. A random sample, so that restarts look at others."""
 _SAMPLE_CONCURRENCY: Final = 8
+_CLUSTER_CHECK_INTERVAL_S: Final = 0.5
 _SAMPLE_DEADLINE_S: Final = 60.0
 """The check gives up (with a line saying how far it got) after this long: storage that slow
 is reported by the reads themselves."""
@@ -129,6 +133,31 @@ async def check_cluster_login(
     except AuthenticationError as err:
         raise ConfigError(f"{err} ({_what_to_check(err)})") from err
     log.info("connected to the cluster at %s: %s", bootstrap_servers, security.describe())
+
+
+async def cluster_answers_within(
+    bootstrap_servers: str, security: KafkaSecurityConfig, *, seconds: float
+) -> bool:
+    """Whether a bootstrap broker answers within ``seconds``, asked every half second.
+
+    :raises ConfigError: the broker's certificate or the SASL login was refused.
+    """
+    try:
+        async with asyncio.timeout(seconds):
+            while True:
+                try:
+                    async with KafkaClient(
+                        bootstrap_servers, client_id="tierproxy-cluster-check", security=security
+                    ) as client:
+                        await client.detect_broker_kind()
+                except BrokerConnectionError:
+                    await asyncio.sleep(_CLUSTER_CHECK_INTERVAL_S)
+                    continue
+                return True
+    except AuthenticationError as err:
+        raise ConfigError(f"{err} ({_what_to_check(err)})") from err
+    except TimeoutError:
+        return False
 
 
 def _what_to_check(err: AuthenticationError) -> str:

@@ -36,6 +36,7 @@ from storage.kafka_client.transactional import TransactionalIdAuthorizationError
 from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
+from storage.startup import cluster_answers_within
 from storage.tiering.config import TIERING_CONFIG_CLASSES, TieringConfig
 from storage.tiering.jvm_stderr import stderr_without
 from storage.tiering.lease import Hold, NotHoldingError, PipelineLease, UnfencedLease
@@ -64,6 +65,10 @@ _LOG4J_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
 """Spark's JVM logs at WARN on stderr, without its default profile's start-up banners."""
 
 _ERROR_BACKOFF_SECONDS = 5.0
+
+ONCE_CLUSTER_WAIT_S: Final = 10.0
+"""How long ``tier --once`` (a job, a cron entry) waits for a broker to answer before it
+starts Spark: a cluster that is down fails the job within seconds, in one line."""
 
 _CLUSTER_UNAVAILABLE: Final = (KafkaClientError, TimeoutError, NotHoldingError)
 """How a cluster that is down or not answering surfaces (the product's client, which the
@@ -444,7 +449,10 @@ def run_from_arguments(
     """Start Spark and run until done or interrupted (SIGINT/SIGTERM), with ``settings``
     checked by the caller, or else loaded from ``args.config``.
 
-    Returns 2 (before Spark starts) for invalid settings.
+    Returns 2 (before Spark starts) for invalid settings; with ``--once``, 1 (before Spark
+    starts) when no broker answers within :data:`ONCE_CLUSTER_WAIT_S` (or the shorter
+    ``remote.log.metadata.initialization.timeout.ms``), and 130 (SIGINT) or 143 (SIGTERM)
+    when interrupted.
     """
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -457,6 +465,14 @@ def run_from_arguments(
             # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
             print(f"tierproxy tier: {err}", file=sys.stderr)
             return 2
+    if args.once:
+        try:
+            answered = _cluster_answers_for_once(settings)
+        except ConfigError as err:
+            print(f"tierproxy tier: {err}", file=sys.stderr)
+            return 2
+        if not answered:
+            return 1
     metrics = TieringMetrics(task_interval_s=settings.tiering.task_interval_ms / 1000)
     with contextlib.ExitStack() as stack:
         if not args.once and settings.tiering.metrics_port:
@@ -478,6 +494,21 @@ def run_from_arguments(
                 server.port,
             )
         return _run_on_spark(args, default_master, settings, console, metrics)
+
+
+def _cluster_answers_for_once(settings: TieringSettings) -> bool:
+    """Whether a broker answers soon; if not, says so in one line on stderr."""
+    bootstrap = settings.tiering.bootstrap_servers
+    seconds = min(ONCE_CLUSTER_WAIT_S, settings.metadata.initialization_timeout_ms / 1000)
+    security = settings.security.with_secrets_resolved()
+    if asyncio.run(cluster_answers_within(bootstrap, security, seconds=seconds)):
+        return True
+    print(
+        f"tierproxy tier: no broker at {bootstrap} answered within {seconds:g} s; --once "
+        "does not wait for the cluster (without --once, tier waits as long as it takes)",
+        file=sys.stderr,
+    )
+    return False
 
 
 def _run_on_spark(
@@ -512,14 +543,39 @@ async def _run_with_signals(
     console: Console,
     metrics: TieringMetrics,
 ) -> int:
+    """Run until done; the first SIGINT or SIGTERM lets the work under way finish (the loop
+    then stops), the second aborts it. An interrupted ``--once`` exits 128 + the signal."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    running = asyncio.current_task()
+    received: list[signal.Signals] = []
+
+    def interrupted(sig: signal.Signals) -> None:
+        if received:
+            log.warning("%s again: aborting", sig.name)
+            with contextlib.suppress(Exception):  # a Spark that is stopping already
+                spark.sparkContext.cancelAllJobs()
+            if running is not None:
+                running.cancel()
+            return
+        received.append(sig)
+        what = "interrupted" if sig == signal.SIGINT else "terminated"
+        work = "the current copy" if once else "the current cycle, then stopping"
+        log.warning("%s: finishing %s (Ctrl-C again to abort)", what, work)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    return await run_tiering(
-        settings, spark, once=once, console=console, stop=stop, metrics=metrics
-    )
+            loop.add_signal_handler(sig, interrupted, sig)
+    try:
+        code = await run_tiering(
+            settings, spark, once=once, console=console, stop=stop, metrics=metrics
+        )
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        return 128 + received[0]
+    return 128 + received[0] if once and received else code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
