@@ -335,17 +335,7 @@ async def run_tiering(
     interval = settings.tiering.task_interval_ms / 1000
     metrics = metrics or TieringMetrics(task_interval_s=interval)
     async with contextlib.AsyncExitStack() as stack:
-        opening = stack.enter_async_context(
-            open_pipeline(
-                settings,
-                spark,
-                console=console,
-                wait_for_cluster=not once,
-                # --once (a cron entry) waits out a holder that just stopped, not a live one.
-                patience=2 * settings.tiering.transaction_timeout_ms / 1000 if once else None,
-            )
-        )
-        pipeline = await _unless_stopped(opening, stop)
+        pipeline = await _opened(stack, settings, spark, console=console, once=once, stop=stop)
         if pipeline is None:
             log.info("stopped while waiting for the cluster")
             return 0
@@ -373,6 +363,43 @@ async def run_tiering(
                 return 1 if report.errors or report.copy_failures else 0
             if await _sleep_or_stop(stop, interval):
                 return 0
+
+
+async def _opened(
+    stack: contextlib.AsyncExitStack,
+    settings: TieringSettings,
+    spark: Any,
+    *,
+    console: Console,
+    once: bool,
+    stop: asyncio.Event,
+) -> TieringPipeline | None:
+    """The pipeline opened on ``stack`` (``None``: stopped first). Without ``once``, a
+    cluster that answered and went away again while the pipeline opened is waited for again.
+    """
+    while True:
+        opening = stack.enter_async_context(
+            open_pipeline(
+                settings,
+                spark,
+                console=console,
+                wait_for_cluster=not once,
+                # --once (a cron entry) waits out a holder that just stopped, not a live one.
+                patience=2 * settings.tiering.transaction_timeout_ms / 1000 if once else None,
+            )
+        )
+        try:
+            return await _unless_stopped(opening, stop)
+        except _CLUSTER_UNAVAILABLE as err:
+            if once:
+                raise
+            log.error(
+                "opening the pipeline failed: %s; next attempt in %.0f s",
+                err,
+                _ERROR_BACKOFF_SECONDS,
+            )
+            if await _sleep_or_stop(stop, _ERROR_BACKOFF_SECONDS):
+                return None
 
 
 async def _hold_again(pipeline: TieringPipeline, stop: asyncio.Event) -> bool:

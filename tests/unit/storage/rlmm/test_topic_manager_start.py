@@ -9,8 +9,10 @@ long as it takes and only then start that clock. A timeout says what it waited f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,8 +20,10 @@ import pytest
 from proxy.embedded import free_port
 from proxy.embedded.ports import LOOPBACK
 from storage.console import report_console
+from storage.kafka_client import BrokerConnectionError
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
+from storage.tiering import job
 from storage.tiering.job import run_tiering, settings_from_flat
 
 TIMEOUT_MS = 500
@@ -69,3 +73,34 @@ async def test_the_loop_stops_while_it_waits_for_the_cluster(down: str, tmp_path
     # Spark is not needed before the cluster answers.
     code = await run_tiering(settings, None, once=False, console=report_console(), stop=stop)
     assert code == 0
+
+
+async def test_the_loop_opens_again_when_the_cluster_goes_away_while_it_opens(
+    down: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = settings_from_flat(
+        {
+            "bootstrap.servers": down,
+            "remote.log.storage.backend": "local",
+            "remote.log.storage.local.dir": str(tmp_path / "remote"),
+            "remote.log.metadata.snapshot.dir": "",
+        }
+    )
+    stop = asyncio.Event()
+    opened: list[bool] = []
+
+    @contextlib.asynccontextmanager
+    async def flaky_open(*_args: object, **_kwargs: object) -> AsyncIterator[None]:
+        opened.append(True)
+        if len(opened) == 1:
+            raise BrokerConnectionError("cannot connect to kafka:9092")
+        stop.set()  # the second attempt waits for the cluster until stopped
+        await asyncio.Event().wait()
+        yield
+
+    monkeypatch.setattr(job, "open_pipeline", flaky_open)
+    monkeypatch.setattr(job, "_ERROR_BACKOFF_SECONDS", 0.01)
+    code = await run_tiering(settings, None, once=False, console=report_console(), stop=stop)
+    assert code == 0
+    assert len(opened) == 2
+    assert "opening the pipeline failed: cannot connect to kafka:9092" in caplog.text
