@@ -35,12 +35,14 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from proxy.interceptors.base import ConnectionInfo
 from proxy.logs import event
 from proxy.ssl_principals import NoMatchingRuleError, SslPrincipalMapper, distinguished_name
 from storage.config import ConfigError, setting
+
+if TYPE_CHECKING:  # the settings load this module: it must not load the wire protocol
+    from proxy.interceptors.base import ConnectionInfo
 
 __all__ = ["ClientIdentities", "ClientPrincipalConfig", "user_of"]
 

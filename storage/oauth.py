@@ -17,8 +17,6 @@ import logging
 from time import monotonic
 from typing import TYPE_CHECKING, Final, Protocol
 
-import aiohttp
-
 if TYPE_CHECKING:
     from storage.kafka_security import KafkaSecurityConfig
 
@@ -59,6 +57,10 @@ async def fetch_token(config: KafkaSecurityConfig) -> tuple[str, float]:
     credentials = f"{config.sasl_oauthbearer_client_id}:{config.sasl_oauthbearer_client_secret}"
     auth = {"Authorization": "Basic " + base64.b64encode(credentials.encode()).decode()}
     url = config.sasl_oauthbearer_token_endpoint_url
+    # Only a login by OAUTHBEARER asks an endpoint: every other user of the Kafka client
+    # (``tierproxy status``, say) starts without the HTTP client.
+    import aiohttp  # noqa: PLC0415
+
     try:
         async with (
             aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=_TIMEOUT_S)) as session,

@@ -1,6 +1,6 @@
 """The state of one ``tierproxy demo`` run: what the user asked for and what the steps found.
 
-The steps (:mod:`proxy.commands.demo`) fill a :class:`DemoRun` in as they go; the report
+The steps (:mod:`proxy.commands.demo_steps`) fill a :class:`DemoRun` in as they go; the report
 (:mod:`proxy.commands.demo_report`) reads it at the end.
 """
 

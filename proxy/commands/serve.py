@@ -11,19 +11,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import uvloop
-
-from proxy.app import serve
 from proxy.config import ProxyConfig
-from proxy.health_endpoint import EndpointError
-from proxy.listeners import ListenerError
 from proxy.logs import configure
 from proxy.settings import SERVE_CONFIG_CLASSES, Settings, load_flat, settings_from_flat
 from proxy.workers.cores import available_cores
 from proxy.workers.role import WorkerRole
-from proxy.workers.supervisor import Supervisor, check_addresses_free
 from storage.config import ConfigError, describe, toml_value
-from storage.rlmm.topic_setup import MetadataTopicError
 
 __all__ = ["register", "run", "serve_process", "worker_count"]
 
@@ -40,15 +33,11 @@ checked before anything connects, as tier and status check it: every problem is 
 serve exits 2."""
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``serve`` subcommand."""
-    parser = subparsers.add_parser(
-        "serve",
-        help="run the proxy in front of a Kafka broker",
-        description=_DESCRIPTION,
-        epilog=_settings_epilog(SERVE_CONFIG_CLASSES),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def register(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` the ``serve`` subcommand's."""
+    parser.description = _DESCRIPTION
+    parser.epilog = _settings_epilog(SERVE_CONFIG_CLASSES)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
         "--config", type=Path, metavar="FILE", help="TOML file of settings (Kafka's names, below)"
     )
@@ -173,6 +162,13 @@ def run(args: argparse.Namespace) -> int:
     waited for), 0 after a graceful shutdown. Each failure is said on stderr: one line, or
     one per problem of the settings.
     """
+    # The serving path is imported only to serve: --help needs the settings alone.
+    import uvloop  # noqa: PLC0415
+
+    from proxy.health_endpoint import EndpointError  # noqa: PLC0415
+    from proxy.listeners import ListenerError  # noqa: PLC0415
+    from proxy.workers.supervisor import Supervisor, check_addresses_free  # noqa: PLC0415
+
     try:
         from_file = load_flat(args.config)
         flat = {**from_file, **_overrides(args, from_file)}
@@ -221,6 +217,13 @@ def serve_process(settings: Settings, *, worker: WorkerRole | None = None) -> in
         settings.proxy.log_format,
         None if worker is None else {"worker": worker.index},
     )
+    import uvloop  # noqa: PLC0415
+
+    from proxy.app import serve  # noqa: PLC0415
+    from proxy.health_endpoint import EndpointError  # noqa: PLC0415
+    from proxy.listeners import ListenerError  # noqa: PLC0415
+    from storage.rlmm.topic_setup import MetadataTopicError  # noqa: PLC0415
+
     _freeze_imports()
     loop_factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=loop_factory) as runner:

@@ -37,14 +37,10 @@ _DEFAULT_TIMEOUT_MS = 15_000
 down cluster is reported well before ``remote.log.metadata.initialization.timeout.ms``."""
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``status`` subcommand."""
-    parser = subparsers.add_parser(
-        "status",
-        help="show local and remote log offsets and copy lag per partition",
-        description=_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def register(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` the ``status`` subcommand's."""
+    parser.description = _DESCRIPTION
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument(
         "--config", type=Path, metavar="FILE", help="TOML file of settings (Kafka's names)"
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 __all__ = ["register"]
 
@@ -24,16 +23,12 @@ module documentation of storage.tiering).
 Logs go to stderr in log.format from log.level (settings of the config file)."""
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``tier`` subcommand."""
-    from storage.tiering.job import add_arguments  # noqa: PLC0415 (keep --help light)
+def register(parser: argparse.ArgumentParser) -> None:
+    """Make ``parser`` the ``tier`` subcommand's."""
+    from storage.tiering.arguments import add_arguments  # noqa: PLC0415
 
-    parser = subparsers.add_parser(
-        "tier",
-        help="copy closed log ranges to remote storage on Spark",
-        description=_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser.description = _DESCRIPTION
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add_arguments(parser)
     parser.set_defaults(handler=_handle)
 

@@ -37,6 +37,7 @@ from storage.kafka_security import KafkaSecurityConfig
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.startup import cluster_answers_within
+from storage.tiering.arguments import add_arguments
 from storage.tiering.config import TIERING_CONFIG_CLASSES, TieringConfig
 from storage.tiering.jvm_stderr import stderr_without
 from storage.tiering.lease import Hold, NotHoldingError, PipelineLease, UnfencedLease
@@ -449,22 +450,6 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
 def _show(report: CycleReport, console: Console) -> None:
     log_report(report, log)
     console.print(summary_table(report))
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options shared by ``tierproxy tier`` and ``spark-submit job.py``."""
-    parser.add_argument(
-        "--config", type=Path, metavar="FILE", help="TOML file of settings (Kafka's names)"
-    )
-    parser.add_argument(
-        "--once", action="store_true", help="run one cycle and exit (default: loop)"
-    )
-    parser.add_argument(
-        "--master",
-        default=None,
-        help="Spark master for an in-process run (default local[*]; ignored under "
-        "spark-submit, which sets its own)",
-    )
 
 
 def run_from_arguments(
