@@ -30,6 +30,7 @@ from storage.spark_source.options import EARLIEST, LATEST, Bounds, SourceOptions
 from storage.spark_source.rate import TriggerDelay, rate_limit
 from storage.spark_source.schema import kafka_schema
 from storage.spark_source.settings import SourceSettings, load_source_settings
+from storage.spark_workers import use_workers_python
 
 if TYPE_CHECKING:
     from storage.spark_source.catalog import Catalog, PartitionInfo
@@ -214,5 +215,12 @@ def _offset_of(offsets: StreamOffset, part: PartitionInfo, *, default: int) -> i
 
 
 def register(spark: Any) -> None:
-    """Make ``format("tierproxy")`` known to ``spark`` (once per session)."""
+    """Make ``format("tierproxy")`` known to ``spark`` (once per session).
+
+    Its workers run ``spark.pyspark.python``, else ``PYSPARK_PYTHON``, else this interpreter
+    (:func:`storage.spark_workers.use_workers_python`): not whatever ``python3`` the
+    ``PATH`` has, which may lack tierproxy. So do the session's Python functions registered
+    after it.
+    """
+    use_workers_python(spark.sparkContext)
     spark.dataSource.register(TierproxyDataSource)

@@ -37,6 +37,7 @@ from rich.progress import (
 
 from storage.config import ConfigError
 from storage.console import report_console
+from storage.spark_workers import use_workers_python
 from storage.tiering.report import format_bytes
 
 __all__ = ["SparkStageRunner", "StageRunner", "UnsettledJobError"]
@@ -102,11 +103,7 @@ class SparkStageRunner:
                 "spark.speculation=false for the tiering pipeline"
             )
         self._console = console or report_console(stderr=True)
-        # PySpark's RDD API starts workers with PYSPARK_PYTHON only; honour the documented
-        # spark.pyspark.python setting too, so executors run the interpreter asked for.
-        python = self._sc.getConf().get("spark.pyspark.python")
-        if python:
-            self._sc.pythonExec = python
+        use_workers_python(self._sc)
 
     @property
     def parallelism(self) -> int:
