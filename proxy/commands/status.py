@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import shutil
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,12 @@ Print, for every partition of the tiered topics (or of the topics matching --top
 broker's local log start and end, the remote log start and end with its segment count and
 size, and the copy lag (offsets and estimated bytes between the remote log end and the last
 stable offset). Reads the broker and the remote log metadata topic; changes nothing.
+
+Every value is printed whole: offsets and bytes as exact integers, - when there is none. A
+terminal as wide as the table gets the table; a narrower one gets a block per partition, one
+field a line. In a pipe or a file it is always the table, one header line and then one line
+per partition with every column, whatever COLUMNS says, for grep and awk. --json prints one
+JSON object per partition instead.
 
 Unlike serve and tier, status does not wait for a cluster that is not up: when no broker
 answers within --timeout-ms it prints one line and exits 1. Exit codes: 0 all rows fine, 1
@@ -63,7 +70,6 @@ def register(parser: argparse.ArgumentParser) -> None:
 def _handle(args: argparse.Namespace) -> int:
     from proxy.commands.log_setup import settings_with_logs  # noqa: PLC0415
     from storage.config import ConfigError  # noqa: PLC0415
-    from storage.console import report_console  # noqa: PLC0415
     from storage.kafka_client import KafkaClientError  # noqa: PLC0415
     from storage.rlmm.topic_setup import MetadataTopicError  # noqa: PLC0415
 
@@ -74,7 +80,6 @@ def _handle(args: argparse.Namespace) -> int:
         # Plain text: the message quotes TOML such as [[topics]], which rich reads as markup.
         print(f"tierproxy status: {err}", file=sys.stderr)
         return 2
-    console = report_console()
     try:
         rows, hidden = asyncio.run(_collect(settings, args.topic, args.timeout_ms / 1000))
     except (ConfigError, MetadataTopicError) as err:  # found against the cluster
@@ -88,10 +93,11 @@ def _handle(args: argparse.Namespace) -> int:
         for row in rows:
             print(json.dumps(dataclasses.asdict(row)))
     else:
-        from storage.tiering.status import status_table  # noqa: PLC0415
+        from proxy.commands.status_layout import status_lines  # noqa: PLC0415
 
-        console.print(status_table(rows))
-        # The table has no room for errors: each is one line below it, once per message.
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        print("\n".join(status_lines(rows, width=width)))
+        # The rows have no room for errors: each is one line on stderr, once per message.
         problems[:0] = dict.fromkeys(f"{row.topic}: {row.error}" for row in rows if row.error)
     for line in problems:
         print(f"tierproxy status: {line}", file=sys.stderr)

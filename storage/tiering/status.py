@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-
-from rich.table import Table
 
 from protocol.errors import KafkaError
 from storage.kafka_acls import denied
@@ -30,10 +28,9 @@ from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.config import DEFAULT_TOPIC_NAME
 from storage.tiering.planner import estimate_bytes
 from storage.tiering.policy import BrokerConfigValue, TopicRules, resolve_policy
-from storage.tiering.report import format_bytes
 from storage.tiering.sampling import PartitionSample, sample_partitions
 
-__all__ = ["PartitionStatus", "collect_status", "hidden_topics", "status_table"]
+__all__ = ["PartitionStatus", "collect_status", "hidden_topics"]
 
 _SAMPLE_BYTES = 16 * 1024
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -239,64 +236,3 @@ def _row(
         missing=tuple(missing),
         error=error,
     )
-
-
-def status_table(rows: Iterable[PartitionStatus]) -> Table:
-    """The rows as a rich table."""
-    table = Table(title="tiered partitions")
-    for column in (
-        "topic",
-        "partition",
-        "tiered",
-        "local start",
-        "local end",
-        "remote start",
-        "remote end",
-        "segments",
-        "remote bytes",
-        "stored",
-        "lag offsets",
-        "lag bytes",
-        "missing",
-    ):
-        table.add_column(column, justify="left" if column == "topic" else "right")
-    for row in rows:
-        table.add_row(
-            row.topic,
-            str(row.partition),
-            "yes" if row.tiered else "no",
-            _offset(row.local_log_start),
-            _offset(row.local_log_end),
-            _offset(row.remote_log_start),
-            _offset(row.remote_log_end),
-            str(row.segments),
-            format_bytes(row.remote_bytes),
-            _stored_text(row),
-            str(row.lag_offsets),
-            f"~{format_bytes(row.lag_bytes)}",
-            _missing(row),
-        )
-    return table
-
-
-def _missing(row: PartitionStatus) -> str:
-    """``-``, or how many offsets are missing and where (the ranges, at most three)."""
-    if not row.missing:
-        return "-"
-    ranges = ", ".join(f"{first}-{last}" for first, last in row.missing[:3])
-    more = ", ..." if len(row.missing) > 3 else ""
-    return f"{row.missing_offsets} ({ranges}{more})"
-
-
-def _stored_text(row: PartitionStatus) -> str:
-    """The bytes in storage and what compression saved, ``-`` when not known."""
-    if row.stored_bytes is None:
-        return "-"
-    saved = row.remote_bytes - row.stored_bytes
-    if row.remote_bytes <= 0 or saved <= 0:
-        return format_bytes(row.stored_bytes)
-    return f"{format_bytes(row.stored_bytes)} (-{100 * saved / row.remote_bytes:.0f} %)"
-
-
-def _offset(value: int | None) -> str:
-    return "-" if value is None or value < 0 else str(value)

@@ -10,15 +10,12 @@ measured, not asserted (docs/decisions/0007-a-command-line-that-imports-what-it-
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-NEVER = {"pyspark", "py4j", "botocore", "aiobotocore", "boto3", "rich"}
-"""Top-level packages that no --help nor status may load."""
+from tests.unit.proxy.cli_modules import NEVER, imported, loaded
+
 HELP_NEVER = {
     "kio",
     "aiohttp",
@@ -33,43 +30,12 @@ HELP_NEVER = {
 servers, the pipeline."""
 
 
-_RUN_AND_LIST = """
-import atexit, json, runpy, sys
-listing = sys.argv.pop(1)
-atexit.register(lambda: open(listing, "w").write(json.dumps(sorted(sys.modules))))
-runpy.run_module("proxy.cli", run_name="__main__", alter_sys=True)
-"""
-"""``python -m proxy.cli`` that writes, at exit, every module the interpreter loaded."""
-
-
-def imported(tmp_path: Path, *argv: str) -> tuple[set[str], subprocess.CompletedProcess[str]]:
-    """The modules ``tierproxy argv`` loaded (``sys.modules`` at exit) and how it ended."""
-    listing = tmp_path / "modules.json"
-    result = subprocess.run(
-        [sys.executable, "-c", _RUN_AND_LIST, str(listing), *argv],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    names = set(json.loads(listing.read_text(encoding="utf-8")))
-    assert "proxy.cli" not in names  # it ran as __main__, as the console script runs it
-    return names, result
-
-
-def _loaded(names: set[str], wanted: set[str]) -> set[str]:
-    """Those of ``wanted`` (packages or modules) that ``names`` holds."""
-    return {
-        name for name in names for want in wanted if name == want or name.startswith(want + ".")
-    }
-
-
 def test_help_loads_no_command(tmp_path: Path) -> None:
     names, result = imported(tmp_path, "--help")
     assert result.returncode == 0
     assert "status" in result.stdout
-    assert not _loaded(names, NEVER | HELP_NEVER)
-    assert not _loaded(names, {"proxy.commands", "proxy.settings", "storage"})
+    assert not loaded(names, NEVER | HELP_NEVER)
+    assert not loaded(names, {"proxy.commands", "proxy.settings", "storage"})
 
 
 @pytest.mark.parametrize("command", ["demo", "serve", "tier", "status"])
@@ -77,7 +43,22 @@ def test_a_commands_help_loads_neither_spark_nor_its_servers(command: str, tmp_p
     names, result = imported(tmp_path, command, "--help")
     assert result.returncode == 0
     assert "--config" in result.stdout or command == "demo"
-    assert not _loaded(names, NEVER | HELP_NEVER)
+    assert not loaded(names, NEVER | HELP_NEVER)
     others = {f"proxy.commands.{other}" for other in ("demo", "serve", "tier", "status")}
-    assert _loaded(names, others) == {f"proxy.commands.{command}"}
+    assert loaded(names, others) == {f"proxy.commands.{command}"}
 
+
+def test_status_without_a_cluster_loads_neither_spark_nor_an_object_store(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "tierproxy.toml"
+    config.write_text(
+        'bootstrap.servers = "127.0.0.1:9"\n'  # discard: nothing listens, refused at once
+        'remote.log.storage.backend = "local"\n'
+        f'remote.log.storage.local.dir = "{tmp_path / "remote"}"\n',
+        encoding="utf-8",
+    )
+    names, result = imported(tmp_path, "status", "--config", str(config), "--timeout-ms", "5000")
+    assert result.returncode == 1
+    assert "tierproxy status: " in result.stderr
+    assert not loaded(names, NEVER | {"aiohttp"})

@@ -4,11 +4,9 @@ share of the cycle's upload cap (storage.tiering.tier_stage.task_upload_limit)."
 from __future__ import annotations
 
 import pytest
-from rich.console import Console
 
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.rate_limit import RateLimiter
-from storage.tiering.status import PartitionStatus, status_table
 from storage.tiering.tier_stage import task_upload_limit
 
 
@@ -71,24 +69,3 @@ def test_each_task_gets_the_lower_of_its_limit_and_its_share(
     assert task_upload_limit(storage, total=total, tasks=tasks).upload_rate_bytes_per_second == (
         limit
     )
-
-
-def test_status_shows_the_bytes_stored_and_what_compression_saved() -> None:
-    row = PartitionStatus(
-        topic="t",
-        partition=0,
-        tiered=True,
-        local_log_start=10,
-        local_log_end=20,
-        last_stable_offset=20,
-        remote_log_start=0,
-        remote_log_end=9,
-        segments=2,
-        remote_bytes=4 * 1024 * 1024,
-        lag_offsets=0,
-        lag_bytes=0,
-        stored_bytes=1024 * 1024,
-    )
-    console = Console(width=250, record=True)
-    console.print(status_table([row]))
-    assert "(-75 %)" in console.export_text()
