@@ -8,11 +8,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help demo test lint fmt bench fuzz compose-check apt-tools kafka-jars emulators clean
+.PHONY: help demo test lint fmt bench fuzz compose-check compose-test apt-tools kafka-jars emulators clean
 
 help:
 	@echo "make demo    set up .venv and run the end-to-end demo on embedded servers"
 	@echo "make test    set up .venv and run lint plus the whole test suite"
+	@echo "make compose-test  build the docker-compose stack with Podman and run it for real"
 	@echo "make lint    ruff + mypy + import-linter contracts"
 	@echo "make bench   run the benchmarks and write bench/results/REPORT.md"
 	@echo "make fuzz    fuzz the frame decoder, headers and shape check (FUZZ_SECONDS each, 60)"
@@ -28,11 +29,12 @@ $(STAMP): pyproject.toml
 
 # Command-line tools the tests use (kcat as a real client, docker-compose to
 # validate the compose file, a JDK for Kafka, Spark and the Java test clients,
-# Maven for Kafka's jars, Prometheus and promtool for the monitoring files).
+# Maven for Kafka's jars, Prometheus and promtool for the monitoring files; for the
+# compose test: Podman as the container engine, debootstrap for its base image).
 # Installed with apt when we are root and they are missing; otherwise reported
 # (CI fails the tests that need them).
 APT_TOOLS := kcat:kcat docker-compose:docker-compose javac:openjdk-17-jdk-headless mvn:maven \
-  promtool:prometheus
+  promtool:prometheus podman:podman debootstrap:debootstrap
 apt-tools:
 	@missing=""; for pair in $(APT_TOOLS); do cmd=$${pair%%:*}; pkg=$${pair##*:}; \
 	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
@@ -58,6 +60,13 @@ emulators: $(STAMP)
 
 demo: $(STAMP) apt-tools kafka-jars
 	$(BIN)/tierproxy demo
+
+# The docker-compose stack run for real (tests/compose, part of `make test` too): Podman
+# serves the Docker API, the images build on a local Debian base made with debootstrap
+# (cached with Podman's storage in ~/.cache/tierproxy/compose), the integration profile's
+# stack check runs inside the stack. Needs root.
+compose-test: $(STAMP) apt-tools kafka-jars
+	$(BIN)/pytest tests/compose $(PYTEST_ARGS)
 
 compose-check: apt-tools
 	@if command -v docker-compose >/dev/null 2>&1; then \

@@ -1,0 +1,192 @@
+"""docker-compose 1.29 on the repository's docker-compose.yml, as one project of the test.
+
+Every command runs with the project's name (unique per run, so a leftover of an earlier run
+is never mistaken for this one), ``DOCKER_HOST`` at the engine's socket and the variables the
+file reads: ``TIERPROXY_BASE_IMAGE`` (the local base image) and
+``TIERPROXY_ADVERTISED_HOST=proxy`` (the clients run inside the stack). Nothing else differs
+from what a user runs. The stack check's steps run as
+``docker-compose --profile integration run --rm --no-deps integration <step>`` (the harness
+brings the services up itself, in its own order).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.compose.engine import EngineError, Podman
+
+__all__ = ["ComposeError", "Stack"]
+
+log = logging.getLogger(__name__)
+
+_COMMAND_TIMEOUT_S = 900.0
+_BUILD_TIMEOUT_S = 2400.0
+_POLL_S = 1.0
+
+
+class ComposeError(AssertionError):
+    """A docker-compose command failed; the message quotes what it printed."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Stack:
+    root: Path
+    project: str
+    podman: Podman
+    base_image: str
+
+    @property
+    def environment(self) -> dict[str, str]:
+        env = {
+            **self.podman.environment,
+            "DOCKER_HOST": self.podman.docker_host,
+            "COMPOSE_PROJECT_NAME": self.project,
+            "TIERPROXY_BASE_IMAGE": self.base_image,
+            "TIERPROXY_ADVERTISED_HOST": "proxy",
+        }
+        # docker-compose builds through the docker CLI where it is installed; without it,
+        # through its own client library. Either way the engine is the one at DOCKER_HOST.
+        env.setdefault("COMPOSE_DOCKER_CLI_BUILD", "1" if shutil.which("docker") else "0")
+        return env
+
+    def argv(self, *args: str) -> list[str]:
+        return [
+            "docker-compose",
+            "--project-directory",
+            str(self.root),
+            "--file",
+            str(self.root / "docker-compose.yml"),
+            "--profile",
+            "integration",
+            *args,
+        ]
+
+    def compose(
+        self, *args: str, timeout_s: float = _COMMAND_TIMEOUT_S, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one docker-compose command to its end.
+
+        :raises ComposeError: it failed (with ``check``) or timed out; its output quoted.
+        """
+        started = time.monotonic()
+        try:
+            result = subprocess.run(
+                self.argv(*args),
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env=self.environment,
+                cwd=self.root,
+                check=False,
+            )
+        except subprocess.TimeoutExpired as err:
+            raise ComposeError(
+                f"docker-compose {' '.join(args)} did not finish in {timeout_s:.0f} s:\n"
+                f"{_text(err.stdout)}{_text(err.stderr)}"
+            ) from err
+        log.info(
+            "docker-compose %s: exit %s in %.1f s\n%s%s",
+            " ".join(args),
+            result.returncode,
+            time.monotonic() - started,
+            result.stdout[-4000:],
+            result.stderr[-4000:],
+        )
+        if check and result.returncode != 0:
+            raise ComposeError(
+                f"docker-compose {' '.join(args)} exited {result.returncode}:\n"
+                f"{result.stdout[-4000:]}{result.stderr[-4000:]}"
+            )
+        return result
+
+    def build(self, *services: str) -> None:
+        self.compose("build", *services, timeout_s=_BUILD_TIMEOUT_S)
+
+    def up(self, *services: str, dependencies: bool = True) -> None:
+        """Start ``services``, and first what they depend on in the file's health-checked
+        order unless ``dependencies`` is false (they run already)."""
+        self.compose("up", "--detach", "--no-build", *([] if dependencies else ["--no-deps"]),
+                     *services)
+
+    def container(self, service: str) -> str:
+        ids = self.compose("ps", "--quiet", service).stdout.split()
+        if len(ids) != 1:
+            raise ComposeError(f"service {service} has containers {ids}, not one")
+        return ids[0]
+
+    def wait_healthy(self, service: str, *, timeout_s: float) -> float:
+        """Seconds until the service's container is healthy.
+
+        :raises ComposeError: it was not within ``timeout_s``, or became unhealthy or went
+            away (its log quoted).
+        """
+        container = self.container(service)
+        started = time.monotonic()
+        while (status := self.podman.health(container)) != "healthy":
+            if status in ("unhealthy", "gone") or time.monotonic() - started > timeout_s:
+                raise ComposeError(
+                    f"service {service} is {status} after {time.monotonic() - started:.0f} s; "
+                    f"its log:\n{self.logs(service)}"
+                )
+            time.sleep(_POLL_S)
+        return time.monotonic() - started
+
+    def restart(self, service: str) -> None:
+        self.compose("restart", service)
+
+    def logs(self, *services: str, tail: int = 60) -> str:
+        result = self.compose("logs", "--no-color", f"--tail={tail}", *services, check=False)
+        return result.stdout[-8000:]
+
+    def step(self, *args: str, timeout_s: float = _COMMAND_TIMEOUT_S) -> str:
+        """Run one step of the stack check; what it printed.
+
+        :raises ComposeError: the step failed (its output and the services' logs quoted).
+        """
+        result = self.compose(
+            "run", "--rm", "--no-deps", "-T", "integration", *args, timeout_s=timeout_s,
+            check=False,
+        )
+        if result.returncode != 0:
+            raise ComposeError(
+                f"stack check step {' '.join(args)} failed (exit {result.returncode}):\n"
+                f"{result.stdout[-4000:]}{result.stderr[-4000:]}\n"
+                f"--- services ---\n{self.logs('proxy', 'tier', 'kafka')}"
+            )
+        return result.stdout
+
+    def start_step(self, *args: str) -> subprocess.Popen[str]:
+        """Start a step without waiting for it (its output line by line on ``stdout``)."""
+        return subprocess.Popen(
+            self.argv("run", "--rm", "--no-deps", "-T", "integration", *args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=self.environment,
+            cwd=self.root,
+        )
+
+    def down(self) -> list[str]:
+        """Remove the project's containers and networks, whatever state they are in; what the
+        engine still had of it afterwards (removed by force)."""
+        try:
+            self.compose("down", "--volumes", "--remove-orphans", "--timeout", "10")
+        except ComposeError as err:
+            log.warning("docker-compose down failed: %s", err)
+        try:
+            return self.podman.remove_project(self.project)
+        except EngineError as err:
+            log.warning("removing what is left of %s failed: %s", self.project, err)
+            return []
+
+
+def _text(output: bytes | str | None) -> str:
+    if isinstance(output, bytes):
+        return output.decode(errors="replace")[-4000:]
+    return (output or "")[-4000:]
