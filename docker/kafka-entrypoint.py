@@ -73,7 +73,14 @@ def java(environ: Mapping[str, str], main_class: str, *args: str) -> list[str]:
         *LOG_TIMESTAMPS,
         *environ.get("KAFKA_OPTS", "").split(),
     ]
-    return [f"{environ.get('JAVA_HOME', '/opt/java')}/bin/java", *jvm, "-cp", LIBS, main_class, *args]
+    return [
+        f"{environ.get('JAVA_HOME', '/opt/java')}/bin/java",
+        *jvm,
+        "-cp",
+        LIBS,
+        main_class,
+        *args,
+    ]
 
 
 def main() -> None:

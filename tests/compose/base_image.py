@@ -93,12 +93,11 @@ def with_downloads(
         _link_tree(wheels, context / "wheels")
         _link_tree(kafka.libs, context / "kafka" / kafka.version / "libs")
         (context / "Containerfile").write_text(
-            f"FROM {debian}\n"
-            "COPY wheels/ /prefetched/wheels/\n"
-            "COPY kafka/ /prefetched/kafka/\n"
+            f"FROM {debian}\nCOPY wheels/ /prefetched/wheels/\nCOPY kafka/ /prefetched/kafka/\n"
         )
-        podman.run("build", "--tag", reference, "--file", str(context / "Containerfile"),
-                   str(context))
+        podman.run(
+            "build", "--tag", reference, "--file", str(context / "Containerfile"), str(context)
+        )
     log.info("image %s made: %s with the downloads of the image builds", reference, debian)
     return reference, True
 
@@ -132,7 +131,8 @@ def _debootstrap(rootfs: Path, packages: list[str], debs: Path) -> None:
         raise EngineError(f"debootstrap timed out after {_DEBOOTSTRAP_TIMEOUT_S} s") from err
     if result.returncode != 0:
         raise EngineError(
-            f"debootstrap exited {result.returncode}: {result.stdout[-2000:]}{result.stderr[-2000:]}"
+            f"debootstrap exited {result.returncode}: "
+            f"{result.stdout[-2000:]}{result.stderr[-2000:]}"
         )
     # Package indexes and caches are of no use in an image.
     for leftover in ("var/lib/apt/lists", "var/cache/apt/archives"):
@@ -144,8 +144,16 @@ def _debootstrap(rootfs: Path, packages: list[str], debs: Path) -> None:
 def _import(podman: Podman, rootfs: Path, reference: str) -> None:
     """``tar`` the root file system (without what the runtime mounts) into ``podman import``."""
     tar = subprocess.Popen(
-        ["tar", "-C", str(rootfs), "--exclude=./proc/*", "--exclude=./sys/*",
-         "--exclude=./dev/*", "-c", "."],
+        [
+            "tar",
+            "-C",
+            str(rootfs),
+            "--exclude=./proc/*",
+            "--exclude=./sys/*",
+            "--exclude=./dev/*",
+            "-c",
+            ".",
+        ],
         stdout=subprocess.PIPE,
     )
     try:

@@ -14,7 +14,7 @@ Records are numbered 0..N-1 (3,000 bytes each); number n goes to partition n % P
 partition p holds p, p + P, p + 2P, ... at offsets 0, 1, 2, .... The topic's name matches the
 example configuration's ``tiered-.*`` table (remote segments of 16 MiB) and it is created
 with the broker topic config ``local.retention.bytes=1``, a key that table leaves to the
-topic (the precedence of storage/tiering/policy.py). The default 24,000 records are 24 MB per
+topic (the precedence of storage/tiering/policy.py). The default 18,000 records are 18 MB per
 partition: a first remote segment closes by size at once, the pipeline tiers it in its next
 cycle and, the partition being far above its local retention size, moves the broker's log
 start past it in the same cycle (instead of after the table's 10 minutes of
@@ -38,26 +38,26 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_END,
     Consumer,
     KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from proxy.embedded.kafka_jars import distribution_from_home
 
 KAFKA_HOME = Path("/opt/kafka")
 VALUE_BYTES = 3_000
-DEFAULT_RECORDS = 24_000
+DEFAULT_RECORDS = 18_000
 DEFAULT_PARTITIONS = 3
 CONSUME_TIMEOUT_S = 300.0
 TIERED_TIMEOUT_S = 600.0
@@ -101,9 +101,7 @@ def value(number: int) -> bytes:
 def produce(topic: str, *, records: int, partitions: int) -> None:
     """Create ``topic`` through the proxy and write records 0..records-1 to it, acks=all."""
     admin = AdminClient({"bootstrap.servers": _proxy()})
-    new = NewTopic(
-        topic, num_partitions=partitions, config={"local.retention.bytes": "1"}
-    )
+    new = NewTopic(topic, num_partitions=partitions, config={"local.retention.bytes": "1"})
     for future in admin.create_topics([new], operation_timeout=30).values():
         future.result(timeout=60)
     failures: list[str] = []
@@ -177,12 +175,13 @@ def check_reads(reads: Sequence[Read], *, records: int, partitions: int, client:
 
     :raises CheckFailed: naming the first few numbers missing, repeated or misplaced.
     """
-    numbers = [read.number for read in reads]
-    seen: set[int] = set()
-    repeated = sorted({n for n in numbers if n in seen or seen.add(n)})
-    missing = sorted(set(range(records)) - seen)
+    counts = Counter(read.number for read in reads)
+    repeated = sorted(n for n, count in counts.items() if count > 1)
+    missing = sorted(set(range(records)) - counts.keys())
     misplaced = [
-        r for r in reads if r.number % partitions != r.partition or r.number // partitions != r.offset
+        r
+        for r in reads
+        if r.number % partitions != r.partition or r.number // partitions != r.offset
     ]
     problems = []
     if missing:
@@ -207,13 +206,10 @@ def consume_librdkafka(
         "enable.partition.eof": True,
     }
     if pause_at is not None:
-        # Small prefetch, so that most of the topic is still to be fetched when the proxy
-        # restarts (librdkafka would otherwise fetch everything while the check pauses).
-        config |= {
-            "queued.min.messages": 10,
-            "queued.max.messages.kbytes": 64,
-            "max.partition.fetch.bytes": 16384,
-        }
+        # A small prefetch queue (1 MB a partition), so that most of the topic is still to be
+        # fetched when the proxy restarts: librdkafka would otherwise fetch all of it while
+        # the check pauses.
+        config |= {"queued.min.messages": 100, "queued.max.messages.kbytes": 1024}
     consumer = Consumer(config)
     try:
         partitions = _partition_count(_proxy(), topic)
@@ -250,17 +246,16 @@ def _poll_until_ends(
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
                 continue
-            if not error.retriable() and error.fatal():
+            if error.fatal():
                 raise CheckFailed(f"librdkafka: {error}")
             _say(f"librdkafka: {error} (retrying)")
             continue
+        partition, offset = message.partition(), message.offset()
         match = _NUMBER.match(message.value() or b"")
-        if match is None:
+        if match is None or partition is None or offset is None:
             raise CheckFailed(f"librdkafka: a record that is not the check's: {message.value()!r}")
-        reads.append(
-            Read(partition=message.partition(), offset=message.offset(), number=int(match[1]))
-        )
-        positions[message.partition()] = message.offset() + 1
+        reads.append(Read(partition=partition, offset=offset, number=int(match[1])))
+        positions[partition] = offset + 1
         if pause_at is not None and len(reads) == pause_at:
             _say(f"librdkafka: paused after {pause_at} records; waiting for the proxy to restart")
             proxy_cycled()
@@ -303,7 +298,9 @@ def consume_java(topic: str, *, records: int) -> list[Read]:
         if m is not None
     ]
     if result.returncode != 0:
-        raise CheckFailed(f"java: the console consumer exited {result.returncode}: {result.stderr[-2000:]}")
+        raise CheckFailed(
+            f"java: the console consumer exited {result.returncode}: {result.stderr[-2000:]}"
+        )
     return reads
 
 

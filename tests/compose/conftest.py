@@ -57,8 +57,9 @@ def _require_engine() -> None:
             pytrace=False,
         )
     if os.geteuid() != 0:
-        pytest.fail("the compose test runs rootful Podman and debootstrap: run it as root",
-                    pytrace=False)
+        pytest.fail(
+            "the compose test runs rootful Podman and debootstrap: run it as root", pytrace=False
+        )
 
 
 @contextlib.contextmanager
@@ -107,7 +108,10 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
     _require_engine()
     say = _reporter(request.config)
     cache = cache_dir()
-    with _machine_lock(cache / "lock"), running_service(Podman(state_dir=cache / "podman")) as podman:
+    with (
+        _machine_lock(cache / "lock"),
+        running_service(Podman(state_dir=cache / "podman")) as podman,
+    ):
         # Under the lock no other run is going on: anything of another project was left by a
         # run killed before its teardown.
         for leftover in podman.leftover_projects():
@@ -126,7 +130,7 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
             )
         say(f"base image {reference} ({'made' if made else 'cached'})")
         project = f"tierproxy-test-{uuid.uuid4().hex[:8]}"
-        built = Stack(root=ROOT, project=project, podman=podman, base_image=reference)
+        built = Stack(root=ROOT, project=project, podman=podman, base_image=reference, report=say)
         try:
             with _phase(say, f"images built: {', '.join(BUILT_SERVICES)}"):
                 built.build(*BUILT_SERVICES)

