@@ -138,6 +138,7 @@ class Podman:
         for directory in ("storage", "run", "tmp", "networks"):
             (self.state_dir / directory).mkdir(parents=True, exist_ok=True)
         (self.state_dir / "containers.conf").write_text(_CONTAINERS_CONF)
+        self._stop_stale_service()
         self.socket.unlink(missing_ok=True)
         log_path = self.state_dir / "service.log"
         self._service_log = log_path.open("wb")
@@ -156,7 +157,30 @@ class Podman:
                     f"{log_path.read_text(errors='replace')[-3000:]}"
                 )
             time.sleep(0.2)
+        self._pid_file.write_text(str(self._service.pid))
         log.info("podman: Docker API on %s (pid %s)", self.socket, self._service.pid)
+
+    @property
+    def _pid_file(self) -> Path:
+        return self.state_dir / "service.pid"
+
+    def _stop_stale_service(self) -> None:
+        """Stop the API service an earlier run started and could not stop (it was killed).
+
+        Only the process its pid file names, and only if that is still this engine's
+        service (its command line names this socket).
+        """
+        try:
+            pid = int(self._pid_file.read_text())
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            return
+        if b"service" in command and self.docker_host.encode() in command:
+            log.warning("podman: stopping the API service an earlier run left (pid %s)", pid)
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + _SERVICE_STOP_S
+            while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
 
     def _answers(self) -> bool:
         connection = _UnixConnection(self.socket)
@@ -184,6 +208,7 @@ class Podman:
             self._service_log.close()
             self._service_log = None
         self.socket.unlink(missing_ok=True)
+        self._pid_file.unlink(missing_ok=True)
 
     def project_containers(self, project: str, *, running_only: bool = False) -> list[str]:
         """IDs of the containers docker-compose made for ``project``."""
