@@ -153,11 +153,12 @@ def test_every_image_is_built_from_a_stage_on_the_base_image_argument() -> None:
         assert images.setdefault(str(service["image"]), target) == target, (
             f"two stages build {service['image']}"
         )
-        if "build" in service:
-            assert service["build"]["context"] == "."
-            assert service["build"]["args"] == {
-                "BASE_IMAGE": "${TIERPROXY_BASE_IMAGE:-debian:bookworm-slim}"
-            }
+        # Without a build section, `up --build` would try to pull the local image.
+        assert "build" in service, f"service {name} runs {service['image']} but cannot build it"
+        assert service["build"]["context"] == "."
+        assert service["build"]["args"] == {
+            "BASE_IMAGE": "${TIERPROXY_BASE_IMAGE:-debian:bookworm-slim}"
+        }
     first_from = DOCKERFILE.read_text(encoding="utf-8").split("\nFROM ", 1)[1].split()[0]
     assert first_from == "${BASE_IMAGE}"
 
