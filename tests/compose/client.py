@@ -1,9 +1,9 @@
 """The stack check: run inside the compose stack by its ``integration`` service.
 
-    python -m tests.compose.client check [--records N]     produce, wait-tiered, consume x2
+    python -m tests.compose.client check [--records N]     produce, wait-tiered, consume
     python -m tests.compose.client produce TOPIC --records N [--partitions P]
     python -m tests.compose.client wait-tiered TOPIC [--timeout-s S]
-    python -m tests.compose.client consume TOPIC --records N --client java|librdkafka
+    python -m tests.compose.client consume TOPIC --records N [--client java|librdkafka]...
                                                            [--pause-at K]
 
 ``KAFKA_BOOTSTRAP`` names the broker, ``TIERPROXY_BOOTSTRAP`` the proxy. Clients do
@@ -14,14 +14,15 @@ Records are numbered 0..N-1 (3,000 bytes each); number n goes to partition n % P
 partition p holds p, p + P, p + 2P, ... at offsets 0, 1, 2, .... The topic's name matches the
 example configuration's ``tiered-.*`` table (remote segments of 16 MiB) and it is created
 with the broker topic config ``local.retention.bytes=1``, a key that table leaves to the
-topic (the precedence of storage/tiering/policy.py). The default 18,000 records are 18 MB per
-partition: a first remote segment closes by size at once, the pipeline tiers it in its next
-cycle and, the partition being far above its local retention size, moves the broker's log
-start past it in the same cycle (instead of after the table's 10 minutes of
-``local.retention.ms``).
+topic (the precedence of storage/tiering/policy.py). The default 12,000 records in 2
+partitions are 18 MB per partition: a first remote segment closes by size at once, the
+pipeline tiers it in its next cycle and, the partition being far above its local retention
+size, moves the broker's log start past it in the same cycle (instead of after the table's
+10 minutes of ``local.retention.ms``).
 
-A consume reads every partition from offset 0 to the end offset the proxy reports, and
-passes only if it got every number exactly once, each at its own offset. ``--pause-at K``
+A consume reads every partition from offset 0 to the end offset the proxy reports, with
+Kafka's Java consumer and librdkafka at once unless ``--client`` names one, and passes only
+if each got every number exactly once, each at its own offset. ``--pause-at K``
 (librdkafka) stops handing records over after K of them, waits until the proxy has gone away
 and come back (the test restarts its container meanwhile), then reads on: the restart
 happens with the consumer's connections and fetch positions in the middle of the topic.
@@ -40,6 +41,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,8 +59,9 @@ from proxy.embedded.kafka_jars import distribution_from_home
 
 KAFKA_HOME = Path("/opt/kafka")
 VALUE_BYTES = 3_000
-DEFAULT_RECORDS = 18_000
-DEFAULT_PARTITIONS = 3
+DEFAULT_RECORDS = 12_000
+DEFAULT_PARTITIONS = 2
+CLIENTS = ("java", "librdkafka")
 CONSUME_TIMEOUT_S = 300.0
 TIERED_TIMEOUT_S = 600.0
 PROXY_CYCLE_TIMEOUT_S = 180.0
@@ -323,23 +326,36 @@ def _answers(host: str, port: int) -> bool:
     return True
 
 
-def consume(topic: str, *, records: int, client: str, pause_at: int | None) -> None:
+def consume(topic: str, *, records: int, clients: Sequence[str], pause_at: int | None) -> None:
+    """Read the topic with each of ``clients`` at once, and check what each got.
+
+    :raises CheckFailed: for the first client that failed or read wrongly.
+    """
+    if pause_at is not None and list(clients) != ["librdkafka"]:
+        raise CheckFailed("--pause-at is for one librdkafka consumer alone")
     partitions = _partition_count(_proxy(), topic)
+    with ThreadPoolExecutor(max_workers=len(clients)) as pool:
+        futures = {
+            client: pool.submit(_read_with, client, topic, records=records, pause_at=pause_at)
+            for client in clients
+        }
+        for client, future in futures.items():
+            check_reads(future.result(), records=records, partitions=partitions, client=client)
+
+
+def _read_with(client: str, topic: str, *, records: int, pause_at: int | None) -> list[Read]:
     if client == "java":
-        reads = consume_java(topic, records=records)
-    else:
-        reads = consume_librdkafka(
-            topic, records=records, pause_at=pause_at, proxy_cycled=wait_for_proxy_restart
-        )
-    check_reads(reads, records=records, partitions=partitions, client=client)
+        return consume_java(topic, records=records)
+    return consume_librdkafka(
+        topic, records=records, pause_at=pause_at, proxy_cycled=wait_for_proxy_restart
+    )
 
 
 def check(records: int) -> None:
     topic = f"tiered-compose-{uuid.uuid4().hex[:8]}"
     produce(topic, records=records, partitions=DEFAULT_PARTITIONS)
     wait_tiered(topic, timeout_s=TIERED_TIMEOUT_S)
-    for client in ("java", "librdkafka"):
-        consume(topic, records=records, client=client, pause_at=None)
+    consume(topic, records=records, clients=CLIENTS, pause_at=None)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -359,7 +375,13 @@ def _parser() -> argparse.ArgumentParser:
     read = steps.add_parser("consume", help="read everything from offset 0 through the proxy")
     read.add_argument("topic")
     read.add_argument("--records", type=int, required=True)
-    read.add_argument("--client", choices=("java", "librdkafka"), required=True)
+    read.add_argument(
+        "--client",
+        dest="clients",
+        action="append",
+        choices=CLIENTS,
+        help="a consumer to read with (again for several, which read at once; default both)",
+    )
     read.add_argument("--pause-at", type=int, default=None)
     return parser
 
@@ -374,7 +396,8 @@ def main(argv: Iterable[str] | None = None) -> int:
         elif args.step == "wait-tiered":
             wait_tiered(args.topic, timeout_s=args.timeout_s)
         else:
-            consume(args.topic, records=args.records, client=args.client, pause_at=args.pause_at)
+            clients = args.clients or list(CLIENTS)
+            consume(args.topic, records=args.records, clients=clients, pause_at=args.pause_at)
     except (CheckFailed, KafkaException) as err:
         print(f"FAILED: {err}", file=sys.stderr, flush=True)
         return 1
