@@ -4,10 +4,10 @@ The ``stack`` fixture (one per module) takes the machine-wide lock of the compos
 stack at a time: the published ports and the engine's storage are the machine's), starts
 Podman's Docker API service, makes the base image with debootstrap if Podman does not have it
 yet, adds the wheels and Kafka's jars the builds need to it, builds the images with
-docker-compose and starts kafka, s3, the bucket job and the proxy in the file's health-checked
-order. Afterwards it removes the project's containers and network and stops the API service,
-whatever happened; the images stay, as the cache of the next run. Each phase's time is
-written to the terminal.
+docker-compose and starts kafka, s3, the bucket job, the proxy and the pipeline in the
+file's health-checked order. Afterwards it removes the project's containers and network and
+stops the API service, whatever happened; the images stay, as the cache of the next run.
+Each phase's time is written to the terminal.
 
 A missing tool or the wrong user fails the tests: ``make test`` installs podman,
 docker-compose and debootstrap with apt and runs as root.
@@ -135,8 +135,8 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
             with _phase(say, f"images built: {', '.join(BUILT_SERVICES)}"):
                 built.build(*BUILT_SERVICES)
             with HealthChecks(podman, project):
-                with _phase(say, "kafka, s3 and the proxy healthy"):
-                    built.up("proxy")
+                with _phase(say, "kafka, s3, the proxy and the pipeline up"):
+                    built.up("proxy", "tier")
                     built.wait_healthy("proxy", timeout_s=HEALTHY_TIMEOUT_S)
                 yield built
         finally:

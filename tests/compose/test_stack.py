@@ -1,7 +1,7 @@
 """The docker-compose stack users run, run for real: Kafka, SeaweedFS, the proxy, the pipeline.
 
-Numbered records are produced through the proxy to a ``tiered-*`` topic, the pipeline
-service starts, and the broker's log start offsets move once it has tiered them; then every
+Numbered records are produced through the proxy to a ``tiered-*`` topic while the pipeline
+service runs, and the broker's log start offsets move once it has tiered them; then every
 partition is read from offset 0 through the proxy service by Kafka's Java consumer and by
 librdkafka (at once), each record exactly once, the oldest ones from S3. The same holds with the
 proxy's container restarted in the middle of a read and after the broker's container
@@ -30,11 +30,10 @@ STEP_OUTPUT_TIMEOUT_S = 600.0
 def tiered_topic(stack: Stack) -> str:
     """A topic of RECORDS numbered records that the pipeline has tiered off the broker.
 
-    The pipeline service starts first, so that its Spark starts while the records are
-    produced; it tiers them on its first cycle after they are there.
+    The pipeline service runs already (it started with the proxy): it tiers the records on
+    its first cycle after they are there.
     """
     topic = f"tiered-compose-{uuid.uuid4().hex[:8]}"
-    stack.up("tier", dependencies=False)
     stack.step("produce", topic, "--records", str(RECORDS))
     stack.step("wait-tiered", topic)
     return topic
