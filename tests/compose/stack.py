@@ -108,7 +108,9 @@ class Stack:
         return result
 
     def build(self, *services: str) -> None:
-        self.compose("build", "--parallel", *services, timeout_s=_BUILD_TIMEOUT_S)
+        """Build the services' images one after the other: concurrent builds of the shared
+        stages duplicate their layers, and Podman's layer cache then misses at random."""
+        self.compose("build", *services, timeout_s=_BUILD_TIMEOUT_S)
 
     def up(self, *services: str, dependencies: bool = True) -> None:
         """Start ``services``, and first what they depend on in the file's health-checked
@@ -193,7 +195,8 @@ class Stack:
         """Remove the project's containers and networks, whatever state they are in; what the
         engine still had of it afterwards (removed by force)."""
         try:
-            self.compose("down", "--volumes", "--remove-orphans", "--timeout", "10")
+            # Nothing of the test's data is kept: no grace for a clean shutdown.
+            self.compose("down", "--volumes", "--remove-orphans", "--timeout", "3")
         except ComposeError as err:
             log.warning("docker-compose down failed: %s", err)
         try:
