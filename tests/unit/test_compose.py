@@ -28,7 +28,7 @@ from proxy.cli import build_parser
 from proxy.embedded.kafka_jars import KAFKA_4
 from storage.config import flatten
 from tests.compose.base_image import image_reference, package_list
-from tests.compose.client import Read, check_reads
+from tests.compose.client import CLIENTS, CheckFailed, Read, check_reads, consume
 from tests.compose.client import _parser as client_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -257,6 +257,21 @@ def test_integration_check_steps_parse() -> None:
     assert _stage_entrypoint(_target(integration))[-2:] == ["-m", "tests.compose.client"]
     for argv in (["check"], ["consume", "t", "--records", "3", "--client", "java"]):
         client_parser().parse_args(argv)
+
+
+def test_consume_reads_with_the_clients_named_or_both() -> None:
+    def clients(*argv: str) -> list[str] | None:
+        parsed = client_parser().parse_args(["consume", "t", "--records", "3", *argv])
+        return parsed.clients  # type: ignore[no-any-return]
+
+    assert clients() is None  # main() then reads with CLIENTS
+    assert clients("--client", "java") == ["java"]
+    assert clients("--client", "java", "--client", "librdkafka") == list(CLIENTS)
+
+
+def test_a_paused_read_is_one_librdkafka_consumer_alone() -> None:
+    with pytest.raises(CheckFailed, match="--pause-at"):
+        consume("t", records=3, clients=CLIENTS, pause_at=1)
 
 
 def _reads(numbers: list[tuple[int, int, int]]) -> list[Read]:
