@@ -80,9 +80,9 @@ def test_proxy_restart_during_a_read_loses_and_repeats_nothing(
             reader.wait()
         if reader.stdout is not None:
             reader.stdout.close()
-    output = "".join(lines)
+    output = f"{''.join(lines)}\n--- services ---\n{stack.logs('proxy', 'kafka')}"
     assert any(line.startswith(PAUSE_LINE) for line in lines), output
-    assert status == 0, f"{output}\n--- services ---\n{stack.logs('proxy')}"
+    assert status == 0, output
     assert f"librdkafka: read {RECORDS} records from offset 0" in output
 
 
