@@ -75,6 +75,7 @@ from proxy.flow_control import ReadGate
 from proxy.interceptors.base import ConnectionInfo
 from proxy.logs import event
 from proxy.metrics import ProxyMetrics, api_name
+from proxy.resolver import Resolver, SocketAddress
 from proxy.response_stream import ResponseStream
 from proxy.router import InterceptedExchange, Router
 from proxy.splice import SPLICE_AVAILABLE, SpliceFailure, Splicer
@@ -127,6 +128,9 @@ class PairSettings:
     bad_log: BadConnectionLog
     splice: bool
     """Whether response bytes the proxy need not see may be spliced (plain TCP, Linux)."""
+    resolver: Resolver
+    """The brokers' addresses (:mod:`proxy.resolver`): known ones at once, one lookup per
+    name at a time."""
 
 
 _READ_BYTES: Final = 256 * 1024
@@ -531,16 +535,22 @@ class ConnectionPair(asyncio.Protocol):
         address = self._upstream_address
         context = self._settings.upstream_ssl
         loop = asyncio.get_running_loop()
+        resolver = self._settings.resolver
+        addresses: tuple[SocketAddress, ...] = ()
         try:
             async with asyncio.timeout(self._settings.connect_timeout):
-                transport, _ = await loop.create_connection(
+                addresses = await resolver.resolve(address.host, address.port)
+                transport = await _connect_to_any(
+                    loop,
                     lambda: _UpstreamProtocol(self),
-                    address.host,
-                    address.port,
-                    ssl=context,
+                    addresses,
+                    ssl_context=context,
                     server_hostname=address.host if context is not None else None,
                 )
         except OSError as err:
+            # None of the addresses took the connection in time: the broker may have moved
+            # (a restarted container's new address), so the next connection asks again.
+            resolver.forget(address.host, address.port, addresses)
             self._metrics.upstream_error("connect")
             self._close(
                 "broker unreachable",
@@ -910,3 +920,34 @@ class _UpstreamProtocol(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._pair._upstream_resume_writing()
+
+
+async def _connect_to_any(
+    loop: asyncio.AbstractEventLoop,
+    protocol: Callable[[], asyncio.BaseProtocol],
+    addresses: tuple[SocketAddress, ...],
+    *,
+    ssl_context: ssl.SSLContext | None,
+    server_hostname: str | None,
+) -> asyncio.BaseTransport:
+    """A connection to the first of ``addresses`` that takes one, tried in order (Kafka's
+    ``use_all_dns_ips``).
+
+    :raises OSError: the last address's error.
+    """
+    last: OSError | None = None
+    for address in addresses:
+        try:
+            transport, _ = await loop.create_connection(
+                protocol,
+                address.host,
+                address.port,
+                family=address.family,
+                ssl=ssl_context,
+                server_hostname=server_hostname,
+            )
+        except OSError as err:
+            last = err
+            continue
+        return transport
+    raise last if last is not None else OSError(f"no address to connect to among {addresses}")

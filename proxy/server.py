@@ -46,6 +46,7 @@ from proxy.listeners import Admission, Listener, ListenerError, listen
 from proxy.logs import event
 from proxy.loop_lag import watch_loop_lag
 from proxy.metrics import ProxyMetrics
+from proxy.resolver import Resolver
 from proxy.router import Router, served_above_broker
 from proxy.tls import server_context
 from storage.kafka_client import BrokerAddress
@@ -136,6 +137,7 @@ class ProxyServer:
             request_receive_timeout=_seconds_or_none(config.request_receive_timeout_ms),
             bad_log=bad_log,
             splice=config.splice_enable,
+            resolver=Resolver(),
         )
         self._listeners: dict[int, Listener] = {}
         # Brokers whose listener could not bind, and why.
@@ -345,6 +347,7 @@ class ProxyServer:
             for pair in list(self._pairs.values()):
                 pair.abort("shutdown deadline passed")
         await self._close_listeners()
+        await self._settings.resolver.close()
         event(_log, logging.INFO, "proxy.stopped")
 
 
