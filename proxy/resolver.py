@@ -111,8 +111,11 @@ class Resolver:
         if entry.lookup is None:
             entry.lookup = self._start(host, port, entry)
         # A caller that gives up (its connection timed out) leaves the lookup running for the
-        # others: it is shared.
-        return await asyncio.shield(entry.lookup)
+        # others: it is shared. Its shield's failure is retrieved even when the caller was
+        # cancelled just as the lookup failed.
+        answer = asyncio.shield(entry.lookup)
+        answer.add_done_callback(_retrieve)
+        return await answer
 
     def forget(self, host: str, port: int, addresses: Sequence[SocketAddress]) -> None:
         """Drop ``host``'s addresses if they are still ``addresses`` (none of them took a
@@ -155,6 +158,6 @@ def _literal(host: str, port: int) -> SocketAddress | None:
     return SocketAddress(family=family, host=host, port=port)
 
 
-def _retrieve(task: _Answer) -> None:
-    if not task.cancelled():
-        task.exception()
+def _retrieve(future: asyncio.Future[tuple[SocketAddress, ...]]) -> None:
+    if not future.cancelled():
+        future.exception()
