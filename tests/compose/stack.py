@@ -12,6 +12,7 @@ brings the services up itself, in its own order).
 from __future__ import annotations
 
 import logging
+import re
 import shutil
 import subprocess
 import time
@@ -21,17 +22,28 @@ from pathlib import Path
 
 from tests.compose.engine import EngineError, Podman
 
-__all__ = ["ComposeError", "Stack"]
+__all__ = ["ComposeError", "Stack", "podman_lost_exit_race"]
 
 log = logging.getLogger(__name__)
 
 _COMMAND_TIMEOUT_S = 900.0
 _BUILD_TIMEOUT_S = 2400.0
 _POLL_S = 1.0
+_UP_ATTEMPTS = 3
 
 
 class ComposeError(AssertionError):
     """A docker-compose command failed; the message quotes what it printed."""
+
+
+_EXIT_RACE = re.compile(r"read /proc/\d+/cgroup: no such process")
+
+
+def podman_lost_exit_race(output: str) -> bool:
+    """Whether Podman 4.3 answered a container's start with an error because the process had
+    exited before Podman read its cgroup (the bucket job can finish within milliseconds).
+    The container is left created or exited; ``up`` again starts it (the job is idempotent)."""
+    return _EXIT_RACE.search(output) is not None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,11 +126,22 @@ class Stack:
 
     def up(self, *services: str, dependencies: bool = True) -> None:
         """Start ``services``, and first what they depend on in the file's health-checked
-        order unless ``dependencies`` is false (they run already)."""
+        order unless ``dependencies`` is false (they run already).
+
+        ``up`` runs again, at most ``_UP_ATTEMPTS`` times in all, when Podman lost the race
+        with a container that exited as it started (:func:`podman_lost_exit_race`): ``up``
+        leaves what runs alone and starts the rest.
+        """
         started = time.monotonic()
-        self.compose(
-            "up", "--detach", "--no-build", *([] if dependencies else ["--no-deps"]), *services
-        )
+        argv = ("up", "--detach", "--no-build", *([] if dependencies else ["--no-deps"]))
+        for attempt in range(1, _UP_ATTEMPTS + 1):
+            try:
+                self.compose(*argv, *services)
+                break
+            except ComposeError as err:
+                if attempt == _UP_ATTEMPTS or not podman_lost_exit_race(str(err)):
+                    raise
+                self.report(f"up again: Podman lost a container's exit ({err})")
         self.report(f"started {', '.join(services)} ({time.monotonic() - started:.0f} s)")
 
     def container(self, service: str) -> str:

@@ -30,6 +30,7 @@ from storage.config import flatten
 from tests.compose.base_image import image_reference, package_list
 from tests.compose.client import CLIENTS, CheckFailed, Read, check_reads, consume
 from tests.compose.client import _parser as client_parser
+from tests.compose.stack import podman_lost_exit_race
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -423,3 +424,14 @@ def test_docker_compose_accepts_the_file() -> None:
         timeout=60,
         cwd=ROOT,
     )
+
+
+def test_up_runs_again_only_when_podman_lost_a_containers_exit() -> None:
+    lost = (
+        "docker-compose up --detach --no-build proxy tier exited 1:\n"
+        "Creating tierproxy-test-6499de30_s3-bucket_1 ... done\n"
+        "read /proc/4289/cgroup: no such process\n"
+    )
+    assert podman_lost_exit_race(lost)
+    assert not podman_lost_exit_race("ERROR: for proxy  Container is unhealthy.")
+    assert not podman_lost_exit_race("open /proc/4289/cgroup: permission denied")
