@@ -12,11 +12,10 @@ import dataclasses
 from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
-from prometheus_client.exposition import start_http_server
 
 from protocol.messages import ApiKey
 
-__all__ = ["MetricsServer", "ProxyMetrics", "api_name"]
+__all__ = ["ProxyMetrics", "api_name"]
 
 # Latency through the proxy, request forwarded to response written: from a sub-millisecond
 # pass-through up to Fetch long-polls (fetch.max.wait.ms, 500 ms by default) and slow remote reads.
@@ -172,24 +171,3 @@ class ProxyMetrics:
     def bad_connection(self, reason: str) -> None:
         """A client connection was closed for ``reason`` (see :mod:`proxy.bad_connections`)."""
         self._bad_connections.labels(reason).inc()
-
-
-class MetricsServer:
-    """The ``/metrics`` HTTP endpoint, served by prometheus-client on its own thread.
-
-    A thread keeps scrapes off the event loop; it only reads counters.
-    """
-
-    def __init__(self, metrics: ProxyMetrics, host: str, port: int) -> None:
-        self._server, self._thread = start_http_server(port, addr=host, registry=metrics.registry)
-
-    @property
-    def port(self) -> int:
-        """The bound port (useful when 0 asked for any free port)."""
-        return int(self._server.server_port)
-
-    def close(self) -> None:
-        """Stop serving and join the thread."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
