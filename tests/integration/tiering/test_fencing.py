@@ -60,7 +60,7 @@ PARTITIONS = 4
 TRANSACTION_TIMEOUT_MS = 10_000
 COPY_TIMEOUT_MS = 60_000
 UPLOAD_DELAY_S = 0.3
-"""How late the object store answers the first pipeline (six objects a segment)."""
+"""How late the object store answers the first pipeline (seven objects a segment)."""
 HOLDING = re.compile(r"holding transactional id '[^']+' \(producer id \d+, epoch (\d+)\)")
 WAITING = re.compile(r"another pipeline holds transactional id '[^']+' .* since \S+")
 CYCLE = re.compile(r"tiering cycle done in")

@@ -523,8 +523,8 @@ async def test_retention_deletes_exactly_the_expired_segments(env: Env) -> None:
         keys = await bucket_keys(s3, s3_bucket)
         for segment in expected:
             assert not any(kafka_uuid_string(segment.segment_id.id) in key for key in keys)
-        for segment in remaining:
-            assert sum(kafka_uuid_string(segment.segment_id.id) in key for key in keys) == 6
+        for segment in remaining:  # the log, its five index files and its manifest
+            assert sum(kafka_uuid_string(segment.segment_id.id) in key for key in keys) == 7
     # Everything expired. A broker that moves its log start (DeleteRecords) lets the last
     # segment go too; on one that cannot, the newest segment stays as the tiered end, or the
     # next cycle would copy the whole log again.
