@@ -38,7 +38,8 @@ def test_the_heap_is_frozen_on_the_first_task_and_after_a_storage_manager_appear
 
     kept = [[index] for index in range(1000)]  # objects of a task, not the worker's own
     worker.freeze_heap()
-    assert gc.get_freeze_count() == first  # nothing new stays: no freeze
+    # Nothing new stays: no freeze (frozen objects that other threads free leave the count).
+    assert gc.get_freeze_count() <= first
 
     worker.remote_storage(RemoteStorageConfig(local_dir=str(tmp_path)))
     worker.freeze_heap()
