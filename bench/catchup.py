@@ -206,6 +206,13 @@ async def tiered_setup(broker: BrokerInfo, topic: str, metadata_topic: str) -> S
     """The topic's tiered range, from the metadata topic of one of its tiers."""
     direct = Endpoint(name="direct", host=broker.host, port=broker.port)
     topic_id, high_watermark = await topic_id_and_end(direct, topic)
+    end = await tiered_end(broker, topic, metadata_topic)
+    return Setup(topic=topic, topic_id=topic_id, tiered_end=end, high_watermark=high_watermark)
+
+
+async def tiered_end(broker: BrokerInfo, topic: str, metadata_topic: str) -> int:
+    """One past the last offset of partition 0 that the pipeline copied, from the metadata
+    topic: below it, the proxy serves from the remote tier."""
     rlmm = TopicBasedRemoteLogMetadataManager(
         RemoteLogMetadataConfig(topic_name=metadata_topic, topic_partitions=3),
         bootstrap_servers=broker.bootstrap,
@@ -218,7 +225,7 @@ async def tiered_setup(broker: BrokerInfo, topic: str, metadata_topic: str) -> S
         await rlmm.close()
     if end is None:
         raise RuntimeError("nothing was tiered")
-    return Setup(topic=topic, topic_id=topic_id, tiered_end=end + 1, high_watermark=high_watermark)
+    return end + 1
 
 
 def produce_head(bootstrap: str, topic: str, count: int, partitions: int = 1) -> None:

@@ -65,7 +65,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.catchup import SEGMENT_BYTES
+from bench.catchup import SEGMENT_BYTES, tiered_end
 from bench.catchup_load import READY, LoadSpec, argv
 from bench.clients import RECORD_BYTES, Endpoint, RawConnection, preload, topic_id_and_end
 from bench.common import (
@@ -85,8 +85,6 @@ from bench.tiering import produce_and_tier, remote_tier, servers_from_env, tier_
 from protocol.messages import ApiKey, request_class
 from proxy.embedded import BrokerInfo, create_topic
 from proxy.embedded.tierproxy import TierproxyServer, proxy_process
-from storage.rlmm.config import RemoteLogMetadataConfig
-from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
 
 DIRECT = "direct"
 PRODUCE_VERSION = 8
@@ -449,24 +447,6 @@ def wait_ready(server: TierproxyServer) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError("the proxy did not become ready")
         time.sleep(0.5)
-
-
-async def tiered_end(broker: BrokerInfo, topic: str, metadata_topic: str) -> int:
-    """One past the last offset the pipeline copied: below it, the offload policy has the
-    proxies serve from the remote tier."""
-    rlmm = TopicBasedRemoteLogMetadataManager(
-        RemoteLogMetadataConfig(topic_name=metadata_topic, topic_partitions=3),
-        bootstrap_servers=broker.bootstrap,
-    )
-    await rlmm.start()
-    try:
-        tp = rlmm.cache.topic_id_partition(topic, 0)
-        end = None if tp is None else rlmm.cache.remote_log_end_offset(tp)
-    finally:
-        await rlmm.close()
-    if end is None:
-        raise RuntimeError("nothing was tiered")
-    return end + 1
 
 
 def plot(result: dict[str, Any]) -> Path:
