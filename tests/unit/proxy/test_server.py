@@ -210,6 +210,21 @@ async def test_no_broker_no_start() -> None:
         await ProxyServer(config).start()
 
 
+async def closing_with_a_request_in_flight(
+    fake_broker: FakeBroker, make_proxy: ProxyFactory, body: bytes
+) -> tuple[ProxyServer, Client, asyncio.Task[None]]:
+    """A proxy whose client sent one request (``body``) that reached the broker, and the
+    proxy's close (10 s to drain) started after it."""
+    proxy = await make_proxy(fake_broker)
+    client = await Client.connect(proxy)
+    await client.send(raw_request(1, body))
+    await wait_for(
+        lambda: sum(key == RAW_API for key, _version, _id in fake_broker.requests) == 1,
+        what="the request reached the broker",
+    )
+    return proxy, client, asyncio.get_running_loop().create_task(proxy.close(10.0))
+
+
 async def test_a_drain_answers_requests_sent_after_it_then_half_closes(
     fake_broker: FakeBroker, make_proxy: ProxyFactory
 ) -> None:
@@ -218,14 +233,7 @@ async def test_a_drain_answers_requests_sent_after_it_then_half_closes(
         return await echo(header, body)
 
     fake_broker.script = slow
-    proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
-    await client.send(raw_request(1, b"1.0"))
-    await wait_for(
-        lambda: sum(key == RAW_API for key, _version, _id in fake_broker.requests) == 1,
-        what="the first request reached the broker",
-    )
-    closing = asyncio.get_running_loop().create_task(proxy.close(10.0))
+    proxy, client, closing = await closing_with_a_request_in_flight(fake_broker, make_proxy, b"1.0")
     await asyncio.sleep(0.1)
     # Sent while the pair drains and still owes an answer: read and answered (the drain's
     # serving stage), then the end of the stream, with no reset.
@@ -249,14 +257,9 @@ async def test_a_drained_response_is_never_cut_by_a_reset(
         return await echo(header, body * (size // len(body)) if body == b"large" else body)
 
     fake_broker.script = large
-    proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
-    await client.send(raw_request(1, b"large"))
-    await wait_for(
-        lambda: sum(key == RAW_API for key, _version, _id in fake_broker.requests) == 1,
-        what="the request reached the broker",
+    _proxy, client, closing = await closing_with_a_request_in_flight(
+        fake_broker, make_proxy, b"large"
     )
-    closing = asyncio.get_running_loop().create_task(proxy.close(10.0))
     await asyncio.sleep(0.2)  # the client is slow to read: the response fills the buffers
     await client.send(raw_request(2, b"next"))  # sent after reading stopped
     correlation_id, body = raw_response_body(await client.receive(seconds=20))
