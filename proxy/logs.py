@@ -1,13 +1,15 @@
 """Structured logs: one event per line, logfmt or JSON, with the connection id in each.
 
 Modules log through :func:`event`, naming the event (``connection.closed``) and passing its
-fields as keywords; the formatter renders them after the timestamp, level and logger. Grep
-``conn=17`` to follow one client connection from accept to close.
+fields as keywords, and the sentence an operator reads as ``msg`` where there is one; the
+formatter renders ``event``, ``msg`` and the fields after the timestamp, level and logger.
+Grep ``conn=17`` to follow one client connection from accept to close.
 
 :func:`configure` is the one logging set-up of ``serve``, ``tier`` and ``status``: it puts
 one handler on the root logger, so that every record of every package (``proxy.*``,
-``storage.*``, ``tierproxy.*``, the libraries underneath) is one line in ``log.format``. A
-record logged with a plain message has that message as its ``event``.
+``storage.*``, ``tierproxy.*``, the libraries underneath) is one line in ``log.format``.
+``event`` is always a dotted name: a record logged with a plain message (a library's) is
+event :data:`PLAIN_EVENT` with that message as its ``msg``.
 """
 
 from __future__ import annotations
@@ -19,21 +21,18 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any, Final
 
-__all__ = ["OUR_LOGGERS", "JsonFormatter", "LogfmtFormatter", "configure", "event"]
+from storage.log_event import event, event_of, fields_of
 
-_FIELDS: Final = "tierproxy_fields"
+__all__ = ["OUR_LOGGERS", "PLAIN_EVENT", "JsonFormatter", "LogfmtFormatter", "configure", "event"]
+
+PLAIN_EVENT: Final = "log.message"
+"""The event of a record logged without one (a library's line): its message is the ``msg``."""
 OUR_LOGGERS: Final = ("tierproxy", "proxy", "storage", "protocol")
 """The logger trees of tierproxy's own code, which log from ``log.level``: the named event
 loggers (``tierproxy.connection``, ...) and each package's ``logging.getLogger(__name__)``."""
 _LIBRARY_FLOOR: Final = logging.WARNING
 """Libraries (asyncio, botocore, aiohttp, py4j, ...) log from WARNING, whatever ``log.level``
 says: their DEBUG and INFO would drown tierproxy's own lines."""
-
-
-def event(logger: logging.Logger, level: int, name: str, **fields: Any) -> None:
-    """Log event ``name`` with ``fields`` (rendered as key=value pairs or JSON members)."""
-    if logger.isEnabledFor(level):
-        logger.log(level, name, extra={_FIELDS: fields})
 
 
 def _record_fields(record: logging.LogRecord, process: Mapping[str, Any]) -> dict[str, Any]:
@@ -43,9 +42,13 @@ def _record_fields(record: logging.LogRecord, process: Mapping[str, Any]) -> dic
         "level": record.levelname.lower(),
         "logger": record.name,
         **process,
-        "event": record.getMessage(),
     }
-    fields.update(getattr(record, _FIELDS, {}))
+    name = event_of(record)
+    message = record.getMessage()
+    fields["event"] = PLAIN_EVENT if name is None else name
+    if message != name:
+        fields["msg"] = message
+    fields.update(fields_of(record))
     if record.exc_info:
         fields["exc"] = logging.Formatter().formatException(record.exc_info)
     return fields

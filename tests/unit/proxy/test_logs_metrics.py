@@ -5,12 +5,13 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 
 import pytest
 
 from proxy.logs import JsonFormatter, LogfmtFormatter, configure, event
 from proxy.metrics import ProxyMetrics, api_name
-from tests.log_lines import logfmt_fields
+from tests.log_lines import logfmt_fields, parse_log
 
 
 def record(**fields: object) -> logging.LogRecord:
@@ -89,13 +90,13 @@ def test_every_package_logs_in_the_configured_format(fmt: str, restored_logging:
 
     parse = json.loads if fmt == "json" else logfmt_fields
     lines = [parse(line) for line in stream.getvalue().splitlines()]
-    assert [(line["logger"], line["level"], line["event"]) for line in lines] == [
-        ("tierproxy.connection", "info", "connection.closed"),
-        ("storage.kafka_client.consumer", "warning", "consuming t: gone"),
-        ("storage.rlmm.topic_manager", "info", "loaded 4 segments"),
-        ("proxy.discovery", "debug", "asked kafka-1:9092"),
-        ("botocore.endpoint", "warning", "a library's warning"),
-        ("storage.tiering.pipeline", "error", "cycle failed"),
+    assert [(line["logger"], line["level"], line["event"], line.get("msg")) for line in lines] == [
+        ("tierproxy.connection", "info", "connection.closed", None),
+        ("storage.kafka_client.consumer", "warning", "log.message", "consuming t: gone"),
+        ("storage.rlmm.topic_manager", "info", "log.message", "loaded 4 segments"),
+        ("proxy.discovery", "debug", "log.message", "asked kafka-1:9092"),
+        ("botocore.endpoint", "warning", "log.message", "a library's warning"),
+        ("storage.tiering.pipeline", "error", "log.message", "cycle failed"),
     ]
     assert str(lines[0]["conn"]) == "3"
     assert "ValueError: boom" in lines[-1]["exc"]
@@ -109,8 +110,8 @@ def test_the_level_applies_to_our_loggers_and_warnings_always_show(
 
     log_everything()
 
-    events = [logfmt_fields(line)["event"] for line in stream.getvalue().splitlines()]
-    assert events == ["consuming t: gone", "a library's warning", "cycle failed"]
+    messages = [logfmt_fields(line)["msg"] for line in stream.getvalue().splitlines()]
+    assert messages == ["consuming t: gone", "a library's warning", "cycle failed"]
 
 
 def test_configuring_again_replaces_the_handler(restored_logging: None) -> None:
@@ -121,7 +122,7 @@ def test_configuring_again_replaces_the_handler(restored_logging: None) -> None:
     logging.getLogger("storage.x").info("once")
 
     assert first.getvalue() == ""
-    assert logfmt_fields(second.getvalue().strip())["event"] == "once"
+    assert logfmt_fields(second.getvalue().strip())["msg"] == "once"
 
 
 def test_without_a_stream_the_current_stderr_is_written(
@@ -132,4 +133,77 @@ def test_without_a_stream_the_current_stderr_is_written(
 
     logging.getLogger("storage.x").warning("to stderr")
 
-    assert json.loads(capsys.readouterr().err)["event"] == "to stderr"
+    assert json.loads(capsys.readouterr().err)["msg"] == "to stderr"
+
+
+DOTTED = re.compile(r"^[a-z_]+(\.[a-z_]+)+$")
+
+
+def log_sentences() -> None:
+    """Events with a sentence (one with an exception), an event without, a library's line."""
+    consumer = logging.getLogger("storage.kafka_client.consumer")
+    event(
+        consumer,
+        logging.WARNING,
+        "metadata.consumer.retry",
+        msg='consuming t: no bootstrap server answered: "a=b"; retrying in 0.80 s',
+        topic="t",
+        attempt=1,
+    )
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        event(
+            logging.getLogger("storage.tiering.job"),
+            logging.ERROR,
+            "tiering.cycle.failed",
+            msg="tiering cycle failed: boom",
+            exc_info=True,
+        )
+    event(logging.getLogger("tierproxy.connection"), logging.INFO, "connection.closed", conn=3)
+    logging.getLogger("asyncio").warning("Task was destroyed but it is pending!")
+
+
+@pytest.mark.parametrize("fmt", ["logfmt", "json"])
+def test_every_event_is_a_dotted_name_with_its_sentence_in_msg(
+    fmt: str, restored_logging: None
+) -> None:
+    stream = io.StringIO()
+    configure("INFO", fmt, stream=stream)
+
+    log_sentences()
+
+    lines = parse_log(stream.getvalue(), fmt)
+    assert [line["event"] for line in lines] == [
+        "metadata.consumer.retry",
+        "tiering.cycle.failed",
+        "connection.closed",
+        "log.message",
+    ]
+    assert all(DOTTED.match(line["event"]) for line in lines)
+    assert all({"ts", "level", "logger", "event"} <= line.keys() for line in lines)
+    retry, failed, closed, library = lines
+    assert retry["msg"] == 'consuming t: no bootstrap server answered: "a=b"; retrying in 0.80 s'
+    assert str(retry["topic"]) == "t" and str(retry["attempt"]) == "1"
+    assert list(retry)[:6] == ["ts", "level", "logger", "event", "msg", "topic"]
+    assert failed["msg"] == "tiering cycle failed: boom"
+    assert "ValueError: boom" in failed["exc"]
+    assert "msg" not in closed
+    assert library["msg"] == "Task was destroyed but it is pending!"
+
+
+def test_an_event_with_a_sentence_reads_as_the_sentence_to_plain_handlers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.INFO):
+        event(
+            logging.getLogger("storage.startup"),
+            logging.INFO,
+            "cluster.connected",
+            msg="connected to the cluster at k:9092: PLAINTEXT",
+        )
+        event(logging.getLogger("tierproxy.connection"), logging.INFO, "connection.closed")
+    assert caplog.messages == ["connected to the cluster at k:9092: PLAINTEXT", "connection.closed"]
+    assert caplog.records[0].funcName == (
+        "test_an_event_with_a_sentence_reads_as_the_sentence_to_plain_handlers"
+    )
