@@ -34,6 +34,8 @@ from storage.kafka_client import KafkaClient, KafkaClientError
 from storage.kafka_client.leaders import TopicAuthorizationError
 from storage.kafka_client.transactional import TransactionalIdAuthorizationError
 from storage.kafka_security import KafkaSecurityConfig
+from storage.log_event import event
+from storage.retry_log import RetryLog, log_recovery
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.startup import cluster_answers_within
@@ -150,8 +152,13 @@ def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> A
     from pyspark.sql import SparkSession  # noqa: PLC0415 (PySpark only when tiering runs)
 
     logging.getLogger("py4j").setLevel(logging.WARNING)  # "Closing down clientserver ..."
-    log.info(
-        "starting Spark on %s (its JVM takes a few seconds)", master or "spark-submit's master"
+    where = master or "spark-submit's master"
+    event(
+        log,
+        logging.INFO,
+        "tiering.spark.starting",
+        msg=f"starting Spark on {where} (its JVM takes a few seconds)",
+        master=where,
     )
     java_options = f"-Dlog4j2.configurationFile={_LOG4J_CONFIG} {_JIT_OPTIONS}"
     builder = (
@@ -169,8 +176,12 @@ def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> A
     with stderr_without(b"Using incubator modules"):
         spark = builder.getOrCreate()
     ui = spark.sparkContext.uiWebUrl
-    log.info(
-        "Spark %s on %s%s", spark.version, spark.sparkContext.master, f", UI {ui}" if ui else ""
+    event(
+        log,
+        logging.INFO,
+        "tiering.spark.started",
+        msg=f"Spark {spark.version} on {spark.sparkContext.master}" + (f", UI {ui}" if ui else ""),
+        master=spark.sparkContext.master,
     )
     return spark
 
@@ -330,35 +341,49 @@ async def run_tiering(
     ``stop`` is set; the exit code (1 if the last cycle had errors).
 
     The loop waits for a cluster that is not up for as long as it takes, so ``stop`` also
-    ends that wait (a cycle under way is let finish). Every cycle is recorded in ``metrics``.
+    ends that wait (a cycle under way is let finish). Every cycle is recorded in ``metrics``;
+    failed cycles are logged with back-off (:class:`~storage.retry_log.RetryLog`), and the
+    first good cycle after them says so (``tiering.cycle.recovered``).
     """
     stop = stop or asyncio.Event()
     interval = settings.tiering.task_interval_ms / 1000
     metrics = metrics or TieringMetrics(task_interval_s=interval)
+    failures = RetryLog()
     async with contextlib.AsyncExitStack() as stack:
         pipeline = await _opened(stack, settings, spark, console=console, once=once, stop=stop)
         if pipeline is None:
-            log.info("stopped while waiting for the cluster")
+            event(
+                log,
+                logging.INFO,
+                "tiering.stopped_waiting",
+                msg="stopped while waiting for the cluster",
+            )
             return 0
         metrics.watch_holding(lambda: pipeline.holding)
         while True:
-            if not pipeline.holding and not await _hold_again(pipeline, stop):
+            if not pipeline.holding and not await _hold_again(pipeline, stop, failures):
                 return 0
             try:
                 report = await pipeline.run_cycle()
             except NotHoldingError as err:
                 if once:
                     raise
-                log.warning("tiering cycle stopped: %s", err)
+                event(
+                    log,
+                    logging.WARNING,
+                    "tiering.cycle.stopped",
+                    msg=f"tiering cycle stopped: {err}",
+                )
                 continue
             except Exception as err:
                 metrics.cycle_failed()
                 if once:
                     raise
-                _log_failed_cycle(err)
+                _log_failed_cycle(err, failures)
                 await _sleep_or_stop(stop, _ERROR_BACKOFF_SECONDS)
                 continue
             metrics.cycle_ran(report)
+            log_recovery(failures, log, "tiering.cycle.recovered", "tiering cycle")
             _show(report, console)
             if once:
                 return 1 if report.errors or report.copy_failures else 0
@@ -378,6 +403,7 @@ async def _opened(
     """The pipeline opened on ``stack`` (``None``: stopped first). Without ``once``, a
     cluster that answered and went away again while the pipeline opened is waited for again.
     """
+    failures = RetryLog()
     while True:
         opening = stack.enter_async_context(
             open_pipeline(
@@ -390,26 +416,33 @@ async def _opened(
             )
         )
         try:
-            return await _unless_stopped(opening, stop)
+            pipeline = await _unless_stopped(opening, stop)
         except _CLUSTER_UNAVAILABLE as err:
             if once:
                 raise
-            log.error(
-                "opening the pipeline failed: %s; next attempt in %.0f s",
-                err,
-                _ERROR_BACKOFF_SECONDS,
-            )
+            if failures.failed():
+                event(
+                    log,
+                    logging.ERROR,
+                    "tiering.open.failed",
+                    msg=f"opening the pipeline failed: {err}; next attempt in "
+                    f"{_ERROR_BACKOFF_SECONDS:.0f} s (attempt {failures.failures})",
+                    attempt=failures.failures,
+                )
             if await _sleep_or_stop(stop, _ERROR_BACKOFF_SECONDS):
                 return None
+            continue
+        log_recovery(failures, log, "tiering.open.recovered", "opening the pipeline")
+        return pipeline
 
 
-async def _hold_again(pipeline: TieringPipeline, stop: asyncio.Event) -> bool:
+async def _hold_again(pipeline: TieringPipeline, stop: asyncio.Event, failures: RetryLog) -> bool:
     """Wait until the pipeline holds the cluster's tiering again; ``False`` if stopped."""
     while True:
         try:
             return await pipeline.take_hold(stop=stop)
         except _CLUSTER_UNAVAILABLE as err:
-            _log_failed_cycle(err)
+            _log_failed_cycle(err, failures)
             if await _sleep_or_stop(stop, _ERROR_BACKOFF_SECONDS):
                 return False
 
@@ -431,12 +464,19 @@ async def _unless_stopped(opening: Awaitable[_T], stop: asyncio.Event) -> _T | N
     return None
 
 
-def _log_failed_cycle(error: Exception) -> None:
-    retry = f"next attempt in {_ERROR_BACKOFF_SECONDS:.0f} s"
-    if isinstance(error, _CLUSTER_UNAVAILABLE):
-        log.error("tiering cycle failed: %s; %s", error, retry)
-    else:
-        log.exception("tiering cycle failed: %s; %s", error, retry)
+def _log_failed_cycle(error: Exception, failures: RetryLog) -> None:
+    """Count a failed cycle in ``failures``; log it if due, with the traceback of an error
+    that is not the cluster being away."""
+    if failures.failed():
+        event(
+            log,
+            logging.ERROR,
+            "tiering.cycle.failed",
+            msg=f"tiering cycle failed: {error}; next attempt in {_ERROR_BACKOFF_SECONDS:.0f} s "
+            f"(attempt {failures.failures})",
+            attempt=failures.failures,
+            exc_info=not isinstance(error, _CLUSTER_UNAVAILABLE),
+        )
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
@@ -448,8 +488,11 @@ async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:
 
 
 def _show(report: CycleReport, console: Console) -> None:
+    """The cycle's log lines; the summary table too on a terminal, for a cycle that did
+    something (logs and pipes get the lines alone)."""
     log_report(report, log)
-    console.print(summary_table(report))
+    if console.is_terminal and not report.idle:
+        console.print(summary_table(report))
 
 
 def run_from_arguments(
@@ -500,10 +543,13 @@ def run_from_arguments(
                 )
                 return 2
             stack.callback(server.close)
-            log.info(
-                "metrics served at http://%s:%d/metrics",
-                settings.tiering.metrics_host,
-                server.port,
+            event(
+                log,
+                logging.INFO,
+                "tiering.metrics.serving",
+                msg=f"metrics served at http://{settings.tiering.metrics_host}:{server.port}"
+                "/metrics",
+                port=server.port,
             )
         return _run_on_spark(args, default_master, settings, console, metrics)
 
@@ -564,7 +610,13 @@ async def _run_with_signals(
 
     def interrupted(sig: signal.Signals) -> None:
         if received:
-            log.warning("%s again: aborting", sig.name)
+            event(
+                log,
+                logging.WARNING,
+                "tiering.signal.abort",
+                msg=f"{sig.name} again: aborting",
+                signal=sig.name,
+            )
             with contextlib.suppress(Exception):  # a Spark that is stopping already
                 spark.sparkContext.cancelAllJobs()
             if running is not None:
@@ -573,7 +625,13 @@ async def _run_with_signals(
         received.append(sig)
         what = "interrupted" if sig == signal.SIGINT else "terminated"
         work = "the current copy" if once else "the current cycle, then stopping"
-        log.warning("%s: finishing %s (Ctrl-C again to abort)", what, work)
+        event(
+            log,
+            logging.WARNING,
+            "tiering.signal.finishing",
+            msg=f"{what}: finishing {work} (Ctrl-C again to abort)",
+            signal=sig.name,
+        )
         stop.set()
 
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 
 from rich.table import Table
 
+from storage.log_event import event
+
 __all__ = ["CycleReport", "TopicStats", "format_bytes", "log_report", "summary_table"]
 
 
@@ -59,6 +61,21 @@ class CycleReport:
     @property
     def copy_failures(self) -> int:
         return sum(t.copy_failures for t in self.topics.values())
+
+    @property
+    def idle(self) -> bool:
+        """Whether the cycle did nothing worth a line per topic: nothing copied, failed,
+        expired, cleaned up, moved or found missing, no note and no error."""
+        return not self.errors and not any(
+            t.segments_copied
+            or t.copy_failures
+            or t.segments_expired
+            or t.leftovers_deleted
+            or t.log_starts_advanced
+            or t.missing_offsets
+            or t.notes
+            for t in self.topics.values()
+        )
 
 
 def format_bytes(count: float) -> str:
@@ -112,32 +129,55 @@ def summary_table(report: CycleReport) -> Table:
 
 
 def log_report(report: CycleReport, logger: logging.Logger) -> None:
-    """One log line per topic with Kafka's copy-lag metric names, then the cycle's totals."""
+    """An idle cycle (:attr:`CycleReport.idle`) in one line, ``tiering.cycle.idle``, with the
+    total copy lag; any other in one ``tiering.cycle.topic`` line per topic with Kafka's
+    copy-lag metric names, its notes and errors, then the cycle's totals."""
+    lag_bytes = sum(t.lag_bytes for t in report.topics.values())
+    lag_segments = sum(t.lag_segments for t in report.topics.values())
+    if report.idle:
+        event(
+            logger,
+            logging.INFO,
+            "tiering.cycle.idle",
+            msg=f"tiering cycle done in {report.seconds:.1f} s: nothing to copy or expire in "
+            f"{len(report.topics)} topics",
+            seconds=round(report.seconds, 1),
+            topics=len(report.topics),
+            RemoteCopyLagBytes=lag_bytes,
+            RemoteCopyLagSegments=lag_segments,
+        )
+        return
     for name in sorted(report.topics):
         stats = report.topics[name]
-        logger.info(
-            "topic=%s RemoteCopyLagBytes=%d RemoteCopyLagSegments=%d copied_segments=%d "
-            "copied_bytes=%d failed=%d expired_segments=%d expired_bytes=%d "
-            "log_starts_moved=%d missing_offsets=%d",
-            name,
-            stats.lag_bytes,
-            stats.lag_segments,
-            stats.segments_copied,
-            stats.bytes_copied,
-            stats.copy_failures,
-            stats.segments_expired,
-            stats.bytes_expired,
-            stats.log_starts_advanced,
-            stats.missing_offsets,
+        event(
+            logger,
+            logging.INFO,
+            "tiering.cycle.topic",
+            topic=name,
+            RemoteCopyLagBytes=stats.lag_bytes,
+            RemoteCopyLagSegments=stats.lag_segments,
+            copied_segments=stats.segments_copied,
+            copied_bytes=stats.bytes_copied,
+            failed=stats.copy_failures,
+            expired_segments=stats.segments_expired,
+            expired_bytes=stats.bytes_expired,
+            log_starts_moved=stats.log_starts_advanced,
+            missing_offsets=stats.missing_offsets,
         )
         for note in stats.notes:
-            logger.warning("topic=%s %s", name, note)
+            event(logger, logging.WARNING, "tiering.cycle.topic_note", msg=note, topic=name)
     for error in report.errors:
-        logger.error("%s", error)
-    logger.info(
-        "tiering cycle done in %.1f s: %d segments, %d bytes copied, %d failed",
-        report.seconds,
-        report.segments_copied,
-        report.bytes_copied,
-        report.copy_failures,
+        event(logger, logging.ERROR, "tiering.cycle.error", msg=error)
+    event(
+        logger,
+        logging.INFO,
+        "tiering.cycle.done",
+        msg=f"tiering cycle done in {report.seconds:.1f} s: {report.segments_copied} segments, "
+        f"{report.bytes_copied} bytes copied, {report.copy_failures} failed",
+        seconds=round(report.seconds, 1),
+        segments=report.segments_copied,
+        bytes=report.bytes_copied,
+        failed=report.copy_failures,
+        RemoteCopyLagBytes=lag_bytes,
+        RemoteCopyLagSegments=lag_segments,
     )

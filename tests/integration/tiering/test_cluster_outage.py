@@ -61,7 +61,8 @@ def test_the_loop_waits_for_the_cluster_and_outlives_its_restart(
             wait_for_line(
                 tier,
                 re.compile(
-                    r"level=error logger=storage\.tiering\.job event=\"tiering cycle failed: "
+                    r"level=error logger=storage\.tiering\.job event=tiering\.cycle\.failed "
+                    r"msg=\"tiering cycle failed: "
                 ),
                 gone,
             )

@@ -53,7 +53,9 @@ def test_report_renders_and_logs(caplog: pytest.LogCaptureFixture) -> None:
     assert "3 segments" in text and "5.2 MB/s" in text and "5 MiB" in text
     with caplog.at_level(logging.INFO):
         log_report(report, logging.getLogger("t"))
-    assert "RemoteCopyLagBytes=0" in caplog.text and "compacted" in caplog.text
+    topic = next(r for r in caplog.records if r.getMessage() == "tiering.cycle.topic")
+    assert topic.tierproxy_fields["RemoteCopyLagBytes"] == 0  # type: ignore[attr-defined]
+    assert "compacted" in caplog.text
     assert "boom" in caplog.text
     assert [format_bytes(v) for v in (0, 1023, 1024, 1536 * 1024**3)] == [
         "0 B",
