@@ -40,6 +40,7 @@ from proxy.interceptors.metadata_offsets import MetadataOffsets
 from proxy.interceptors.offset_for_leader_epoch import OffsetForLeaderEpochInterceptor
 from proxy.interceptors.sasl_identity import SaslIdentity
 from proxy.interceptors.topic_ids import MetadataTopicIds
+from proxy.logs import event
 from proxy.metrics import ProxyMetrics
 from proxy.remote.broker_checks import BrokerChecks
 from proxy.remote.broker_offsets import BrokerOffsets, OffsetLister
@@ -189,7 +190,13 @@ async def _remote_tier(
             raise
         stack.push_async_callback(rlmm.close)
         if rlmm.snapshot_slot is not None:
-            _log.info("%s", rlmm.snapshot_slot.describe())
+            event(
+                _log,
+                logging.INFO,
+                "metadata.snapshots.slot",
+                msg=rlmm.snapshot_slot.describe(),
+                slot=rlmm.snapshot_slot.number,
+            )
         offsets_client = KafkaClient(
             bootstrap,
             client_id="tierproxy-broker-offsets",
@@ -461,7 +468,13 @@ async def _current_topic_ids(
         metadata = await client.metadata(names)
     for name, topic in sorted(metadata.topics.items()):
         if topic.error == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-            _log.warning("%s", denied("Metadata", name, principal_of(security)))
+            event(
+                _log,
+                logging.WARNING,
+                "topic_ids.denied",
+                msg=denied("Metadata", name, principal_of(security)),
+                topic=name,
+            )
     return {
         name: topic.topic_id
         for name, topic in metadata.topics.items()

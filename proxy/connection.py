@@ -622,7 +622,14 @@ class ConnectionPair(asyncio.Protocol):
             )
             return
         except Exception as err:
-            _log.exception("interceptor failed on a request", extra={"conn": self.connection_id})
+            event(
+                _log,
+                logging.ERROR,
+                "interceptor.failed",
+                msg="interceptor failed on a request",
+                conn=self.connection_id,
+                exc_info=True,
+            )
             self._close("interceptor error", level=logging.ERROR, error=repr(err))
             return
         self._metrics.request(route.api_key, len(frame) + _SIZE_BYTES)
@@ -851,7 +858,14 @@ class ConnectionPair(asyncio.Protocol):
                 "bad response", level=logging.WARNING, api=api_name(entry.api_key), error=str(err)
             )
         except Exception as err:
-            _log.exception("interceptor failed on a response", extra={"conn": self.connection_id})
+            event(
+                _log,
+                logging.ERROR,
+                "interceptor.failed",
+                msg="interceptor failed on a response",
+                conn=self.connection_id,
+                exc_info=True,
+            )
             self._close("interceptor error", level=logging.ERROR, error=repr(err))
         return None
 

@@ -288,7 +288,14 @@ class ProxyServer:
                 try:
                     pair.expire(now)
                 except Exception:  # one pair's failure must not end the sweep for all
-                    _log.exception("closing an expired connection failed")
+                    event(
+                        _log,
+                        logging.ERROR,
+                        "connection.expire_failed",
+                        msg="closing an expired connection failed",
+                        conn=pair.connection_id,
+                        exc_info=True,
+                    )
             self._settings.bad_log.report_suppressed()
 
     def _accept(self, node_id: int) -> ConnectionPair:

@@ -17,6 +17,8 @@ import logging
 from time import monotonic
 from typing import TYPE_CHECKING, Final, Protocol
 
+from storage.log_event import event
+
 if TYPE_CHECKING:
     from storage.kafka_security import KafkaSecurityConfig
 
@@ -97,11 +99,12 @@ class ClientCredentialsTokenProvider:
         except TokenError as err:
             if not self._token or now >= self._expires_at:
                 raise
-            log.warning(
-                "could not renew the OAUTHBEARER token (%s); using the current one, which "
-                "expires in %.0f s",
-                err,
-                self._expires_at - now,
+            event(
+                log,
+                logging.WARNING,
+                "oauth.token.renewal_failed",
+                msg=f"could not renew the OAUTHBEARER token ({err}); using the current one, "
+                f"which expires in {self._expires_at - now:.0f} s",
             )
             return self._token
         now = monotonic()

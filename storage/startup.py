@@ -38,6 +38,7 @@ from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from storage.config import ConfigError
 from storage.kafka_client import AuthenticationError, BrokerConnectionError, KafkaClient
 from storage.kafka_security import KafkaSecurityConfig
+from storage.log_event import event
 from storage.model import RemoteLogSegmentMetadata, TopicIdPartition
 from storage.remote_reader import MissingObjectReport
 from storage.rlmm.config import RemoteLogMetadataConfig, snapshot_dir_for
@@ -78,19 +79,25 @@ async def announce_remote_tier(
     """Log the remote tier's settings, then check the object store once."""
     check = await check_remote_storage(storage)
     snapshots = snapshot_dir_for(metadata, command)
-    log.info(
-        "remote tier: storage %s%s, metadata topic %s, snapshots %s",
-        check.location,
-        _s3_details(storage, check.credentials),
-        metadata.topic_name,
-        snapshots if snapshots is not None else "off (every start replays the topic)",
+    shown = snapshots if snapshots is not None else "off (every start replays the topic)"
+    event(
+        log,
+        logging.INFO,
+        "remote.tier.settings",
+        msg=f"remote tier: storage {check.location}{_s3_details(storage, check.credentials)}, "
+        f"metadata topic {metadata.topic_name}, snapshots {shown}",
+        storage=check.location,
+        metadata_topic=metadata.topic_name,
     )
     if check.problem is not None:
-        log.warning(
-            "remote storage %s cannot be used now: %s; remote reads and copies fail until "
-            "it can (check the endpoint, the bucket and the credentials)",
-            check.location,
-            check.problem,
+        event(
+            log,
+            logging.WARNING,
+            "remote.storage.unusable",
+            msg=f"remote storage {check.location} cannot be used now: {check.problem}; remote "
+            "reads and copies fail until it can (check the endpoint, the bucket and the "
+            "credentials)",
+            storage=check.location,
         )
 
 
@@ -128,11 +135,23 @@ async def check_cluster_login(
         ) as client:
             await client.detect_broker_kind()
     except BrokerConnectionError as err:
-        log.info("no bootstrap broker answers yet (%s); tierproxy keeps trying", err)
+        event(
+            log,
+            logging.INFO,
+            "cluster.unreachable",
+            msg=f"no bootstrap broker answers yet ({err}); tierproxy keeps trying",
+            bootstrap=bootstrap_servers,
+        )
         return
     except AuthenticationError as err:
         raise ConfigError(f"{err} ({_what_to_check(err)})") from err
-    log.info("connected to the cluster at %s: %s", bootstrap_servers, security.describe())
+    event(
+        log,
+        logging.INFO,
+        "cluster.connected",
+        msg=f"connected to the cluster at {bootstrap_servers}: {security.describe()}",
+        bootstrap=bootstrap_servers,
+    )
 
 
 async def cluster_answers_within(
@@ -227,23 +246,29 @@ async def check_segment_sample(
         async with asyncio.timeout(_SAMPLE_DEADLINE_S):
             await asyncio.gather(*(look(segment) for segment in segments.values()))
     except TimeoutError:
-        log.warning(
-            "remote tier start-up check stopped after %.0f s: %d of %d segments looked at",
-            time.monotonic() - started,
-            len(found) + len(missing) + len(failed),
-            len(segments),
+        looked = len(found) + len(missing) + len(failed)
+        event(
+            log,
+            logging.WARNING,
+            "remote.tier.check.stopped",
+            msg=f"remote tier start-up check stopped after {time.monotonic() - started:.0f} s: "
+            f"{looked} of {len(segments)} segments looked at",
+            looked=looked,
+            segments=len(segments),
         )
         return len(missing)
-    log.log(
+    event(
+        log,
         logging.WARNING if missing or failed else logging.INFO,
-        "remote tier start-up check: %d of the %d oldest and newest segments of %d of %d "
-        "tiered partitions are missing from remote storage%s%s",
-        len(missing),
-        len(segments),
-        len(chosen),
-        len(tiered),
-        " (each is logged as remote.object.missing)" if missing else "",
-        f"; {len(failed)} could not be checked ({failed[-1]})" if failed else "",
+        "remote.tier.check.done",
+        msg=f"remote tier start-up check: {len(missing)} of the {len(segments)} oldest and "
+        f"newest segments of {len(chosen)} of {len(tiered)} tiered partitions are missing "
+        "from remote storage"
+        + (" (each is logged as remote.object.missing)" if missing else "")
+        + (f"; {len(failed)} could not be checked ({failed[-1]})" if failed else ""),
+        missing=len(missing),
+        unchecked=len(failed),
+        segments=len(segments),
     )
     return len(missing)
 

@@ -246,11 +246,23 @@ async def watch_objects(
     try:
         await check_segment_sample(metadata, probe, missing, log=_log)
     except Exception:
-        _log.exception("remote tier start-up check failed")
+        event(
+            _log,
+            logging.ERROR,
+            "remote.tier.check.failed",
+            msg="remote tier start-up check failed",
+            exc_info=True,
+        )
     while True:
         await asyncio.sleep(recheck_seconds)
         if missing.count:
             try:
                 await missing.recheck(probe)
             except Exception:
-                _log.exception("re-checking missing remote objects failed")
+                event(
+                    _log,
+                    logging.ERROR,
+                    "remote.object.recheck_failed",
+                    msg="re-checking missing remote objects failed",
+                    exc_info=True,
+                )

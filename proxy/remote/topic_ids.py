@@ -26,6 +26,9 @@ from typing import Final
 
 from cachetools import LRUCache
 
+from proxy.logs import event
+from storage.retry_log import RetryLog, log_recovery
+
 __all__ = ["TopicIdLookup", "TopicIds"]
 
 _log = logging.getLogger("tierproxy.topic_ids")
@@ -54,7 +57,7 @@ class TopicIds:
         self._wanted: set[str] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._failures = 0
+        self._failures = RetryLog()
 
     def observe(self, name: str, topic_id: uuid.UUID) -> None:
         """The broker said ``topic_id`` is ``name``'s current id."""
@@ -91,11 +94,17 @@ class TopicIds:
                 try:
                     found = await self._lookup(names)
                 except Exception as err:  # the broker is away: the next round tries again
-                    self._failures += 1
-                    if self._failures == 1:
-                        _log.warning("cannot look up topic ids (%s); retrying", err)
+                    if self._failures.failed():
+                        event(
+                            _log,
+                            logging.WARNING,
+                            "topic_ids.retry",
+                            msg=f"cannot look up topic ids ({err}); retrying (attempt "
+                            f"{self._failures.failures})",
+                            attempt=self._failures.failures,
+                        )
                 else:
-                    self._failures = 0
+                    log_recovery(self._failures, _log, "topic_ids.reconnected", "topic id lookup")
                     for name, topic_id in found.items():
                         self.observe(name, topic_id)
             with contextlib.suppress(TimeoutError):

@@ -43,6 +43,7 @@ from protocol.sasl import (
 )
 from storage.kafka_client.values import AuthenticationError, BrokerConnectionError, KafkaClientError
 from storage.kafka_security import KafkaSecurityConfig
+from storage.log_event import event
 from storage.oauth import ClientCredentialsTokenProvider, TokenError, TokenProvider
 
 __all__ = ["Connection", "Login"]
@@ -231,7 +232,14 @@ class Connection:
         except BaseException:
             connection.close()
             raise
-        log.debug("connected to %s (client id %s)", name, client_id)
+        event(
+            log,
+            logging.DEBUG,
+            "kafka.connected",
+            msg=f"connected to {name} (client id {client_id})",
+            broker=name,
+            client_id=client_id,
+        )
         return connection
 
     @property
@@ -336,12 +344,15 @@ class Connection:
             except AuthenticationError as err:
                 self._protocol.connection_lost(err)
                 raise
-            log.debug(
-                "re-authenticated to %s (client id %s) in %.0f ms; session lifetime %d ms",
-                self._name,
-                self._client_id,
-                (monotonic() - began) * 1000,
-                self.session_lifetime_ms,
+            event(
+                log,
+                logging.DEBUG,
+                "kafka.reauthenticated",
+                msg=f"re-authenticated to {self._name} (client id {self._client_id}) in "
+                f"{(monotonic() - began) * 1000:.0f} ms; session lifetime "
+                f"{self.session_lifetime_ms} ms",
+                broker=self._name,
+                client_id=self._client_id,
             )
 
     def speaks(self, api_key: ApiKey) -> bool:

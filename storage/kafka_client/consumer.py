@@ -9,10 +9,12 @@ transactions) it reads up to each partition's last stable offset and skips the b
 aborted transactions, as Kafka's consumer does. Each :meth:`poll` sends one
 Fetch to each partition's leader, long-polling with Kafka's ``fetch.max.wait.ms`` (the broker
 answers as soon as there is data). Errors that a refreshed leader or a wait can mend (a
-leader change, a broker going away) are logged, the leaders forgotten, and the poll waits
-Kafka's consumer back-off (``retry.backoff.ms`` 100 growing to ``retry.backoff.max.ms``
-1000) and answers nothing: the caller polls again, so the consumer keeps waiting for the
-cluster however long it is away. Only a refusal (TOPIC_AUTHORIZATION_FAILED) is raised.
+leader change, a broker going away) forget the leaders, and the poll waits Kafka's consumer
+back-off (``retry.backoff.ms`` 100 growing to ``retry.backoff.max.ms`` 1000) and answers
+nothing: the caller polls again, so the consumer keeps waiting for the cluster however long
+it is away. Those failures are logged with back-off (:class:`storage.retry_log.RetryLog`),
+and the first poll that works after them logs ``metadata.consumer.reconnected``. Only a
+refusal (TOPIC_AUTHORIZATION_FAILED) is raised.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ from storage.kafka_client.values import (
     FetchTarget,
     KafkaClientError,
 )
+from storage.log_event import event
 from storage.retry import RetryPolicy, call_with_retry
+from storage.retry_log import RetryLog, log_recovery
 
 __all__ = ["CONSUMER_RETRY", "FETCH_MAX_WAIT_MS", "AssignedConsumer"]
 
@@ -73,6 +77,7 @@ class AssignedConsumer:
         retry: RetryPolicy = CONSUMER_RETRY,
         uniform: Callable[[float, float], float] = random.uniform,
         isolation_level: int = READ_UNCOMMITTED,
+        retry_log: RetryLog | None = None,
     ) -> None:
         self._client = client
         self._isolation_level = isolation_level
@@ -86,7 +91,7 @@ class AssignedConsumer:
         self._positions: dict[int, int | None] = dict.fromkeys(range(partitions))
         """The next offset to fetch; ``None``: the partition's log start, not yet asked."""
         self._ends: dict[int, int] = {}
-        self._failures = 0
+        self._retry_log = retry_log or RetryLog()
 
     def seek(self, partition: int, offset: int) -> None:
         """Fetch ``partition`` from ``offset`` next."""
@@ -113,12 +118,26 @@ class AssignedConsumer:
             raise
         except (KafkaClientError, RemoteProtocolError) as err:
             self._leaders.forget()
-            wait = self._retry.backoff_seconds(self._failures, self._uniform)
-            self._failures += 1
-            log.warning("consuming %s: %s; retrying in %.2f s", self._topic, err, wait)
+            wait = self._retry.backoff_seconds(self._retry_log.failures, self._uniform)
+            if self._retry_log.failed():
+                event(
+                    log,
+                    logging.WARNING,
+                    "metadata.consumer.retry",
+                    msg=f"consuming {self._topic}: {err}; retrying in {wait:.2f} s "
+                    f"(attempt {self._retry_log.failures})",
+                    topic=self._topic,
+                    attempt=self._retry_log.failures,
+                )
             await asyncio.sleep(wait)
             return {}
-        self._failures = 0
+        log_recovery(
+            self._retry_log,
+            log,
+            "metadata.consumer.reconnected",
+            f"consuming {self._topic}",
+            topic=self._topic,
+        )
         return found
 
     async def end_offsets(self, via: KafkaClient | None = None) -> dict[int, int]:
@@ -233,17 +252,26 @@ class AssignedConsumer:
         if error == KafkaError.TOPIC_AUTHORIZATION_FAILED:
             raise TopicAuthorizationError("Fetch", self._topic)
         if error == KafkaError.OFFSET_OUT_OF_RANGE:
-            log.warning(
-                "%s-%d: offset %s is out of range; reading from the log start",
-                self._topic,
-                partition,
-                self._positions[partition],
+            event(
+                log,
+                logging.WARNING,
+                "metadata.consumer.offset_out_of_range",
+                msg=f"{self._topic}-{partition}: offset {self._positions[partition]} is out "
+                "of range; reading from the log start",
+                topic=self._topic,
+                partition=partition,
             )
             self._positions[partition] = None
             self._transactions.pop(partition, None)
             return
-        log.info(
-            "%s-%d: Fetch answered %s; asking for its leader", self._topic, partition, error.name
+        event(
+            log,
+            logging.INFO,
+            "metadata.consumer.leader_lost",
+            msg=f"{self._topic}-{partition}: Fetch answered {error.name}; asking for its leader",
+            topic=self._topic,
+            partition=partition,
+            error=error.name,
         )
         self._leaders.forget([partition])
 

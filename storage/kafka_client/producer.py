@@ -29,7 +29,9 @@ from protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, Record, build_re
 from storage.kafka_client.client import KafkaClient
 from storage.kafka_client.leaders import PartitionLeaders, TopicAuthorizationError, is_retriable
 from storage.kafka_client.values import RETRIABLE_ERRORS, KafkaClientError, ProducedBatch
+from storage.log_event import event
 from storage.retry import RetryPolicy, call_with_retry
+from storage.retry_log import RetryLog, log_recovery
 
 __all__ = ["PRODUCER_RETRY", "ProduceError", "RecordWriter", "TopicProducer", "produce_on_leader"]
 
@@ -168,19 +170,37 @@ class TopicProducer:
         now = int(time.time() * 1000)
         batch = [Record(key=key, value=value, timestamp=now) for key, value in records]
         lock = self._locks.setdefault(partition, asyncio.Lock())
+        retries = RetryLog()
+
+        def log_retry(attempt: int, error: Exception, wait: float) -> None:
+            if retries.failed():
+                event(
+                    log,
+                    logging.WARNING,
+                    "producer.retry",
+                    msg=f"producing to {self._topic}: {error} (attempt {attempt}); "
+                    f"retrying in {wait:.2f} s",
+                    topic=self._topic,
+                    attempt=attempt,
+                )
+
         async with lock:  # one batch in flight per partition keeps sequences in order
             try:
-                return await call_with_retry(
+                offset = await call_with_retry(
                     lambda: self._attempt(partition, batch),
                     policy=self._retry,
                     is_retriable=lambda e: isinstance(e, _Retry) or is_retriable(e),
-                    on_retry=self._log_retry,
+                    on_retry=log_retry,
                 )
             except BaseException:
                 # The last batch may or may not be in the log: a new producer epoch keeps a
                 # later batch from being refused as out of sequence, as Kafka's producer does.
                 self._identity = None
                 raise
+        log_recovery(
+            retries, log, "producer.reconnected", f"producing to {self._topic}", topic=self._topic
+        )
+        return offset
 
     async def _attempt(self, partition: int, records: Sequence[Record]) -> int:
         producer_id, epoch = await self._producer_identity()
@@ -220,24 +240,18 @@ class TopicProducer:
         if error in _COORDINATOR_BUSY:
             raise _Retry(f"InitProducerId: {error.name}")
         if error != KafkaError.NONE:
-            log.warning(
-                "InitProducerId answered %s: producing to %s without idempotence (a retried "
-                "record may then be written twice; grant WRITE on the topic, or "
-                "IDEMPOTENT_WRITE on the cluster for brokers before Kafka 2.8)",
-                error.name,
-                self._topic,
+            event(
+                log,
+                logging.WARNING,
+                "producer.not_idempotent",
+                msg=f"InitProducerId answered {error.name}: producing to {self._topic} without "
+                "idempotence (a retried record may then be written twice; grant WRITE on the "
+                "topic, or IDEMPOTENT_WRITE on the cluster for brokers before Kafka 2.8)",
+                topic=self._topic,
+                error=error.name,
             )
             self._identity = _NO_IDENTITY
             return self._identity
         self._identity = (producer_id, epoch)
         self._sequences.clear()
         return self._identity
-
-    def _log_retry(self, attempt: int, error: Exception, wait: float) -> None:
-        log.warning(
-            "producing to %s: %s (attempt %d); retrying in %.2f s",
-            self._topic,
-            error,
-            attempt,
-            wait,
-        )

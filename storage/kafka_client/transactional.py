@@ -38,7 +38,9 @@ from storage.kafka_client.leaders import PartitionLeaders, TopicAuthorizationErr
 from storage.kafka_client.producer import PRODUCER_RETRY, ProduceError, produce_on_leader
 from storage.kafka_client.transactions import TransactionDescription
 from storage.kafka_client.values import BrokerConnectionError, KafkaClientError
+from storage.log_event import event
 from storage.retry import RetryPolicy, call_with_retry
+from storage.retry_log import RetryLog, log_recovery
 
 __all__ = [
     "FENCING_ERRORS",
@@ -292,19 +294,35 @@ class TransactionalProducer:
                 self._coordinator = None
             return isinstance(error, _Retry) or is_retriable(error)
 
-        return await call_with_retry(
-            attempt, policy=self._retry, is_retriable=retriable, on_retry=self._log_retry
-        )
+        retries = RetryLog()
+        warned = False
 
-    def _log_retry(self, attempt: int, error: Exception, wait: float) -> None:
-        # A coordinator loading, moving or writing a commit's markers is Kafka's normal
-        # wait (its producer logs it at debug); a broker gone is worth a warning.
-        level = logging.DEBUG if isinstance(error, _Retry) else logging.WARNING
-        log.log(
-            level,
-            "transactional id %s: %s (attempt %d); retrying in %.2f s",
-            self.transactional_id,
-            error,
-            attempt,
-            wait,
+        def log_retry(attempt_number: int, error: Exception, wait: float) -> None:
+            nonlocal warned
+            # A coordinator loading, moving or writing a commit's markers is Kafka's normal
+            # wait (its producer logs it at debug); a broker gone is worth a warning.
+            level = logging.DEBUG if isinstance(error, _Retry) else logging.WARNING
+            warned = warned or level == logging.WARNING
+            if retries.failed():
+                event(
+                    log,
+                    level,
+                    "transaction.retry",
+                    msg=f"transactional id {self.transactional_id}: {error} (attempt "
+                    f"{attempt_number}); retrying in {wait:.2f} s",
+                    transactional_id=self.transactional_id,
+                    attempt=attempt_number,
+                )
+
+        answer = await call_with_retry(
+            attempt, policy=self._retry, is_retriable=retriable, on_retry=log_retry
         )
+        log_recovery(
+            retries,
+            log,
+            "transaction.reconnected",
+            f"transactional id {self.transactional_id}",
+            level=logging.INFO if warned else logging.DEBUG,
+            transactional_id=self.transactional_id,
+        )
+        return answer

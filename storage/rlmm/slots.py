@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Final
 
 from storage.config import ConfigError
+from storage.log_event import event
 
 __all__ = ["LOCK_FILE", "MAX_SLOTS", "SnapshotSlot", "claim_slot"]
 
@@ -92,7 +93,7 @@ def claim_slot(directory: Path, *, max_slots: int = MAX_SLOTS) -> SnapshotSlot:
             continue
         slot = SnapshotSlot(path, number, lock, tuple(held))
         if held:
-            log.info("%s", slot.describe())
+            event(log, logging.INFO, "metadata.snapshots.slot", msg=slot.describe(), slot=number)
         return slot
     raise ConfigError(
         f"all {max_slots} metadata snapshot slots of {directory} are held by running "

@@ -62,6 +62,7 @@ from protocol.metadata_records import (
 )
 from protocol.murmur2 import metadata_partition_for
 from storage.durable import write_atomically
+from storage.log_event import event
 from storage.model import RemoteLogSegmentId, RemoteLogSegmentMetadata, TopicIdPartition
 from storage.rlmm.cache import PartitionDeleteStatus, RemoteLogMetadataCache
 from storage.rlmm.state import RemoteLogMetadataError
@@ -284,12 +285,13 @@ class SnapshotStore:
 
         :raises OSError: if the directory cannot be written.
         """
-        log.warning(
-            "metadata snapshots in %s are not used: %s; replaying the metadata topic %s "
-            "from its beginning",
-            self.directory,
-            why,
-            binding.metadata_topic,
+        event(
+            log,
+            logging.WARNING,
+            "metadata.snapshots.discarded",
+            msg=f"metadata snapshots in {self.directory} are not used: {why}; replaying the "
+            f"metadata topic {binding.metadata_topic} from its beginning",
+            directory=str(self.directory),
         )
         (self.directory / BINDING_FILE).unlink(missing_ok=True)
         for path in self._state_files():
@@ -316,7 +318,13 @@ class SnapshotStore:
         name = path.parent.name
         topic, _, number = name.rpartition("-")
         if not topic or not number.isdigit():
-            log.warning("ignoring snapshot %s: directory is not <topic>-<partition>", path)
+            event(
+                log,
+                logging.WARNING,
+                "metadata.snapshots.ignored",
+                msg=f"ignoring snapshot {path}: directory is not <topic>-<partition>",
+                path=str(path),
+            )
             return None
         try:
             snapshot = _read_snapshot(path)
@@ -328,8 +336,12 @@ class SnapshotStore:
 
     def _rebuild(self, path: Path, name: str, err: Exception) -> int:
         """Log why a snapshot is dropped; the metadata partition to replay from the start."""
-        log.warning(
-            "snapshot %s is unreadable (%s); rebuilding %s from the metadata topic", path, err, name
+        event(
+            log,
+            logging.WARNING,
+            "metadata.snapshots.unreadable",
+            msg=f"snapshot {path} is unreadable ({err}); rebuilding {name} from the metadata topic",
+            path=str(path),
         )
         return metadata_partition_for(name, self.partition_count)
 
@@ -340,7 +352,13 @@ class SnapshotStore:
         except FileNotFoundError:
             return {}
         except (OSError, UnicodeDecodeError, MetadataRecordError) as err:
-            log.warning("%s is unreadable (%s); replaying the metadata topic", path, err)
+            event(
+                log,
+                logging.WARNING,
+                "metadata.snapshots.offsets_unreadable",
+                msg=f"{path} is unreadable ({err}); replaying the metadata topic",
+                path=str(path),
+            )
             return {}
 
 

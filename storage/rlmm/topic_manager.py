@@ -62,6 +62,7 @@ from storage.kafka_client.consumer import CONSUMER_RETRY, FETCH_MAX_WAIT_MS, Ass
 from storage.kafka_client.leaders import TopicAuthorizationError
 from storage.kafka_client.producer import RecordWriter, TopicProducer
 from storage.kafka_security import KafkaSecurityConfig
+from storage.log_event import event
 from storage.model import TopicIdPartition
 from storage.retry import call_with_retry
 from storage.rlmm.cache import RemoteLogMetadataCache
@@ -269,11 +270,14 @@ class TopicBasedRemoteLogMetadataManager:
         for partition, offset in restored.resume_after.items():
             self._applied[partition] = offset
             consumer.seek(partition, offset + 1)
-        log.info(
-            "loaded %d segments of %d partitions from %s",
-            len(self.cache),
-            len(restored.applied_through),
-            snapshots.directory,
+        event(
+            log,
+            logging.INFO,
+            "metadata.snapshots.loaded",
+            msg=f"loaded {len(self.cache)} segments of {len(restored.applied_through)} "
+            f"partitions from {snapshots.directory}",
+            segments=len(self.cache),
+            directory=str(snapshots.directory),
         )
 
     async def _binding(self) -> StateBinding:
@@ -376,7 +380,13 @@ class TopicBasedRemoteLogMetadataManager:
             try:
                 await self.snapshot()
             except OSError:
-                log.exception("could not write the final metadata snapshot")
+                event(
+                    log,
+                    logging.ERROR,
+                    "metadata.snapshots.final_write_failed",
+                    msg="could not write the final metadata snapshot",
+                    exc_info=True,
+                )
         await self._client.close()
         await self._consumer_client.close()
         self._producer = self._consumer = None
@@ -396,7 +406,12 @@ class TopicBasedRemoteLogMetadataManager:
                 self._refused = MetadataTopicError(
                     denied(err.request, self.config.topic_name, self._principal)
                 )
-                log.error("metadata consumer: %s", self._refused)
+                event(
+                    log,
+                    logging.ERROR,
+                    "metadata.consumer.refused",
+                    msg=f"metadata consumer: {self._refused}",
+                )
                 self._progress.set()
                 return
             for partition, records in polled.items():
@@ -418,7 +433,7 @@ class TopicBasedRemoteLogMetadataManager:
             record = decode_metadata_record(value or b"")
         except MetadataRecordError as err:
             self.skipped_records += 1
-            log.warning("skipping metadata record %d@%d: %s", partition, offset, err)
+            _skipped(partition, offset, err)
             return
         if offset <= self._skip_through.get((record.topic_id, record.partition), -1):
             # Already in the partition's snapshot. Once started, such a record may be one a
@@ -443,7 +458,7 @@ class TopicBasedRemoteLogMetadataManager:
         except RemoteLogMetadataError as err:
             self.skipped_records += 1
             self._refuse(partition, offset, err)
-            log.warning("skipping metadata record %d@%d: %s", partition, offset, err)
+            _skipped(partition, offset, err)
             return
         self.applied_records += 1
         self._changed.add(
@@ -504,7 +519,24 @@ class TopicBasedRemoteLogMetadataManager:
             try:
                 await self.snapshot()
             except OSError:
-                log.exception("could not write metadata snapshots; retrying later")
+                event(
+                    log,
+                    logging.ERROR,
+                    "metadata.snapshots.write_failed",
+                    msg="could not write metadata snapshots; retrying later",
+                    exc_info=True,
+                )
+
+
+def _skipped(partition: int, offset: int, err: Exception) -> None:
+    event(
+        log,
+        logging.WARNING,
+        "metadata.record.skipped",
+        msg=f"skipping metadata record {partition}@{offset}: {err}",
+        partition=partition,
+        offset=offset,
+    )
 
 
 def _started(client: _T | None) -> _T:

@@ -37,7 +37,9 @@ from storage.kafka_client import (
     KafkaClientError,
     NewTopic,
 )
+from storage.log_event import event
 from storage.retry import RetryPolicy, call_with_retry
+from storage.retry_log import RetryLog, log_recovery
 from storage.rlmm.config import (
     DEFAULT_TOPIC_NAME,
     DURABLE_MIN_INSYNC_REPLICAS,
@@ -104,21 +106,36 @@ class MetadataTopicSetup:
             )
 
     async def _retried(self, request: Callable[[], Awaitable[_T]]) -> _T:
-        def warn(attempt: int, error: Exception, wait: float) -> None:
-            log.warning(
-                "no broker at %s answers yet (attempt %d: %s); retrying in %.1f s",
-                self._bootstrap,
-                attempt,
-                error,
-                wait,
-            )
+        """``request`` retried while no broker answers; the failures logged with back-off
+        (:class:`~storage.retry_log.RetryLog`), and a line when a broker answers after them."""
+        failures = RetryLog()
 
-        return await call_with_retry(
+        def warn(attempt: int, error: Exception, wait: float) -> None:
+            if failures.failed():
+                event(
+                    log,
+                    logging.WARNING,
+                    "metadata.topic.broker_retry",
+                    msg=f"no broker at {self._bootstrap} answers yet (attempt {attempt}: "
+                    f"{error}); retrying in {wait:.1f} s",
+                    bootstrap=self._bootstrap,
+                    attempt=attempt,
+                )
+
+        answer = await call_with_retry(
             request,
             policy=_CLUSTER_RETRY,
             is_retriable=lambda error: isinstance(error, BrokerConnectionError),
             on_retry=warn,
         )
+        log_recovery(
+            failures,
+            log,
+            "metadata.topic.broker_reconnected",
+            f"a broker at {self._bootstrap} answers",
+            bootstrap=self._bootstrap,
+        )
+        return answer
 
     async def _contact(self) -> None:
         await self._metadata(())
@@ -189,11 +206,23 @@ class MetadataTopicSetup:
         except KafkaClientError as error:
             # Brokers without DescribeConfigs (Tansu closes the connection) cannot tell.
             configs = KafkaError.UNSUPPORTED_VERSION
-            log.info("could not read the metadata topic's configs (%s)", error)
+            event(
+                log,
+                logging.INFO,
+                "metadata.topic.configs_unreadable",
+                msg=f"could not read the metadata topic's configs ({error})",
+                topic=self.config.topic_name,
+            )
         if configs == KafkaError.TOPIC_AUTHORIZATION_FAILED:
             raise MetadataTopicError(denied("DescribeConfigs", topic, self._principal))
         if isinstance(configs, KafkaError):
-            log.info("not checking the metadata topic's configs (%s)", configs.name)
+            event(
+                log,
+                logging.INFO,
+                "metadata.topic.configs_unchecked",
+                msg=f"not checking the metadata topic's configs ({configs.name})",
+                topic=topic,
+            )
             return
         entry = configs.get("min.insync.replicas")
         min_insync = int(entry.value or 1) if entry is not None else 1
@@ -201,12 +230,15 @@ class MetadataTopicSetup:
         entry = configs.get("retention.ms")
         value = int(entry.value or -1) if entry is not None else -1
         if value >= 0:
-            log.warning(
-                "metadata topic %s has retention.ms=%d: the metadata of segments "
-                "older than that will be lost (they can then neither be read nor "
+            event(
+                log,
+                logging.WARNING,
+                "metadata.topic.finite_retention",
+                msg=f"metadata topic {topic} has retention.ms={value}: the metadata of "
+                "segments older than that will be lost (they can then neither be read nor "
                 "deleted); set its retention.ms to -1 as Kafka does",
-                topic,
-                value,
+                topic=topic,
+                retention_ms=value,
             )
 
     def _warn_about_replication(self, cluster: ClusterMetadata, min_insync: int) -> None:
@@ -221,17 +253,21 @@ class MetadataTopicSetup:
         weak_isr = replicas >= KAFKA_REPLICATION_FACTOR and min_insync < DURABLE_MIN_INSYNC_REPLICAS
         if replicas >= wanted and not weak_isr:
             return
-        log.warning(
-            "metadata topic %s has %d replica(s) and min.insync.replicas=%d on a %d-broker "
-            "cluster: a COPY_SEGMENT_FINISHED acknowledged by one broker is lost with it, and "
-            "the next cycle then deletes the copy after the broker dropped its range; give it "
-            "%d replicas and min.insync.replicas=%d (kafka-reassign-partitions, kafka-configs)",
-            self.config.topic_name,
-            replicas,
-            min_insync,
-            brokers,
-            max(wanted, replicas),
-            DURABLE_MIN_INSYNC_REPLICAS if max(wanted, replicas) >= KAFKA_REPLICATION_FACTOR else 1,
+        wanted = max(wanted, replicas)
+        wanted_isr = DURABLE_MIN_INSYNC_REPLICAS if wanted >= KAFKA_REPLICATION_FACTOR else 1
+        event(
+            log,
+            logging.WARNING,
+            "metadata.topic.weak_replication",
+            msg=f"metadata topic {self.config.topic_name} has {replicas} replica(s) and "
+            f"min.insync.replicas={min_insync} on a {brokers}-broker cluster: a "
+            "COPY_SEGMENT_FINISHED acknowledged by one broker is lost with it, and the next "
+            "cycle then deletes the copy after the broker dropped its range; give it "
+            f"{wanted} replicas and min.insync.replicas={wanted_isr} "
+            "(kafka-reassign-partitions, kafka-configs)",
+            topic=self.config.topic_name,
+            replicas=replicas,
+            min_insync_replicas=min_insync,
         )
 
     def _partitions_of(self, cluster: ClusterMetadata) -> int | None:
@@ -269,12 +305,13 @@ class MetadataTopicSetup:
                 f"cannot create metadata topic {config.topic_name!r}: "
                 f"{created.error.name} {created.message or ''}".rstrip()
             )
-        log.info(
-            "created metadata topic %s (%d partitions, replication factor %d%s)",
-            config.topic_name,
-            config.topic_partitions,
-            replication,
-            f", min.insync.replicas {configs['min.insync.replicas']}"
-            if "min.insync.replicas" in configs
-            else "",
+        isr = configs.get("min.insync.replicas")
+        event(
+            log,
+            logging.INFO,
+            "metadata.topic.created",
+            msg=f"created metadata topic {config.topic_name} ({config.topic_partitions} "
+            f"partitions, replication factor {replication}"
+            + (f", min.insync.replicas {isr})" if isr is not None else ")"),
+            topic=config.topic_name,
         )

@@ -2,7 +2,8 @@
 
 Every failure leaves as a :class:`~storage.rsm.base.RemoteStorageError`: one already sorted
 is kept, any other is sorted by the store's own ``translate``; only a retriable one is tried
-again (:func:`storage.rsm.s3_errors.is_retriable`), each retry logged at INFO.
+again (:func:`storage.rsm.s3_errors.is_retriable`), the retries logged at INFO with back-off
+(:class:`storage.retry_log.RetryLog`), and a success after them in one line.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from storage.log_event import event
 from storage.retry import Clock, RetryPolicy, call_with_retry
+from storage.retry_log import RetryLog, log_recovery
 from storage.rsm.base import RemoteStorageError
 from storage.rsm.s3_errors import is_retriable
 
@@ -47,11 +50,22 @@ async def retried_request(
         except Exception as err:
             raise translate(err, action, where) from err
 
+    retries = RetryLog(clock=clock.monotonic)
+
     def log_retry(attempt_number: int, err: Exception, wait: float) -> None:
-        logger.info("attempt %d failed (%s); retrying in %.2f s", attempt_number, err, wait)
+        if retries.failed():
+            event(
+                logger,
+                logging.INFO,
+                "remote.request.retry",
+                msg=f"attempt {attempt_number} failed ({err}); retrying in {wait:.2f} s",
+                action=action,
+                object=where,
+                attempt=attempt_number,
+            )
 
     try:
-        return await call_with_retry(
+        answer = await call_with_retry(
             once, policy=policy, is_retriable=is_retriable, clock=clock, on_retry=log_retry
         )
     except TimeoutError as err:
@@ -60,3 +74,5 @@ async def retried_request(
             f"{policy.deadline_ms} ms",
             retriable=True,
         ) from err
+    log_recovery(retries, logger, "remote.request.recovered", f"{action} {where}", action=action)
+    return answer

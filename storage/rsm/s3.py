@@ -47,6 +47,7 @@ from botocore.exceptions import (
 )
 
 from storage.config import ConfigError
+from storage.log_event import event
 from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from storage.retry import SYSTEM_CLOCK, Clock
 from storage.rsm.base import (
@@ -357,8 +358,13 @@ class S3RemoteStorage:
             client = await self._connected_client()
             await client.abort_multipart_upload(Bucket=self._bucket, Key=key, UploadId=upload_id)
         except Exception as err:
-            logger.warning(
-                "could not abort multipart upload of s3://%s/%s: %s", self._bucket, key, err
+            event(
+                logger,
+                logging.WARNING,
+                "remote.upload.abort_failed",
+                msg=f"could not abort multipart upload of s3://{self._bucket}/{key}: {err}",
+                bucket=self._bucket,
+                key=key,
             )
 
     async def _request(self, action: str, key: str, call: _S3Call[T]) -> T:

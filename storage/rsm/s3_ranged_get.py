@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from typing import Final, cast
 from urllib.parse import urlsplit
 
+from storage.log_event import event
 from storage.read_ahead import MAX_READ_AHEAD_BYTES
 from storage.unfilled import unfilled_bytearray
 
@@ -333,14 +334,14 @@ class RangedGets:
             return await self._get(bucket, key, start, end)
         except (OSError, TimeoutError) as err:
             self._paused_until = self._clock() + PAUSE_SECONDS
-            _log.warning(
-                "ranged GET of %s://%s/%s failed (%r); GETs go through the regular client "
-                "for %.0f s",
-                self._store,
-                bucket,
-                key,
-                err,
-                PAUSE_SECONDS,
+            event(
+                _log,
+                logging.WARNING,
+                "remote.ranged_get.paused",
+                msg=f"ranged GET of {self._store}://{bucket}/{key} failed ({err!r}); GETs go "
+                f"through the regular client for {PAUSE_SECONDS:.0f} s",
+                bucket=bucket,
+                key=key,
             )
             return None
 
@@ -390,16 +391,17 @@ class RangedGets:
         """Log (DEBUG) when the answer to a GET asked at ``asked`` began and ended."""
         if not _log.isEnabledFor(logging.DEBUG) or reader.first_byte_at is None:
             return
-        _log.debug(
-            "ranged GET of %s://%s/%s from byte %d: first byte after %.1f ms, last after "
-            "%.1f ms, %d GETs in flight",
-            self._store,
-            bucket,
-            key,
-            start,
-            (reader.first_byte_at - asked) * 1000,
-            (self._clock() - asked) * 1000,
-            self._in_flight,
+        first_ms = (reader.first_byte_at - asked) * 1000
+        last_ms = (self._clock() - asked) * 1000
+        event(
+            _log,
+            logging.DEBUG,
+            "remote.ranged_get.timing",
+            msg=f"ranged GET of {self._store}://{bucket}/{key} from byte {start}: first byte "
+            f"after {first_ms:.1f} ms, last after {last_ms:.1f} ms, {self._in_flight} GETs in "
+            "flight",
+            bucket=bucket,
+            key=key,
         )
 
     def recycle(self, body: bytearray) -> None:

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from storage.log_event import event
 from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteRangeError, RemoteResourceNotFoundError, check_range
 from storage.rsm.chunk_codec import (
@@ -423,14 +424,14 @@ class SegmentStorage:
             self._warn(key, "remote.storage.integrity", str(err))
             raise
 
-    def _warn(self, what: str, event: str, message: str) -> None:
+    def _warn(self, what: str, name: str, message: str) -> None:
         now = self._clock()
         if now - self._logged.get(what, float("-inf")) < _LOG_EVERY_SECONDS:
             return
         if len(self._logged) > _MANIFESTS_KEPT:
             self._logged.clear()
         self._logged[what] = now
-        _log.warning("%s: %s (%s)", event, message, what)
+        event(_log, logging.WARNING, name, msg=f"{message} ({what})", object=what)
 
 
 class MappedSegmentStorage(SegmentStorage):

@@ -24,6 +24,7 @@ from protocol.indexes.transaction_index import parse_transaction_index
 from storage.chunk_cache import ChunkCache
 from storage.index_cache import RemoteIndexCache
 from storage.kafka_client import FetchTarget, KafkaClient, KafkaClientError
+from storage.log_event import event
 from storage.model import IndexType, RemoteLogSegmentMetadata, TopicIdPartition
 from storage.remote_reader import RemoteLogReader
 from storage.rlmm.cache import RemoteLogMetadataCache
@@ -311,7 +312,13 @@ async def open_catalog(settings: SourceSettings) -> AsyncIterator[Catalog]:
     chunks = ChunkCache(rsm, max_bytes=_CHUNK_CACHE_BYTES)
     try:
         await rlmm.start()
-        log.info("remote log metadata: %d segments known", len(rlmm.cache))
+        event(
+            log,
+            logging.INFO,
+            "source.metadata.loaded",
+            msg=f"remote log metadata: {len(rlmm.cache)} segments known",
+            segments=len(rlmm.cache),
+        )
         yield Catalog(
             client=client,
             metadata=rlmm.cache,

@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
+from storage.log_event import event
 from storage.spark_source.catalog import Catalog, PartitionInfo, RemoteSegment, SourceError
 from storage.spark_source.decode import AbortedRange
 from storage.spark_source.options import Bound, BoundKind, Bounds, SourceOptions
@@ -282,7 +283,12 @@ def _data_loss(options: SourceOptions, message: str) -> None:
             f"{message}; some data may have been lost (aged out, or the topic deleted). "
             "Set the option failOnDataLoss to false to read what is left instead."
         )
-    log.warning("%s; reading what is left (failOnDataLoss is false)", message)
+    event(
+        log,
+        logging.WARNING,
+        "source.data_lost",
+        msg=f"{message}; reading what is left (failOnDataLoss is false)",
+    )
 
 
 def _finer(plans: Sequence[_PartitionPlan], min_partitions: int, max_bytes: int) -> tuple[int, int]:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Container, Mapping, Sequence
 
 from protocol.errors import KafkaError
 from storage.kafka_client import NO_TOPIC_ID, ClusterMetadata, KafkaClient, TopicMetadata
+from storage.log_event import event
 from storage.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -139,7 +140,13 @@ class RemoteCleaner:
         try:
             await self._rsm.delete_log_segment(metadata)
         except RemoteResourceNotFoundError:
-            log.debug("segment %s had no objects left", metadata.segment_id.id)
+            event(
+                log,
+                logging.DEBUG,
+                "tiering.expire.no_objects",
+                msg=f"segment {metadata.segment_id.id} had no objects left",
+                segment=metadata.segment_id.id,
+            )
         await self._rlmm.publish(segment_update_record(metadata, _S.DELETE_SEGMENT_FINISHED, now))
 
     async def finish_deleted_topics(

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from storage.log_event import event
 from storage.model import RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageManager
 from storage.rsm.config import RemoteStorageConfig
@@ -160,10 +161,14 @@ async def remove_uploaded(job: CopyJob, rsm: RemoteStorageManager) -> None:
     except RemoteResourceNotFoundError:
         pass
     except Exception:
-        log.exception(
-            "could not remove segment %s of %s, uploaded past its job's deadline",
-            job.metadata.segment_id.id,
-            job.metadata.topic_id_partition,
+        event(
+            log,
+            logging.ERROR,
+            "tiering.copy.late_upload_not_removed",
+            msg=f"could not remove segment {job.metadata.segment_id.id} of "
+            f"{job.metadata.topic_id_partition}, uploaded past its job's deadline",
+            segment=job.metadata.segment_id.id,
+            exc_info=True,
         )
 
 

@@ -39,6 +39,7 @@ from protocol.indexes import CorruptIndexError
 from protocol.indexes.leader_epoch_checkpoint import parse_leader_epoch_checkpoint
 from protocol.indexes.producer_snapshot import parse_producer_snapshot
 from protocol.metadata_records import MetadataRecord
+from storage.log_event import event
 from storage.model import (
     IndexType,
     RemoteLogSegmentMetadata,
@@ -194,15 +195,19 @@ class CopyDriver:
                 segment_owners[job.metadata.segment_id.id] = p
             jobs += outcome.plan.jobs
             copies += outcome.copies
-        log.info(
-            "fetched %d windows (%d bytes), published, built and uploaded %d of %d segments "
-            "in %.2f s (task time %.2f s)",
-            len(windows),
-            sum(w.size for o in results for w in o.windows),
-            sum(c.error is None for c in copies),
-            len(jobs),
-            time.monotonic() - started,
-            sum(w.seconds for o in results for w in o.windows) + sum(c.seconds for c in copies),
+        fetched_bytes = sum(w.size for o in results for w in o.windows)
+        uploaded = sum(c.error is None for c in copies)
+        task_s = sum(w.seconds for o in results for w in o.windows) + sum(c.seconds for c in copies)
+        event(
+            log,
+            logging.INFO,
+            "tiering.copy.uploaded",
+            msg=f"fetched {len(windows)} windows ({fetched_bytes} bytes), published, built and "
+            f"uploaded {uploaded} of {len(jobs)} segments in "
+            f"{time.monotonic() - started:.2f} s (task time {task_s:.2f} s)",
+            windows=len(windows),
+            uploaded=uploaded,
+            segments=len(jobs),
         )
         if not jobs:
             return
@@ -212,7 +217,12 @@ class CopyDriver:
             # against it; if it cannot be read, the cycle fails and they stay leftovers.
             await self._rlmm.wait_until_caught_up(self._sink.timeout_ms / 1000)
         await self._finish_copies(jobs, copies, segment_owners, stats, errors)
-        log.info("published COPY_SEGMENT_FINISHED in %.2f s", time.monotonic() - started)
+        event(
+            log,
+            logging.INFO,
+            "tiering.copy.finished_published",
+            msg=f"published COPY_SEGMENT_FINISHED in {time.monotonic() - started:.2f} s",
+        )
 
     async def _run_job(
         self, works: list[PartitionWork], now: int, total: int, errors: list[str]

@@ -49,6 +49,7 @@ from protocol.messages import ApiKey
 from storage.kafka_client import KafkaClient
 from storage.kafka_client.producer import TopicProducer
 from storage.kafka_client.transactional import ProducerFencedError, TransactionalProducer
+from storage.log_event import event
 from storage.tiering.holding import RENEWALS_PER_TIMEOUT, Free, HoldClock, HolderWatch
 
 __all__ = [
@@ -143,10 +144,12 @@ class UnfencedLease:
     async def acquire(
         self, *, stop: asyncio.Event | None = None, patience: float | None = None
     ) -> bool:
-        log.warning(
-            "the pipeline is not fenced (%s): nothing stops a second pipeline on this "
-            "cluster, and two at once delete each other's copies; run exactly one",
-            self.reason,
+        event(
+            log,
+            logging.WARNING,
+            "tiering.lease.unfenced",
+            msg=f"the pipeline is not fenced ({self.reason}): nothing stops a second pipeline "
+            "on this cluster, and two at once delete each other's copies; run exactly one",
         )
         return True
 
@@ -262,15 +265,26 @@ class PipelineLease:
             except ProducerFencedError as err:
                 # Another waiting pipeline took it in the same moment: wait for it in turn.
                 self._forget(take_back=None)
-                log.info("transactional id %r was taken first (%s)", self.transactional_id, err)
+                event(
+                    log,
+                    logging.INFO,
+                    "tiering.lease.taken_first",
+                    msg=f"transactional id {self.transactional_id!r} was taken first ({err})",
+                    transactional_id=self.transactional_id,
+                )
                 continue
             break
         self._renewer = asyncio.create_task(self._renew_loop(), name="tiering-lease-renewal")
-        log.info(
-            "holding transactional id %r (producer id %d, epoch %d): this pipeline tiers the "
-            "cluster",
-            self.transactional_id,
-            *self._identity,
+        producer_id, epoch = self._identity
+        event(
+            log,
+            logging.INFO,
+            "tiering.lease.held",
+            msg=f"holding transactional id {self.transactional_id!r} (producer id "
+            f"{producer_id}, epoch {epoch}): this pipeline tiers the cluster",
+            transactional_id=self.transactional_id,
+            producer_id=producer_id,
+            epoch=epoch,
         )
         return True
 
@@ -290,17 +304,27 @@ class PipelineLease:
                 return True  # our own hold, lost to a failed renewal: take it back at once
             verdict = watch.observe(answer, self._monotonic())
             if isinstance(verdict, Free):
-                log.info("taking transactional id %r: %s", self.transactional_id, verdict.reason)
+                event(
+                    log,
+                    logging.INFO,
+                    "tiering.lease.taking",
+                    msg=f"taking transactional id {self.transactional_id!r}: {verdict.reason}",
+                    transactional_id=self.transactional_id,
+                )
                 return True
             if verdict.new:
-                log.info(
-                    "another pipeline holds transactional id %r (producer id %d, epoch %d) "
-                    "since %s; waiting to take over (within about %.0f s of it stopping)",
-                    self.transactional_id,
-                    verdict.producer_id,
-                    verdict.epoch,
-                    _wall_time(verdict.since, self._monotonic()),
-                    self._timeout + _ABORT_SCAN_S + poll,
+                since = _wall_time(verdict.since, self._monotonic())
+                within = self._timeout + _ABORT_SCAN_S + poll
+                event(
+                    log,
+                    logging.INFO,
+                    "tiering.lease.waiting",
+                    msg=f"another pipeline holds transactional id {self.transactional_id!r} "
+                    f"(producer id {verdict.producer_id}, epoch {verdict.epoch}) since {since}; "
+                    f"waiting to take over (within about {within:.0f} s of it stopping)",
+                    transactional_id=self.transactional_id,
+                    producer_id=verdict.producer_id,
+                    epoch=verdict.epoch,
                 )
             if patience is not None and self._monotonic() - started >= patience:
                 return False
@@ -339,11 +363,13 @@ class PipelineLease:
                             await self._open()
                         await self._producer.end(commit=False)
                 except (Exception, TimeoutError) as err:
-                    log.warning(
-                        "could not release transactional id %r (%s); another pipeline takes "
-                        "over once the coordinator aborts it",
-                        self.transactional_id,
-                        err,
+                    event(
+                        log,
+                        logging.WARNING,
+                        "tiering.lease.release_failed",
+                        msg=f"could not release transactional id {self.transactional_id!r} "
+                        f"({err}); another pipeline takes over once the coordinator aborts it",
+                        transactional_id=self.transactional_id,
                     )
                 self._forget(take_back=None)
                 self._lost_reason = "it released it"
@@ -362,11 +388,14 @@ class PipelineLease:
         if kind == "kafka" and all([await self._client.speaks(api) for api in _TRANSACTION_APIS]):
             return True
         self._unfenced = TopicProducer(self._client, self._topic)
-        log.warning(
-            "the broker (%s) has no transactions to fence the pipeline with: nothing stops a "
-            "second pipeline on this cluster, and two at once delete each other's copies; "
-            "run exactly one",
-            kind,
+        event(
+            log,
+            logging.WARNING,
+            "tiering.lease.no_transactions",
+            msg=f"the broker ({kind}) has no transactions to fence the pipeline with: nothing "
+            "stops a second pipeline on this cluster, and two at once delete each other's "
+            "copies; run exactly one",
+            broker=kind,
         )
         return False
 
@@ -486,12 +515,17 @@ class PipelineLease:
         else:
             reason = f"{type(error).__name__}: {error}"
         if self._identity is not None:
-            log.warning(
-                "lost transactional id %r (producer id %d, epoch %d): %s; no metadata "
-                "writes, object deletions or DeleteRecords until it is held again",
-                self.transactional_id,
-                *self._identity,
-                reason,
+            producer_id, epoch = self._identity
+            event(
+                log,
+                logging.WARNING,
+                "tiering.lease.lost",
+                msg=f"lost transactional id {self.transactional_id!r} (producer id "
+                f"{producer_id}, epoch {epoch}): {reason}; no metadata writes, object "
+                "deletions or DeleteRecords until it is held again",
+                transactional_id=self.transactional_id,
+                producer_id=producer_id,
+                epoch=epoch,
             )
             # Not fenced: the epoch may still be ours, to take back without waiting.
             fenced = isinstance(error, ProducerFencedError)

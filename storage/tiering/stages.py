@@ -37,6 +37,7 @@ from rich.progress import (
 
 from storage.config import ConfigError
 from storage.console import report_console
+from storage.log_event import event
 from storage.spark_workers import use_workers_python
 from storage.tiering.report import format_bytes
 
@@ -158,8 +159,13 @@ class SparkStageRunner:
             self._sc.cancelJobGroup(group)
             return self._wait_for_tasks_to_end(group, description)
         except Exception as err:
-            log.warning(
-                "the %s job failed; Spark cannot say whether its tasks ended: %s", description, err
+            event(
+                log,
+                logging.WARNING,
+                "tiering.spark.job_unsettled",
+                msg=f"the {description} job failed; Spark cannot say whether its tasks ended: "
+                f"{err}",
+                job=description,
             )
             return False
 
@@ -168,11 +174,14 @@ class SparkStageRunner:
         deadline = time.monotonic() + _SETTLE_SECONDS
         while (running := self._running_tasks(group)) > 0:
             if time.monotonic() > deadline:
-                log.warning(
-                    "the %s job failed; %d of its tasks still run after %.0f s",
-                    description,
-                    running,
-                    _SETTLE_SECONDS,
+                event(
+                    log,
+                    logging.WARNING,
+                    "tiering.spark.tasks_still_running",
+                    msg=f"the {description} job failed; {running} of its tasks still run after "
+                    f"{_SETTLE_SECONDS:.0f} s",
+                    job=description,
+                    running=running,
                 )
                 return False
             time.sleep(_POLL_SECONDS)
