@@ -51,6 +51,7 @@ from proxy.router import Router, served_above_broker
 from proxy.tls import server_context
 from storage.kafka_client import BrokerAddress
 from storage.kafka_security import KafkaSecurityConfig
+from storage.retry_log import RetryLog, log_recovery
 
 __all__ = ["SERVER_CHECKS", "ProxyServer", "run_until_stopped"]
 
@@ -386,7 +387,9 @@ async def run_until_stopped(
     """Run a proxy until SIGTERM or SIGINT, then shut it down gracefully (readiness turns
     false first).
 
-    While no bootstrap broker answers, retries with backoff (and still stops on a signal).
+    While no bootstrap broker answers, retries with backoff (and still stops on a signal),
+    logged with back-off too (:class:`~storage.retry_log.RetryLog`), then one
+    ``discovery.reconnected`` line when a broker answers.
     ``metrics`` lets extensions (the remote tier) register their series in the same registry.
 
     :raises ListenerError: when a listener cannot bind at start-up.
@@ -406,18 +409,28 @@ async def run_until_stopped(
     )
     try:
         delay = _DISCOVERY_BACKOFF_S
+        failures = RetryLog()
         while True:
             try:
                 await server.start()
                 break
             except DiscoveryError as err:
-                event(_log, logging.WARNING, "discovery.failed", error=str(err), retry_s=delay)
+                if failures.failed():
+                    event(
+                        _log,
+                        logging.WARNING,
+                        "discovery.failed",
+                        error=str(err),
+                        retry_s=delay,
+                        attempt=failures.failures,
+                    )
             try:
                 async with asyncio.timeout(delay):
                     await stop.wait()
                 return
             except TimeoutError:
                 delay = min(delay * 2, _DISCOVERY_BACKOFF_MAX_S)
+        log_recovery(failures, _log, "discovery.reconnected", "bootstrap discovery")
         await stop.wait()
         if readiness is not None:
             readiness.stop_serving()
