@@ -195,8 +195,8 @@ def consumer_lines(lines: list[dict[str, Any]], what: str) -> list[dict[str, Any
         line
         for line in lines
         if line["logger"] == "storage.kafka_client.connection"
-        and str(line["event"]).startswith(what)
-        and CONSUMER in str(line["event"])
+        and str(line.get("msg", "")).startswith(what)
+        and CONSUMER in str(line.get("msg", ""))
     ]
 
 
@@ -239,7 +239,7 @@ def test_own_connections_renew_their_sessions_under_load(
         assert report.segments_copied > 0
     assert earliest_offsets(kafka.plaintext, topics.topic, 1)[0] > 0, "nothing deleted locally"
     assert len(consumer_lines(lines, "connected to")) == 1, "the metadata consumer reconnected"
-    retries = [line for line in lines if str(line["event"]).startswith("consuming ")]
+    retries = [line for line in lines if str(line.get("msg", "")).startswith("consuming ")]
     assert retries == [], retries
     if mechanism == "OAUTHBEARER":
         issued = tokens.issued - tokens_before

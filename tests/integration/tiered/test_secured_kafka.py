@@ -167,7 +167,7 @@ def test_status_needs_nothing_more_than_its_acls_and_logs_in_its_format(
     assert result.returncode == 0, result.stdout + result.stderr
     lines = parse_log(result.stderr, "json")  # every line of stderr is a JSON log line
     assert any(
-        line["level"] == "info" and line["event"].startswith("connected to the cluster at")
+        line["level"] == "info" and line.get("msg", "").startswith("connected to the cluster at")
         for line in lines
     ), result.stderr
 
