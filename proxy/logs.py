@@ -1,130 +1,22 @@
-"""Structured logs: one event per line, logfmt or JSON, with the connection id in each.
+"""Structured logs for the proxy: one event per line, logfmt or JSON, with the connection id
+in each.
 
-Modules log through :func:`event`, naming the event (``connection.closed``) and passing its
-fields as keywords, and the sentence an operator reads as ``msg`` where there is one; the
-formatter renders ``event``, ``msg`` and the fields after the timestamp, level and logger.
-Grep ``conn=17`` to follow one client connection from accept to close.
-
-:func:`configure` is the one logging set-up of ``serve``, ``tier`` and ``status``: it puts
-one handler on the root logger, so that every record of every package (``proxy.*``,
-``storage.*``, ``tierproxy.*``, the libraries underneath) is one line in ``log.format``.
-``event`` is always a dotted name: a record logged with a plain message (a library's) is
-event :data:`PLAIN_EVENT` with that message as its ``msg``.
+Modules log through :func:`event`, naming the event (``connection.closed``), passing its
+fields as keywords and the sentence an operator reads as ``msg`` where there is one. Grep
+``conn=17`` to follow one client connection from accept to close. The event helper and the
+formatters of ``log.format`` are the storage library's (:mod:`storage.log_event`,
+:mod:`storage.log_format`), which the pipeline and Spark's workers use too.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import sys
-import time
-from collections.abc import Mapping
-from typing import IO, Any, Final
-
-from storage.log_event import event, event_of, fields_of
+from storage.log_event import event
+from storage.log_format import (
+    OUR_LOGGERS,
+    PLAIN_EVENT,
+    JsonFormatter,
+    LogfmtFormatter,
+    configure,
+)
 
 __all__ = ["OUR_LOGGERS", "PLAIN_EVENT", "JsonFormatter", "LogfmtFormatter", "configure", "event"]
-
-PLAIN_EVENT: Final = "log.message"
-"""The event of a record logged without one (a library's line): its message is the ``msg``."""
-OUR_LOGGERS: Final = ("tierproxy", "proxy", "storage", "protocol")
-"""The logger trees of tierproxy's own code, which log from ``log.level``: the named event
-loggers (``tierproxy.connection``, ...) and each package's ``logging.getLogger(__name__)``."""
-_LIBRARY_FLOOR: Final = logging.WARNING
-"""Libraries (asyncio, botocore, aiohttp, py4j, ...) log from WARNING, whatever ``log.level``
-says: their DEBUG and INFO would drown tierproxy's own lines."""
-
-
-def _record_fields(record: logging.LogRecord, process: Mapping[str, Any]) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        + f".{int(record.msecs):03d}Z",
-        "level": record.levelname.lower(),
-        "logger": record.name,
-        **process,
-    }
-    name = event_of(record)
-    message = record.getMessage()
-    fields["event"] = PLAIN_EVENT if name is None else name
-    if message != name:
-        fields["msg"] = message
-    fields.update(fields_of(record))
-    if record.exc_info:
-        fields["exc"] = logging.Formatter().formatException(record.exc_info)
-    return fields
-
-
-class LogfmtFormatter(logging.Formatter):
-    """``key=value`` pairs; values with spaces, quotes or ``=`` are double-quoted.
-
-    ``process`` fields (a worker's ``worker=2``) go on every line, before the event."""
-
-    def __init__(self, process: Mapping[str, Any] | None = None) -> None:
-        super().__init__()
-        self._process = dict(process or {})
-
-    def format(self, record: logging.LogRecord) -> str:
-        fields = _record_fields(record, self._process)
-        return " ".join(f"{key}={_logfmt_value(value)}" for key, value in fields.items())
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line (with the ``process`` fields, as :class:`LogfmtFormatter`)."""
-
-    def __init__(self, process: Mapping[str, Any] | None = None) -> None:
-        super().__init__()
-        self._process = dict(process or {})
-
-    def format(self, record: logging.LogRecord) -> str:
-        fields = _record_fields(record, self._process)
-        return json.dumps(fields, default=str, separators=(",", ":"))
-
-
-def _logfmt_value(value: Any) -> str:
-    text = str(value)
-    if text and not any(ch in text for ch in ' "=\n\t\\'):
-        return text
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
-
-
-class _StderrHandler(logging.StreamHandler[IO[str]]):
-    """Writes to ``sys.stderr`` as it is when a record is emitted (as logging's last resort
-    does), so a stream swapped in and closed later (a test's capture) is never written to."""
-
-    def __init__(self) -> None:
-        logging.Handler.__init__(self)
-
-    @property
-    def stream(self) -> IO[str]:  # type: ignore[override]  # read-only: always the current one
-        return sys.stderr
-
-
-def configure(
-    level: str,
-    fmt: str,
-    process: Mapping[str, Any] | None = None,
-    *,
-    stream: IO[str] | None = None,
-) -> None:
-    """Send every log record to ``stream`` (stderr) in ``fmt`` (``logfmt`` or ``json``):
-    tierproxy's own from ``level`` up, the libraries' from WARNING (or ``level``, if higher);
-    each line with the ``process`` fields (which worker wrote it).
-
-    Replaces the root logger's handlers and the levels a previous call set, so a command
-    configures its logs once, at start, and nothing prints in another format.
-    """
-    handler: logging.Handler = _StderrHandler() if stream is None else logging.StreamHandler(stream)
-    handler.setFormatter(JsonFormatter(process) if fmt == "json" else LogfmtFormatter(process))
-    ours = logging.getLevelName(level.upper())
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    root.setLevel(max(ours, _LIBRARY_FLOOR))
-    for name in OUR_LOGGERS:
-        logger = logging.getLogger(name)
-        for old in list(logger.handlers):
-            logger.removeHandler(old)
-        logger.setLevel(ours)
-        logger.propagate = True

@@ -3,9 +3,9 @@
 Every log line of tierproxy's own code is an event (``metadata.consumer.retry``,
 ``cluster.connected``): a name to grep and alert on that never changes with the wording, the
 sentence in ``msg`` for the reader, and the values as fields. :func:`event` attaches the name
-and fields to the log record; the formatter of ``log.format`` (``proxy.logs``) renders them.
-The record's message stays the sentence (or the name, for an event without one), so a plain
-handler still prints something readable.
+and fields to the log record; the formatter of ``log.format`` (:mod:`storage.log_format`)
+renders them. The record's message stays the sentence (or the name, for an event without
+one), so a plain handler still prints something readable.
 
 The storage library and the proxy both log through here: the storage library cannot import
 the proxy.

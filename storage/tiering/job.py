@@ -35,6 +35,12 @@ from storage.kafka_client.leaders import TopicAuthorizationError
 from storage.kafka_client.transactional import TransactionalIdAuthorizationError
 from storage.kafka_security import KafkaSecurityConfig
 from storage.log_event import event
+from storage.log_format import (
+    FORMAT_VARIABLE,
+    LEVEL_VARIABLE,
+    configure,
+    configure_from_environment,
+)
 from storage.retry_log import RetryLog, log_recovery
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
@@ -142,7 +148,8 @@ _SPARK_DAEMON: Final = "storage.tiering.spark_daemon"
 def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> Any:
     """A SparkSession for the pipeline (``master=None``: whatever spark-submit set).
 
-    Local executors run this interpreter, so they see the same packages. Speculative
+    Local executors run this interpreter, so they see the same packages; every executor's
+    Python workers log in this process's ``log.format`` (:func:`.spark_daemon.main`). Speculative
     execution is off (``spark.speculation=false``) over any setting of the user's; a session
     that already exists with it on is refused when the pipeline opens
     (:class:`.stages.SparkStageRunner`).
@@ -171,6 +178,9 @@ def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> A
         .config("spark.executor.extraJavaOptions", java_options)
         .config("spark.python.daemon.module", _SPARK_DAEMON)
     )
+    for variable in (LEVEL_VARIABLE, FORMAT_VARIABLE):
+        if variable in os.environ:
+            builder = builder.config(f"spark.executorEnv.{variable}", os.environ[variable])
     if master is not None:
         builder = builder.master(master)
     with stderr_without(b"Using incubator modules"):
@@ -509,9 +519,8 @@ def run_from_arguments(
     ``remote.log.metadata.initialization.timeout.ms``), and 130 (SIGINT) or 143 (SIGTERM)
     when interrupted.
     """
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    if not logging.getLogger().handlers and not configure_from_environment():
+        configure("INFO", "logfmt")  # under spark-submit: the default log.format
     console = report_console()
     if settings is None:
         try:

@@ -40,6 +40,7 @@ from pyspark.daemon import manager
 
 import storage.rsm.factory
 import storage.tiering.tier_stage  # noqa: F401
+from storage.log_format import configure_from_environment
 
 __all__ = ["main"]
 
@@ -81,8 +82,9 @@ def check_zips_only_when_changed() -> None:
 
 
 def main() -> None:
-    """Freeze what the imports left, then run PySpark's daemon (forking workers) until Spark
-    stops it."""
+    """Log as the pipeline does (its ``log.format``, which its workers inherit), freeze what
+    the imports left, then run PySpark's daemon (forking workers) until Spark stops it."""
+    configure_from_environment()
     check_zips_only_when_changed()
     gc.collect()
     gc.freeze()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, ClassVar
@@ -19,6 +20,7 @@ from proxy.logs import OUR_LOGGERS
 from proxy.server import ProxyServer
 from proxy.splice import Prelude, SpliceDone, Splicer
 from storage.kafka_security import KafkaSecurityConfig
+from storage.log_format import FORMAT_VARIABLE, LEVEL_VARIABLE
 from tests.conditions import GENEROUS_S
 from tests.unit.proxy.fake_broker import FakeBroker
 
@@ -166,15 +168,22 @@ async def through(interceptor: Interceptor, call: Call, response: Any) -> Any:
 
 @pytest.fixture
 def restored_logging() -> Iterator[None]:
-    """The logging state :func:`configure` changes, put back after the test."""
+    """The logging state :func:`configure` changes, put back after the test: the loggers and
+    the environment it leaves for child processes."""
     root = logging.getLogger()
     saved = [
         (logger, logger.level, list(logger.handlers), logger.propagate)
         for logger in (root, *(logging.getLogger(name) for name in OUR_LOGGERS))
     ]
+    environment = {name: os.environ.get(name) for name in (LEVEL_VARIABLE, FORMAT_VARIABLE)}
     try:
         yield
     finally:
+        for name, value in environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         for logger, level, handlers, propagate in saved:
             for handler in list(logger.handlers):
                 logger.removeHandler(handler)

@@ -6,6 +6,8 @@ import io
 import json
 import logging
 import re
+import subprocess
+import sys
 
 import pytest
 
@@ -206,4 +208,28 @@ def test_an_event_with_a_sentence_reads_as_the_sentence_to_plain_handlers(
     assert caplog.messages == ["connected to the cluster at k:9092: PLAINTEXT", "connection.closed"]
     assert caplog.records[0].funcName == (
         "test_an_event_with_a_sentence_reads_as_the_sentence_to_plain_handlers"
+    )
+
+
+def test_a_child_process_logs_in_the_parents_format(restored_logging: None) -> None:
+    """Spark's Python workers configure their logs from what the pipeline's process left."""
+    configure("INFO", "json", stream=io.StringIO())
+    child = (
+        "import logging\n"
+        "from storage.log_event import event\n"
+        "from storage.log_format import configure_from_environment\n"
+        "assert configure_from_environment()\n"
+        "event(logging.getLogger('storage.tiering.copy_stage'), logging.INFO, 'a.b', msg='hi')\n"
+        "logging.getLogger('storage.x').debug('not at INFO')\n"
+    )
+
+    result = subprocess.run(
+        [sys.executable, "-c", child], capture_output=True, text=True, timeout=60, check=True
+    )
+
+    (line,) = parse_log(result.stderr, "json")
+    assert (line["logger"], line["event"], line["msg"]) == (
+        "storage.tiering.copy_stage",
+        "a.b",
+        "hi",
     )
