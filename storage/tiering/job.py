@@ -70,8 +70,12 @@ __all__ = [
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-_LOG4J_CONFIG: Final = Path(__file__).with_name("log4j2.properties")
-"""Spark's JVM logs at WARN on stderr, without its default profile's start-up banners."""
+_LOG4J_CONFIGS: Final = {
+    "logfmt": Path(__file__).with_name("log4j2.properties"),
+    "json": Path(__file__).with_name("log4j2-json.properties"),
+}
+"""Spark's JVM logs at WARN on stderr, without its default profile's start-up banners, one
+line each in the pipeline's ``log.format`` (logfmt unless configured)."""
 
 _ERROR_BACKOFF_SECONDS = 5.0
 
@@ -167,7 +171,8 @@ def build_spark(master: str | None, *, app_name: str = "tierproxy-tiering") -> A
         msg=f"starting Spark on {where} (its JVM takes a few seconds)",
         master=where,
     )
-    java_options = f"-Dlog4j2.configurationFile={_LOG4J_CONFIG} {_JIT_OPTIONS}"
+    log4j = _LOG4J_CONFIGS.get(os.environ.get(FORMAT_VARIABLE, ""), _LOG4J_CONFIGS["logfmt"])
+    java_options = f"-Dlog4j2.configurationFile={log4j} {_JIT_OPTIONS}"
     builder = (
         SparkSession.builder.appName(app_name)
         # Never two attempts of a copy task at once, whatever spark-defaults.conf or
