@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import logging
 import struct
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
@@ -26,6 +27,7 @@ from storage.kafka_client.consumer import AssignedConsumer
 from storage.kafka_client.leaders import TopicAuthorizationError
 from storage.kafka_client.producer import TopicProducer
 from storage.retry import RetryPolicy
+from storage.retry_log import RetryLog
 from tests.unit.storage.fake_broker import (
     KAFKA_APIS,
     TANSU_APIS,
@@ -309,3 +311,35 @@ async def test_a_refused_read_is_raised(cluster: Cluster) -> None:
         with pytest.raises(TopicAuthorizationError) as refused:
             await consumer.poll()
     assert refused.value.request == "Fetch"
+
+
+async def test_the_consumer_logs_its_retries_with_back_off_then_its_reconnection(
+    cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    address = bootstrap(cluster)
+    await produce_values(cluster, 0, [b"a"])
+    clock = [0.0]
+    async with KafkaClient(address, request_timeout_ms=500) as client:
+        consumer = AssignedConsumer(
+            client, TOPIC, PARTITIONS, retry=FAST, retry_log=RetryLog(clock=lambda: clock[0])
+        )
+        cluster.nodes[1].close_on = ApiKey.FETCH
+        with caplog.at_level(logging.INFO, logger="storage.kafka_client.consumer"):
+            for _ in range(10):
+                assert await consumer.poll() == {}
+                clock[0] += 1.0
+            cluster.nodes[1].close_on = None
+            found: list[bytes | None] = []
+            for _ in range(5):
+                found += [r.value for r in (await consumer.poll()).get(0, [])]
+    assert found == [b"a"]
+
+    lines = [(r.tierproxy_event, r.tierproxy_fields) for r in caplog.records]  # type: ignore[attr-defined]
+    assert [fields["attempt"] for name, fields in lines if name == "metadata.consumer.retry"] == [
+        1,
+        2,
+        4,
+        8,
+    ]
+    (reconnected,) = [r for r in caplog.records if "reconnected" in r.getMessage()]
+    assert reconnected.getMessage() == f"consuming {TOPIC}: reconnected after 10.0 s (11 attempts)"
