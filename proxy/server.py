@@ -415,14 +415,15 @@ async def run_until_stopped(
                 await server.start()
                 break
             except DiscoveryError as err:
-                if failures.failed():
+                failure = failures.record_failure()
+                if failure.logged:
                     event(
                         _log,
                         logging.WARNING,
                         "discovery.failed",
                         error=str(err),
                         retry_s=delay,
-                        attempt=failures.failures,
+                        attempt=failure.attempt,
                     )
             try:
                 async with asyncio.timeout(delay):

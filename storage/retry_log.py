@@ -4,7 +4,7 @@ A loop that retries every second while a broker is down must not write a line a 
 as long as the outage lasts, nor fall silent: :class:`RetryLog` has the loop log the first
 failure, then attempts 2, 4, 8, 16, ... (the powers of two), and at least one line every
 :data:`QUIET_INTERVAL_S` in between, so a long outage is a line a minute. When an attempt
-succeeds after failures, :meth:`RetryLog.recovered` gives how long it took and how many
+succeeds after failures, :meth:`RetryLog.record_success` gives how long it took and how many
 attempts, for one line ``... reconnected after 12.3 s (15 attempts)``.
 
 Time comes from a clock function (``time.monotonic``), so tests drive it by hand.
@@ -20,11 +20,21 @@ from typing import Any, Final
 
 from storage.log_event import event
 
-__all__ = ["QUIET_INTERVAL_S", "Outage", "RetryLog", "log_recovery"]
+__all__ = ["QUIET_INTERVAL_S", "Failure", "Outage", "RetryLog", "log_recovery"]
 
 QUIET_INTERVAL_S: Final = 60.0
 """At most this long between two lines of one outage, whatever the attempt numbers: an
 operator watching the log sees the loop is still trying."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failure:
+    """One failed attempt of a retry loop."""
+
+    attempt: int
+    """Its number in the outage (1: the first since the last success)."""
+    logged: bool
+    """Whether the loop logs it."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,9 +71,9 @@ class RetryLog:
         """Failed attempts since the last success."""
         return self._failures
 
-    def failed(self) -> bool:
-        """Count a failed attempt; whether to log it (the first, a power of two, or the
-        first after :data:`QUIET_INTERVAL_S` without a line)."""
+    def record_failure(self) -> Failure:
+        """Count a failed attempt; it is logged if it is the first, a power of two, or the
+        first after :data:`QUIET_INTERVAL_S` without a line."""
         now = self._clock()
         self._failures += 1
         if self._failures == 1:
@@ -72,9 +82,9 @@ class RetryLog:
         due = attempt & (attempt - 1) == 0 or now - self._last_logged_at >= self._quiet_interval_s
         if due:
             self._last_logged_at = now
-        return due
+        return Failure(attempt=attempt, logged=due)
 
-    def recovered(self) -> Outage | None:
+    def record_success(self) -> Outage | None:
         """Count a successful attempt: the outage it ended (``None``: nothing had failed)."""
         if self._failures == 0:
             return None
@@ -97,7 +107,7 @@ def log_recovery(
 
     :returns: the outage that ended (``None``: nothing had failed, nothing is logged).
     """
-    outage = retries.recovered()
+    outage = retries.record_success()
     if outage is not None:
         event(
             logger,

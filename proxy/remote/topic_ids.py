@@ -94,14 +94,15 @@ class TopicIds:
                 try:
                     found = await self._lookup(names)
                 except Exception as err:  # the broker is away: the next round tries again
-                    if self._failures.failed():
+                    failure = self._failures.record_failure()
+                    if failure.logged:
                         event(
                             _log,
                             logging.WARNING,
                             "topic_ids.retry",
                             msg=f"cannot look up topic ids ({err}); retrying (attempt "
-                            f"{self._failures.failures})",
-                            attempt=self._failures.failures,
+                            f"{failure.attempt})",
+                            attempt=failure.attempt,
                         )
                 else:
                     log_recovery(self._failures, _log, "topic_ids.reconnected", "topic id lookup")

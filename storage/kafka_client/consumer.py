@@ -119,15 +119,16 @@ class AssignedConsumer:
         except (KafkaClientError, RemoteProtocolError) as err:
             self._leaders.forget()
             wait = self._retry.backoff_seconds(self._retry_log.failures, self._uniform)
-            if self._retry_log.failed():
+            failure = self._retry_log.record_failure()
+            if failure.logged:
                 event(
                     log,
                     logging.WARNING,
                     "metadata.consumer.retry",
                     msg=f"consuming {self._topic}: {err}; retrying in {wait:.2f} s "
-                    f"(attempt {self._retry_log.failures})",
+                    f"(attempt {failure.attempt})",
                     topic=self._topic,
-                    attempt=self._retry_log.failures,
+                    attempt=failure.attempt,
                 )
             await asyncio.sleep(wait)
             return {}

@@ -173,7 +173,8 @@ class TopicProducer:
         retries = RetryLog()
 
         def log_retry(attempt: int, error: Exception, wait: float) -> None:
-            if retries.failed():
+            failure = retries.record_failure()
+            if failure.logged:
                 event(
                     log,
                     logging.WARNING,

@@ -303,7 +303,8 @@ class TransactionalProducer:
             # wait (its producer logs it at debug); a broker gone is worth a warning.
             level = logging.DEBUG if isinstance(error, _Retry) else logging.WARNING
             warned = warned or level == logging.WARNING
-            if retries.failed():
+            failure = retries.record_failure()
+            if failure.logged:
                 event(
                     log,
                     level,

@@ -111,7 +111,8 @@ class MetadataTopicSetup:
         failures = RetryLog()
 
         def warn(attempt: int, error: Exception, wait: float) -> None:
-            if failures.failed():
+            failure = failures.record_failure()
+            if failure.logged:
                 event(
                     log,
                     logging.WARNING,

@@ -53,7 +53,8 @@ async def retried_request(
     retries = RetryLog(clock=clock.monotonic)
 
     def log_retry(attempt_number: int, err: Exception, wait: float) -> None:
-        if retries.failed():
+        failure = retries.record_failure()
+        if failure.logged:
             event(
                 logger,
                 logging.INFO,

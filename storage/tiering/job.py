@@ -435,14 +435,15 @@ async def _opened(
         except _CLUSTER_UNAVAILABLE as err:
             if once:
                 raise
-            if failures.failed():
+            failure = failures.record_failure()
+            if failure.logged:
                 event(
                     log,
                     logging.ERROR,
                     "tiering.open.failed",
                     msg=f"opening the pipeline failed: {err}; next attempt in "
-                    f"{_ERROR_BACKOFF_SECONDS:.0f} s (attempt {failures.failures})",
-                    attempt=failures.failures,
+                    f"{_ERROR_BACKOFF_SECONDS:.0f} s (attempt {failure.attempt})",
+                    attempt=failure.attempt,
                 )
             if await _sleep_or_stop(stop, _ERROR_BACKOFF_SECONDS):
                 return None
@@ -482,14 +483,15 @@ async def _unless_stopped(opening: Awaitable[_T], stop: asyncio.Event) -> _T | N
 def _log_failed_cycle(error: Exception, failures: RetryLog) -> None:
     """Count a failed cycle in ``failures``; log it if due, with the traceback of an error
     that is not the cluster being away."""
-    if failures.failed():
+    failure = failures.record_failure()
+    if failure.logged:
         event(
             log,
             logging.ERROR,
             "tiering.cycle.failed",
             msg=f"tiering cycle failed: {error}; next attempt in {_ERROR_BACKOFF_SECONDS:.0f} s "
-            f"(attempt {failures.failures})",
-            attempt=failures.failures,
+            f"(attempt {failure.attempt})",
+            attempt=failure.attempt,
             exc_info=not isinstance(error, _CLUSTER_UNAVAILABLE),
         )
 

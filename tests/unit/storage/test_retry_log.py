@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storage.retry_log import QUIET_INTERVAL_S, Outage, RetryLog, log_recovery
+from storage.retry_log import QUIET_INTERVAL_S, Failure, Outage, RetryLog, log_recovery
 
 
 class Clock:
@@ -27,7 +27,9 @@ def logged_attempts(gaps: list[float], quiet: float = QUIET_INTERVAL_S) -> list[
     logged = []
     for attempt, gap in enumerate(gaps, start=1):
         clock.now += gap
-        if retries.failed():
+        failure = retries.record_failure()
+        assert failure.attempt == attempt
+        if failure.logged:
             logged.append(attempt)
     return logged
 
@@ -43,18 +45,18 @@ def test_a_retry_a_second_logs_the_first_then_powers_of_two_then_a_line_a_minute
 def test_a_success_after_failures_is_one_outage_then_counting_starts_again() -> None:
     clock = Clock()
     retries = RetryLog(clock=clock)
-    assert retries.recovered() is None  # nothing had failed
+    assert retries.record_success() is None  # nothing had failed
     for _ in range(14):
-        retries.failed()
+        retries.record_failure()
         clock.now += 0.9
 
-    outage = retries.recovered()
+    outage = retries.record_success()
 
     assert isinstance(outage, Outage)
     assert outage.seconds == pytest.approx(12.6) and outage.attempts == 15
     assert outage.describe() == "after 12.6 s (15 attempts)"
-    assert retries.failures == 0 and retries.recovered() is None
-    assert retries.failed()  # a new outage: its first failure is logged
+    assert retries.failures == 0 and retries.record_success() is None
+    assert retries.record_failure() == Failure(attempt=1, logged=True)  # a new outage
 
 
 def test_log_recovery_is_one_line_only_after_failures(caplog: pytest.LogCaptureFixture) -> None:
@@ -63,9 +65,9 @@ def test_log_recovery_is_one_line_only_after_failures(caplog: pytest.LogCaptureF
     logger = logging.getLogger("storage.kafka_client.consumer")
     with caplog.at_level(logging.INFO):
         assert log_recovery(retries, logger, "metadata.consumer.reconnected", "consuming t") is None
-        retries.failed()
+        retries.record_failure()
         clock.now += 3.0
-        retries.failed()
+        retries.record_failure()
         log_recovery(retries, logger, "metadata.consumer.reconnected", "consuming t", topic="t")
 
     (line,) = caplog.records
