@@ -33,13 +33,22 @@ OUTAGE_ATTEMPTS: Final = 16
 
 
 def lines_of(proxy: TierproxyServer, fmt: str) -> list[dict[str, Any]]:
-    """Every complete line of the proxy's log, parsed as ``fmt`` (a line that does not parse
-    fails); the harness's own ``--- `` lines left out."""
+    """Every complete line of the proxy's log, parsed as ``fmt``, the harness's own ``--- ``
+    lines left out.
+
+    :raises AssertionError: a line does not parse, lacks ``ts``, ``level``, ``logger`` or
+        ``event``, or its ``event`` is not a dotted name (checked while the test waits, so it
+        fails at the first such line).
+    """
     text = proxy.process.log_path.read_text(encoding="utf-8", errors="replace")
     written = text[: text.rfind("\n") + 1]
-    return parse_log(
+    lines = parse_log(
         "".join(line for line in written.splitlines(True) if not line.startswith("--- ")), fmt
     )
+    for line in lines:
+        assert {"ts", "level", "logger", "event"} <= line.keys(), line
+        assert DOTTED.match(str(line["event"])), line
+    return lines
 
 
 def named(lines: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
@@ -92,11 +101,8 @@ def test_a_broker_outage_is_logged_in_the_format_with_back_off_and_its_end(
             )
         finally:
             proxy.stop()
-    lines = lines_of(proxy, fmt)
+    lines = lines_of(proxy, fmt)  # every line in the format, every event a dotted name
 
-    for line in lines:
-        assert {"ts", "level", "logger", "event"} <= line.keys(), line
-        assert DOTTED.match(str(line["event"])), line
     failed = named(lines, "metadata.consumer.retry")
     (reconnected,) = named(lines, "metadata.consumer.reconnected")
     attempts = int(reconnected["attempts"])
