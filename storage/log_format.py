@@ -97,12 +97,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(fields, default=str, separators=(",", ":"))
 
 
+_ESCAPES: Final = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def _logfmt_value(value: Any) -> str:
+    """``value`` bare, or double-quoted with backslash escapes (``\\"``, ``\\\\``, ``\\n``,
+    ``\\r``, ``\\t``, ``\\uXXXX``, ``\\UXXXXXXXX``) when it is empty or holds a space, a
+    quote, ``=``, a backslash or any character that is not printable: no value, whatever it
+    holds, breaks the line (``str.splitlines`` splits on more than ``\\n``)."""
     text = str(value)
-    if text and not any(ch in text for ch in ' "=\n\t\\'):
+    if text and all(ch.isprintable() and ch not in ' "=\\' for ch in text):
         return text
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
+    return '"' + "".join(_escaped(ch) for ch in text) + '"'
+
+
+def _escaped(ch: str) -> str:
+    if ch in _ESCAPES:
+        return _ESCAPES[ch]
+    if ch.isprintable():
+        return ch
+    code = ord(ch)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 class _StderrHandler(logging.StreamHandler[IO[str]]):

@@ -9,10 +9,21 @@ from typing import Any, Final
 __all__ = ["logfmt_fields", "parse_log"]
 
 _PAIR: Final = re.compile(r'([^\s=]+)=("(?:[^"\\]|\\.)*"|[^\s"]*)(?:\s|$)')
+_ESCAPE: Final = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)")
+_NAMED: Final = {"n": "\n", "r": "\r", "t": "\t", "b": "\b", "f": "\f"}
+
+
+def _unescaped(match: re.Match[str]) -> str:
+    """A backslash escape of a quoted value (JSON's, and ``\\UXXXXXXXX``)."""
+    escape = match[1]
+    if escape[0] in "uU" and len(escape) > 1:
+        return chr(int(escape[1:], 16))
+    return _NAMED.get(escape, escape)
 
 
 def logfmt_fields(line: str) -> dict[str, str]:
-    """``key=value`` pairs, values bare or double-quoted with backslash escapes."""
+    """``key=value`` pairs, values bare or double-quoted with backslash escapes (those of
+    tierproxy's formatter and of JSON, which Spark's log4j profile uses)."""
     fields: dict[str, str] = {}
     position = 0
     while position < len(line):
@@ -20,7 +31,7 @@ def logfmt_fields(line: str) -> dict[str, str]:
         assert match is not None, f"not logfmt at {position}: {line!r}"
         key, value = match.groups()
         if value.startswith('"'):
-            value = re.sub(r"\\(.)", lambda m: "\n" if m[1] == "n" else m[1], value[1:-1])
+            value = _ESCAPE.sub(_unescaped, value[1:-1])
         fields[key] = value
         position = match.end()
     return fields

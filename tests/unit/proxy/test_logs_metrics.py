@@ -10,6 +10,8 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from proxy.logs import JsonFormatter, LogfmtFormatter, configure, event
 from proxy.metrics import ProxyMetrics, api_name
@@ -233,3 +235,17 @@ def test_a_child_process_logs_in_the_parents_format(restored_logging: None) -> N
         "a.b",
         "hi",
     )
+
+
+@given(msg=st.text(), value=st.text(), number=st.integers())
+def test_any_sentence_and_value_is_one_line_that_reads_back(
+    msg: str, value: str, number: int
+) -> None:
+    captured = record(msg=msg, reason=value, count=number)
+
+    for fmt, formatter in (("logfmt", LogfmtFormatter()), ("json", JsonFormatter())):
+        line = formatter.format(captured)
+        (parsed,) = parse_log(line, fmt)  # one line, whatever the text held
+        assert parsed["event"] == "connection.closed"
+        assert (parsed.get("msg", "connection.closed"), parsed["reason"]) == (msg, value)
+        assert str(parsed["count"]) == str(number)
