@@ -109,6 +109,13 @@ def test_readyz_fails_while_no_broker_answers_and_livez_still_answers(tmp_path: 
     proxy.process.start()
     try:
         wait_until(lambda: _answers(proxy, "/livez") == 200, timeout_s=60, what="/livez answers")
+        wait_until(
+            lambda: (
+                health(proxy, "/readyz")[1]["checks"]["listeners"]["reason"] != "not started yet"
+            ),
+            timeout_s=60,
+            what="the server has added its checks",
+        )
         status, readiness = health(proxy, "/readyz")
         assert status == 503
         assert readiness["status"] == "fail"
