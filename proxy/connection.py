@@ -44,10 +44,9 @@ Rules of this file (the only module that writes to transports):
 - Two clocks per pair, checked by the server's once-a-second sweep (:meth:`expire`): time
   since the last byte either way, and time since the request being received began.
 
-The file stays whole past 400 lines because a pair is one state machine (its two queues, the
-response being received, the holds and the close), and everything that changes it lives
-here. Only the read gate and the splicer, which know nothing of Kafka, are apart
-(:mod:`proxy.flow_control`, :mod:`proxy.splice`).
+A pair is one state machine (its two queues, the response being received, the holds and the
+close), and everything that changes it lives here; the read gate and the splicer, which know
+nothing of Kafka, are apart (:mod:`proxy.flow_control`, :mod:`proxy.splice`).
 """
 
 from __future__ import annotations
@@ -139,8 +138,7 @@ _READ_BYTES: Final = 256 * 1024
 _SPLICE_LEAD_BYTES: Final = 4096
 """What a read takes when the next response will likely be spliced: its size prefix and,
 for a Fetch v16+, the walk to its first record set, so that the splice, not a copy through
-Python, moves the rest (after a whole first read, a quarter of the bytes of 1 MiB answers
-was still copied)."""
+Python, moves the rest."""
 
 _read_buffers = threading.local()
 

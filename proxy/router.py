@@ -11,9 +11,6 @@ written, or the connection closed); their bytes count against the
 only judge its tail (every one a :class:`~proxy.interceptors.base.TailExchange`: KIP-951
 node endpoints) streams through a :class:`~proxy.response_stream.ResponseStream` that holds
 the tail alone.
-
-The module stays whole at ~500 lines: routing a frame and driving its interceptor chain
-(:class:`_ChainExchange`) are one decision about one request, made in one place.
 """
 
 from __future__ import annotations

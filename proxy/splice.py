@@ -2,11 +2,9 @@
 
 Most of what a pass-through proxy moves are record bytes it never reads: the body of a raw
 response, and the record sets of a streamed Fetch v16+. Through a transport they are copied
-from the broker's socket into a Python ``bytes`` and back into the client's socket; a
-profile of a raw Fetch v12 loop showed those copies (``_copy_to_iter``, ``_copy_from_iter``
-and uvloop's ``memmove`` into ``bytes``) as a quarter of the proxy's CPU. ``os.splice``
-moves them broker socket → pipe → client socket inside the kernel instead, by page
-reference.
+from the broker's socket into a Python ``bytes`` and back into the client's socket;
+``os.splice`` moves them broker socket → pipe → client socket inside the kernel instead, by
+page reference (why, with the figures: ``docs/decisions/0008-pass-through-io.md``).
 
 Rules of this file:
 
@@ -26,16 +24,14 @@ Rules of this file:
 - The last send of a splice that the caller follows with more of the response (a streamed
   Fetch's tail) is corked (``SPLICE_F_MORE``), so that its short last segment leaves with
   those bytes rather than alone. Sends within a splice are not: a corked segment leaves on
-  the client's next ACK, alone, and corking every pause of the broker woke the client
-  more often, not less (strace of a raw Fetch v12 client: ~20% more epoll_wait).
+  the client's next ACK, alone, so corking every pause of the broker wakes the client more
+  often, not less.
 - Plain TCP only: TLS encrypts in user space, so a TLS side is never spliced.
 
 It polls its own duplicates of the two sockets (the event loop refuses a reader on a file
 descriptor that a transport owns), in an epoll of its own that the event loop watches for
 the splicer's lifetime: a splice that waits arms one socket there (``EPOLLONESHOT``, one
-system call) instead of adding and removing a loop reader, which costs uvloop five (libuv
-tests each new descriptor with an epoll add and delete, sets it non-blocking, registers
-it, and deletes it again) and happened about once per response.
+system call) instead of adding and removing a loop reader, which costs uvloop five.
 """
 
 from __future__ import annotations
@@ -60,18 +56,9 @@ _FLAGS: Final = getattr(os, "SPLICE_F_MOVE", 0) | getattr(os, "SPLICE_F_NONBLOCK
 _MORE: Final = getattr(os, "SPLICE_F_MORE", 0)
 _WAKE_BYTES: Final = 128 * 1024
 """How many bytes must wait in the broker's socket before a waiting splice wakes
-(SO_RCVLOWAT). Waking at every segment cost three times the system calls; waking at half
-the pipe (512 KiB) held each 1 MiB answer until half of it had arrived before any of it
-went on: in two quiet same-run A/Bs (raw Fetch loops, 5 pairs each) 128 KiB gave 1.17-1.53x the
-throughput at 1 MiB answers and 0.90-1.21x at 8 MiB, at the same or less CPU per GiB.
-Tried against it later on a busy shared machine (raw Fetch v12, 1 MiB answers, 4-14 rounds
-each, medians): 256 KiB gave 0.68x the throughput; 64 KiB and 32 KiB 0.89-1.12x, within the
-noise; 32 KiB only until the first bytes of a splice arrived (128 KiB after) 0.99-1.18x in
-three runs but 0.94x (pairs 0.58-1.17) at 0.55 against 0.36 CPU-s/GiB in the bench's own 5-pair A/B.
-Neither the pipe's size nor the broker socket's receive buffer is a lever: Kafka's 100 KiB
-``socket.send.buffer.bytes`` sends about 256 KiB per burst, well below the 1 MiB pipe and the
-~8 MiB that buffer grows to (a broker left to autotune its send buffer sent whole answers,
-but spent 0.5-0.8 instead of 0.3 CPU-s/GiB, and the proxy's ratio to it did not rise)."""
+(SO_RCVLOWAT): enough that a wake moves a run worth its system calls, few enough that the
+first bytes of an answer go on while the rest arrives. The A/Bs behind this value are in
+``docs/decisions/0008-pass-through-io.md``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

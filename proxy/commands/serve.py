@@ -143,9 +143,8 @@ def _overrides(args: argparse.Namespace, base: Mapping[str, Any]) -> dict[str, A
 def _freeze_imports() -> None:
     """Move everything alive before serving (the modules, kio's thousands of classes) to
     the collector's permanent generation. Serving allocates short-lived containers per
-    request and response, and every full collection walked all of that again: a profile of
-    pass-through Fetch (py-spy and perf) showed the collector (``gc_collect_main`` and its
-    visits) as a tenth of the proxy's CPU. Objects made later are collected as before."""
+    request and response, and every full collection would walk all of that again. Objects
+    made later are collected as before."""
     gc.collect()
     gc.freeze()
 

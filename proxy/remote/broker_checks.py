@@ -3,11 +3,11 @@
 Every Fetch of a remote-served partition sends the broker a *probe* (see
 :mod:`proxy.remote.fetch_plan`) so that the broker checks the client's rights and leader
 epoch for it. A probe reads nothing, but the broker's fixed cost per Fetch (request
-parsing, the authoriser, the replica manager, a response) is paid for each: at 1 MiB
-fetches Apache Kafka spent more CPU per GiB answering probes (1.68 CPU-s) than serving the
-same data from its own log (1.29). So a connection's Fetch whose every partition is served
-remotely is answered without the broker while the broker's last word on each of those
-partitions, on this very connection, is recent (``remote.fetch.broker.check.reuse.ms``),
+parsing, the authoriser, the replica manager, a response) is paid for each, which at 1 MiB
+fetches is more than serving the same data from its own log
+(``docs/decisions/0009-remote-read-path.md``). So a connection's Fetch whose every partition
+is served remotely is answered without the broker while the broker's last word on each of
+those partitions, on this very connection, is recent (``remote.fetch.broker.check.reuse.ms``),
 if the Fetch is sessionless or an incremental one in step with its fetch session (Kafka's
 Java consumer always fetches in a session; :mod:`proxy.remote.sessions` keeps the broker's
 session epochs in sequence).

@@ -12,9 +12,8 @@ thread hand-off per read. The rules:
 - Fair across clients: each client (a connection) has its own queue, and workers take from
   the queues in turn, so a catch-up consumer with many partitions waiting cannot delay a
   tail consumer's single read by more than one turn of the round.
-- A submitted read wakes one idle worker, not all of them: with an ``asyncio.Event`` every
-  idle worker woke for each read, found the queue empty but for one and slept again (ten
-  ``Event.wait`` calls per Fetch in a cProfile of a one-partition catch-up).
+- A submitted read wakes one idle worker, not all of them (an ``asyncio.Event`` would wake
+  every idle worker for each read, to find the queue empty but for one).
 - A submitted read runs to the end even if its caller stopped waiting (the purgatory
   expired): its result warms the caches for the next Fetch. A read whose future was
   cancelled before it started is skipped.
