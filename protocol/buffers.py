@@ -9,12 +9,10 @@ frame's size prefix is the sum of their lengths. The bytes are kio's, in kio's o
 where they live differs.
 
 Records that span chunks of the chunk cache are :class:`Buffers` too (the views of each
-chunk's part, in order): joining an 8 MiB read of two 4 MiB chunks into one new buffer was
-the largest own-time entry of the proxy's profile in catch-up with 8 MiB fetches (17.9 % of
-samples, ``ChunkCache.read``). Such a value is sliced (:meth:`Buffers.__getitem__`), its
-batch headers are read where they lie (:meth:`Buffers.locate`), and a :class:`BufferSink`
-that is handed one as a value keeps its parts: the records reach the socket's ``writev``
-from the chunks themselves.
+chunk's part, in order), never joined into one new buffer. Such a value is sliced
+(:meth:`Buffers.__getitem__`), its batch headers are read where they lie
+(:meth:`Buffers.locate`), and a :class:`BufferSink` that is handed one as a value keeps its
+parts: the records reach the socket's ``writev`` from the chunks themselves.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 :class:`protocol.frames.FrameDecoder` is fed the transport's reads and joins them once per
 frame; for the pipeline's Fetch responses (8 MiB and more, read 64 KiB at a time) that join
-is a full copy of every byte fetched, about 0.6 CPU-s per GiB on the machines it runs on.
-:class:`FrameReceiver` serves ``asyncio.BufferedProtocol`` instead: the socket is read
-*into* the buffer :meth:`FrameReceiver.buffer` hands out, so a large frame lands in the
-buffer it is returned in, with no copy in user space. Rules of this file:
+is a full copy of every byte fetched. :class:`FrameReceiver` serves
+``asyncio.BufferedProtocol`` instead: the socket is read *into* the buffer
+:meth:`FrameReceiver.buffer` hands out, so a large frame lands in the buffer it is returned
+in, with no copy in user space. Rules of this file:
 
 - Small frames and size prefixes are read into one staging buffer of ``_STAGING_BYTES``
   and copied out of it (a few kilobytes: Metadata, ApiVersions, an empty Fetch), so a burst

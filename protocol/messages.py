@@ -14,9 +14,6 @@ elements, and a count of a few billion makes the allocation fail, which aborts t
 process instead of raising. A peer must not be able to do that with one frame, so every
 body is first walked by :func:`_check_shape`, which reads only lengths and counts and
 refuses any count that the bytes left could not hold.
-
-The module stays whole past 400 lines on purpose: it is the one kio seam, and the shape
-check belongs beside the decoding it guards; split, a kio change would touch several files.
 """
 
 from __future__ import annotations
@@ -280,8 +277,7 @@ def nested_class(entity_class: type[Any], field_name: str) -> type[Any]:
     Lets callers build, say, a Fetch ``AbortedTransaction`` of the same version as the
     response they are editing without naming kio's modules. Looked up once per class and
     field (kio's classes never change): every remote-served Fetch asks for a few, and the
-    lookup (``dataclasses.fields`` and kio's field classification) was a sixth of the Fetch
-    interceptor's own response time in a cProfile of a one-partition catch-up.
+    lookup (``dataclasses.fields`` and kio's field classification) is not cheap.
 
     :raises LocalProtocolError: if there is no such field or it does not hold entities.
     """

@@ -25,10 +25,6 @@ The state enums are the wire values of KIP-405's ``RemoteLogState`` and
 ``RemotePartitionState`` (int8 in the schemas). Decoders never trust a count or a length
 they have not checked against the bytes left, and fail with :class:`MetadataRecordError`
 naming the record and field.
-
-The module stays whole past 400 lines on purpose: the topic records and their "Stored"
-forms are one set of KIP-405 schemas sharing one reader, one writer and the field layouts,
-and a schema change must touch both encodings at once.
 """
 
 from __future__ import annotations
