@@ -36,12 +36,9 @@ fetches into one GET, and lets every consumer of the same range share it:
   is full, a new read-ahead drops only chunks of readers that stopped: chunks no read has
   wanted for :data:`_STOPPED_READER_SECONDS` (each read wants its reader's chunks again),
   least recently wanted first. A chunk a reader still wants is never dropped, for another
-  reader or for a farther chunk of its own; the GET that needed the room is not made, and
-  the next read plans it again. (Dropping the least recently wanted of any reader made
-  readers that share the budget drop each other's chunks: with 8 partitions read at once
-  through a 64 MiB budget, each chunk was read from the remote tier 2.2 times, 591 GETs
-  per GiB instead of 269, and the proxy spent 1.18 CPU-s/GiB instead of 0.90.) Memory is
-  ``max_bytes`` plus ``read_ahead_max_bytes``;
+  reader or for a farther chunk of its own (readers that share the budget would otherwise
+  drop each other's chunks and read them twice); the GET that needed the room is not made,
+  and the next read plans it again. Memory is ``max_bytes`` plus ``read_ahead_max_bytes``;
 - an optional disk tier: every chunk loaded from remote storage is also written to a
   directory (atomically and fsynced, :mod:`storage.durable` says why), bounded by
   ``disk_max_bytes``, so a restarted proxy and chunks
@@ -101,9 +98,8 @@ _Key = tuple[int, int]
 
 def _segment(metadata: RemoteLogSegmentMetadata) -> int:
     """The segment copy's id as the chunk keys hold it: an int, whose hash is the
-    interpreter's own. ``uuid.UUID`` hashes and compares in Python code, and the keys are
-    hashed some eighty times per read of the catch-up pattern (the read-ahead's
-    bookkeeping); with UUIDs that was a fifth of the cache's CPU per read."""
+    interpreter's own. ``uuid.UUID`` hashes and compares in Python code, and the read-ahead's
+    bookkeeping hashes the keys dozens of times per read."""
     return metadata.segment_id.id.int
 
 
@@ -114,7 +110,7 @@ _V = TypeVar("_V")
 class _RecentLRU(Generic[_K, _V]):
     """A bounded map, least recently used out first, over an ``OrderedDict``: its lookups
     are two C calls, where cachetools' ``LRUCache.get`` runs four Python frames (the
-    read-ahead's bookkeeping looks up about thirty keys per read)."""
+    read-ahead's bookkeeping looks up dozens of keys per read)."""
 
     __slots__ = ("_entries", "_maxsize")
 
@@ -357,8 +353,7 @@ class ChunkCache:
         shorter than its metadata says. The chunks of one read load in parallel. Nothing is
         copied (the records go to the client's socket from the chunks): a read within one
         chunk is a view of it, a read across chunks the views of each chunk's part, in
-        order (:class:`~protocol.buffers.Buffers`; joining them was 17.9 % of the proxy's
-        samples in catch-up with 8 MiB fetches).
+        order (:class:`~protocol.buffers.Buffers`).
 
         :raises ValueError: for a negative ``start`` or ``end < start`` (caller's bug).
         :raises RemoteResourceNotFoundError: when the segment is gone from remote storage.

@@ -18,9 +18,9 @@ storage manager and the snapshots need it; a cache that loses an entry only down
 Large files nobody reads soon (the local remote tier's segments) may bypass the page cache
 (``direct``): a buffered write copies every byte into page-cache pages the kernel allocates
 for the new file, and on a virtual machine with free-page reporting each fresh page costs a
-fault in the host too. Writing 256 MiB from a mapped file on this Firecracker VM took 0.20 to
-0.39 CPU-s buffered (write and fsync), 0.05 CPU-s through an aligned bounce buffer with
-``O_DIRECT``: the disk reads the buffer itself, and the fsync has no dirty pages to write.
+fault in the host too. With ``O_DIRECT`` through an aligned bounce buffer the disk reads the
+buffer itself, and the fsync has no dirty pages to write
+(``docs/decisions/0010-pipeline-copies-and-memory.md``).
 """
 
 from __future__ import annotations

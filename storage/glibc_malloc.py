@@ -3,8 +3,8 @@
 The tiering pipeline's and the Spark data source's Python workers allocate buffers of
 megabytes per Fetch, per S3 part and per GET body. glibc maps each such buffer afresh and
 unmaps it when freed, or trims the heap it came from, so every use faults in and zeroes new
-pages (a quarter of an upload's perf samples; minor faults 116k → 20k per GiB read by the
-data source once kept). Each caller picks its thresholds for the buffers it reuses.
+pages (what that costs: ``docs/decisions/0010-pipeline-copies-and-memory.md``). Each caller
+picks its thresholds for the buffers it reuses.
 """
 
 from __future__ import annotations
@@ -35,9 +35,7 @@ def keep_freed_buffers(
     too, for buffers allocated on another thread (an I/O thread receiving GETs): a thread's
     own arena grows in heaps of at most 64 MiB that glibc unmaps as they empty (the trim
     threshold does not keep them), and a larger buffer is mapped on its own whatever the
-    mmap threshold, so every buffer there faulted in afresh. 40 buffers of 4 and 63 MiB
-    allocated and written on a second thread, two alive at a time: 180,000 minor faults and
-    0.30 CPU-s, 34,000 and 0.09 CPU-s with one arena (as on the main thread).
+    mmap threshold, so every buffer there would fault in afresh.
     """
     if platform.libc_ver()[0] != "glibc":
         return

@@ -18,8 +18,8 @@ reader's rate or the GETs' time is not known yet), at most :data:`MAX_READ_AHEAD
 and the read-ahead memory budget (``remote.fetch.chunk.read.ahead.max.bytes``). The budget
 is apart from the cache's memory: chunks read ahead are held outside the cache until read,
 so a deep read-ahead evicts no chunk a reader is in (an 8 MiB fetch spans up to three 4 MiB
-chunks) or will read again, however small the cache. (Bounded by three quarters of a 32 MiB
-cache, six chunks in flight behind 60 ms GETs delivered at most 400 MiB/s.)
+chunks) or will read again, however small the cache. Why the budget is apart, with the
+figures: ``docs/decisions/0009-remote-read-path.md``.
 """
 
 from __future__ import annotations

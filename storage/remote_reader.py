@@ -96,8 +96,7 @@ __all__ = [
 
 _PREFETCH_SEGMENTS: Final = 16
 """Most segments a read-ahead reaches into beyond the one read (small segments only): the
-deepest read-ahead, 64 MiB, spans 16 segments of 4 MiB. (Four held a reader through 8 MiB
-segments to 30 MiB, under the 36 MiB a reader at 600 MiB/s needs behind 60 ms GETs.)"""
+deepest read-ahead, 64 MiB, spans 16 segments of 4 MiB."""
 _READABLE: Final = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 _SCAN_BYTES: Final = 256 * 1024
 """Bytes scanned per step when looking for a timestamp (reads go through the chunk cache,

@@ -1,10 +1,8 @@
 """A ``bytearray`` of a given length whose bytes are left as ``malloc`` gave them.
 
 ``bytearray(n)`` zero-fills its ``n`` bytes, and a GET's body is then overwritten by the
-socket at once: the fill is pure cost, a ``memset`` of every byte received. In the Spark data
-source's Python workers, which receive each remote byte into a new body (bodies of varied
-lengths, so few are reused), zero-filling was 6 % of the workers' ``perf`` samples
-(``__memset_avx2_unaligned_erms`` under ``bytearray___init__``). CPython's own
+socket at once: the fill is pure cost, a ``memset`` of every byte received (the Spark data
+source's Python workers receive each remote byte into a new body). CPython's own
 ``PyByteArray_FromStringAndSize(NULL, n)`` allocates without filling; it is called through
 ``ctypes.pythonapi`` (which holds the GIL, as a C extension would).
 

@@ -10,11 +10,6 @@ Which copy serves an offset, and the lineage chain that makes up the remote log,
 say are :mod:`storage.rlmm.records`; the rules of the state machines are
 :mod:`storage.rlmm.state`. This module holds the cache's public face: applying events and
 answering lookups, each a few lines over those.
-
-The module is over 400 lines because :class:`RemoteLogMetadataCache` is one class with
-many small public methods (the events, the checks a writer runs before publishing, the
-snapshot restore, and every lookup the proxy and the pipeline make), each documented;
-splitting it would scatter one API over several files.
 """
 
 from __future__ import annotations

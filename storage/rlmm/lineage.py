@@ -3,10 +3,6 @@ makes up the remote log. The metadata cache (:mod:`storage.rlmm.cache`) keeps on
 :class:`PartitionChain` per partition; the remote reader asks :func:`agreeing_end` where a
 copy stops agreeing with a lineage.
 
-The module is over 400 lines for one algorithm: the chain walk and its incremental splice,
-whose steps are each documented with why they are correct; split, the invariants they share
-would be read in two places.
-
 Which copy serves an offset
     A segment *serves* offset ``o`` under a lineage (a leader-epoch history) when it is
     COPY_SEGMENT_FINISHED, covers ``o``, and its own epochs say that ``o`` was written in

@@ -6,7 +6,7 @@ file in the same directory, fsynced, and renamed into place, so a reader never s
 written file and a crash leaves the previous state (or a stray ``.tmp`` file, never a torn one).
 A segment's ``.log`` bypasses the page cache (``O_DIRECT`` where the file system allows it,
 :func:`storage.durable.write_atomically`): the tiering pipeline writes each segment once and
-nothing reads it soon, and a buffered write paid a fresh page-cache page per 4 KiB.
+nothing reads it soon, and a buffered write pays a fresh page-cache page per 4 KiB.
 
 File I/O runs in the default thread pool (``asyncio.to_thread``): it blocks, and an event loop
 serving Kafka clients must not stall on a disk. One thread hop per call, not per file.
@@ -15,22 +15,16 @@ The chunk cache reads ``.log`` ranges with :meth:`LocalRemoteStorage.map_log_seg
 read-only view of the file's mapping (one per file in use, shared by its chunks), its pages
 read in and mapped in the thread without holding the GIL (:mod:`storage.rsm.mapped_pages`,
 which says why one mapping per file), so the records go from the page cache to the
-client's socket with no copy in between. Reading them into a fresh buffer was the proxy's
-largest own-time entry in catch-up reads (a third of its samples: the copy, and the zeroed
-pages of every new 4 MiB buffer). A mapping stays valid after its file is deleted (Linux
-keeps the inode while mapped); files are replaced by rename and never truncated in place,
-so a mapped page never vanishes under a reader. Views are released in the pool thread
-too (:meth:`LocalRemoteStorage.unmap`): an unmap on the event loop waited for the process's
-memory map lock behind the pool's reads (9 % of the proxy's samples at 8 MiB fetches, in
-the LRU's eviction).
+client's socket with no copy in between (a fresh buffer per read would cost the copy and
+the zeroing of its pages). A mapping stays valid after its file is deleted (Linux keeps the
+inode while mapped); files are replaced by rename and never truncated in place, so a mapped
+page never vanishes under a reader. Views are released in the pool thread too
+(:meth:`LocalRemoteStorage.unmap`): an unmap on the event loop would wait for the process's
+memory map lock behind the pool's reads.
 
-The one copy left, into the client's socket (``writev``), is the proxy's largest entry
-(29 % of its perf samples in a one-partition catch-up), but on loopback a zero-copy send
-costs more, not less: sending 64 MiB of a mapped, page-cached file 40 times to a
-draining socket, the sender's CPU was 0.18 CPU-s/GiB with ``writev`` from the mapping,
-0.24 with ``sendfile`` from the file and 0.24 with ``vmsplice`` of the mapping into a
-pipe then ``splice`` to the socket (medians of 3; Linux 6.18), and the throughput fell
-(1,850 against 1,165 and 1,261 MiB/s). So the pages are written, not spliced.
+The one copy left is into the client's socket (``writev`` from the mapping): the pages are
+written, not spliced, as ``sendfile`` and ``vmsplice`` cost more CPU on loopback, not less
+(figures: ``docs/decisions/0009-remote-read-path.md``).
 
 Local errors (a full disk, permissions) are reported as non-retriable: unlike a network blip,
 they do not go away by waiting a few hundred milliseconds.

@@ -4,10 +4,10 @@ The local directory's chunks are views of its segment files (:mod:`storage.rsm.l
 says why). A view is of use only once its pages are in memory and mapped, or the event
 loop would wait for the disk when it sends them; so they are populated in the pool thread
 that asks for them. CPython 3.11's ``mmap`` holds the GIL through ``mmap()`` and
-``madvise()``: populating a cold 4 MiB chunk that way stopped the event loop for as long as
-the disk took (a 380 MiB file: 200-300 ms without a single switch to another thread). On
-Linux the file is therefore mapped through libc with ctypes, which releases the GIL for
-each call. Elsewhere the ``mmap`` module maps it and the kernel is only asked to read ahead.
+``madvise()``: populating a cold 4 MiB chunk that way would stop the event loop for as long
+as the disk takes. On Linux the file is therefore mapped through libc with ctypes, which
+releases the GIL for each call. Elsewhere the ``mmap`` module maps it and the kernel is only
+asked to read ahead.
 
 One mapping per file, not per chunk
     A file is mapped whole, once, advised ``MADV_HUGEPAGE``, and each chunk is a view of
@@ -16,12 +16,10 @@ One mapping per file, not per chunk
     the page cache in large folios (2 MiB on x86-64, on a file system that has them, such
     as ext4 or XFS), which a chunk maps and unmaps in a few batches instead of one
     page-table entry per 4 KiB page. That takes the file's read-ahead state, which lives
-    in its open file: a mapping per chunk, each of a freshly opened file, got 4 KiB pages
+    in its open file: a mapping per chunk, each of a freshly opened file, gets 4 KiB pages
     after the first chunks. The remote tier's ``.log`` files are written around the page
-    cache (``O_DIRECT``), so these mappings are what reads them in. Mapping, populating
-    and releasing a warm 4 MiB chunk of a 64 MiB file took 7 us of CPU this way, against
-    100-120 us as a ``MAP_POPULATE`` mapping of the chunk (Linux 6.18, ext4; mapping and
-    unmapping were 20 % of the proxy's py-spy samples in catch-up reads). The advice is
+    cache (``O_DIRECT``), so these mappings are what reads them in (what a chunk costs
+    either way: ``docs/decisions/0009-remote-read-path.md``). The advice is
     ignored where transparent huge pages are off, and pages cached before keep their
     folios.
 

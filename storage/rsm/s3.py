@@ -456,12 +456,12 @@ def _encryption_arguments(config: RemoteStorageConfig) -> dict[str, str]:
 def _body(content: bytes | memoryview) -> bytearray:
     """The body of a put, in the one form that is sent without further copies.
 
-    botocore refuses a memoryview, and wraps ``bytes`` in a BytesIO, which aiohttp copies
-    whole (``getbuffer``) and then again chunk by chunk; a bytearray goes to the socket as
-    it is. So one copy here saves two (about 0.6 CPU-s/GiB each). aiohttp warns about a
-    bytes-like body over 1 MB (a ResourceWarning, silent by default) that writing it at once
-    "might lock the event loop": the transport sends what the socket takes and keeps the rest,
-    which is far less than the copies and per-64-KiB loop turns a BytesIO would cost.
+    botocore refuses a memoryview, and wraps ``bytes`` in a BytesIO, which aiohttp copies whole
+    (``getbuffer``) and then again chunk by chunk; a bytearray goes to the socket as it is. So
+    one copy here saves two. aiohttp warns about a bytes-like body over 1 MB (a ResourceWarning,
+    silent by default) that writing it at once "might lock the event loop": the transport sends
+    what the socket takes and keeps the rest, which is far less than the copies and per-64-KiB
+    loop turns a BytesIO would cost.
     """
     return bytearray(content)
 
@@ -469,12 +469,12 @@ def _body(content: bytes | memoryview) -> bytearray:
 def _checksum(body: bytearray) -> str:
     """The body's CRC-32C as ``x-amz-checksum-crc32c`` carries it (base64 of 4 bytes).
 
-    SigV4 would otherwise hash every byte uploaded over plain HTTP with SHA-256 (about 0.9
-    CPU-s/GiB here; the C CRC-32C costs about 0.1). With the CRC in a signed header and the
-    payload unsigned, the store still refuses a body that changed on the way (``BadDigest``,
-    checked by S3 and by SeaweedFS before they keep it). What a CRC does not give is
-    SHA-256's resistance to a body forged on purpose by someone on the path, so an
-    untrusted network needs HTTPS (where AWS SDKs send ``UNSIGNED-PAYLOAD`` too).
+    SigV4 would otherwise hash every byte uploaded over plain HTTP with SHA-256, several times
+    the CPU of the C CRC-32C (``docs/decisions/0010-pipeline-copies-and-memory.md``). With the
+    CRC in a signed header and the payload unsigned, the store still refuses a body that changed
+    on the way (``BadDigest``, checked by S3 and by SeaweedFS before they keep it). What a CRC
+    does not give is SHA-256's resistance to a body forged on purpose by someone on the path, so
+    an untrusted network needs HTTPS (where AWS SDKs send ``UNSIGNED-PAYLOAD`` too).
     """
     return base64.b64encode(crc32c.crc32c(body).to_bytes(4, "big")).decode("ascii")
 

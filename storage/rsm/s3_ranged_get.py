@@ -1,11 +1,11 @@
 """Ranged GETs of S3 objects read straight into their buffer: the remote read path's lean GET.
 
-Receiving a GET's body through botocore and aiohttp costs the proxy about 0.7 CPU-s per
-GiB on loopback (``bench.s3_ranged_read``), most of it per byte: aiohttp's parser hands the
-body over in pieces, its ``StreamReader`` queues them, and ``read()`` joins them into one
-``bytes``. That was half of the proxy's CPU per GiB served from the remote tier. Here the
-socket's bytes go straight into the buffer the chunk cache keeps (an
-:class:`asyncio.BufferedProtocol`: the kernel copies into it, nothing else does).
+Receiving a GET's body through botocore and aiohttp costs the proxy CPU per byte: aiohttp's
+parser hands the body over in pieces, its ``StreamReader`` queues them, and ``read()`` joins
+them into one ``bytes`` (what that costs, from ``bench.s3_ranged_read``:
+``docs/decisions/0009-remote-read-path.md``). Here the socket's bytes go straight into the
+buffer the chunk cache keeps (an :class:`asyncio.BufferedProtocol`: the kernel copies into it,
+nothing else does).
 
 Signing stays botocore's: :class:`RangedGets` asks the S3 client for a presigned URL
 (``generate_presigned_url``: endpoint, addressing style, region, credentials and their
@@ -25,11 +25,9 @@ Connections are kept alive in a pool of at most ``max_connections``.
 Each GET is timed to its first byte and its last, and logged with the GETs in flight at
 DEBUG (``log.level``; logger ``storage.rsm.s3_ranged_get``): whether read-ahead keeps enough
 GETs in flight, and whether a slow GET waited for the store (the first byte) or for its
-bytes. A trace of the bench showed why the read-ahead is not sized from the first byte: on
-a store that queues GETs, the first byte comes later the more GETs are in flight (SeaweedFS
-on two busy cores, medians of two runs: 12-17 ms with up to 3 in flight, 26-75 ms with 4-7,
-121 ms with 8-11), so it measures the store's queue as much as its latency, as the whole
-GET that the chunk cache times does.
+bytes. The read-ahead is not sized from the first byte: on a store that queues GETs, the
+first byte comes later the more GETs are in flight, so it measures the store's queue as
+much as its latency, as the whole GET that the chunk cache times does.
 
 Bodies are reused: the chunk cache gives back the chunks it evicts (:meth:`RangedGets.recycle`)
 and the next answer of the same length is read into one of them (:class:`SpareBodies` says
@@ -85,10 +83,7 @@ _SPARE_BYTES: Final = MAX_READ_AHEAD_BYTES
 """Bytes of bodies kept for reuse at most: one reader's deepest read-ahead. A catch-up
 reader frees about one body per GET in steady state (the chunk its read admits to the cache
 evicts one), but a reader that starts (or starts again) sends its whole read-ahead at once,
-up to 16 GETs of 4 MiB, before the cache evicts anything. Four spares covered four of
-them: in ``bench.catchup`` (one consumer, rounds that start again) 28 % of the bodies were
-new, and their pages faulting in (``clear_page_erms`` under ``_copy_to_iter``, with
-``exc_page_fault``) were about 5 % of the proxy's ``perf`` samples."""
+up to 16 GETs of 4 MiB, before the cache evicts anything."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -112,15 +107,12 @@ class _UnexpectedAnswerError(Exception):
 class SpareBodies:
     """Buffers of earlier answers, filled again instead of allocating new ones.
 
-    A new 4 MiB ``bytearray`` was zero-filled, and each of its 4 KiB pages faults in, before
-    the socket writes into it (new ones are no longer filled, :mod:`storage.unfilled`, but
-    their pages still fault in where the allocator maps fresh memory): 0.57 ms of CPU for a
-    new buffer and its fill against 0.31 ms to fill one already in use (a micro-benchmark),
-    and ``ResponseReader._read_head``, where bodies were allocated, was 9 % of the proxy's
-    profile samples in catch-up at 1 MiB and at 8 MiB fetches. A spare is reused only when
-    nothing else refers to it (CPython's reference count): a view of it that a Fetch
-    response is still writing to a client's socket, a disk-tier write or a reader that has
-    not resumed yet all hold a reference.
+    Each 4 KiB page of a new 4 MiB ``bytearray`` faults in before the socket writes into
+    it (new ones are not zero-filled, :mod:`storage.unfilled`, but their pages still fault
+    in where the allocator maps fresh memory); the pages of a buffer already in use are
+    mapped. A spare is reused only when nothing else refers to it (CPython's reference
+    count): a view of it that a Fetch response is still writing to a client's socket, a
+    disk-tier write or a reader that has not resumed yet all hold a reference.
     """
 
     def __init__(self, limit_bytes: int = _SPARE_BYTES) -> None:

@@ -22,9 +22,8 @@ way ``LogSegment.recover`` rebuilds them batch by batch:
 The builder never copies the batches: it keeps views of the chunks it accepted (each chunk's
 whole batches) and joins them only when the segment is finished, and a segment built from
 one chunk is that chunk as is. A copy task that maps its spill file hands the mapping itself
-to the upload; every copy of segment bytes costs about 0.6 CPU-s/GiB on the machines this
-runs on, which is most of the pipeline's budget. So the chunks must not change while the
-builder or its :class:`BuiltSegment` is in use.
+to the upload; a copy of segment bytes would cost most of the pipeline's CPU budget. So the
+chunks must not change while the builder or its :class:`BuiltSegment` is in use.
 
 Input rules (a :class:`SegmentBuildError` names the offset and byte position otherwise):
 
