@@ -46,9 +46,8 @@ _READ_UNCOMMITTED: Final = 0
 _FETCH_WAIT_MS: Final = 10
 """Tansu answers a Fetch with no partitions at all when it may not wait; Kafka, asked for
 ``min_bytes`` 0, answers at once anyway. Also the metadata consumer's long poll: catching
-up from snapshots that already hold everything waits that long for each high watermark
-(Kafka's default 500 ms was a third of a second of every query's planning; 100 ms was
-still 0.1 to 0.15 s of a warm planning step's 0.14 to 0.2 s, where 10 ms leaves 0.03 s)."""
+up from snapshots that already hold everything waits that long for each high watermark,
+which Kafka's default (500 ms) would add to every query's planning."""
 _CHUNK_CACHE_BYTES: Final = 16 * 1024 * 1024
 
 

@@ -178,11 +178,8 @@ async def plan_tasks(
 def _tasks(slices: Sequence[Slice], max_bytes: int) -> list[Task]:
     """One partition's ``slices`` (in offset order) as tasks: consecutive remote slices
     together while their bytes stay within ``max_bytes``; each slice of the broker's tail
-    alone.
-
-    A 512 MiB topic of 4 partitions tiered in 64 MiB segments was 12 tasks (two full
-    segments and a small last one per partition); as 4 tasks, ``local[2]`` scans it in two
-    rounds of equal tasks instead of six of unequal ones.
+    alone, so that a partition's small last segment does not make a task of its own and
+    Spark runs fewer tasks of more equal size.
     """
     tasks: list[Task] = []
     group: list[RemoteSlice] = []
@@ -205,8 +202,8 @@ def _tasks(slices: Sequence[Slice], max_bytes: int) -> list[Task]:
 async def concurrently(steps: Sequence[Awaitable[T]]) -> list[T]:
     """The results of ``steps``, run at the same time, in their order.
 
-    Each partition's plan waits on GETs of its own indexes: one after the other, 12
-    segments were a quarter of a second of every query's planning. The first failure
+    Each partition's plan waits on GETs of its own indexes, which one after the other would
+    add up in every query's planning. The first failure
     cancels the other steps and is raised as it is (a :class:`SourceError` stays one).
     """
     tasks = [asyncio.ensure_future(step) for step in steps]

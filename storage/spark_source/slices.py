@@ -39,12 +39,8 @@ class RemoteSlice:
         waiting for a large GET, then up to 64 MiB at a time, not the whole slice: the
         worker keeps freed memory for bodies up to 96 MiB
         (:mod:`storage.spark_source.worker`), and a task holds two (the one decoded, the
-        next one received). Receiving ranges from SeaweedFS (``bench.s3_ranged_read``,
-        CPU-s/GiB of client and server): 64 MiB 0.79 and 1.46, 32 MiB 0.80 and 1.58,
-        16 MiB 0.39 and 1.64, 8 MiB 0.44 and 2.20 (each GET costs the server too). Reading
-        the 512 MiB bench topic without Spark (GETs decoded and written as an Arrow stream,
-        medians of 8 rounds, load 14): 16 MiB GETs 1.39 CPU-s/GiB
-        in Python and 1.74 in SeaweedFS, 32 MiB 1.42 and 1.57, up to 60 MiB 1.46 and 1.44."""
+        next one received). Larger GETs cost the object store less per byte (figures:
+        ``docs/decisions/0011-spark-workers-tasks-and-reads.md``)."""
         bounds = [self.start_position, *self.read_cuts, self.end_position]
         return list(itertools.pairwise(bounds))
 

@@ -163,8 +163,7 @@ def _frame_runs(body: bytes | memoryview, count: int, framing: _Framing) -> tupl
     Fixed-size records are common (fixed-width encodings, load generators); their lengths
     still change where the offset delta in them needs one more byte (64, 8192), so a batch
     of them is a few runs. A run shorter than :data:`_RUN_MIN_RECORDS` stops this: records
-    of varied lengths are walked one by one. The walk was a seventh of a Python worker's
-    busy time in a scan of 1 KiB records.
+    of varied lengths are walked one by one.
     """
     data = np.frombuffer(body, dtype=np.uint8)
     size = len(data)

@@ -7,47 +7,30 @@ reads many slices. Creating an S3 client per task costs botocore's service model
 parsing) and a new connection every time; keeping it costs nothing. Running every task on
 one loop with ``run_until_complete`` also avoids ``asyncio.run``'s SIGINT handling, which
 on CPython 3.11 formats the ``repr`` of the finished task, result included (the slice's
-whole byte range: about half a second of CPU per 64 MiB, twice per call).
+whole byte range).
 
 The driver's planning runs in such a worker too (PySpark's planner runner, reused from one
-query to the next), on the same loop: a query's planning read its segments' indexes through a
-storage manager created for it, and botocore's client (its endpoint rules and service model,
-JSON parsed again every time) was most of the 0.4 to 0.5 s a 512 MiB scan spent planning
-(cProfile of ``TierproxyReader.partitions``, three plans in one process). Remote indexes
-never change, so one cache of them serves every query of the worker.
+query to the next), on the same loop, so botocore's client (its endpoint rules and service
+model) is built once, not per query. Remote indexes never change, so one cache of them
+serves every query of the worker.
 
 The loop runs in its own thread so that a slice's next GET is received while the task's
-thread decodes the current one (:func:`start`): read one after the other, each of a slice's
-16 MiB GETs waited for the server's answer with the worker idle (in a 512 MiB scan the
-workers used 1.2 of the two cores, and the scan took a third longer than with one 64 MiB
-GET per slice). Socket reads release the GIL; the loop's own Python work per read is small.
+thread decodes the current one (:func:`start`). Socket reads release the GIL; the loop's
+own Python work per read is small.
 
 Everything is closed when the worker exits.
 
 The worker's long-lived heap is frozen out of the garbage collector (:func:`freeze_heap`):
 PySpark's daemon runs a full ``gc.collect()`` after every task (``pyspark/daemon.py``), which
-walks every object the worker holds (PySpark, pyarrow, numpy, botocore's service model). In a
-512 MiB scan (12 slices on ``local[2]``) that collection was 46 % of the Python workers'
-CPU samples (``perf record`` of both workers: ``gc_collect_main``, ``visit_reachable``,
-``visit_decref`` and the ``*_traverse`` functions) and py-spy put a third of the workers'
-samples on the daemon's ``gc.collect()`` line.
+would walk every object the worker holds (PySpark, pyarrow, numpy, botocore's service model).
 
-glibc's allocator is told to keep freed memory (:func:`keep_freed_memory`): every GET's body
-is a new ``bytearray`` (then of up to 16 MiB, now 64 MiB), and with glibc's defaults (the
-heap is trimmed once 32 MiB at its top are free) each one was handed back to the kernel and
-faulted in again, zeroed, page by page: page faults and the kernel's ``clear_page_erms``
-were about a fifth of the Python workers' CPU samples (``perf record``, after the heap was
-frozen). Reading a 512 MiB topic's slices twice in one process: 116,000 minor faults and 1.6
-CPU-s with the defaults, 20,000 and 1.3-1.4 CPU-s keeping up to 128 MiB.
+glibc's allocator is told to keep freed memory (:func:`keep_freed_memory`), and the loop's
+thread allocates from the main heap (one arena): every GET's body (up to 64 MiB) is a new
+``bytearray`` allocated on the loop's thread, and with glibc's defaults each would be handed
+back to the kernel and faulted in again, zeroed, page by page (:mod:`storage.glibc_malloc`).
 
-That kept only what the main thread allocates: GET bodies are allocated on the loop's thread,
-whose own glibc arena grows in heaps of at most 64 MiB, unmapped as they empty, and maps a
-larger body on its own whatever the thresholds. A ``perf record`` of both workers in a 512
-MiB scan still had about a sixth of their samples in page faults under the socket's copy into
-new bodies (``exc_page_fault``, ``do_anonymous_page``, ``clear_page_erms`` under
-``_copy_to_iter``). The loop's thread now allocates from the main heap too (one arena): in
-alternating 512 MiB scans in one process (load 4 to 8), the workers' CPU per GiB fell from a
-median of 1.81 (1.66 to 2.76, 12 rounds) to 1.50 (1.30 to 1.82).
+The profiles and A/Bs behind these choices:
+``docs/decisions/0011-spark-workers-tasks-and-reads.md``.
 """
 
 from __future__ import annotations
