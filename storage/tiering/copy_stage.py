@@ -73,7 +73,7 @@ def _append_spilled(builder: SegmentBuilder, pieces: Sequence[SpillPiece]) -> No
     """Feed the pieces to the builder straight from the mapped spill files.
 
     Nothing is copied in Python: the builder and the segment it builds keep a view of a
-    mapping, so the upload reads the page cache directly (mapping costs about a tenth of a
+    mapping, so the upload reads the page cache directly (mapping costs a fraction of a
     copy). A segment whose batches lie in several pieces (it crosses a window's end) would be
     joined into fresh memory when it is finished; instead the kernel copies its pieces into
     one file of the cycle's spill (``copy_file_range``: no page of it faulted into this

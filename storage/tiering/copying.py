@@ -19,10 +19,6 @@ Between cycles the driver remembers, per partition, what the last read found of 
 untiered tail (so a tail still open is not read again until enough new data can close a
 segment) and the state after its last remote segment (so the next copy does not download
 that segment's leader-epoch checkpoint and producer snapshot again).
-
-The module is over 400 lines because that memory is read and written by every step of a copy
-(planning the windows, cutting segments, folding their state, finishing them): one class
-keeps it private; split, it would become state shared between modules.
 """
 
 from __future__ import annotations

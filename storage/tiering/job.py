@@ -141,10 +141,9 @@ def load_tiering_settings(
 
 _JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 """The JVM compiles with C1 only. The pipeline's JVM schedules tasks and passes small
-descriptors and results to the Python workers; the bytes never cross it. Per-thread CPU of
-the Spark JVM over two 512 MiB cycles (bench/pipeline.py) was 2.2 and 1.4 s in the C2
-compiler threads, of 2.5 and 4.4 s in all (two runs); with C1 only, 0.35 of 2.0 s. C2's
-optimisations cost more than they can save here, on every new JVM and for minutes after."""
+descriptors and results to the Python workers; the bytes never cross it, so C2's
+optimisations cost more than they can save here, on every new JVM and for minutes after
+(figures: ``docs/decisions/0011-spark-workers-tasks-and-reads.md``)."""
 _SPARK_DAEMON: Final = "storage.tiering.spark_daemon"
 """PySpark's daemon with the task modules imported before it forks workers (see there)."""
 

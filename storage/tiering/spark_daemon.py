@@ -3,23 +3,20 @@
 Spark starts one daemon per executor (``python -m pyspark.daemon``) and forks a Python worker
 from it whenever a task finds no idle one. Each fresh worker then imports what the task
 function needs: for the pipeline, the Kafka client, kio's message classes, the segment
-builder and the storage managers. py-spy over a cycle of 256 MiB in 8 partitions
-(``local[2]``) had a third of all Python worker samples in those imports (the import of
-:mod:`storage.kafka_client` from :mod:`.fetch_stage` alone a sixth), paid again by every
-worker Spark forks. Imported here once, every forked worker inherits them.
+builder and the storage managers, paid again by every worker Spark forks. Imported here
+once, every forked worker inherits them.
 
 PySpark's own worker module is imported here too. Its daemon imports it in every forked
 worker, after the fork, in case the import starts threads (pandas and pyarrow do when
 imported); ``pyspark.worker`` imports neither at import time, and the test of this module
 checks that no thread exists after these imports. Spark puts ``pyspark.zip`` first on the
-workers' path, and modules in a zip are compiled from source at every import: 0.33 s of a
-fresh worker on a busy local[2] machine. Every worker's first task also re-reads the
-directory of each zip on the path (PySpark's ``setup_spark_files`` calls
-``importlib.invalidate_caches()`` when it adds the task's file directory to the path):
-0.05 s for ``pyspark.zip``. Workers are reused from task to task, but Spark ends those idle
-for a minute, so a pipeline whose cycles are further apart than that, and every first cycle,
-paid both for each worker. The zip importers here re-read an archive only when it changed
-(:class:`_StatCheckedZipImporter`).
+workers' path, and modules in a zip are compiled from source at every import. Every
+worker's first task also re-reads the directory of each zip on the path (PySpark's
+``setup_spark_files`` calls ``importlib.invalidate_caches()`` when it adds the task's file
+directory to the path). Workers are reused from task to task, but Spark ends those idle for
+a minute, so a pipeline whose cycles are further apart than that, and every first cycle,
+would pay both for each worker. The zip importers here re-read an archive only when it
+changed (:class:`_StatCheckedZipImporter`).
 
 Spark runs this module instead of ``pyspark.daemon`` when ``spark.python.daemon.module``
 names it (:func:`storage.tiering.job.build_spark` does). PySpark's rule for the daemon holds:

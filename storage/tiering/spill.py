@@ -13,13 +13,10 @@ finds it unused for six hours.
 
 Why: the kernel allocates a page-cache page for every byte written to a new file and frees
 them when the file is deleted; on a virtual machine with free-page reporting (Firecracker)
-the host has taken those pages back by the next cycle, so every write faulted in fresh
-memory. perf over the Python workers of a 256 MiB cycle to the local-directory tier had 58 %
-of all samples in ``copy_folio_from_iter_atomic`` (``write`` into new page-cache pages, the
-spill and the segment file); writing 256 MiB into a new file took 0.09 to 0.48 CPU-s on this
-VM, into the same file again 0.036 CPU-s. The price: the pool's pages stay in the page cache
-(the kernel may still evict them) and its files on disk, and overwritten pages are written
-back by the kernel's flusher in its own time.
+the host has taken those pages back by the next cycle, so every write would fault in fresh
+memory (figures: ``docs/decisions/0010-pipeline-copies-and-memory.md``). The price: the
+pool's pages stay in the page cache (the kernel may still evict them) and its files on disk,
+and overwritten pages are written back by the kernel's flusher in its own time.
 
 Taking a file from the pool is a rename, so two tasks never get the same file, and the pool
 may be shared by every pipeline using the spill root.

@@ -49,10 +49,8 @@ R = TypeVar("R")
 _POLL_SECONDS = 0.25
 _TASKS_PER_CORE = 1
 """Each task costs the Spark JVM some 6-12 ms of CPU (scheduling, the Python worker's
-protocol, the status store) whatever it does: with 8 trivial tasks per job on local[2] the
-JVM took 71-120 ms per job, with 4 tasks 50-69 ms. Two tasks per core kept every core busy
-while one task ran long; now that a task uploads one partition while it reads the next
-(:mod:`.tier_stage`), one task per core does, with half the tasks."""
+protocol, the status store) whatever it does, and a task uploads one partition while it
+reads the next (:mod:`.tier_stage`), so one task per core keeps every core busy."""
 _SETTLE_SECONDS = 60.0
 """How long a failed job's other tasks may take to end (Spark's kill timeout and a worker's
 destruction take seconds); past it the failure is raised anyway, with a warning."""

@@ -10,16 +10,13 @@ driver publishes COPY_SEGMENT_FINISHED for what comes back.
 
 Why one job instead of a fetch job followed by a copy job: the fetch is CPU-bound (broker,
 Python workers and the Spark JVM share the cores) and the upload to a local directory is
-disk-bound, and in two jobs they ran one after the other, with Spark's fixed cost (~46 ms a
-job on local[2]) paid twice. In one job a partition's upload overlaps the next partition's
-fetch in the same task, and the other task's. ``bench.pipeline`` (local tier, 256 MiB over 8
-partitions, 3 runs of 5 rounds alternating with the two-job pipeline, quiet machine): median
-773 MB/s against 559, 0.85 of a raw Fetch of the same data against 0.62, and 1.39-1.47 CPU
-seconds per GiB against 1.66-1.74.
+disk-bound; in two jobs they would run one after the other, with Spark's fixed cost per job
+paid twice. In one job a partition's upload overlaps the next partition's fetch in the same
+task, and the other task's (the A/B:
+``docs/decisions/0011-spark-workers-tasks-and-reads.md``).
 
 A task that dies or is retried leaves COPY_SEGMENT_STARTED segments with ids nobody will
-finish: the next cycle's clean-up deletes them (:mod:`.cleanup`), as it did after a failed copy
-stage when the driver announced every segment itself.
+finish: the next cycle's clean-up deletes them (:mod:`.cleanup`).
 
 Only the pipeline that holds the cluster's transactional id (:mod:`.lease`) may copy, and its
 tasks run on executors that Kafka's fence does not reach. So, before each segment, a task
@@ -159,10 +156,8 @@ _PAST_DEADLINE = "the copy job's deadline (tiering.copy.timeout.ms) has passed"
 FETCHES_AT_ONCE = 1
 """Partitions a task reads from the broker at once; the others' segments are uploaded
 meanwhile. A task reads one partition after the other and uploads each as soon as it is
-read, so that its upload (disk) overlaps the next read (CPU). With two reads at once
-(``bench.pipeline``, local tier, 256 MiB over 8 partitions, busy machine) both tasks read
-two partitions in step and then uploaded them in step: median 481 MB/s over 14 rounds, best
-648, against 510 and 855 with one."""
+read, so that its upload (disk) overlaps the next read (CPU); with two reads at once both
+tasks would read two partitions in step and then upload them in step."""
 
 _NO_CAP = 2**63 - 1
 """Kafka's Long.MAX_VALUE: a rate setting's "no cap"."""

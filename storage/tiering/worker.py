@@ -28,16 +28,15 @@ T = TypeVar("T")
 class WorkerRuntime:
     """One event loop per Python worker process, and the storage clients built on it.
 
-    Spark reuses its Python worker processes from task to task. Building an S3 client costs
-    about 0.2 s of CPU (botocore loads its service model), so copy tasks share one remote
-    storage manager per worker and configuration instead of building one each; that needs
+    Spark reuses its Python worker processes from task to task. Building an S3 client costs a
+    fraction of a second of CPU (botocore loads its service model), so copy tasks share one
+    remote storage manager per worker and configuration instead of building one each; that needs
     the event loop it is bound to to outlive the task. Clients are never closed explicitly:
     Spark ends idle workers, and the operating system releases their sockets.
 
     PySpark's daemon runs a full ``gc.collect()`` in the worker after every task, which walks
     every object the worker holds: the modules of PySpark, kio, the pipeline and botocore's
-    service model, some 80,000 objects and tens of milliseconds per task on a busy machine.
-    They live as long as the worker, so they are moved out of the collector's sight
+    service model. They live as long as the worker, so they are moved out of the collector's sight
     (``gc.freeze``) when the runtime starts and after each task, once what the task left as
     garbage is collected: what survives a task is the worker's own (modules, the loop, the
     storage clients and their connection pools), and frozen objects are still freed when
@@ -87,9 +86,8 @@ _TRIM_THRESHOLD_BYTES = 256 * 1024 * 1024
 
 def _keep_freed_buffers() -> None:
     """Let glibc's malloc reuse the task's freed large buffers (the records kio copies out,
-    the bytearray each S3 part is sent from) instead of returning them to the kernel: in
-    perf profiles of an upload, ``clear_page_erms`` and ``exc_page_fault`` took a quarter of
-    the samples, more than the copy itself (:mod:`storage.glibc_malloc`)."""
+    the bytearray each S3 part is sent from) instead of returning them to the kernel, which
+    would fault them in and zero them again (:mod:`storage.glibc_malloc`)."""
     keep_freed_buffers(
         trim_threshold_bytes=_TRIM_THRESHOLD_BYTES, mmap_threshold_bytes=_MMAP_THRESHOLD_BYTES
     )
