@@ -25,19 +25,16 @@ chunk cache of ``--chunk-cache-mib`` (96 MiB by default). The cache is smaller t
 smaller than a sequential scan never hits; GETs per GiB, about 256 for 4 MiB chunks, show it;
 concurrent readers of one chunk still share its GET). The budget holds only chunks read ahead
 and not read yet, so it does not let the cache keep the range either. The cache is not
-smaller than it needs to be: the proxy's default is 256 MiB, and the earlier 32 MiB cache
-(with 96 MiB of data), an eighth of that, evicted the chunks a response was still writing:
-their buffers could not take the next GETs (:class:`storage.rsm.s3_ranged_get.SpareBodies`),
-so the proxy allocated new ones. The data must exceed the cache by a reader's deepest
-read-ahead (:data:`storage.read_ahead.MAX_READ_AHEAD_BYTES`, 64 MiB): after a round, the cache
-holds the range's last ``--chunk-cache-mib``, so a reader back at its start finds the chunks
-more than data - cache ahead of it still cached. Read-ahead skips those, and the reader's own
-misses evict them before it gets there: with 128 MiB of data and the 96 MiB cache, read-ahead
-reached at most 32 MiB ahead (never more than 9 GETs in flight, a trace of the GETs showed),
-below the 42 MiB a reader at 600 MiB/s needs behind 70 ms GETs. A cold catch-up (a range not
-read before) has no such cap. Rounds are longer too: 128 MiB at 600 MiB/s took 0.2 s, of which
-the round's first read, cold by design, waited one whole GET (85 ms with 50 ms to the first
-byte).
+smaller than it needs to be: a cache far below the proxy's default (256 MiB) evicts the
+chunks a response is still writing, whose buffers then cannot take the next GETs
+(:class:`storage.rsm.s3_ranged_get.SpareBodies`). The data must exceed the cache by a
+reader's deepest read-ahead (:data:`storage.read_ahead.MAX_READ_AHEAD_BYTES`, 64 MiB): after
+a round, the cache holds the range's last ``--chunk-cache-mib``, so a reader back at its start
+finds the chunks more than data - cache ahead of it still cached; read-ahead skips those, and
+the reader's own misses evict them before it gets there, which caps the read-ahead below what
+the reader needs (a cold catch-up, of a range not read before, has no such cap). More data
+also makes rounds long against the round's first read, cold by design. Why these sizes, with
+the runs behind them: ``docs/decisions/0012-benchmark-method.md``.
 
 Catch-up: N raw Fetch loops (Fetch v12, one request in flight each, records left as bytes),
 each reading offsets [0, tiered end] with ``partition_max_bytes`` of 1 MiB and 8 MiB, run
@@ -57,17 +54,16 @@ they read it directly from the broker (the same load on the machine without the 
 in it), in rotating order; p50/p99 of the Fetch round trip, the load's MiB/s and the proxy's
 event-loop lag. ``bench.native`` holds the same tail against Kafka's native tiered storage.
 
-Object-storage latency (``--s3-first-byte-ms``, default 20 and 50; 0 is the control): a
-second proxy reads SeaweedFS through :mod:`bench.forwarder` (``--splice``: in the kernel, so
-the emulation costs little CPU), which holds each answer's first byte that long (a GET's
-time to first byte on real object storage); one catch-up loop alternates between the
-undelayed proxy and the delayed one, each warmed first (:func:`warm_up`; the delayed proxy
-was not, and its first round GET every offset index through the delay, one segment after
-another, and added about 45 GETs per GiB over three pairs: 313 against the undelayed 269, with
-the same reads). Reported: the ratio delayed / undelayed (both read the
-range from object storage: the chunk cache is smaller than it), object-storage GETs per
-GiB, from the proxy's cache metrics (chunk GETs + index misses), and the forwarder's CPU
-seconds per GiB. Skipped with ``--tier local``, which has no object storage to delay.
+Object-storage latency (``--s3-first-byte-ms``, default 20 and 50; 0 is the control): a second
+proxy reads SeaweedFS through :mod:`bench.forwarder` (``--splice``: in the kernel, so the
+emulation costs little CPU), which holds each answer's first byte that long (a GET's time to
+first byte on real object storage); one catch-up loop alternates between the undelayed proxy
+and the delayed one, each warmed first (:func:`warm_up`: a cold proxy's first round GETs every
+offset index through the delay, one segment after another). Reported: the ratio delayed /
+undelayed (both read the range from object storage: the chunk cache is smaller than it),
+object-storage GETs per GiB, from the proxy's cache metrics (chunk GETs + index misses), and
+the forwarder's CPU seconds per GiB. Skipped with ``--tier local``, which has no object
+storage to delay.
 
 ``--profile DIR`` samples the proxy with py-spy during each catch-up cell (both paths'
 rounds; the proxy is idle while the broker is read directly) and prints where its CPU went.
@@ -79,13 +75,13 @@ spread of the pairs' ratios (the machine is shared: a median alone hides how noi
 and the S3 process's CPU per GiB behind each proxy (a change to the GETs may cost or save
 the store more than the proxy: they share the cores).
 
-Data is warm on both paths: the broker's log and SeaweedFS's volume files (or the local
-tier's files) in the page cache. With ``--tier local`` no S3 CPU is measured: the rounds'
-figure is ``None`` and the summaries leave it out. Everything shares the machine's two
-cores. Results: ``bench/results/catchup.json`` and ``.png``. Goals (issue 13): remote >= 0.8
-x local, delayed / undelayed >= 0.7, GETs <= 300 per GiB; the tail rows are reported here
-(the goal, tail p99 under load / alone no worse than with Kafka's native tiered storage
-serving the same load, is measured like with like by ``bench/native.py``).
+Data is warm on both paths: the broker's log and SeaweedFS's volume files (or the local tier's
+files) in the page cache. With ``--tier local`` no S3 CPU is measured: the rounds' figure is
+``None`` and the summaries leave it out. Everything shares the machine's two cores. Results:
+``bench/results/catchup.json`` and ``.png``. Goals: remote >= 0.8 x local, delayed / undelayed
+>= 0.7, GETs <= 300 per GiB; the tail rows are reported here (the goal, tail p99 under load /
+alone no worse than with Kafka's native tiered storage serving the same load, is measured like
+with like by ``bench/native.py``).
 """
 
 from __future__ import annotations
@@ -552,8 +548,8 @@ GET_METRICS = (
     "tierproxy_remote_index_cache_misses_total",
 )
 """The proxy's object-storage GETs: the chunk cache counts its ranged GETs, and every index it
-misses is one GET. (Chunk misses plus read-aheads, the earlier estimate, counted a read that
-joined a read-ahead in flight twice: with slow GETs most reads do, hence the 1.8 x.)"""
+misses is one GET. (Chunk misses plus read-aheads would count a read that joins a read-ahead
+in flight twice, and with slow GETs most reads do.)"""
 
 
 def gets(proxy: TierproxyServer, metrics: Sequence[str] = GET_METRICS) -> float:
@@ -572,7 +568,7 @@ async def latency_rounds(
 ) -> dict[str, Any]:
     """Catch-up through a proxy whose object storage answers each GET's first byte late
     (SeaweedFS behind :mod:`bench.forwarder` with a delay) against the proxy with no delay
-    (A B / B A): MiB/s delayed / undelayed (issue 13: >= 0.7) and GETs per GiB (<= 300)."""
+    (A B / B A): MiB/s delayed / undelayed (goal >= 0.7) and GETs per GiB (<= 300)."""
     results: dict[str, Any] = {}
     warm_endpoint = Endpoint(name="proxy", host="127.0.0.1", port=warm.port)
     log_dir = Path(tempfile.mkdtemp(prefix="bench-latency-"))

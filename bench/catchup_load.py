@@ -36,8 +36,8 @@ READY = "reading"
 """The line the process prints once its readers are started."""
 CONSUMERS = 4
 FETCH_MIB = 1
-"""The readers and their fetch size unless told: issue 13's 4 catch-up consumers, and a
-consumer's default ``max.partition.fetch.bytes``."""
+"""The readers and their fetch size unless told: 4 catch-up consumers, and a consumer's
+default ``max.partition.fetch.bytes``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,8 +5,8 @@ small, so the path's shows), librdkafka through confluent-kafka, and Kafka's Jav
 (``ConsumerPerformance`` from the broker's jars); and the preload that writes their data.
 
 Each reads a topic from the start of every partition up to given end offsets, and counts the
-Fetch requests it sent (issue 13 reports requests per GiB: native tiered storage serves one
-partition's remote data per Fetch, so a consumer of 8 partitions needs several times more).
+Fetch requests it sent (reported per GiB: native tiered storage serves one partition's
+remote data per Fetch, so a consumer of 8 partitions needs several times more).
 """
 
 from __future__ import annotations
@@ -180,8 +180,8 @@ def fetch_request_for(
 
 
 class FetchTally:
-    """How many Fetch requests the raw loops sent (issue 13 reports requests per GiB: a
-    remote tier that answers in small pieces costs round trips), and the record bytes they
+    """How many Fetch requests the raw loops sent (reported per GiB: a remote tier that
+    answers in small pieces costs round trips), and the record bytes they
     received so far (a loop stopped midway has read them too)."""
 
     __slots__ = ("bytes", "requests")
@@ -303,11 +303,10 @@ def confluent_consume(
     ``fetch.queue.backoff.ms`` 0 (without it a consumer ahead of its application pauses a
     second at a time); it stops once every partition has reached its end. Timed from the
     first message to the last, like the Java consumer's ``fetch.time.ms`` (its start-up, the
-    bootstrap and the offset lookups, took about a second of a 64 MiB round on every path).
-    Each ``consume`` asks for no more records than the ranges still hold: it returns when it
-    has as many as it asked for or after its timeout, so a last call asking for 10,000 of
-    the few left waited up to its second for records that were not coming, and rounds of
-    1.5 s measured 0.5 or 1.9 s at random (bench.native's 8-partition librdkafka cells).
+    bootstrap and the offset lookups, are left out on every path). Each ``consume`` asks for
+    no more records than the ranges still hold: it returns when it has as many as it asked
+    for or after its timeout, so a last call asking for more than are left would wait up to
+    its timeout for records that are not coming.
     With ``count_fetches`` its Fetch requests are counted from its statistics
     (``brokers.*.req.Fetch``), taken after the last read (which costs a caller that times
     the call two statistics intervals, 0.2 s)."""

@@ -1,7 +1,7 @@
 """The catch-up matrix of :mod:`bench.native` as pure logic: which cells run, in which order
 each round visits the three read paths, and what a cell's rounds add up to.
 
-Issue 13's question: per number of partitions, client and fetch size (a *cell*), how fast is
+The question: per number of partitions, client and fetch size (a *cell*), how fast is
 a catch-up read (a) from Kafka's native tiered storage, (b) from tierproxy's remote tier
 through the proxy, (c) from the broker's local log; b/c (goal >= 0.8), b/a (goal >= 1.5),
 a/c; the CPU seconds per GiB of broker, proxy and client on each path; the Fetch requests per

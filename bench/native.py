@@ -1,7 +1,7 @@
 """tierproxy's remote tier against Kafka's own (KIP-405 with LocalTieredStorage) and Kafka's
-local log, on one broker, in one run: issue 13's catch-up matrix.
+local log, on one broker, in one run: the catch-up matrix.
 
-Question (issue 13): per number of partitions (1, 8), client (a raw Fetch v12 loop,
+Question: per number of partitions (1, 8), client (a raw Fetch v12 loop,
 librdkafka, Kafka's Java consumer) and ``max.partition.fetch.bytes`` (1, 8 MiB), how fast is a
 catch-up read (a) from Kafka's native tiered storage, (b) from tierproxy's remote tier
 through the proxy, (c) from the broker's local log; b/c (goal >= 0.8 in every cell), b/a
@@ -20,11 +20,11 @@ Set-up: one embedded Apache Kafka 4.x with native tiered storage switched on
 (``KafkaBroker(native_tiered=True)``: Kafka's LocalTieredStorage in the work directory).
 tierproxy's remote tier (``--tier``) is a local directory by default, like LocalTieredStorage,
 so that both remote tiers read local files and the comparison is of the two read paths alone;
-``--tier s3`` puts it on SeaweedFS, whose own CPU (about 1.3 CPU-s/GiB on two cores) then
-shares the machine with the proxy while the native side pays nothing of the kind (its CPU is
-then reported too). SeaweedFS is started only for ``--tier s3``. Per partition count in
-``--partitions``, two topics of ``--data-mib`` MiB of 1 KiB records (split evenly over the
-partitions), 8 MiB segments, each followed by an untiered head of ``--tail-mib`` MiB:
+``--tier s3`` puts it on SeaweedFS, whose own CPU then shares the machine with the proxy while
+the native side pays nothing of the kind (its CPU is then reported too). SeaweedFS is started
+only for ``--tier s3``. Per partition count in ``--partitions``, two topics of ``--data-mib``
+MiB of 1 KiB records (split evenly over the partitions), 8 MiB segments, each followed by an
+untiered head of ``--tail-mib`` MiB:
 
 * tierproxy's topic, tiered by one cycle of the real pipeline (:func:`bench.tiering.
   produce_and_tier`; every topic's metadata in one RLMM topic, so one proxy serves them all).
@@ -43,8 +43,8 @@ Clients (``--clients``), each reading every partition from offset 0 to the range
 * ``librdkafka``: confluent-kafka's consumer (``fetch.queue.backoff.ms`` 0), standing in for
   kcat: Debian's kcat links a librdkafka that predates ``fetch.queue.backoff.ms`` and cannot
   run these rounds. Fetch requests from its statistics.
-* ``Java consumer``: Kafka's ``ConsumerPerformance`` from the broker's jars (the issue's "Java
-  perf test"), a fresh group per round, ``--messages`` the range's record count (it reads
+* ``Java consumer``: Kafka's ``ConsumerPerformance`` from the broker's jars (Kafka's Java
+  perf test), a fresh group per round, ``--messages`` the range's record count (it reads
   the partitions in its own order, so it may read a few records of one partition's head
   before another's range is done). MiB/s from its own ``fetch.time.ms`` (the JVM start and
   the group join left out); the CPU figures of the round include them. Fetch requests from
@@ -63,8 +63,8 @@ tierproxy's, also those the proxy forwarded to the broker rather than answering 
 against the goals. Data is warm (page cache) on every path. The proxy runs with its default
 chunk cache (256 MiB, ``--chunk-cache-mib``), smaller than the data, so every round reads
 the remote tier again; its GETs per GiB (``proxy_gets_per_gib_tierproxy``; 256 would be each
-4 MiB chunk once) show it, and show a cache too small for its readers: at 32 MiB, 8
-partitions' readers evicted each other's chunks (1,415 GETs per GiB). ``--profile DIR``
+4 MiB chunk once) show it, and show a cache too small for its readers (who then evict each
+other's chunks). ``--profile DIR``
 samples the proxy with py-spy during each cell; ``--baseline-tree DIR`` adds a fourth path,
 the same reads through a proxy run from another checkout (the code before a change), for
 before/after figures from one run.
@@ -484,7 +484,7 @@ async def tail_comparison(
     remote tier) and with Kafka's native tiered storage (both directly to the broker, the
     catch-up served by the broker's RemoteLogManager). Each reads the head of its own topic,
     written alike. With ``--tail-load-mib-per-s`` the loaded cases run a second time with the
-    load capped at that rate in both. Goal (issue 13): tierproxy's ratio <= native's."""
+    load capped at that rate in both. Goal: tierproxy's ratio <= native's."""
     caps = [None] if args.tail_load_mib_per_s is None else [None, args.tail_load_mib_per_s]
     cases = {
         TAIL_PROXY_ALONE: TailCase(tail=proxy, topic=ours),

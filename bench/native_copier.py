@@ -1,6 +1,6 @@
 """The tiering pipeline's copy rate per partition next to Kafka's native copier, on one broker.
 
-Question (issue 13): does ``tierproxy tier`` copy closed segments to a local-directory tier at
+Question: does ``tierproxy tier`` copy closed segments to a local-directory tier at
 least as fast per partition as Kafka's own RemoteLogManager copies them with
 ``LocalTieredStorage`` (goal: pipeline / native >= 1.0), and at what CPU cost?
 

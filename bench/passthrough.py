@@ -11,8 +11,8 @@ Run::
 
 Workloads, each run direct (A) and through the proxy (B), alternating A B / B A for
 ``--pairs`` pairs after ``--warmup`` unmeasured rounds of each, reporting medians and the
-median of the per-pair ratios (with 1 GiB of data a raw 1 MiB round lasts about 1-3 s; at
-256 MiB it lasted 0.3 s, and the first pairs of a run met a broker whose JIT was still cold):
+median of the per-pair ratios (1 GiB of data keeps a raw 1 MiB round at seconds, not tenths
+of one, and the warm-up rounds warm the broker's JIT):
 
 * consumer throughput, 1 KiB records, one partition of ``--data-mib`` MiB written before the
   rounds (so the data is warm in the broker): a raw Fetch loop (one Fetch in flight, records
@@ -40,9 +40,9 @@ median of the per-pair ratios (with 1 GiB of data a raw 1 MiB round lasts about 
 * proxy memory: RSS of the freshly started proxy, then with 200 idle client connections
   (each has done one ApiVersions round trip, so its broker connection is open too).
 
-Goals (issue 13): consumer >= 0.90 x direct for raw Fetch v12 and v17, librdkafka and the
-Java consumer; proxy / TCP forwarder >= 1.0; proxy CPU <= 0.3 s per GiB passed through.
-Issue 3: produce p99 overhead <= 1 ms, RSS <= 200 MiB with 200 idle connections. Results:
+Goals: consumer >= 0.90 x direct for raw Fetch v12 and v17, librdkafka and the Java
+consumer; proxy / TCP forwarder >= 1.0; proxy CPU <= 0.3 s per GiB passed through; produce
+p99 overhead <= 1 ms, RSS <= 200 MiB with 200 idle connections. Results:
 ``bench/results/passthrough.json`` and ``.png`` (``$TIERPROXY_BENCH_RESULTS`` elsewhere).
 """
 
@@ -123,10 +123,8 @@ class ConsumerRound:
     client_cpu_s_per_gib: float
     client_wakeups_per_mib: float
     """Voluntary context switches of the client (this process, and a client tool run to
-    completion) per MiB. The client's figures show a cost of the proxy that its own do not:
-    on a busy shared machine (one run, raw Fetch v12, v16 and v17 at 1 and 8 MiB, 5 pairs)
-    the raw client spent 0.07-0.26 CPU-s/GiB more through the proxy in every workload, and
-    woke more often per MiB in five of the six."""
+    completion) per MiB. The client's figures show a cost of the proxy that the proxy's own
+    do not (more wake-ups, more CPU per GiB in the client)."""
 
 
 def client_usage() -> tuple[float, int]:
@@ -484,9 +482,8 @@ async def warmed_alternation(
 ) -> list[Pair[ConsumerRound]]:
     """``--warmup`` unmeasured rounds of each path, then ``--pairs`` alternating pairs.
 
-    The first workload's direct rounds rose from 544 to 935 MiB/s over its five pairs (the
-    broker's JIT: its CPU per GiB fell from 2.1 to 0.5 s), so the first pairs of a run
-    measured a cold broker, and rows measured later (the forwarder anchors) a warm one.
+    Without them the first pairs of a run would measure a broker whose JIT is still cold,
+    and rows measured later (the forwarder anchors) a warm one.
     """
     for _ in range(args.warmup):
         await a()

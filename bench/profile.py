@@ -1,15 +1,14 @@
 """Where a benchmarked process spends its CPU: py-spy samples and a flame summary.
 
-Every optimisation of the serving path is justified by a profile (issue 13). A benchmark
-run with ``--profile DIR`` samples the proxy process with py-spy while its rounds run
-(``py-spy record --format raw``: one collapsed stack per line with its sample count; idle
-threads are left out, so waiting in the event loop costs nothing) and prints the functions
-with the most samples, by own time and including callees. Python frames only: py-spy's
-``--native`` fails on this machine, so time inside uvloop's C code (socket reads and
-writes, buffer copies) shows as the own time of the Python frame that called into it
-(``Runner.run`` for reads, the callback that wrote for writes). Needs
-``py-spy`` on PATH (a dev dependency) and the right to ptrace the process (root, or
-``kernel.yama.ptrace_scope`` 0).
+Every optimisation of the serving path is justified by a profile. A benchmark run with
+``--profile DIR`` samples the proxy process with py-spy while its rounds run (``py-spy record
+--format raw``: one collapsed stack per line with its sample count; idle threads are left out,
+so waiting in the event loop costs nothing) and prints the functions with the most samples, by
+own time and including callees. Python frames only: py-spy's ``--native`` fails on this
+machine, so time inside uvloop's C code (socket reads and writes, buffer copies) shows as the
+own time of the Python frame that called into it (``Runner.run`` for reads, the callback that
+wrote for writes). Needs ``py-spy`` on PATH (a dev dependency) and the right to ptrace the
+process (root, or ``kernel.yama.ptrace_scope`` 0).
 
 Summarise a saved profile::
 

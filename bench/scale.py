@@ -45,7 +45,7 @@ say what the second worker costs (memory, CPU per GiB). To measure the scaling i
 the broker and the consumers on other machines (``KAFKA_BOOTSTRAP``) or pin them away with
 ``taskset``, and compare ``--workers 1`` with ``--workers`` up to the proxy host's cores.
 
-Goals (issue 30): RSS <= 300 MiB per worker with 2,000 idle connections; aggregate MiB/s
+Goals: RSS <= 300 MiB per worker with 2,000 idle connections; aggregate MiB/s
 that grows with workers where cores are free. Results: ``bench/results/scale.json`` and
 ``.png`` (``$TIERPROXY_BENCH_RESULTS`` elsewhere).
 """

@@ -19,9 +19,8 @@ tierproxy, kafka, ...): each scans the whole topic and aggregates ``count(*)`` a
 
 Before the pairs, ``--warmup`` unmeasured rounds of each source (one by default, as
 ``bench.passthrough``): the first round of each paid once-per-session costs the others do not
-(the data source's Python workers importing PySpark, pyarrow and botocore: 5.6 CPU-s in the
-first 512 MiB round, 0.8 in the next; the Kafka source's consumer code compiling), and with
-three pairs a cold first pair could be the median.
+(the data source's Python workers importing PySpark, pyarrow and botocore; the Kafka source's
+consumer code compiling), and with three pairs a cold first pair could be the median.
 
 Figures per round: rows/s, MB/s (record values), CPU seconds per GiB of this process tree
 (driver, Spark JVM, Python workers; without the servers) and of each of those parts, the
@@ -31,7 +30,7 @@ tierproxy / kafka.
 Spark's Kafka source runs as a user would run it: one task per partition (``minPartitions``
 unset: the 4 partitions already give ``local[2]`` two tasks per core) and the consumer's
 fetch sizes, unless ``--kafka-fetch-mib`` sets ``kafka.max.partition.fetch.bytes`` (1 MiB by
-default; 8 MiB did not change its CPU per GiB here).
+default).
 
 Results: ``bench/results/<--out>.json`` and ``.png`` (``spark_source`` by default). Timing
 on a shared machine is indicative only.
