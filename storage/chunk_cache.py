@@ -44,7 +44,8 @@ fetches into one GET, and lets every consumer of the same range share it:
   ``disk_max_bytes``, so a restarted proxy and chunks
   evicted from memory are served without a GET.
 
-The counters are plain ints; the proxy exports them (storage never imports Prometheus).
+The counters are plain ints; the proxy exports them (storage never imports Prometheus). The
+profiles behind these rules: ``docs/decisions/0009-remote-read-path.md``.
 """
 
 from __future__ import annotations
