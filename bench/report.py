@@ -122,7 +122,7 @@ BENCHMARKS = (
     ),
     Benchmark(
         name="native",
-        question="Remote tiers side by side, issue 13's catch-up matrix (1 and 8 partitions; raw "
+        question="Remote tiers side by side, the catch-up matrix (1 and 8 partitions; raw "
         "Fetch v12, librdkafka, the Java consumer; 1 and 8 MiB fetches): (a) Kafka's native "
         "tiered storage (LocalTieredStorage), (b) tierproxy's remote tier through the proxy, "
         "(c) Kafka's local log, on one broker.",

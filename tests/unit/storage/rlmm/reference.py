@@ -1,7 +1,7 @@
 """Builders for segment histories and a brute-force model of the metadata cache's rules.
 
 The model keeps plain Python objects and answers every question by trying every segment and
-every offset, straight from the definitions in ``storage.rlmm.cache``'s module docstring;
+every offset, straight from the definitions in ``storage.rlmm.lineage``'s module docstring;
 the property tests check the compact, incremental cache against it.
 """
 
