@@ -4,11 +4,12 @@
     python -m tests.compose.client produce TOPIC --records N [--partitions P]
     python -m tests.compose.client wait-tiered TOPIC [--timeout-s S]
     python -m tests.compose.client consume TOPIC --records N [--client java|librdkafka]...
-                                                           [--pause-at K]
+                                                           [--pause-at K [--fail-over]]
 
-``KAFKA_BOOTSTRAP`` names the broker, ``TIERPROXY_BOOTSTRAP`` the proxy. Clients do
-everything through the proxy; only ``wait-tiered`` asks the broker itself, for the log start
-offsets that show the tiered records have left it.
+``KAFKA_BOOTSTRAP`` names the broker, ``TIERPROXY_BOOTSTRAP`` the proxy, or several proxies
+(``proxy:19092,proxy-2:29092`` with the ``replicas`` profile). Clients do everything through
+the proxies; only ``wait-tiered`` asks the broker itself, for the log start offsets that
+show the tiered records have left it.
 
 Records are numbered 0..N-1 (3,000 bytes each); number n goes to partition n % P, so
 partition p holds p, p + P, p + 2P, ... at offsets 0, 1, 2, .... The topic's name matches the
@@ -26,6 +27,13 @@ if each got every number exactly once, each at its own offset. ``--pause-at K``
 (librdkafka) stops handing records over after K of them, waits until the proxy has gone away
 and come back (the test restarts its container meanwhile), then reads on: the restart
 happens with the consumer's connections and fetch positions in the middle of the topic.
+With ``--fail-over`` (several proxies), the pause names the proxy the consumer reads
+through (the one whose Fetch count grew), waits until it has gone away for good (the test
+stops its container) and reads on through the others; the read then passes if every
+number arrived at its own offset at least once (a fetch the stopped proxy had answered may
+be read again), and only if each side of the fail-over served records from the remote
+tier (``tierproxy_remote_fetch_bytes_total`` of the topic grew on the proxy read through
+before the pause and on the others after it).
 Exit status: 0 passed, 1 failed (the reason on stderr).
 """
 
@@ -38,9 +46,10 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +63,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from prometheus_client.parser import text_string_to_metric_families
 
 from proxy.embedded.kafka_jars import distribution_from_home
 
@@ -65,6 +75,10 @@ CLIENTS = ("java", "librdkafka")
 CONSUME_TIMEOUT_S = 300.0
 TIERED_TIMEOUT_S = 600.0
 PROXY_CYCLE_TIMEOUT_S = 180.0
+PROXY_METRICS_PORT = 9100
+"""Where every proxy service of the stack serves ``/metrics`` inside the stack."""
+FETCHES = "tierproxy_requests_total"
+REMOTE_BYTES = "tierproxy_remote_fetch_bytes_total"
 _PROBE_S = 0.1
 _NUMBER = re.compile(rb"^(\d{9})\.")
 _CONSOLE_LINE = re.compile(r"^Partition:(\d+)\s+Offset:(\d+)\s+(\d{9})\.")
@@ -89,6 +103,11 @@ def _say(message: str) -> None:
 
 def _proxy() -> str:
     return os.environ["TIERPROXY_BOOTSTRAP"]
+
+
+def _proxies() -> list[str]:
+    """The proxies' addresses, ``host:port`` each, as ``TIERPROXY_BOOTSTRAP`` lists them."""
+    return [address.strip() for address in _proxy().split(",") if address.strip()]
 
 
 def _broker() -> str:
@@ -173,14 +192,25 @@ def wait_tiered(topic: str, *, timeout_s: float) -> None:
         time.sleep(2)
 
 
-def check_reads(reads: Sequence[Read], *, records: int, partitions: int, client: str) -> None:
-    """Every number 0..records-1 exactly once, partition p's numbers at offsets 0, 1, ...
+def check_reads(
+    reads: Sequence[Read],
+    *,
+    records: int,
+    partitions: int,
+    client: str,
+    at_least_once: bool = False,
+) -> None:
+    """Every number 0..records-1 exactly once (``at_least_once``: once or more), partition
+    p's numbers at offsets 0, 1, ..., and nothing else: the set of (partition, offset) read
+    is exactly that of the topic.
 
-    :raises CheckFailed: naming the first few numbers missing, repeated or misplaced.
+    :raises CheckFailed: naming the first few numbers missing, repeated, unknown or
+        misplaced.
     """
     counts = Counter(read.number for read in reads)
     repeated = sorted(n for n, count in counts.items() if count > 1)
     missing = sorted(set(range(records)) - counts.keys())
+    unknown = sorted(counts.keys() - set(range(records)))
     misplaced = [
         r
         for r in reads
@@ -189,17 +219,20 @@ def check_reads(reads: Sequence[Read], *, records: int, partitions: int, client:
     problems = []
     if missing:
         problems.append(f"{len(missing)} records missing (first {missing[:5]})")
-    if repeated:
+    if repeated and not at_least_once:
         problems.append(f"{len(repeated)} records read more than once (first {repeated[:5]})")
+    if unknown:
+        problems.append(f"{len(unknown)} records the check never wrote (first {unknown[:5]})")
     if misplaced:
         problems.append(f"{len(misplaced)} records at the wrong offset (first {misplaced[:3]})")
     if problems:
         raise CheckFailed(f"{client}: " + "; ".join(problems))
-    _say(f"{client}: read {records} records from offset 0 through the proxy, each exactly once")
+    how = f"at least once ({len(repeated)} again)" if at_least_once else "exactly once"
+    _say(f"{client}: read {records} records from offset 0 through the proxy, each {how}")
 
 
 def consume_librdkafka(
-    topic: str, *, records: int, pause_at: int | None, proxy_cycled: Callable[[], None]
+    topic: str, *, records: int, pause_at: int | None, at_pause: Callable[[int], None]
 ) -> list[Read]:
     """Read every partition from offset 0 to its end offset with librdkafka."""
     config = {
@@ -221,7 +254,7 @@ def consume_librdkafka(
             for p in range(partitions)
         ]
         consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
-        return _poll_until_ends(consumer, ends, pause_at=pause_at, proxy_cycled=proxy_cycled)
+        return _poll_until_ends(consumer, ends, pause_at=pause_at, at_pause=at_pause)
     finally:
         consumer.close()
 
@@ -231,7 +264,7 @@ def _poll_until_ends(
     ends: Sequence[int],
     *,
     pause_at: int | None,
-    proxy_cycled: Callable[[], None],
+    at_pause: Callable[[int], None],
 ) -> list[Read]:
     reads: list[Read] = []
     positions = [0] * len(ends)
@@ -260,9 +293,7 @@ def _poll_until_ends(
         reads.append(Read(partition=partition, offset=offset, number=int(match[1])))
         positions[partition] = offset + 1
         if pause_at is not None and len(reads) == pause_at:
-            _say(f"librdkafka: paused after {pause_at} records; waiting for the proxy to restart")
-            proxy_cycled()
-            _say("librdkafka: the proxy is back; reading on")
+            at_pause(pause_at)
     return reads
 
 
@@ -307,15 +338,21 @@ def consume_java(topic: str, *, records: int) -> list[Read]:
     return reads
 
 
-def wait_for_proxy_restart() -> None:
+def wait_for_proxy_restart(pause_at: int) -> None:
     """Return once the proxy has stopped answering and then answers again."""
-    host, _, port = _proxy().rpartition(":")
-    for wanted, what in ((False, "go away"), (True, "come back")):
-        deadline = time.monotonic() + PROXY_CYCLE_TIMEOUT_S
-        while _answers(host, int(port)) != wanted:
-            if time.monotonic() > deadline:
-                raise CheckFailed(f"the proxy did not {what} within {PROXY_CYCLE_TIMEOUT_S:.0f} s")
-            time.sleep(_PROBE_S)
+    _say(f"librdkafka: paused after {pause_at} records; waiting for the proxy to restart")
+    _wait_for(_proxy(), answering=False, what="go away")
+    _wait_for(_proxy(), answering=True, what="come back")
+    _say("librdkafka: the proxy is back; reading on")
+
+
+def _wait_for(address: str, *, answering: bool, what: str) -> None:
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + PROXY_CYCLE_TIMEOUT_S
+    while _answers(host, int(port)) != answering:
+        if time.monotonic() > deadline:
+            raise CheckFailed(f"{address} did not {what} within {PROXY_CYCLE_TIMEOUT_S:.0f} s")
+        time.sleep(_PROBE_S)
 
 
 def _answers(host: str, port: int) -> bool:
@@ -326,14 +363,116 @@ def _answers(host: str, port: int) -> bool:
     return True
 
 
-def consume(topic: str, *, records: int, clients: Sequence[str], pause_at: int | None) -> None:
+def metric_total(exposition: str, name: str, labels: Mapping[str, str]) -> float:
+    """Sum of the samples ``name`` of a Prometheus text exposition that carry ``labels``."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(exposition)
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )
+
+
+def proxy_metric(address: str, name: str, **labels: str) -> float:
+    """``name`` with ``labels`` (summed) on the ``/metrics`` of the proxy at ``address``."""
+    host = address.rpartition(":")[0]
+    url = f"http://{host}:{PROXY_METRICS_PORT}/metrics"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return metric_total(answer.read().decode(), name, labels)
+    except OSError as err:
+        raise CheckFailed(f"{url} did not answer: {err}") from err
+
+
+class FailOver:
+    """The ``--fail-over`` side of a paused read (see the module's docstring): which proxy
+    the consumer reads through, the wait for it to stop, and what each side served from the
+    remote tier. Made before the consumer starts, which is the only client of the proxies
+    meanwhile."""
+
+    def __init__(self, topic: str) -> None:
+        self._topic = topic
+        self._proxies = _proxies()
+        if len(self._proxies) < 2:
+            raise CheckFailed(f"--fail-over needs several proxies, not {self._proxies}")
+        self._fetches = self._each(self._proxies, FETCHES, api="fetch")
+        self._remote_at_start = self._remote(self._proxies)
+        self._remote_at_pause: dict[str, float] = {}
+        self._through: str | None = None
+
+    def _each(self, addresses: Sequence[str], name: str, **labels: str) -> dict[str, float]:
+        return {address: proxy_metric(address, name, **labels) for address in addresses}
+
+    def _remote(self, addresses: Sequence[str]) -> dict[str, float]:
+        return self._each(addresses, REMOTE_BYTES, topic=self._topic)
+
+    def at_pause(self, pause_at: int) -> None:
+        """Name the proxy read through (its Fetch count grew most) and wait until it is gone.
+
+        :raises CheckFailed: it did not go away in time, or a proxy's metrics did not answer.
+        """
+        fetches = self._each(self._proxies, FETCHES, api="fetch")
+        through = max(self._proxies, key=lambda address: fetches[address] - self._fetches[address])
+        self._through = through
+        self._remote_at_pause = self._remote(self._proxies)
+        _say(
+            f"librdkafka: paused after {pause_at} records read through {through}; "
+            "waiting for it to stop"
+        )
+        _wait_for(through, answering=False, what="go away")
+        others = ", ".join(address for address in self._proxies if address != through)
+        _say(f"librdkafka: {through} is gone; reading on through {others}")
+
+    def finish(self) -> None:
+        """Say what each side of the fail-over served from the remote tier.
+
+        :raises CheckFailed: the read never paused, or a side served nothing from it.
+        """
+        through = self._through
+        if through is None:
+            raise CheckFailed("librdkafka: the read ended before its pause")
+        others = [address for address in self._proxies if address != through]
+        before = self._remote_at_pause[through] - self._remote_at_start[through]
+        now = self._remote(others)
+        after = sum(now[address] - self._remote_at_pause[address] for address in others)
+        said = (
+            f"{through} served {before:.0f} bytes from the remote tier before the pause, "
+            f"{', '.join(others)} {after:.0f} after it"
+        )
+        if before <= 0 or after <= 0:
+            raise CheckFailed(f"librdkafka: {said}: each side of the fail-over must serve some")
+        _say(f"librdkafka: failed over from {through} to {', '.join(others)}; {said}")
+
+
+def consume(
+    topic: str,
+    *,
+    records: int,
+    clients: Sequence[str],
+    pause_at: int | None,
+    fail_over: bool = False,
+) -> None:
     """Read the topic with each of ``clients`` at once, and check what each got.
 
     :raises CheckFailed: for the first client that failed or read wrongly.
     """
     if pause_at is not None and list(clients) != ["librdkafka"]:
         raise CheckFailed("--pause-at is for one librdkafka consumer alone")
+    if fail_over and pause_at is None:
+        raise CheckFailed("--fail-over happens at the pause: give --pause-at")
+    if pause_at is not None and not fail_over and len(_proxies()) != 1:
+        raise CheckFailed("a restart during a paused read is of one proxy: add --fail-over")
     partitions = _partition_count(_proxy(), topic)
+    if fail_over:
+        failover = FailOver(topic)
+        reads = consume_librdkafka(
+            topic, records=records, pause_at=pause_at, at_pause=failover.at_pause
+        )
+        failover.finish()
+        check_reads(
+            reads, records=records, partitions=partitions, client="librdkafka", at_least_once=True
+        )
+        return
     with ThreadPoolExecutor(max_workers=len(clients)) as pool:
         futures = {
             client: pool.submit(_read_with, client, topic, records=records, pause_at=pause_at)
@@ -347,7 +486,7 @@ def _read_with(client: str, topic: str, *, records: int, pause_at: int | None) -
     if client == "java":
         return consume_java(topic, records=records)
     return consume_librdkafka(
-        topic, records=records, pause_at=pause_at, proxy_cycled=wait_for_proxy_restart
+        topic, records=records, pause_at=pause_at, at_pause=wait_for_proxy_restart
     )
 
 
@@ -383,6 +522,12 @@ def _parser() -> argparse.ArgumentParser:
         help="a consumer to read with (again for several, which read at once; default both)",
     )
     read.add_argument("--pause-at", type=int, default=None)
+    read.add_argument(
+        "--fail-over",
+        action="store_true",
+        help="at the pause, wait for the proxy read through to stop and read on through the "
+        "others (TIERPROXY_BOOTSTRAP lists several): each record at least once",
+    )
     return parser
 
 
@@ -397,7 +542,13 @@ def main(argv: Iterable[str] | None = None) -> int:
             wait_tiered(args.topic, timeout_s=args.timeout_s)
         else:
             clients = args.clients or list(CLIENTS)
-            consume(args.topic, records=args.records, clients=clients, pause_at=args.pause_at)
+            consume(
+                args.topic,
+                records=args.records,
+                clients=clients,
+                pause_at=args.pause_at,
+                fail_over=args.fail_over,
+            )
     except (CheckFailed, KafkaException) as err:
         print(f"FAILED: {err}", file=sys.stderr, flush=True)
         return 1

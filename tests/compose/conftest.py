@@ -4,9 +4,10 @@ The ``stack`` fixture (one per module) takes the machine-wide lock of the compos
 stack at a time: the published ports and the engine's storage are the machine's), starts
 Podman's Docker API service, makes the base image with debootstrap if Podman does not have it
 yet, adds the wheels and Kafka's jars the builds need to it, builds the images with
-docker-compose and starts kafka, s3, the bucket job, the proxy and the pipeline in the
-file's health-checked order. Afterwards it removes the project's containers and network and
-stops the API service, whatever happened; the images stay, as the cache of the next run.
+docker-compose and starts kafka, s3, the bucket job, the proxy, the ``replicas`` profile's
+second proxy and the pipeline in the file's health-checked order. Afterwards it removes the
+project's containers and network and stops the API service, whatever happened; the images
+stay, as the cache of the next run.
 Each phase's time is written to the terminal.
 
 A missing tool or the wrong user fails the tests: ``make test`` installs podman,
@@ -40,6 +41,8 @@ LOCK_WAIT_S = 3600.0
 HEALTHY_TIMEOUT_S = 300.0
 BUILT_SERVICES = ("kafka", "s3", "proxy", "integration")
 """One service per image: the others share these images."""
+PROXIES = ("proxy", "proxy-2")
+"""The proxy and the ``replicas`` profile's second instance."""
 
 
 def cache_dir() -> Path:
@@ -135,9 +138,10 @@ def stack(request: pytest.FixtureRequest) -> Iterator[Stack]:
             with _phase(say, f"images built: {', '.join(BUILT_SERVICES)}"):
                 built.build(*BUILT_SERVICES)
             with HealthChecks(podman, project):
-                with _phase(say, "kafka, s3, the proxy and the pipeline up"):
-                    built.up("proxy", "tier")
-                    built.wait_healthy("proxy", timeout_s=HEALTHY_TIMEOUT_S)
+                with _phase(say, f"kafka, s3, {', '.join(PROXIES)} and the pipeline up"):
+                    built.up(*PROXIES, "tier")
+                    for proxy in PROXIES:
+                        built.wait_healthy(proxy, timeout_s=HEALTHY_TIMEOUT_S)
                 yield built
         finally:
             with _phase(say, f"project {project} removed"):

@@ -2,11 +2,12 @@
 
 Every command runs with the project's name (unique per run, so a leftover of an earlier run
 is never mistaken for this one), ``DOCKER_HOST`` at the engine's socket and the variables the
-file reads: ``TIERPROXY_BASE_IMAGE`` (the local base image) and
-``TIERPROXY_ADVERTISED_HOST=proxy`` (the clients run inside the stack). Nothing else differs
-from what a user runs. The stack check's steps run as
-``docker-compose --profile integration run --rm --no-deps integration <step>`` (the harness
-brings the services up itself, in its own order).
+file reads: ``TIERPROXY_BASE_IMAGE`` (the local base image),
+``TIERPROXY_ADVERTISED_HOST=proxy`` and ``TIERPROXY_ADVERTISED_HOST_2=proxy-2`` (the clients
+run inside the stack). Nothing else differs from what a user runs. Every command enables the
+``integration`` and ``replicas`` profiles; the stack check's steps run as
+``docker-compose --profile integration --profile replicas run --rm --no-deps integration
+<step>`` (the harness brings the services up itself, in its own order).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.compose.engine import EngineError, Podman
 
-__all__ = ["ComposeError", "Stack", "podman_lost_exit_race"]
+__all__ = ["BOTH_PROXIES_BOOTSTRAP", "ComposeError", "Stack", "podman_lost_exit_race"]
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,9 @@ _COMMAND_TIMEOUT_S = 900.0
 _BUILD_TIMEOUT_S = 2400.0
 _POLL_S = 1.0
 _UP_ATTEMPTS = 3
+PROFILES = ("integration", "replicas")
+BOTH_PROXIES_BOOTSTRAP = "proxy:19092,proxy-2:29092"
+"""The proxy and the ``replicas`` profile's second one as the stack's clients reach them."""
 
 
 class ComposeError(AssertionError):
@@ -63,6 +67,7 @@ class Stack:
             "COMPOSE_PROJECT_NAME": self.project,
             "TIERPROXY_BASE_IMAGE": self.base_image,
             "TIERPROXY_ADVERTISED_HOST": "proxy",
+            "TIERPROXY_ADVERTISED_HOST_2": "proxy-2",
         }
         # docker-compose builds through the docker CLI where it is installed; without it,
         # through its own client library. Either way the engine is the one at DOCKER_HOST.
@@ -76,8 +81,7 @@ class Stack:
             str(self.root),
             "--file",
             str(self.root / "docker-compose.yml"),
-            "--profile",
-            "integration",
+            *(option for profile in PROFILES for option in ("--profile", profile)),
             *args,
         ]
 
@@ -172,40 +176,51 @@ class Stack:
         self.compose("restart", service)
         self.report(f"{service} restarted ({time.monotonic() - started:.0f} s)")
 
+    def stop(self, service: str) -> None:
+        """Stop the service's container as ``docker-compose stop`` does: SIGTERM, then
+        SIGKILL after its ``stop_grace_period``."""
+        started = time.monotonic()
+        self.compose("stop", service)
+        self.report(f"{service} stopped ({time.monotonic() - started:.0f} s)")
+
+    def start(self, service: str) -> None:
+        started = time.monotonic()
+        self.compose("start", service)
+        self.report(f"{service} started ({time.monotonic() - started:.0f} s)")
+
     def logs(self, *services: str, tail: int = 60) -> str:
         result = self.compose("logs", "--no-color", f"--tail={tail}", *services, check=False)
         return result.stdout[-8000:]
 
-    def step(self, *args: str, timeout_s: float = _COMMAND_TIMEOUT_S) -> str:
-        """Run one step of the stack check; what it printed.
+    def step(
+        self,
+        *args: str,
+        environment: Mapping[str, str] | None = None,
+        timeout_s: float = _COMMAND_TIMEOUT_S,
+    ) -> str:
+        """Run one step of the stack check (with ``environment`` set in its container on top
+        of the service's); what it printed.
 
         :raises ComposeError: the step failed (its output and the services' logs quoted).
         """
         started = time.monotonic()
-        result = self.compose(
-            "run",
-            "--rm",
-            "--no-deps",
-            "-T",
-            "integration",
-            *args,
-            timeout_s=timeout_s,
-            check=False,
-        )
+        result = self.compose(*_run_step(args, environment or {}), timeout_s=timeout_s, check=False)
         if result.returncode != 0:
             raise ComposeError(
                 f"stack check step {' '.join(args)} failed (exit {result.returncode}):\n"
                 f"{result.stdout[-4000:]}{result.stderr[-4000:]}\n"
-                f"--- services ---\n{self.logs('proxy', 'tier', 'kafka')}"
+                f"--- services ---\n{self.logs('proxy', 'proxy-2', 'tier', 'kafka')}"
             )
         said = result.stdout.strip().splitlines()
         self.report(f"{said[-1] if said else args[0]} ({time.monotonic() - started:.0f} s)")
         return result.stdout
 
-    def start_step(self, *args: str) -> subprocess.Popen[str]:
+    def start_step(
+        self, *args: str, environment: Mapping[str, str] | None = None
+    ) -> subprocess.Popen[str]:
         """Start a step without waiting for it (its output line by line on ``stdout``)."""
         return subprocess.Popen(
-            self.argv("run", "--rm", "--no-deps", "-T", "integration", *args),
+            self.argv(*_run_step(args, environment or {})),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -227,6 +242,12 @@ class Stack:
         except EngineError as err:
             log.warning("removing what is left of %s failed: %s", self.project, err)
             return []
+
+
+def _run_step(args: Sequence[str], environment: Mapping[str, str]) -> list[str]:
+    """The docker-compose arguments that run one step of the stack check."""
+    variables = [option for item in environment.items() for option in ("-e", "=".join(item))]
+    return ["run", "--rm", "--no-deps", "-T", *variables, "integration", *args]
 
 
 def _text(output: bytes | str | None) -> str:
