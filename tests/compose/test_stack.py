@@ -29,6 +29,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
 HEALTHY_TIMEOUT_S = 300.0
 PAUSE_LINE = "librdkafka: paused after"
+REPORTED = (PAUSE_LINE, "librdkafka: failed over", "librdkafka: read ")
+"""The lines of a paused read that go to the terminal as they come."""
 STEP_OUTPUT_TIMEOUT_S = 600.0
 BOTH_PROXIES = {"TIERPROXY_BOOTSTRAP": BOTH_PROXIES_BOOTSTRAP}
 READ_THROUGH = re.compile(r"read through (?P<service>[\w-]+):\d+; waiting for it to stop")
@@ -89,6 +91,8 @@ def _paused_read(
         assert reader.stdout is not None
         for line in reader.stdout:
             lines.append(line)
+            if line.startswith(REPORTED):
+                stack.report(line.rstrip())
             if line.startswith(PAUSE_LINE):
                 at_pause(line)
         status = reader.wait(timeout=STEP_OUTPUT_TIMEOUT_S)

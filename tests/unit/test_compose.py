@@ -28,9 +28,19 @@ from proxy.cli import build_parser
 from proxy.embedded.kafka_jars import KAFKA_4
 from storage.config import flatten
 from tests.compose.base_image import image_reference, package_list
-from tests.compose.client import CLIENTS, CheckFailed, Read, check_reads, consume
+from tests.compose.client import (
+    CLIENTS,
+    PROXY_METRICS_PORT,
+    CheckFailed,
+    FailOver,
+    Read,
+    check_reads,
+    consume,
+    metric_total,
+)
 from tests.compose.client import _parser as client_parser
-from tests.compose.stack import podman_lost_exit_race
+from tests.compose.engine import Podman
+from tests.compose.stack import BOTH_PROXIES_BOOTSTRAP, Stack, podman_lost_exit_race
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -41,6 +51,7 @@ SOURCE_DIRS = ("protocol", "storage", "proxy", "tests")
 # (KAFKA_NODE_ID, MINIO_ROOT_USER, ...) belongs to the third-party images.
 OUR_PREFIXES = ("TIERPROXY_", "KAFKA_BOOTSTRAP", "S3_")
 PROJECT_IMAGES = ("tierproxy:", "tierproxy-")
+PROXIES = ("proxy", "proxy-2")
 
 
 def _compose() -> dict[str, Any]:
@@ -275,6 +286,36 @@ def test_a_paused_read_is_one_librdkafka_consumer_alone() -> None:
         consume("t", records=3, clients=CLIENTS, pause_at=1)
 
 
+def test_a_fail_over_happens_at_a_pause_between_several_proxies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TIERPROXY_BOOTSTRAP", BOTH_PROXIES_BOOTSTRAP)
+    with pytest.raises(CheckFailed, match="give --pause-at"):
+        consume("t", records=3, clients=["librdkafka"], pause_at=None, fail_over=True)
+    with pytest.raises(CheckFailed, match="add --fail-over"):
+        consume("t", records=3, clients=["librdkafka"], pause_at=1)
+    monkeypatch.setenv("TIERPROXY_BOOTSTRAP", "proxy:19092")
+    with pytest.raises(CheckFailed, match="several proxies"):
+        FailOver("t")
+
+
+def test_metric_total_sums_the_series_with_the_labels() -> None:
+    exposition = (
+        "# HELP tierproxy_requests_total Requests received from clients, per API.\n"
+        "# TYPE tierproxy_requests_total counter\n"
+        'tierproxy_requests_total{api="fetch"} 7.0\n'
+        'tierproxy_requests_total{api="metadata"} 3.0\n'
+        "# HELP tierproxy_remote_fetch_bytes_total Bytes served from the remote tier.\n"
+        "# TYPE tierproxy_remote_fetch_bytes_total counter\n"
+        'tierproxy_remote_fetch_bytes_total{topic="a"} 100.0\n'
+        'tierproxy_remote_fetch_bytes_total{topic="b"} 5.0\n'
+    )
+    assert metric_total(exposition, "tierproxy_requests_total", {"api": "fetch"}) == 7.0
+    assert metric_total(exposition, "tierproxy_requests_total", {}) == 10.0
+    assert metric_total(exposition, "tierproxy_remote_fetch_bytes_total", {"topic": "b"}) == 5.0
+    assert metric_total(exposition, "tierproxy_remote_fetch_bytes_total", {"topic": "c"}) == 0.0
+
+
 def _reads(numbers: list[tuple[int, int, int]]) -> list[Read]:
     return [Read(partition=p, offset=o, number=n) for p, o, n in numbers]
 
@@ -282,6 +323,21 @@ def _reads(numbers: list[tuple[int, int, int]]) -> list[Read]:
 def test_stack_check_accepts_every_record_once_at_its_offset() -> None:
     reads = _reads([(n % 2, n // 2, n) for n in range(6)])
     check_reads(reads, records=6, partitions=2, client="test")
+
+
+def test_an_at_least_once_read_may_repeat_but_not_miss_or_add() -> None:
+    once = [(n % 2, n // 2, n) for n in range(6)]
+    check_reads(_reads([*once, (0, 1, 2)]), records=6, partitions=2, client="t", at_least_once=True)
+    with pytest.raises(CheckFailed, match="1 records missing"):
+        check_reads(_reads(once[:-1]), records=6, partitions=2, client="t", at_least_once=True)
+    with pytest.raises(CheckFailed, match="never wrote"):
+        check_reads(
+            _reads([*once, (0, 3, 6)]), records=6, partitions=2, client="t", at_least_once=True
+        )
+    with pytest.raises(CheckFailed, match="wrong offset"):
+        check_reads(
+            _reads([*once, (1, 0, 3)]), records=6, partitions=2, client="t", at_least_once=True
+        )
 
 
 @pytest.mark.parametrize(
@@ -302,6 +358,7 @@ def test_stack_check_names_what_went_wrong(
 def test_stack_runs_the_proxy_and_the_pipeline() -> None:
     subcommands = {name: argv[0] for name, argv in _tierproxy_commands()}
     assert subcommands.get("proxy") == "serve"
+    assert subcommands.get("proxy-2") == "serve"
     assert subcommands.get("tier") == "tier"
     assert subcommands.get("tier-spark") == "tier"
 
@@ -347,19 +404,53 @@ def test_config_files_are_mounted_where_the_commands_read_them() -> None:
         assert (ROOT / sources[0]).is_file()
 
 
-def test_proxy_ports_match_its_listener_and_metrics_port() -> None:
-    proxy = _services()["proxy"]
+@pytest.mark.parametrize("name", PROXIES)
+def test_proxy_ports_match_its_listener_and_metrics_port(name: str) -> None:
+    proxy = _services()[name]
     args = build_parser().parse_args(_argv(proxy["command"]))
-    published = {str(port).rsplit(":", 1)[-1] for port in proxy["ports"]}
-    assert args.listen.rsplit(":", 1)[-1] in published
-    assert str(args.metrics_port) in published
+    listen_port = args.listen.rsplit(":", 1)[-1]
+    # The advertised port is the listener's: the host publishes it as it is.
+    assert f"127.0.0.1:{listen_port}:{listen_port}" in proxy["ports"]
+    assert str(args.metrics_port) in {str(port).rsplit(":", 1)[-1] for port in proxy["ports"]}
     assert str(args.metrics_port) in " ".join(_argv(proxy["healthcheck"]["test"]))
+    assert args.metrics_port == PROXY_METRICS_PORT  # where the stack check reads its metrics
 
 
-def test_proxy_health_is_its_readiness() -> None:
-    proxy = _services()["proxy"]
+@pytest.mark.parametrize("name", PROXIES)
+def test_proxy_health_is_its_readiness(name: str) -> None:
+    proxy = _services()[name]
     port = build_parser().parse_args(_argv(proxy["command"])).metrics_port
     assert f"127.0.0.1:{port}/readyz" in " ".join(_argv(proxy["healthcheck"]["test"]))
+
+
+def test_replicas_profile_runs_a_second_proxy_like_the_first() -> None:
+    services = _services()
+    first, second = (services[name] for name in PROXIES)
+    assert "profiles" not in first
+    assert second["profiles"] == ["replicas"]
+    for key in ("build", "image", "volumes", "depends_on", "healthcheck", "stop_grace_period"):
+        assert second[key] == first[key], key
+    first_args, second_args = (
+        build_parser().parse_args(_argv(p["command"])) for p in (first, second)
+    )
+    assert first_args.config == second_args.config
+    assert first_args.listen != second_args.listen
+    published = [{str(port).rsplit(":", 1)[0] for port in p["ports"]} for p in (first, second)]
+    assert not published[0] & published[1], "the two proxies publish the same host port"
+
+
+def test_stack_clients_reach_each_proxy_at_the_address_it_advertises() -> None:
+    """Each proxy advertises the host its own variable names (localhost by default); the
+    compose test sets it to the service's name, where its clients inside the stack find it."""
+    services = _services()
+    stack = Stack(root=ROOT, project="p", podman=Podman(state_dir=ROOT), base_image="b")
+    addresses = []
+    for name in PROXIES:
+        args = build_parser().parse_args(_argv(services[name]["command"]))
+        variable = re.fullmatch(r"\$\{(\w+):-localhost\}", args.advertised_host)
+        assert variable is not None, f"{name} advertises {args.advertised_host}"
+        addresses.append(f"{stack.environment[variable[1]]}:{args.listen.rsplit(':', 1)[-1]}")
+    assert addresses == BOTH_PROXIES_BOOTSTRAP.split(",")
 
 
 def test_variables_the_stack_sets_are_read_by_the_code() -> None:
@@ -419,7 +510,10 @@ def test_broker_keeps_a_generous_retention_safety_net() -> None:
 @pytest.mark.skipif(shutil.which("docker-compose") is None, reason="docker-compose not installed")
 def test_docker_compose_accepts_the_file() -> None:
     subprocess.run(
-        ["docker-compose", "-f", str(COMPOSE), "--profile", "spark", "config", "-q"],
+        [
+            *("docker-compose", "-f", str(COMPOSE)),
+            *("--profile", "spark", "--profile", "replicas", "config", "-q"),
+        ],
         check=True,
         timeout=60,
         cwd=ROOT,
