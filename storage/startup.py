@@ -95,8 +95,7 @@ async def announce_remote_tier(
             logging.WARNING,
             "remote.storage.unusable",
             msg=f"remote storage {check.location} cannot be used now: {check.problem}; remote "
-            "reads and copies fail until it can (check the endpoint, the bucket and the "
-            "credentials)",
+            f"reads and copies fail until it can ({check.hint})",
             storage=check.location,
         )
 

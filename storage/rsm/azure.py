@@ -57,6 +57,14 @@ class AzureStore:
         prefix = f"{self._prefix}/" if self._prefix else ""
         return f"{self._base}/{prefix}"
 
+    @property
+    def hint(self) -> str:
+        return (
+            f"check the endpoint ({self._base.rpartition('/')[0]}), that container "
+            f"{self._container!r} exists, and that the credentials (account key, SAS token or "
+            "Azure's credential chain) may list and write it"
+        )
+
     async def describe_credentials(self) -> str:
         return await self._auth.describe()
 

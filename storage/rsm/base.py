@@ -24,6 +24,7 @@ __all__ = [
     "RemoteStorageManager",
     "SegmentProbe",
     "check_range",
+    "most_severe",
 ]
 
 
@@ -156,3 +157,24 @@ def check_range(start: int, end: int | None) -> None:
         raise ValueError(f"range start must not be negative, not {start}")
     if end is not None and end < start:
         raise ValueError(f"range end {end} is before its start {start}")
+
+
+def most_severe(errors: ExceptionGroup[Exception]) -> Exception:
+    """The error of a group of concurrent requests to report (a ``TaskGroup``'s): a
+    permanent :class:`RemoteStorageError` if any, else a retriable one, else the first."""
+    leaves = _leaves(errors)
+    storage_errors = [err for err in leaves if isinstance(err, RemoteStorageError)]
+    for err in storage_errors:
+        if not err.retriable:
+            return err
+    return storage_errors[0] if storage_errors else leaves[0]
+
+
+def _leaves(group: BaseExceptionGroup[Exception]) -> list[Exception]:
+    leaves: list[Exception] = []
+    for err in group.exceptions:
+        if isinstance(err, BaseExceptionGroup):
+            leaves.extend(_leaves(err))
+        else:
+            leaves.append(err)
+    return leaves

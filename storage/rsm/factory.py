@@ -37,6 +37,8 @@ class StorageCheck:
     directory, or when none were found."""
     problem: str | None
     """What is wrong with the store, or ``None`` when one cheap request succeeded."""
+    hint: str
+    """What an operator checks when the store cannot be used, in the backend's own terms."""
 
 
 def create_object_store(config: RemoteStorageConfig) -> ObjectStore:
@@ -146,4 +148,6 @@ async def check_remote_storage(config: RemoteStorageConfig) -> StorageCheck:
         problem = str(err)
     finally:
         await store.close()
-    return StorageCheck(location=store.location, credentials=credentials, problem=problem)
+    return StorageCheck(
+        location=store.location, credentials=credentials, problem=problem, hint=store.hint
+    )

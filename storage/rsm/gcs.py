@@ -52,6 +52,13 @@ class GcsStore:
         prefix = f"{self._prefix}/" if self._prefix else ""
         return f"gs://{self._bucket}/{prefix} at {self._endpoint}"
 
+    @property
+    def hint(self) -> str:
+        return (
+            f"check remote.log.storage.gcs.endpoint ({self._endpoint}), that bucket "
+            f"{self._bucket!r} exists, and that the credentials may list and write it"
+        )
+
     async def describe_credentials(self) -> str:
         return await self._credentials.describe()
 

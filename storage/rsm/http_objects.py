@@ -30,6 +30,7 @@ from storage.rsm.base import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
     check_range,
+    most_severe,
 )
 from storage.rsm.retried import retried_request
 from storage.rsm.s3_ranged_get import Presign, RangedGets
@@ -184,9 +185,12 @@ class HttpObjects:
             async with slots:
                 await self.call("delete", where(key), lambda: delete(key))
 
-        async with asyncio.TaskGroup() as group:
-            for key in keys:
-                group.create_task(delete_one(key))
+        try:
+            async with asyncio.TaskGroup() as group:
+                for key in keys:
+                    group.create_task(delete_one(key))
+        except ExceptionGroup as errors:
+            raise most_severe(errors) from errors
         return len(keys)
 
     def recycle(self, data: bytes | bytearray) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -76,17 +77,31 @@ class LocalRemoteStorage:
         """Where the objects live, for logs."""
         return f"directory {self._root}"
 
+    @property
+    def hint(self) -> str:
+        return (
+            f"check remote.log.storage.local.dir: {self._root} must exist or be creatable, be "
+            "a directory, be writable by this process, and its file system must have free space"
+        )
+
     async def check(self) -> None:
-        """The directory exists (or can be made) and this process may write to it.
+        """The directory exists (or can be made) and this process can write a file in it:
+        one is created and removed, which a read-only mount, an immutable directory or
+        missing permissions refuse (root included, whom mode bits do not stop).
 
         :raises RemoteStorageError: when it cannot be used.
         """
         try:
-            self._root.mkdir(parents=True, exist_ok=True)
+            await asyncio.to_thread(self._write_and_remove_a_file)
         except OSError as err:
-            raise RemoteStorageError(f"cannot create {self._root}: {err}", retriable=False) from err
-        if not os.access(self._root, os.W_OK | os.X_OK):
-            raise RemoteStorageError(f"{self._root} is not writable", retriable=False)
+            raise RemoteStorageError(
+                f"cannot write in {self._root}: {err}", retriable=False
+            ) from err
+
+    def _write_and_remove_a_file(self) -> None:
+        self._root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=self._root, prefix=".tierproxy-check-"):
+            pass
 
     async def copy_log_segment(
         self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData

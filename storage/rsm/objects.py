@@ -30,6 +30,12 @@ class ObjectStore(Protocol):
         """Where the objects live, for logs (never a secret)."""
         ...
 
+    @property
+    def hint(self) -> str:
+        """What an operator checks when the store cannot be used, in this backend's own
+        terms (its settings and what they must be), for logs."""
+        ...
+
     async def check(self) -> None:
         """One cheap request that proves the store answers and the credentials may list it.
 

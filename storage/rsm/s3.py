@@ -55,12 +55,13 @@ from storage.rsm.base import (
     RemoteResourceNotFoundError,
     RemoteStorageError,
     check_range,
+    most_severe,
 )
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.layout import RemoteLayout
 from storage.rsm.retried import retried_request
 from storage.rsm.s3_credentials import credentials_source, new_session
-from storage.rsm.s3_errors import http_status, most_severe, translate_s3_error
+from storage.rsm.s3_errors import http_status, translate_s3_error
 from storage.rsm.s3_ranged_get import URL_EXPIRY_SECONDS, RangedGets, SignedGet
 
 __all__ = ["S3Client", "S3RemoteStorage"]
@@ -132,6 +133,14 @@ class S3RemoteStorage:
         prefix = self._layout.prefix.strip("/")
         endpoint = self._config.s3_endpoint or "AWS"
         return f"s3://{self._bucket}/{prefix + '/' if prefix else ''} at {endpoint}"
+
+    @property
+    def hint(self) -> str:
+        endpoint = self._config.s3_endpoint or "AWS's, from remote.log.storage.s3.region"
+        return (
+            f"check the endpoint ({endpoint}), that bucket {self._bucket!r} exists, and that "
+            "the credentials may list and write it"
+        )
 
     async def check(self) -> None:
         """List at most one key under the prefix: proves the endpoint answers, the bucket

@@ -14,7 +14,7 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
 
-__all__ = ["http_status", "is_retriable", "most_severe", "translate_s3_error"]
+__all__ = ["http_status", "is_retriable", "translate_s3_error"]
 
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NotFound", "404", "NoSuchUpload"})
 _THROTTLING_CODES = frozenset(
@@ -66,23 +66,3 @@ def translate_s3_error(err: Exception, action: str, where: str) -> RemoteStorage
 def is_retriable(err: Exception) -> bool:
     """The retry loop's test: only a translated error marked retriable is tried again."""
     return isinstance(err, RemoteStorageError) and err.retriable
-
-
-def most_severe(errors: ExceptionGroup[Exception]) -> Exception:
-    """The error of a group of concurrent requests to report: a permanent one if any."""
-    leaves = _leaves(errors)
-    storage_errors = [err for err in leaves if isinstance(err, RemoteStorageError)]
-    for err in storage_errors:
-        if not err.retriable:
-            return err
-    return storage_errors[0] if storage_errors else leaves[0]
-
-
-def _leaves(group: BaseExceptionGroup[Exception]) -> list[Exception]:
-    leaves: list[Exception] = []
-    for err in group.exceptions:
-        if isinstance(err, BaseExceptionGroup):
-            leaves.extend(_leaves(err))
-        else:
-            leaves.append(err)
-    return leaves

@@ -45,7 +45,12 @@ from typing import Any, Final, Protocol
 
 from storage.log_event import event
 from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
-from storage.rsm.base import RemoteRangeError, RemoteResourceNotFoundError, check_range
+from storage.rsm.base import (
+    RemoteRangeError,
+    RemoteResourceNotFoundError,
+    check_range,
+    most_severe,
+)
 from storage.rsm.chunk_codec import (
     ChunkIntegrityError,
     EncodeSettings,
@@ -161,6 +166,11 @@ class SegmentStorage:
     def location(self) -> str:
         return self.store.location
 
+    @property
+    def hint(self) -> str:
+        """What to check when the store cannot be used (:attr:`ObjectStore.hint`)."""
+        return self.store.hint
+
     async def check(self) -> None:
         """The store's own check (:meth:`~storage.rsm.objects.ObjectStore.check`)."""
         await self.store.check()
@@ -184,9 +194,12 @@ class SegmentStorage:
         stored = sum(len(body) for _key, body in files)
         if self._upload_limit is not None:
             await self._upload_limit.acquire(stored)
-        async with asyncio.TaskGroup() as group:
-            for key, body in files:
-                group.create_task(self.store.put_object(key, _uploadable(body)))
+        try:
+            async with asyncio.TaskGroup() as group:
+                for key, body in files:
+                    group.create_task(self.store.put_object(key, _uploadable(body)))
+        except ExceptionGroup as errors:
+            raise most_severe(errors) from errors
         await self.store.put_object(self._layout.manifest_key(metadata), encode_manifest(manifest))
         self.counters.original_bytes_written += manifest.original_bytes()
         self.counters.stored_bytes_written += stored

@@ -292,6 +292,8 @@ async def test_the_start_up_check_passes_on_a_usable_bucket(config: RemoteStorag
         location=f"s3://{config.s3_bucket}/it/ at {config.s3_endpoint}",
         credentials="static keys (remote.log.storage.s3.access.key.id)",
         problem=None,
+        hint=f"check the endpoint ({config.s3_endpoint}), that bucket {config.s3_bucket!r} "
+        "exists, and that the credentials may list and write it",
     )
 
 
@@ -312,15 +314,21 @@ async def test_the_start_up_check_names_what_is_wrong(
 
 async def test_the_start_up_check_of_a_local_directory(tmp_path: Path) -> None:
     config = RemoteStorageConfig(backend="local", local_dir=str(tmp_path / "tier"))
-    assert await check_remote_storage(config) == StorageCheck(
-        location=f"directory {tmp_path / 'tier'}", credentials=None, problem=None
+    check = await check_remote_storage(config)
+    assert (check.location, check.credentials, check.problem) == (
+        f"directory {tmp_path / 'tier'}",
+        None,
+        None,
     )
+    assert list((tmp_path / "tier").iterdir()) == []  # its probe file is gone
     blocked = tmp_path / "file"
     blocked.write_text("not a directory")
     check = await check_remote_storage(
         RemoteStorageConfig(backend="local", local_dir=str(blocked / "tier"))
     )
-    assert check.problem is not None and "cannot create" in check.problem
+    assert check.problem is not None and "cannot write in" in check.problem
+    assert "Not a directory" in check.problem
+    assert "remote.log.storage.local.dir" in check.hint and "bucket" not in check.hint
 
 
 @pytest.fixture
