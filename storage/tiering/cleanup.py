@@ -45,7 +45,7 @@ from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageManager
 from storage.tiering.cycle import CLOCK_MARGIN_MS, MetadataManager, Notes, topic_partition
 from storage.tiering.lease import Fence, NotHoldingError
 from storage.tiering.policy import TopicPolicy
-from storage.tiering.report import TopicStats
+from storage.tiering.report import Failure, Stage, TopicStats
 
 __all__ = ["RemoteCleaner", "may_still_upload"]
 
@@ -107,9 +107,11 @@ class RemoteCleaner:
         self,
         segments: Sequence[RemoteLogSegmentMetadata],
         now: int,
-        errors: list[str],
+        failures: list[Failure],
+        stage: Stage,
     ) -> int:
-        """Delete ``segments`` concurrently; the number deleted (failures go to ``errors``).
+        """Delete ``segments`` concurrently; the number deleted (failures go to ``failures``,
+        as failures of ``stage``).
 
         :raises NotHoldingError: the pipeline lost its hold meanwhile.
         :raises BaseException: only what is not an :class:`Exception` (cancellation).
@@ -122,10 +124,7 @@ class RemoteCleaner:
             if isinstance(outcome, BaseException):
                 if not isinstance(outcome, Exception) or isinstance(outcome, NotHoldingError):
                     raise outcome
-                errors.append(
-                    f"deleting segment {segment.segment_id.id} of {segment.topic_id_partition}: "
-                    f"{outcome}"
-                )
+                failures.append(Failure.of_segment(stage, segment, f"cannot delete it: {outcome}"))
             else:
                 deleted += 1
         return deleted
@@ -150,7 +149,7 @@ class RemoteCleaner:
         await self._rlmm.publish(segment_update_record(metadata, _S.DELETE_SEGMENT_FINISHED, now))
 
     async def finish_deleted_topics(
-        self, metadata: ClusterMetadata, stats: dict[str, TopicStats], errors: list[str]
+        self, metadata: ClusterMetadata, stats: dict[str, TopicStats], failures: list[Failure]
     ) -> None:
         """Take the partitions of topics the broker no longer has through their deletion.
 
@@ -178,14 +177,20 @@ class RemoteCleaner:
             ):
                 continue
             try:
-                await self._delete_partition(tp, stats.setdefault(tp.topic, TopicStats()), errors)
+                await self._delete_partition(tp, stats.setdefault(tp.topic, TopicStats()), failures)
             except NotHoldingError:
                 raise
             except Exception as err:
-                errors.append(f"deleting the remote data of deleted partition {tp}: {err}")
+                failures.append(
+                    Failure.of_partition(
+                        Stage.CLEANUP,
+                        tp,
+                        f"cannot delete the remote data of the deleted partition: {err}",
+                    )
+                )
 
     async def _delete_partition(
-        self, tp: TopicIdPartition, stats: TopicStats, errors: list[str]
+        self, tp: TopicIdPartition, stats: TopicStats, failures: list[Failure]
     ) -> None:
         now = self._clock()
         status = self._cache.delete_status(tp)
@@ -196,7 +201,7 @@ class RemoteCleaner:
             await self._rlmm.publish(partition_delete_record(tp, _P.DELETE_PARTITION_STARTED, now))
         every = self._cache.segments(tp)
         segments = self._deletable(every, now)
-        deleted = await self.delete_segments(segments, now, errors)
+        deleted = await self.delete_segments(segments, now, failures, Stage.CLEANUP)
         stats.leftovers_deleted += deleted
         if deleted == len(every):
             await self._rlmm.publish(partition_delete_record(tp, _P.DELETE_PARTITION_FINISHED, now))
@@ -212,7 +217,7 @@ class RemoteCleaner:
         topics: Mapping[str, TopicMetadata],
         policies: Mapping[str, TopicPolicy],
         stats: dict[str, TopicStats],
-        errors: list[str],
+        failures: list[Failure],
     ) -> None:
         """Delete the remote data of topics tiered no more (``remote.log.delete.on.disable``)."""
         now = self._clock()
@@ -229,14 +234,14 @@ class RemoteCleaner:
                 now,
             )
             if segments:
-                deleted = await self.delete_segments(segments, now, errors)
+                deleted = await self.delete_segments(segments, now, failures, Stage.CLEANUP)
                 stats.setdefault(name, TopicStats()).segments_expired += deleted
 
     async def delete_leftovers(
         self,
         topics: Mapping[str, TopicMetadata],
         stats: dict[str, TopicStats],
-        errors: list[str],
+        failures: list[Failure],
     ) -> None:
         """Delete the copies no read will use (unfinished, or finished but unreferenced),
         except those a copy task may still be uploading (:func:`may_still_upload`)."""
@@ -251,7 +256,7 @@ class RemoteCleaner:
                 now,
             )
             if leftovers:
-                deleted = await self.delete_segments(leftovers, now, errors)
+                deleted = await self.delete_segments(leftovers, now, failures, Stage.CLEANUP)
                 stats.setdefault(name, TopicStats()).leftovers_deleted += deleted
 
     def _deletable(

@@ -67,6 +67,9 @@ class CopyResult:
     size: int
     seconds: float
     error: str | None = None
+    announced: bool = True
+    """Whether its COPY_SEGMENT_STARTED was published (a failed copy then stays STARTED
+    until a later cycle deletes it)."""
 
 
 def _append_spilled(builder: SegmentBuilder, pieces: Sequence[SpillPiece]) -> None:
@@ -172,9 +175,16 @@ async def remove_uploaded(job: CopyJob, rsm: RemoteStorageManager) -> None:
         )
 
 
-def failed_copy(job: CopyJob, error: str) -> CopyResult:
-    """The result of a segment that was not uploaded, and why."""
-    return CopyResult(segment_id=job.metadata.segment_id.id, size=0, seconds=0.0, error=error)
+def failed_copy(job: CopyJob, error: str, *, announced: bool = True) -> CopyResult:
+    """The result of a segment that was not uploaded, and why; ``announced``: whether its
+    COPY_SEGMENT_STARTED was published."""
+    return CopyResult(
+        segment_id=job.metadata.segment_id.id,
+        size=0,
+        seconds=0.0,
+        error=error,
+        announced=announced,
+    )
 
 
 def task_storage(

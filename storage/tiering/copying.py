@@ -29,7 +29,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from protocol.indexes import CorruptIndexError
 from protocol.indexes.leader_epoch_checkpoint import parse_leader_epoch_checkpoint
@@ -63,7 +63,7 @@ from storage.tiering.planner import (
     may_close,
     plan_windows,
 )
-from storage.tiering.report import TopicStats
+from storage.tiering.report import Failure, Stage, TopicStats, describe_runs
 from storage.tiering.stages import StageRunner, UnsettledJobError
 from storage.tiering.tier_stage import (
     FETCHES_AT_ONCE,
@@ -146,24 +146,78 @@ class CopyDriver:
         run_id: str,
         now: int,
         stats: dict[str, TopicStats],
-        errors: list[str],
+        failures: list[Failure],
     ) -> None:
         """Fetch, plan, publish COPY_SEGMENT_STARTED, build and upload (one Spark job), and
-        publish COPY_SEGMENT_FINISHED for what made it; failures go to ``errors``."""
-        windows = self._plan_windows(partitions, run_id, now)
-        if not windows:
+        publish COPY_SEGMENT_FINISHED for what made it; every failure goes to ``failures``."""
+        if not self._plan_windows(partitions, run_id, now):
             return
+        owners = {p.tp: p for p in partitions if p.windows}
+        works = await self._works(list(owners.values()), now, failures)
+        if not works:
+            return
+        owners = {w.tp: owners[w.tp] for w in works}
+        total = sum(self.estimate(p, p.last_stable)[0] for p in owners.values())
+        started = time.monotonic()
+        results = await self._run_job(works, now, total, failures)
+        if results is None:
+            return
+        jobs: list[CopyJob] = []
+        copies: list[CopyResult] = []
+        segment_owners: dict[uuid.UUID, TieredPartition] = {}
+        for outcome in results:
+            p = owners[outcome.tp]
+            self._remember(p, outcome, failures)
+            for job in outcome.plan.jobs:
+                segment_owners[job.metadata.segment_id.id] = p
+            jobs += outcome.plan.jobs
+            copies += outcome.copies
+        windows = sum(len(w.windows) for w in works)
+        fetched_bytes = sum(w.size for o in results for w in o.windows)
+        announced = sum(c.announced for c in copies)
+        uploaded = sum(c.error is None for c in copies)
+        task_s = sum(w.seconds for o in results for w in o.windows) + sum(c.seconds for c in copies)
+        event(
+            log,
+            logging.INFO,
+            "tiering.copy.uploaded",
+            msg=f"fetched {windows} windows ({fetched_bytes} bytes) in "
+            f"{time.monotonic() - started:.2f} s (task time {task_s:.2f} s): of {len(jobs)} "
+            f"segments cut, {announced} announced (COPY_SEGMENT_STARTED) and {uploaded} uploaded",
+            windows=windows,
+            segments=len(jobs),
+            announced=announced,
+            uploaded=uploaded,
+        )
+        if not jobs:
+            return
+        started = time.monotonic()
+        if copies:
+            # The tasks' COPY_SEGMENT_STARTED must be in the cache before FINISHED is checked
+            # against it; if it cannot be read, the cycle fails and they stay leftovers.
+            await self._rlmm.wait_until_caught_up(self._sink.timeout_ms / 1000)
+        sorted_out = self._sort_out(jobs, copies, stats, failures)
+        await self._finish(sorted_out.finished, segment_owners, sorted_out.broken)
+        _log_finished(sorted_out, len(jobs), time.monotonic() - started)
+
+    async def _works(
+        self, partitions: list[TieredPartition], now: int, failures: list[Failure]
+    ) -> list[PartitionWork]:
+        """What the job gets of each partition with windows to read; one whose state after
+        its last remote segment cannot be read is left out (a planning failure)."""
         works: list[PartitionWork] = []
-        owners: dict[TopicIdPartition, TieredPartition] = {}
         for p in partitions:
-            if not p.windows:
-                continue
             try:
                 prior = await self._prior_state(p)
             except (RemoteStorageError, CorruptIndexError) as err:
-                errors.append(f"{p.tp}: cannot plan segments: {err}")
+                failures.append(
+                    Failure.of_partition(
+                        Stage.PLANNING,
+                        p.tp,
+                        f"cannot read the state after its last remote segment: {err}",
+                    )
+                )
                 continue
-            owners[p.tp] = p
             works.append(
                 PartitionWork(
                     tp=p.tp,
@@ -176,54 +230,13 @@ class CopyDriver:
                     prior=prior,
                 )
             )
-        total = sum(self.estimate(p, p.last_stable)[0] for p in owners.values())
-        started = time.monotonic()
-        results = await self._run_job(works, now, total, errors)
-        if results is None:
-            return
-        jobs: list[CopyJob] = []
-        copies: list[CopyResult] = []
-        segment_owners: dict[uuid.UUID, TieredPartition] = {}
-        for outcome in results:
-            p = owners[outcome.tp]
-            self._remember(p, outcome, stats[p.tp.topic], errors)
-            for job in outcome.plan.jobs:
-                segment_owners[job.metadata.segment_id.id] = p
-            jobs += outcome.plan.jobs
-            copies += outcome.copies
-        fetched_bytes = sum(w.size for o in results for w in o.windows)
-        uploaded = sum(c.error is None for c in copies)
-        task_s = sum(w.seconds for o in results for w in o.windows) + sum(c.seconds for c in copies)
-        event(
-            log,
-            logging.INFO,
-            "tiering.copy.uploaded",
-            msg=f"fetched {len(windows)} windows ({fetched_bytes} bytes), published, built and "
-            f"uploaded {uploaded} of {len(jobs)} segments in "
-            f"{time.monotonic() - started:.2f} s (task time {task_s:.2f} s)",
-            windows=len(windows),
-            uploaded=uploaded,
-            segments=len(jobs),
-        )
-        if not jobs:
-            return
-        started = time.monotonic()
-        if copies:
-            # The tasks' COPY_SEGMENT_STARTED must be in the cache before FINISHED is checked
-            # against it; if it cannot be read, the cycle fails and they stay leftovers.
-            await self._rlmm.wait_until_caught_up(self._sink.timeout_ms / 1000)
-        await self._finish_copies(jobs, copies, segment_owners, stats, errors)
-        event(
-            log,
-            logging.INFO,
-            "tiering.copy.finished_published",
-            msg=f"published COPY_SEGMENT_FINISHED in {time.monotonic() - started:.2f} s",
-        )
+        return works
 
     async def _run_job(
-        self, works: list[PartitionWork], now: int, total: int, errors: list[str]
+        self, works: list[PartitionWork], now: int, total: int, failures: list[Failure]
     ) -> list[PartitionOutcome] | None:
-        """The copy job's outcomes (``None``: it failed, said in ``errors``), started only
+        """The copy job's outcomes (``None``: it failed, said in ``failures`` for each of its
+        partitions), started only
         while the pipeline holds its transactional id, with the hold and the deadline its
         tasks check.
 
@@ -254,34 +267,36 @@ class CopyDriver:
             )
         except UnsettledJobError as err:
             # Some task may still run: what the job announced waits for its deadline.
-            errors.append(f"the copy job failed: {first_line(err)}")
+            failures += _job_failed(works, err)
             return None
         except Exception as err:
             # Spark gave up on a task (an executor died, say): what its tasks announced stays
             # COPY_SEGMENT_STARTED, and the next cycle deletes it.
             self._ended.ended(now)
-            errors.append(f"the copy job failed: {first_line(err)}")
+            failures += _job_failed(works, err)
             return None
         self._ended.ended(now)
         return results
 
     def _remember(
-        self,
-        p: TieredPartition,
-        outcome: PartitionOutcome,
-        stats: TopicStats,
-        errors: list[str],
+        self, p: TieredPartition, outcome: PartitionOutcome, failures: list[Failure]
     ) -> None:
-        """Note failed windows and keep what the partition's read found for the next cycle."""
+        """Count a failed read or plan and keep what the partition's read found for the next
+        cycle."""
         for window, result in zip(p.windows, outcome.windows, strict=True):
             if result.error is not None:
-                stats.notes.append(
-                    f"partition {p.tp.partition}: reading offsets {window.start_offset}.."
-                    f"{window.end_offset - 1} failed: {result.error}"
+                failures.append(
+                    Failure.of_partition(
+                        Stage.READ,
+                        p.tp,
+                        f"offsets {window.start_offset}..{window.end_offset - 1}: {result.error}",
+                    )
                 )
                 break
         if outcome.error is not None:
-            errors.append(f"{p.tp}: cannot plan segments: {outcome.error}")
+            failures.append(
+                Failure.of_partition(Stage.PLANNING, p.tp, f"cannot cut segments: {outcome.error}")
+            )
             return
         plan = outcome.plan
         if plan.scan is not None:
@@ -370,40 +385,55 @@ class CopyDriver:
         self._chains[p.tp] = (tip.segment_id.id, state)
         return state
 
-    async def _finish_copies(
+    def _sort_out(
         self,
         jobs: Sequence[CopyJob],
         outcomes: Sequence[CopyResult],
-        owners: Mapping[uuid.UUID, TieredPartition],
         stats: dict[str, TopicStats],
-        errors: list[str],
-    ) -> None:
+        failures: list[Failure],
+    ) -> _SortedOut:
+        """Which segments are finished: each partition's uploaded run up to its first
+        segment that was not (the remote log never has a hole that later copies would
+        skip); the others are counted as lag, their failures go to ``failures``."""
         by_id = {o.segment_id: o for o in outcomes}
         finished: list[RemoteLogSegmentMetadata] = []
+        left_started: list[RemoteLogSegmentMetadata] = []
+        unannounced = 0
         broken: set[TopicIdPartition] = set()
         for job in jobs:
             metadata = job.metadata
             tp = metadata.topic_id_partition
-            topic_stats = stats[tp.topic]
             outcome = by_id.get(metadata.segment_id.id)
-            if outcome is None or tp in broken:
-                # Never announced: its task stops a partition at its first failure, so that
-                # the remote log never has a hole that later copies would skip.
-                broken.add(tp)
-                topic_stats.lag_segments += 1
+            if outcome is not None and outcome.error is None and tp not in broken:
+                finished.append(metadata)
+                stats[tp.topic].segments_copied += 1
+                stats[tp.topic].bytes_copied += metadata.segment_size_in_bytes
                 continue
-            if outcome.error is not None:
-                broken.add(tp)
-                topic_stats.copy_failures += 1
-                topic_stats.lag_segments += 1
-                errors.append(
-                    f"{tp}: segment {metadata.start_offset}..{metadata.end_offset} "
-                    f"({metadata.segment_id.id}): {outcome.error}"
-                )
-                continue
-            finished.append(metadata)
-            topic_stats.segments_copied += 1
-            topic_stats.bytes_copied += metadata.segment_size_in_bytes
+            broken.add(tp)
+            stats[tp.topic].lag_segments += 1
+            if outcome is not None and outcome.error is not None:
+                stage = Stage.COPY if outcome.announced else Stage.PUBLISH
+                failures.append(Failure.of_segment(stage, metadata, outcome.error))
+            if outcome is not None and outcome.announced:
+                left_started.append(metadata)
+            else:
+                # Never announced: its task stops a partition at its first failure.
+                unannounced += 1
+        return _SortedOut(
+            finished=tuple(finished),
+            left_started=tuple(left_started),
+            unannounced=unannounced,
+            broken=frozenset(broken),
+        )
+
+    async def _finish(
+        self,
+        finished: Sequence[RemoteLogSegmentMetadata],
+        owners: Mapping[uuid.UUID, TieredPartition],
+        broken: frozenset[TopicIdPartition],
+    ) -> None:
+        """Publish COPY_SEGMENT_FINISHED for ``finished``, and carry what the copied
+        partitions' reads found over to the next cycle."""
         now = self._clock()
         await self._publish(
             segment_update_record(m, _S.COPY_SEGMENT_FINISHED, now) for m in finished
@@ -431,3 +461,63 @@ class CopyDriver:
 
 def _with_rate(window: FetchWindow, rate: float) -> FetchWindow:
     return replace(window, bytes_per_second=rate)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _SortedOut:
+    """The segments of a copy job, sorted by what becomes of them."""
+
+    finished: tuple[RemoteLogSegmentMetadata, ...]
+    """Uploaded, in unbroken runs: COPY_SEGMENT_FINISHED is published for these only."""
+    left_started: tuple[RemoteLogSegmentMetadata, ...]
+    """Announced and not finished: they stay COPY_SEGMENT_STARTED until a cycle deletes them."""
+    unannounced: int
+    """Neither announced nor uploaded: copied again by a later cycle."""
+    broken: frozenset[TopicIdPartition]
+    """Partitions with a segment that was not finished."""
+
+
+def _job_failed(works: Sequence[PartitionWork], err: Exception) -> list[Failure]:
+    reason = f"the copy job failed: {first_line(err)}"
+    return [Failure.of_partition(Stage.COPY, w.tp, reason) for w in works]
+
+
+def _log_finished(sorted_out: _SortedOut, segments: int, seconds: float) -> None:
+    """Say which segments got COPY_SEGMENT_FINISHED, and what becomes of the others."""
+    left = len(sorted_out.left_started)
+    rest = ""
+    if left:
+        rest += (
+            f"; {left} announced and not uploaded stay COPY_SEGMENT_STARTED and are deleted as "
+            "leftovers by the next cycle (by another process once tiering.copy.timeout.ms and "
+            "a minute have passed)"
+        )
+    if sorted_out.unannounced:
+        rest += (
+            f"; {sorted_out.unannounced} not announced (after a failure in their partition) "
+            "are copied by a later cycle"
+        )
+    fields = {
+        "segments": segments,
+        "finished": len(sorted_out.finished),
+        "left_started": left,
+        "not_announced": sorted_out.unannounced,
+    }
+    if sorted_out.finished:
+        event(
+            log,
+            logging.INFO,
+            "tiering.copy.finished_published",
+            msg=f"published COPY_SEGMENT_FINISHED for {len(sorted_out.finished)} of {segments} "
+            f"segments in {seconds:.2f} s ({describe_runs(sorted_out.finished)}){rest}",
+            **fields,
+        )
+    else:
+        event(
+            log,
+            logging.WARNING,
+            "tiering.copy.none_finished",
+            msg=f"no COPY_SEGMENT_FINISHED published: none of the {segments} segments was "
+            f"uploaded{rest}",
+            **fields,
+        )

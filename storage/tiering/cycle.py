@@ -18,7 +18,7 @@ from storage.model import TopicIdPartition
 from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.tiering.fetch_stage import FetchWindow
 from storage.tiering.policy import TopicPolicy
-from storage.tiering.report import TopicStats
+from storage.tiering.report import Failure, TopicStats
 
 __all__ = [
     "CLOCK_MARGIN_MS",
@@ -110,7 +110,7 @@ class Notes:
 
     def __init__(self) -> None:
         self._reported: set[tuple[str, str]] = set()
-        self._denied: dict[str, None] = {}
+        self._denied: dict[Failure, None] = {}
 
     def first_time(self, topic: str, message: str) -> bool:
         """Whether ``message`` about ``topic`` is new (and remember it from now on)."""
@@ -124,11 +124,11 @@ class Notes:
         if self.first_time(topic, message):
             stats.notes.append(message)
 
-    def deny(self, message: str) -> None:
-        """Record an authorisation refusal of this cycle."""
-        self._denied[message] = None
+    def deny(self, refusal: Failure) -> None:
+        """Record an authorisation refusal of this cycle (the same one once)."""
+        self._denied[refusal] = None
 
-    def take_denied(self) -> list[str]:
+    def take_denied(self) -> list[Failure]:
         """This cycle's refusals so far, forgotten once taken."""
         denied = list(self._denied)
         self._denied.clear()

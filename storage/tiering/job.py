@@ -52,7 +52,7 @@ from storage.tiering.lease import Hold, NotHoldingError, PipelineLease, Unfenced
 from storage.tiering.metrics import TieringMetrics, TieringMetricsServer
 from storage.tiering.pipeline import MetadataManager, TieringPipeline, wall_clock_ms
 from storage.tiering.policy import TopicRules, compile_rules
-from storage.tiering.report import CycleReport, log_report, summary_table
+from storage.tiering.report import CycleReport, failures_table, log_report, summary_table
 from storage.tiering.spill import discard_spill_pool
 from storage.tiering.stages import SparkStageRunner
 from storage.tiering.worker import StorageFactory
@@ -400,7 +400,7 @@ async def run_tiering(
             log_recovery(failures, log, "tiering.cycle.recovered", "tiering cycle")
             _show(report, console)
             if once:
-                return 1 if report.errors or report.copy_failures else 0
+                return 1 if report.failures else 0
             if await _sleep_or_stop(stop, interval):
                 return 0
 
@@ -509,6 +509,9 @@ def _show(report: CycleReport, console: Console) -> None:
     log_report(report, log)
     if console.is_terminal and not report.idle:
         console.print(summary_table(report))
+        failed = failures_table(report)
+        if failed is not None:
+            console.print(failed)
 
 
 def run_from_arguments(

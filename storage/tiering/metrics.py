@@ -58,6 +58,14 @@ class TieringMetrics:
             "tierproxy_tiering_copy_failures",
             "Segments whose copy failed (retried next cycle), per topic.",
         )
+        self._failures = Counter(
+            "tierproxy_tiering_failures",
+            "What cycles could not do, per stage (survey, read, planning, publish, copy, "
+            "retention, clean-up): each a segment, partition or topic, logged as "
+            "tiering.cycle.error.",
+            ["stage"],
+            registry=self.registry,
+        )
         self._expired_segments = self._per_topic_counter(
             "tierproxy_tiering_expired_segments",
             "Remote segments deleted by remote retention, per topic.",
@@ -121,11 +129,13 @@ class TieringMetrics:
             self._lag_segments.labels(topic).set(stats.lag_segments)
             self._copied_segments.labels(topic).inc(stats.segments_copied)
             self._copied_bytes.labels(topic).inc(stats.bytes_copied)
-            self._copy_failures.labels(topic).inc(stats.copy_failures)
+            self._copy_failures.labels(topic).inc(report.copy_failures(topic))
             self._expired_segments.labels(topic).inc(stats.segments_expired)
             self._missing_offsets.labels(topic).inc(stats.missing_offsets)
+        for failure in report.failures:
+            self._failures.labels(str(failure.stage)).inc()
         self._cycle_seconds.set(report.seconds)
-        if report.errors or report.copy_failures:
+        if report.failures:
             self._cycles.labels("errors").inc()
         else:
             self._cycles.labels("ok").inc()

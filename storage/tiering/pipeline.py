@@ -77,7 +77,7 @@ from storage.tiering.policy import (
     refusal_reason,
     resolve_policy,
 )
-from storage.tiering.report import CycleReport, TopicStats
+from storage.tiering.report import CycleReport, Failure, Stage, TopicStats
 from storage.tiering.retention_driver import RetentionDriver
 from storage.tiering.spill import recycle_spill
 from storage.tiering.stages import StageRunner
@@ -215,7 +215,7 @@ class TieringPipeline:
         started = time.monotonic()
         now = self._clock()
         stats: dict[str, TopicStats] = {}
-        errors: list[str] = []
+        failures: list[Failure] = []
         metadata = await self._client.metadata(None)
         topics = {
             name: topic
@@ -223,23 +223,23 @@ class TieringPipeline:
             if topic.error == KafkaError.NONE and not self._is_internal(topic)
         }
         policies = await self._policies(topics, stats)
-        await self._cleaner.finish_deleted_topics(metadata, stats, errors)
-        await self._cleaner.delete_disabled(topics, policies, stats, errors)
-        await self._cleaner.delete_leftovers(topics, stats, errors)
-        partitions = await self._survey.partitions(topics, policies, stats)
-        errors.extend(self._notes.take_denied())
+        await self._cleaner.finish_deleted_topics(metadata, stats, failures)
+        await self._cleaner.delete_disabled(topics, policies, stats, failures)
+        await self._cleaner.delete_leftovers(topics, stats, failures)
+        partitions = await self._survey.partitions(topics, policies, stats, failures)
+        failures.extend(self._notes.take_denied())
         copy_started = time.monotonic()
         run_id = f"{now}-{uuid.uuid4().hex[:8]}"
         try:
-            await self._copier.copy(partitions, run_id, now, stats, errors)
+            await self._copier.copy(partitions, run_id, now, stats, failures)
         finally:
             recycle_spill(self._config.spill_root / run_id)
         copy_seconds = time.monotonic() - copy_started
         # Local retention first: it moves the broker's log start over data that remote
         # retention may then delete, so that the broker never keeps what the remote tier
         # forgot (the next cycle would copy it again).
-        await self._retention.local_retention(partitions, now, stats, errors)
-        await self._retention.remote_retention(partitions, now, stats, errors)
+        await self._retention.local_retention(partitions, now, stats, failures)
+        await self._retention.remote_retention(partitions, now, stats, failures)
         self._retention.record_lag(partitions, self._survey.take_gaps(), now, stats)
         self._hold.ensure_held()
         return CycleReport(
@@ -247,7 +247,7 @@ class TieringPipeline:
             seconds=time.monotonic() - started,
             copy_seconds=copy_seconds,
             topics=stats,
-            errors=tuple(errors),
+            failures=tuple(failures),
         )
 
     def _is_internal(self, topic: TopicMetadata) -> bool:
@@ -270,7 +270,8 @@ class TieringPipeline:
             ):
                 # Only topics the file means to tier need their configs; the principal may
                 # see other topics (DESCRIBE) without the right to read their configs.
-                self._notes.deny(denied("DescribeConfigs", name, self._principal))
+                refusal = denied("DescribeConfigs", name, self._principal)
+                self._notes.deny(Failure(stage=Stage.SURVEY, reason=refusal, topic=name))
             broker = (
                 {
                     key: BrokerConfigValue(value=e.value, is_topic_override=e.is_topic_override)

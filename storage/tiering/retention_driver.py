@@ -37,7 +37,7 @@ from storage.tiering.copying import CopyDriver
 from storage.tiering.cycle import MetadataManager, Notes, TieredPartition
 from storage.tiering.lease import Fence
 from storage.tiering.policy import BrokerConfigValue
-from storage.tiering.report import TopicStats
+from storage.tiering.report import Failure, Stage, TopicStats
 from storage.tiering.retention import expired_segments, local_log_start_target
 
 __all__ = ["RetentionDriver"]
@@ -89,14 +89,14 @@ class RetentionDriver:
         partitions: list[TieredPartition],
         now: int,
         stats: dict[str, TopicStats],
-        errors: list[str],
+        failures: list[Failure],
     ) -> None:
         """Move each leader's log start over data both tiered and locally expired."""
         targets: dict[int, list[tuple[TieredPartition, int]]] = {}
         for p in partitions:
             if p.error is not None or not p.policy.manages_local_retention:
                 continue
-            target = await self._local_target(p, now, errors)
+            target = await self._local_target(p, now, failures)
             if target is not None:
                 targets.setdefault(p.leader_id, []).append((p, target))
         if not targets:
@@ -112,14 +112,14 @@ class RetentionDriver:
                     )
             return
         for leader_id, group in targets.items():
-            await self._delete_records_on(leader_id, group, stats, errors)
+            await self._delete_records_on(leader_id, group, stats, failures)
 
     async def remote_retention(
         self,
         partitions: list[TieredPartition],
         now: int,
         stats: dict[str, TopicStats],
-        errors: list[str],
+        failures: list[Failure],
     ) -> None:
         """Delete the remote segments past ``retention.ms`` / ``retention.bytes``."""
         for p in partitions:
@@ -138,7 +138,9 @@ class RetentionDriver:
                 # newest segment stays as the record of how far the partition is tiered.
                 expired = expired[:-1]
             if expired:
-                deleted = await self._cleaner.delete_segments(expired, now, errors)
+                deleted = await self._cleaner.delete_segments(
+                    expired, now, failures, Stage.RETENTION
+                )
                 topic_stats = stats[p.tp.topic]
                 topic_stats.segments_expired += deleted
                 topic_stats.bytes_expired += sum(s.segment_size_in_bytes for s in expired[:deleted])
@@ -164,7 +166,9 @@ class RetentionDriver:
             stats[p.tp.topic].lag_bytes += lag
             self._check_retention_lag(p, lag, first_ts, now, stats[p.tp.topic])
 
-    async def _local_target(self, p: TieredPartition, now: int, errors: list[str]) -> int | None:
+    async def _local_target(
+        self, p: TieredPartition, now: int, failures: list[Failure]
+    ) -> int | None:
         """Where the broker's log start may move now, or ``None`` to leave it."""
         target = local_log_start_target(
             self._finished_chain(p.tp),
@@ -180,7 +184,13 @@ class RetentionDriver:
             target = min(target, await self._open_transactions_start(p))
         except (RemoteStorageError, CorruptIndexError) as err:
             # Not knowing which transactions are open, keep the local data.
-            errors.append(f"{p.tp}: producer snapshot of the remote end: {err}")
+            failures.append(
+                Failure.of_partition(
+                    Stage.RETENTION,
+                    p.tp,
+                    f"local data kept: cannot read the producer snapshot of the remote end: {err}",
+                )
+            )
             return None
         return target if target > p.log_start else None
 
@@ -212,7 +222,7 @@ class RetentionDriver:
         leader_id: int,
         group: list[tuple[TieredPartition, int]],
         stats: dict[str, TopicStats],
-        errors: list[str],
+        failures: list[Failure],
     ) -> None:
         """One DeleteRecords to the leader of ``group``'s partitions, up to each target;
         a partition the broker moved learns its new log start.
@@ -225,17 +235,27 @@ class RetentionDriver:
                 leader_id, [(p.tp.topic, p.tp.partition, target) for p, target in group]
             )
         except Exception as err:
-            errors.append(f"DeleteRecords on broker {leader_id}: {err}")
+            failures += [
+                Failure.of_partition(
+                    Stage.RETENTION, p.tp, f"DeleteRecords to {target} on broker {leader_id}: {err}"
+                )
+                for p, target in group
+            ]
             return
         by_key = {(a.topic, a.partition): a for a in answers}
         for p, target in group:
             answer = by_key.get((p.tp.topic, p.tp.partition))
             if answer is not None and answer.error == KafkaError.TOPIC_AUTHORIZATION_FAILED:
-                errors.append(f"{p.tp}: {denied('DeleteRecords', p.tp.topic, self._principal)}")
+                why = denied("DeleteRecords", p.tp.topic, self._principal)
+                failures.append(Failure.of_partition(Stage.RETENTION, p.tp, why))
                 continue
             if answer is None or answer.error != KafkaError.NONE:
                 reason = answer.error.name if answer is not None else "no answer"
-                errors.append(f"{p.tp}: DeleteRecords to {target}: {reason}")
+                failures.append(
+                    Failure.of_partition(
+                        Stage.RETENTION, p.tp, f"DeleteRecords to {target}: {reason}"
+                    )
+                )
                 continue
             p.log_start = answer.low_watermark
             stats[p.tp.topic].log_starts_advanced += 1

@@ -31,7 +31,7 @@ from storage.tiering.cycle import (
     topic_partition,
 )
 from storage.tiering.policy import TopicPolicy
-from storage.tiering.report import TopicStats
+from storage.tiering.report import Failure, Stage, TopicStats
 from storage.tiering.sampling import sample_partitions
 
 __all__ = ["PartitionSurvey"]
@@ -82,10 +82,12 @@ class PartitionSurvey:
         topics: Mapping[str, TopicMetadata],
         policies: Mapping[str, TopicPolicy],
         stats: dict[str, TopicStats],
+        failures: list[Failure],
     ) -> list[TieredPartition]:
         """The partitions to tier, each with its leader's log start, high watermark, last
         stable offset and a sample of its untiered data; a partition that cannot be tiered
-        now carries its ``error``."""
+        now carries its ``error``, which goes to ``failures`` too (a refused Fetch once per
+        topic, through :meth:`.cycle.Notes.deny`)."""
         partitions = []
         for name, policy in sorted(policies.items()):
             if not policy.remote_storage_enable:
@@ -112,10 +114,14 @@ class PartitionSurvey:
         by_leader: dict[int, list[TieredPartition]] = {}
         for partition in partitions:
             by_leader.setdefault(partition.leader_id, []).append(partition)
-        await asyncio.gather(*(self._sample(leader, group) for leader, group in by_leader.items()))
+        await asyncio.gather(
+            *(self._sample(leader, group, failures) for leader, group in by_leader.items())
+        )
         return partitions
 
-    async def _sample(self, leader_id: int, partitions: list[TieredPartition]) -> None:
+    async def _sample(
+        self, leader_id: int, partitions: list[TieredPartition], failures: list[Failure]
+    ) -> None:
         """Log start, high watermark, LSO and a sample of the untiered data, per partition.
 
         What the sample tells (the first untiered batch's age, bytes per offset) only changes
@@ -149,10 +155,11 @@ class PartitionSurvey:
             sample = samples[key]
             if sample.error == KafkaError.TOPIC_AUTHORIZATION_FAILED:
                 p.error = denied("Fetch", p.tp.topic, self._principal)
-                self._notes.deny(p.error)
+                self._notes.deny(Failure(stage=Stage.SURVEY, reason=p.error, topic=p.tp.topic))
                 continue
             if sample.error != KafkaError.NONE:
-                p.error = f"Fetch: {sample.error.name}"
+                p.error = f"Fetch from its leader {leader_id}: {sample.error.name}"
+                failures.append(Failure.of_partition(Stage.SURVEY, p.tp, p.error))
                 continue
             if p.remote_end is not None and sample.boundary_epoch is not None:
                 tiered_epoch = epoch_for_offset(self._cache.lineage(p.tp), p.remote_end)
@@ -166,6 +173,7 @@ class PartitionSurvey:
                         f"{sample.boundary_epoch}, the remote copy in {tiered_epoch}: the logs "
                         "diverged; not copying this partition"
                     )
+                    failures.append(Failure.of_partition(Stage.SURVEY, p.tp, p.error))
                     continue
             p.log_start = sample.log_start
             p.high_watermark = sample.high_watermark

@@ -322,7 +322,9 @@ class PartitionTask:
         partition = metadata_partition_for(f"{tp.topic}-{tp.partition}", self._sink.partition_count)
         if not await self._holds():
             return failed_copy(
-                job, "not announced: the pipeline no longer holds its transactional id"
+                job,
+                "not announced: the pipeline no longer holds its transactional id",
+                announced=False,
             )
         try:
             validate_segment(metadata)
@@ -331,10 +333,12 @@ class PartitionTask:
                 await self._producer.send(partition, record)  # returns once acks=all holds
         except TopicAuthorizationError as err:
             why = denied(err.request, err.topic, principal_of(self._broker.security))
-            return failed_copy(job, f"COPY_SEGMENT_STARTED not published: {why}")
+            return failed_copy(job, f"COPY_SEGMENT_STARTED not published: {why}", announced=False)
         except Exception as err:
             return failed_copy(
-                job, f"COPY_SEGMENT_STARTED not published: {type(err).__name__}: {err}"
+                job,
+                f"COPY_SEGMENT_STARTED not published: {type(err).__name__}: {err}",
+                announced=False,
             )
         if self._past_deadline():
             return failed_copy(job, f"announced, not uploaded: {_PAST_DEADLINE}")

@@ -10,7 +10,7 @@ import pytest
 from rich.console import Console
 
 from storage.tiering.job import _show
-from storage.tiering.report import CycleReport, TopicStats, log_report
+from storage.tiering.report import CycleReport, Failure, Stage, TopicStats, log_report
 
 
 def report(**busy: int) -> CycleReport:
@@ -42,7 +42,6 @@ def test_an_idle_cycle_is_one_line(caplog: pytest.LogCaptureFixture) -> None:
     "busy",
     [
         {"segments_copied": 1},
-        {"copy_failures": 1},
         {"segments_expired": 1},
         {"leftovers_deleted": 1},
         {"log_starts_advanced": 1},
@@ -65,7 +64,13 @@ def test_errors_and_notes_are_not_idle() -> None:
     noted = report()
     noted.topics["a"].notes.append("compacted: not tiered")
     assert not noted.idle
-    failed = CycleReport(started_ms=0, seconds=1.0, copy_seconds=0.0, topics={}, errors=("x",))
+    failed = CycleReport(
+        started_ms=0,
+        seconds=1.0,
+        copy_seconds=0.0,
+        topics={},
+        failures=(Failure(stage=Stage.COPY, reason="x"),),
+    )
     assert not failed.idle
 
 

@@ -5,15 +5,17 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 
 from storage.tiering.metrics import TieringMetrics
-from storage.tiering.report import CycleReport, TopicStats
+from storage.tiering.report import CycleReport, Failure, Stage, TopicStats
 
 
 def value(metrics: TieringMetrics, name: str, **labels: str) -> float | None:
     return metrics.registry.get_sample_value(name, labels)
 
 
-def report(*, errors: tuple[str, ...] = (), **topics: TopicStats) -> CycleReport:
-    return CycleReport(started_ms=0, seconds=2.5, copy_seconds=1.0, topics=topics, errors=errors)
+def report(*, failures: tuple[Failure, ...] = (), **topics: TopicStats) -> CycleReport:
+    return CycleReport(
+        started_ms=0, seconds=2.5, copy_seconds=1.0, topics=topics, failures=failures
+    )
 
 
 def test_a_good_cycle_sets_lag_adds_counts_and_stamps_success() -> None:
@@ -33,14 +35,19 @@ def test_a_good_cycle_sets_lag_adds_counts_and_stamps_success() -> None:
 def test_a_cycle_with_failures_counts_as_errors_and_keeps_the_last_success() -> None:
     now = iter([10.0, 20.0])
     metrics = TieringMetrics(task_interval_s=30, clock=lambda: next(now))
+    copy = Failure(stage=Stage.COPY, reason="disk full", topic="orders", partition=0, segment="x")
+    refused = Failure(stage=Stage.SURVEY, reason="not authorised", topic="clicks")
+    planning = Failure(stage=Stage.PLANNING, reason="checkpoint gone", topic="orders", partition=1)
     metrics.cycle_ran(report(orders=TopicStats()))
-    metrics.cycle_ran(report(orders=TopicStats(copy_failures=1, lag_segments=1)))
-    metrics.cycle_ran(report(errors=("topic clicks: not authorised",), orders=TopicStats()))
+    metrics.cycle_ran(report(failures=(copy,), orders=TopicStats(lag_segments=1)))
+    metrics.cycle_ran(report(failures=(refused, planning), orders=TopicStats()))
     metrics.cycle_failed()
     assert value(metrics, "tierproxy_tiering_cycles_total", outcome="errors") == 2
     assert value(metrics, "tierproxy_tiering_cycles_total", outcome="failed") == 1
     assert value(metrics, "tierproxy_tiering_last_success_timestamp_seconds") == 10
     assert value(metrics, "tierproxy_tiering_copy_failures_total", topic="orders") == 1
+    for stage, count in (("copy", 1), ("survey", 1), ("planning", 1), ("retention", None)):
+        assert value(metrics, "tierproxy_tiering_failures_total", stage=stage) == count
 
 
 def test_a_topic_no_longer_tiered_leaves_the_lag_gauges() -> None:

@@ -8,7 +8,15 @@ import pytest
 from rich.console import Console
 
 from protocol.records import Record, build_record_batch
-from storage.tiering.report import CycleReport, TopicStats, format_bytes, log_report, summary_table
+from storage.tiering.report import (
+    CycleReport,
+    Failure,
+    Stage,
+    TopicStats,
+    format_bytes,
+    log_report,
+    summary_table,
+)
 from storage.tiering.sampling import _boundary_epoch, sample_figures
 
 
@@ -45,7 +53,11 @@ def test_report_renders_and_logs(caplog: pytest.LogCaptureFixture) -> None:
     stats = TopicStats(partitions=2, segments_copied=3, bytes_copied=5 * 1024 * 1024)
     stats.notes.append("compacted")
     report = CycleReport(
-        started_ms=0, seconds=2.0, copy_seconds=1.0, topics={"t": stats}, errors=("boom",)
+        started_ms=0,
+        seconds=2.0,
+        copy_seconds=1.0,
+        topics={"t": stats},
+        failures=(Failure(stage=Stage.COPY, reason="boom"),),
     )
     console = Console(record=True, width=200)
     console.print(summary_table(report))
