@@ -14,7 +14,7 @@ from proxy.embedded import S3Info
 from proxy.embedded.process import ManagedProcess
 from proxy.embedded.tierproxy import storage_settings, write_config
 
-__all__ = ["COPIED", "tier_command", "tier_config", "wait_for_line"]
+__all__ = ["COPIED", "local_tier_config", "tier_command", "tier_config", "wait_for_line"]
 
 COPIED = re.compile(r"topic=(\S+) .*copied_segments=([1-9]\d*)")
 """A cycle's report line for a topic it copied segments of."""
@@ -32,15 +32,44 @@ def tier_config(
 ) -> Path:
     """Tier ``topic`` every second, with a 2 s start-up bound for the metadata manager, more
     ``settings`` and more of the topic's ``policy``."""
+    storage = storage_settings(s3, bucket, f"__rlm-{topic}")
+    return _write(path, bootstrap, topic, {**storage, **(settings or {})}, policy)
+
+
+def local_tier_config(
+    path: Path,
+    bootstrap: str,
+    remote_dir: Path,
+    topic: str,
+    *,
+    settings: Mapping[str, Any] | None = None,
+    policy: Mapping[str, Any] | None = None,
+) -> Path:
+    """:func:`tier_config` with the remote tier in the local directory ``remote_dir``."""
+    storage = {
+        "remote.log.storage.backend": "local",
+        "remote.log.storage.local.dir": str(remote_dir),
+        "remote.log.metadata.topic.name": f"__rlm-{topic}",
+        "remote.log.metadata.topic.partitions": 3,
+    }
+    return _write(path, bootstrap, topic, {**storage, **(settings or {})}, policy)
+
+
+def _write(
+    path: Path,
+    bootstrap: str,
+    topic: str,
+    settings: Mapping[str, Any],
+    policy: Mapping[str, Any] | None,
+) -> Path:
     write_config(
         path,
         {
             "bootstrap.servers": bootstrap,
-            **storage_settings(s3, bucket, f"__rlm-{topic}"),
             "remote.log.metadata.initialization.timeout.ms": 2000,
             "remote.log.manager.task.interval.ms": 1000,
             "tiering.spill.dir": str(path.parent / "spill"),
-            **(settings or {}),
+            **settings,
         },
     )
     rule = {
