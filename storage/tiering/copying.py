@@ -196,7 +196,7 @@ class CopyDriver:
             # The tasks' COPY_SEGMENT_STARTED must be in the cache before FINISHED is checked
             # against it; if it cannot be read, the cycle fails and they stay leftovers.
             await self._rlmm.wait_until_caught_up(self._sink.timeout_ms / 1000)
-        sorted_out = self._sort_out(jobs, copies, stats, failures)
+        sorted_out = _sort_out(jobs, copies, stats, failures)
         await self._finish(sorted_out.finished, segment_owners, sorted_out.broken)
         _log_finished(sorted_out, len(jobs), time.monotonic() - started)
 
@@ -385,47 +385,6 @@ class CopyDriver:
         self._chains[p.tp] = (tip.segment_id.id, state)
         return state
 
-    def _sort_out(
-        self,
-        jobs: Sequence[CopyJob],
-        outcomes: Sequence[CopyResult],
-        stats: dict[str, TopicStats],
-        failures: list[Failure],
-    ) -> _SortedOut:
-        """Which segments are finished: each partition's uploaded run up to its first
-        segment that was not (the remote log never has a hole that later copies would
-        skip); the others are counted as lag, their failures go to ``failures``."""
-        by_id = {o.segment_id: o for o in outcomes}
-        finished: list[RemoteLogSegmentMetadata] = []
-        left_started: list[RemoteLogSegmentMetadata] = []
-        unannounced = 0
-        broken: set[TopicIdPartition] = set()
-        for job in jobs:
-            metadata = job.metadata
-            tp = metadata.topic_id_partition
-            outcome = by_id.get(metadata.segment_id.id)
-            if outcome is not None and outcome.error is None and tp not in broken:
-                finished.append(metadata)
-                stats[tp.topic].segments_copied += 1
-                stats[tp.topic].bytes_copied += metadata.segment_size_in_bytes
-                continue
-            broken.add(tp)
-            stats[tp.topic].lag_segments += 1
-            if outcome is not None and outcome.error is not None:
-                stage = Stage.COPY if outcome.announced else Stage.PUBLISH
-                failures.append(Failure.of_segment(stage, metadata, outcome.error))
-            if outcome is not None and outcome.announced:
-                left_started.append(metadata)
-            else:
-                # Never announced: its task stops a partition at its first failure.
-                unannounced += 1
-        return _SortedOut(
-            finished=tuple(finished),
-            left_started=tuple(left_started),
-            unannounced=unannounced,
-            broken=frozenset(broken),
-        )
-
     async def _finish(
         self,
         finished: Sequence[RemoteLogSegmentMetadata],
@@ -475,6 +434,47 @@ class _SortedOut:
     """Neither announced nor uploaded: copied again by a later cycle."""
     broken: frozenset[TopicIdPartition]
     """Partitions with a segment that was not finished."""
+
+
+def _sort_out(
+    jobs: Sequence[CopyJob],
+    outcomes: Sequence[CopyResult],
+    stats: dict[str, TopicStats],
+    failures: list[Failure],
+) -> _SortedOut:
+    """Which segments are finished: each partition's uploaded run up to its first
+    segment that was not (the remote log never has a hole that later copies would
+    skip); the others are counted as lag, their failures go to ``failures``."""
+    by_id = {o.segment_id: o for o in outcomes}
+    finished: list[RemoteLogSegmentMetadata] = []
+    left_started: list[RemoteLogSegmentMetadata] = []
+    unannounced = 0
+    broken: set[TopicIdPartition] = set()
+    for job in jobs:
+        metadata = job.metadata
+        tp = metadata.topic_id_partition
+        outcome = by_id.get(metadata.segment_id.id)
+        if outcome is not None and outcome.error is None and tp not in broken:
+            finished.append(metadata)
+            stats[tp.topic].segments_copied += 1
+            stats[tp.topic].bytes_copied += metadata.segment_size_in_bytes
+            continue
+        broken.add(tp)
+        stats[tp.topic].lag_segments += 1
+        if outcome is not None and outcome.error is not None:
+            stage = Stage.COPY if outcome.announced else Stage.PUBLISH
+            failures.append(Failure.of_segment(stage, metadata, outcome.error))
+        if outcome is not None and outcome.announced:
+            left_started.append(metadata)
+        else:
+            # Never announced: its task stops a partition at its first failure.
+            unannounced += 1
+    return _SortedOut(
+        finished=tuple(finished),
+        left_started=tuple(left_started),
+        unannounced=unannounced,
+        broken=frozenset(broken),
+    )
 
 
 def _job_failed(works: Sequence[PartitionWork], err: Exception) -> list[Failure]:

@@ -119,7 +119,8 @@ def test_a_partition_that_cannot_be_planned_is_counted_named_and_exits_1(
     cells = [c.strip() for c in row.group(0).strip("│ ").split("│")]
     assert int(cells[4]) >= 1, row.group(0)  # the "failed" column
     # The table of what failed: what, at which stage, why.
-    assert re.search(rf"│ {re.escape(topic)}-0 +│ planning +│ cannot read the state", log), log[-3000:]
+    failed = rf"│ {re.escape(topic)}-0 +│ planning +│ cannot read the state"
+    assert re.search(failed, log), log[-3000:]
     assert "Traceback" not in log, log[-3000:]
 
 
@@ -151,6 +152,7 @@ def test_copies_that_were_not_uploaded_are_never_finished_and_are_deleted_next_c
         assert "stay COPY_SEGMENT_STARTED" in none and "next cycle" in none, none
         done = wait_for_line(tier, re.compile(r'msg="tiering cycle done in [^"]*"'))
         assert re.search(r"[1-9]\d* failed", done) and "copy failed" in done, done
+        assert "Not a directory" in done and "ExceptionGroup" not in done, done
 
         # Nothing can have been uploaded yet, so nothing may be finished.
         announced = asyncio.run(segment_states(broker.bootstrap, metadata_topic))

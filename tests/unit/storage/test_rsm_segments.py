@@ -23,7 +23,7 @@ from storage.model import (
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
-from storage.rsm.base import RemoteRangeError, RemoteResourceNotFoundError
+from storage.rsm.base import RemoteRangeError, RemoteResourceNotFoundError, RemoteStorageError
 from storage.rsm.chunk_codec import ChunkIntegrityError, EncodeSettings
 from storage.rsm.keyring import EncryptionKeyError, KeyRing
 from storage.rsm.layout import RemoteLayout
@@ -309,3 +309,16 @@ async def test_any_range_reads_the_original_bytes(
             got = await rsm.fetch_log_segment(meta, start, start + length)
             assert bytes(got) == log[start : start + length]
     await rsm.close()
+
+
+@pytest.mark.parametrize("mapped", [True, False])
+async def test_a_failed_upload_raises_the_storage_error_not_a_group(
+    tmp_path: Path, mapped: bool
+) -> None:
+    """The objects are written concurrently; their failure is one storage error that says
+    why (here, the directory's parent is a regular file), as the RSM's contract says."""
+    (tmp_path / "file").write_text("a regular file")
+    store = storage(tmp_path / "file" / "tier", "plain", mapped=mapped)
+    with pytest.raises(RemoteStorageError, match="Not a directory") as caught:
+        await store.copy_log_segment(metadata(4096), segment(os.urandom(4096)))
+    assert caught.value.retriable is False
