@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -17,13 +17,14 @@ from storage.rsm.factory import check_remote_storage, create_object_store
 from storage.rsm.local import LocalRemoteStorage
 from storage.startup import announce_remote_tier
 
-BACKENDS: dict[str, dict[str, Any]] = {
+Backend = Literal["local", "s3", "gcs", "azure"]
+BACKENDS: dict[Backend, dict[str, Any]] = {
     "local": {"local_dir": "/var/lib/tier"},
     "s3": {"s3_bucket": "tiered", "s3_endpoint": "http://127.0.0.1:9"},
     "gcs": {"gcs_bucket": "tiered-gcs", "gcs_credentials_anonymous": True},
     "azure": {"azure_container": "tiered-blobs", "azure_account_name": "acct"},
 }
-OWN_WORDS = {
+OWN_WORDS: dict[Backend, tuple[str, ...]] = {
     "local": ("remote.log.storage.local.dir", "/var/lib/tier", "directory", "writable", "space"),
     "s3": ("http://127.0.0.1:9", "bucket 'tiered'", "credentials"),
     "gcs": ("remote.log.storage.gcs.endpoint", "bucket 'tiered-gcs'", "credentials"),
@@ -32,7 +33,7 @@ OWN_WORDS = {
 
 
 @pytest.mark.parametrize("backend", sorted(BACKENDS))
-async def test_each_backend_hints_in_its_own_terms(backend: str) -> None:
+async def test_each_backend_hints_in_its_own_terms(backend: Backend) -> None:
     store = create_object_store(RemoteStorageConfig(backend=backend, **BACKENDS[backend]))
     try:
         hint = store.hint
