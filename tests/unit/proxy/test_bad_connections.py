@@ -19,20 +19,13 @@ from proxy.bad_connections import (
     TokenBucket,
 )
 from proxy.metrics import ProxyMetrics
+from tests.fakes.clocks import ManualClock
 from tests.unit.proxy.conftest import Client, ProxyFactory
 from tests.unit.proxy.fake_broker import FakeBroker, raw_request
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_token_bucket_allows_a_burst_then_refills_at_its_rate() -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     bucket = TokenBucket(3, 2.0, clock)
     assert [bucket.take() for _ in range(4)] == [True, True, True, False]
     clock.now += 0.5  # one token at 2 per second
@@ -58,7 +51,7 @@ def lines(caplog: pytest.LogCaptureFixture, name: str) -> list[dict[str, object]
 def test_a_flood_is_logged_in_bursts_and_counted_in_full(
     captured: pytest.LogCaptureFixture,
 ) -> None:
-    clock = FakeClock()
+    clock = ManualClock(100.0)
     metrics = ProxyMetrics()
     log = BadConnectionLog(
         logging.getLogger("tierproxy.test"),

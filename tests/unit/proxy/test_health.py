@@ -22,15 +22,8 @@ from proxy.metrics import ProxyMetrics
 from storage.config import ConfigError
 from tests.certificates import Pki
 from tests.conditions import wait_for
+from tests.fakes.clocks import ManualClock
 from tests.unit.proxy.test_server import free_port
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_ready_only_when_every_check_passes_and_reasons_name_the_failing_ones() -> None:
@@ -80,7 +73,7 @@ def test_stop_serving_turns_readiness_false_whatever_the_checks_say() -> None:
 
 
 async def test_a_probe_reports_its_latest_outcome_and_goes_stale_when_hung() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     readiness = Readiness(clock=clock)
     outcomes: list[BaseException | None] = [None, ConnectionError("refused")]
     ran = asyncio.Event()

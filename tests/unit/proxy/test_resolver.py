@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from proxy.resolver import Resolver, SocketAddress, system_lookup
+from tests.fakes.clocks import ManualClock
 
 BROKER = SocketAddress(family=socket.AF_INET, host="10.0.0.2", port=9092)
 MOVED = SocketAddress(family=socket.AF_INET, host="10.0.0.12", port=9092)
@@ -33,14 +34,6 @@ class ScriptedLookup:
         return answer
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 async def _settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
@@ -58,7 +51,7 @@ async def test_connections_asking_at_once_share_one_lookup() -> None:
 
 
 async def test_known_addresses_serve_without_a_lookup_until_the_ttl() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     lookup = ScriptedLookup([BROKER], [MOVED])
     resolver = Resolver(lookup=lookup, ttl_s=30.0, clock=clock)
     assert await resolver.resolve("kafka", 9092) == (BROKER,)
@@ -75,7 +68,7 @@ async def test_known_addresses_serve_without_a_lookup_until_the_ttl() -> None:
 
 
 async def test_a_stalled_refresh_holds_up_no_connection() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     lookup = ScriptedLookup([BROKER], [MOVED])
     resolver = Resolver(lookup=lookup, ttl_s=30.0, clock=clock)
     await resolver.resolve("kafka", 9092)
@@ -90,7 +83,7 @@ async def test_a_stalled_refresh_holds_up_no_connection() -> None:
 
 
 async def test_a_failed_refresh_keeps_the_known_addresses() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     failure = socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
     lookup = ScriptedLookup([BROKER], failure, [MOVED])
     resolver = Resolver(lookup=lookup, ttl_s=30.0, clock=clock)

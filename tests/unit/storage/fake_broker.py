@@ -56,19 +56,6 @@ TANSU_APIS: dict[ApiKey, tuple[int, int]] = {
 Handler = Callable[[Any, int], Any]
 
 
-class FakeClock:
-    """A monotonic clock that moves only when a test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def build(cls: type[Any], **values: Any) -> Any:
     return cls(**values)
 

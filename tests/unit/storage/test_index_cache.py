@@ -20,6 +20,7 @@ from storage.model import (
     TopicIdPartition,
 )
 from storage.rsm.base import RemoteStorageError, RemoteStorageManager
+from tests.fakes.clocks import ManualClock
 
 TP = TopicIdPartition(topic_id=uuid.uuid4(), topic="t", partition=0)
 
@@ -76,14 +77,6 @@ class FakeStorage:
         return None
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_700_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_fake_conforms_to_the_protocol() -> None:
     storage: RemoteStorageManager = FakeStorage()
     assert storage is not None
@@ -135,7 +128,7 @@ async def test_lru_eviction_by_total_bytes() -> None:
 
 
 async def test_entries_expire_after_the_ttl() -> None:
-    rsm, clock = FakeStorage(), Clock()
+    rsm, clock = FakeStorage(), ManualClock(1_700_000_000.0)
     cache = RemoteIndexCache(rsm, max_bytes=1000, ttl_seconds=60, clock=clock)
     seg = segment()
     await cache.get(seg, IndexType.TRANSACTION)
@@ -205,7 +198,7 @@ async def test_files_larger_than_the_cache_are_served_but_not_kept(tmp_path: Pat
 
 
 async def test_disk_copy_keeps_a_restart_warm(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     seg = segment()
     first = RemoteIndexCache(FakeStorage(), max_bytes=1000, ttl_seconds=60, disk_dir=tmp_path)
     expected = await first.get(seg, IndexType.OFFSET)
@@ -223,7 +216,7 @@ async def test_disk_copy_keeps_a_restart_warm(tmp_path: Path) -> None:
 
 
 async def test_stale_disk_files_are_refetched(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     seg = segment()
     await RemoteIndexCache(FakeStorage(), max_bytes=1000, ttl_seconds=60, disk_dir=tmp_path).get(
         seg, IndexType.OFFSET
@@ -248,7 +241,7 @@ async def test_eviction_removes_the_disk_copy(tmp_path: Path) -> None:
 
 
 def test_startup_trims_leftovers_and_excess(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = ManualClock(1_700_000_000.0)
     directory = tmp_path / CACHE_DIR_NAME
     directory.mkdir()
     names = ["a.index", "b.index", "c.index", "d.index.123.tmp", "old.index"]

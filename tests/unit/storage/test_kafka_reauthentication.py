@@ -19,11 +19,11 @@ from storage.kafka_client import AuthenticationError, FetchTarget, KafkaClient
 from storage.kafka_client import connection as connection_module
 from storage.kafka_security import KafkaSecurityConfig
 from tests.conditions import wait_for
+from tests.fakes.clocks import ManualClock
 from tests.unit.storage.fake_broker import (
     KAFKA_APIS,
     SASL_APIS,
     FakeBroker,
-    FakeClock,
     running,
 )
 from tests.unit.storage.test_kafka_client import fetch_handler, metadata_handler
@@ -33,14 +33,14 @@ LOGIN = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
+def clock(monkeypatch: pytest.MonkeyPatch) -> ManualClock[float]:
+    fake = ManualClock(1_000.0)
     monkeypatch.setattr(connection_module, "monotonic", fake)
     return fake
 
 
 @pytest.fixture
-async def broker(clock: FakeClock) -> AsyncIterator[FakeBroker]:
+async def broker(clock: ManualClock[float]) -> AsyncIterator[FakeBroker]:
     fake = FakeBroker(
         apis={**KAFKA_APIS, **SASL_APIS}, session_lifetime_ms=LIFETIME_MS, clock=clock
     )
@@ -65,7 +65,7 @@ def requests_after(broker: FakeBroker, count: int) -> list[ApiKey]:
 
 
 async def test_a_session_is_renewed_on_the_same_connection_before_it_expires(
-    broker: FakeBroker, clock: FakeClock
+    broker: FakeBroker, clock: ManualClock[float]
 ) -> None:
     async with plain_client(broker) as client:
         await client.metadata(())
@@ -83,7 +83,7 @@ async def test_a_session_is_renewed_on_the_same_connection_before_it_expires(
 
 
 async def test_a_connection_idle_past_its_session_renews_it_before_its_next_request(
-    broker: FakeBroker, clock: FakeClock
+    broker: FakeBroker, clock: ManualClock[float]
 ) -> None:
     async with plain_client(broker) as client:
         await client.metadata(())
@@ -96,7 +96,7 @@ async def test_a_connection_idle_past_its_session_renews_it_before_its_next_requ
 
 
 async def test_requests_in_flight_are_answered_and_the_others_wait_for_the_new_login(
-    broker: FakeBroker, clock: FakeClock
+    broker: FakeBroker, clock: ManualClock[float]
 ) -> None:
     broker.delay[ApiKey.FETCH] = 0.5
     async with plain_client(broker) as client:
@@ -117,7 +117,7 @@ async def test_requests_in_flight_are_answered_and_the_others_wait_for_the_new_l
 
 
 async def test_a_refused_renewal_fails_the_request_and_the_next_one_logs_in_afresh(
-    broker: FakeBroker, clock: FakeClock
+    broker: FakeBroker, clock: ManualClock[float]
 ) -> None:
     broker.refused_logins.add(2)
     async with plain_client(broker) as client:
@@ -132,7 +132,7 @@ async def test_a_refused_renewal_fails_the_request_and_the_next_one_logs_in_afre
 
 
 async def test_a_broker_that_does_not_limit_sessions_is_never_asked_again(
-    broker: FakeBroker, clock: FakeClock
+    broker: FakeBroker, clock: ManualClock[float]
 ) -> None:
     broker.session_lifetime_ms = 0
     async with plain_client(broker) as client:

@@ -12,7 +12,7 @@ from aiohttp import web
 from storage import oauth
 from storage.kafka_security import KafkaSecurityConfig
 from storage.oauth import ClientCredentialsTokenProvider, TokenError
-from tests.unit.storage.fake_broker import FakeClock
+from tests.fakes.clocks import ManualClock
 
 LIFETIME_S = 100
 
@@ -52,8 +52,8 @@ async def endpoint() -> AsyncIterator[Endpoint]:
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
-    fake = FakeClock()
+def clock(monkeypatch: pytest.MonkeyPatch) -> ManualClock[float]:
+    fake = ManualClock(1_000.0)
     monkeypatch.setattr(oauth, "monotonic", fake)
     return fake
 
@@ -72,7 +72,7 @@ def provider(endpoint: Endpoint) -> ClientCredentialsTokenProvider:
 
 
 async def test_a_token_is_reused_until_80_percent_of_its_lifetime(
-    endpoint: Endpoint, clock: FakeClock
+    endpoint: Endpoint, clock: ManualClock[float]
 ) -> None:
     tokens = provider(endpoint)
 
@@ -88,7 +88,7 @@ async def test_a_token_is_reused_until_80_percent_of_its_lifetime(
 
 
 async def test_a_failed_renewal_keeps_the_token_until_it_expires(
-    endpoint: Endpoint, clock: FakeClock
+    endpoint: Endpoint, clock: ManualClock[float]
 ) -> None:
     tokens = provider(endpoint)
     await tokens.token()

@@ -3,32 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from contextlib import AbstractAsyncContextManager
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from storage.retry import SYSTEM_CLOCK, RetryPolicy, call_with_retry
-
-
-class FakeClock:
-    """Time that moves only when the code under test sleeps (or an operation says so)."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-    def timeout(self, seconds: float | None) -> AbstractAsyncContextManager[object]:
-        return contextlib.nullcontext()
+from tests.fakes.clocks import SleepingClock
 
 
 class Transient(Exception):
@@ -50,7 +31,9 @@ def no_jitter(low: float, high: float) -> float:
 class Flaky:
     """Fails with the given errors in turn, then returns "ok"; optionally takes time."""
 
-    def __init__(self, *errors: BaseException, clock: FakeClock | None = None, cost: float = 0.0):
+    def __init__(
+        self, *errors: BaseException, clock: SleepingClock | None = None, cost: float = 0.0
+    ):
         self.errors = list(errors)
         self.calls = 0
         self.clock = clock
@@ -125,7 +108,7 @@ def test_policy_rejects_out_of_range_values(kwargs: dict[str, float]) -> None:
 
 
 async def test_retries_transient_errors_until_success() -> None:
-    clock = FakeClock()
+    clock = SleepingClock()
     operation = Flaky(Transient(), Transient())
     retries: list[tuple[int, str, float]] = []
     result = await call_with_retry(
@@ -142,7 +125,7 @@ async def test_retries_transient_errors_until_success() -> None:
 
 
 async def test_permanent_error_is_raised_at_once() -> None:
-    clock = FakeClock()
+    clock = SleepingClock()
     operation = Flaky(Permanent("denied"))
     with pytest.raises(Permanent, match="denied"):
         await call_with_retry(
@@ -153,7 +136,7 @@ async def test_permanent_error_is_raised_at_once() -> None:
 
 
 async def test_gives_up_after_max_attempts_with_the_last_error() -> None:
-    clock = FakeClock()
+    clock = SleepingClock()
     operation = Flaky(*(Transient(str(n)) for n in range(10)))
     with pytest.raises(Transient, match=r"^3$"):
         await call_with_retry(
@@ -167,7 +150,7 @@ async def test_gives_up_after_max_attempts_with_the_last_error() -> None:
 
 
 async def test_no_back_off_is_started_that_would_end_past_the_deadline() -> None:
-    clock = FakeClock()
+    clock = SleepingClock()
     operation = Flaky(*(Transient() for _ in range(10)))
     with pytest.raises(Transient):
         await call_with_retry(
@@ -183,7 +166,7 @@ async def test_no_back_off_is_started_that_would_end_past_the_deadline() -> None
 
 
 async def test_deadline_counts_the_time_attempts_take() -> None:
-    clock = FakeClock()
+    clock = SleepingClock()
     operation = Flaky(*(Transient() for _ in range(10)), clock=clock, cost=0.9)
     with pytest.raises(Transient):
         await call_with_retry(
@@ -216,7 +199,7 @@ async def test_a_hanging_attempt_is_cut_off_at_the_deadline() -> None:
 
 
 async def test_cancellation_is_not_retried() -> None:
-    clock = FakeClock()
+    clock = SleepingClock()
     operation = Flaky(asyncio.CancelledError())
     with pytest.raises(asyncio.CancelledError):
         await call_with_retry(

@@ -10,19 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from storage.retry_log import QUIET_INTERVAL_S, Failure, Outage, RetryLog, log_recovery
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes.clocks import ManualClock
 
 
 def logged_attempts(gaps: list[float], quiet: float = QUIET_INTERVAL_S) -> list[int]:
     """The attempt numbers logged when attempts fail ``gaps`` seconds apart."""
-    clock = Clock()
+    clock = ManualClock(1000.0)
     retries = RetryLog(clock=clock, quiet_interval_s=quiet)
     logged = []
     for attempt, gap in enumerate(gaps, start=1):
@@ -43,7 +36,7 @@ def test_a_retry_a_second_logs_the_first_then_powers_of_two_then_a_line_a_minute
 
 
 def test_a_success_after_failures_is_one_outage_then_counting_starts_again() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     retries = RetryLog(clock=clock)
     assert retries.record_success() is None  # nothing had failed
     for _ in range(14):
@@ -60,7 +53,7 @@ def test_a_success_after_failures_is_one_outage_then_counting_starts_again() -> 
 
 
 def test_log_recovery_is_one_line_only_after_failures(caplog: pytest.LogCaptureFixture) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     retries = RetryLog(clock=clock)
     logger = logging.getLogger("storage.kafka_client.consumer")
     with caplog.at_level(logging.INFO):
@@ -85,7 +78,7 @@ def test_the_logged_attempts_are_the_first_the_powers_of_two_and_none_too_quiet(
 ) -> None:
     logged = logged_attempts(gaps, quiet)
     times = []  # as the clock adds them up
-    now = Clock().now
+    now = ManualClock(1000.0).now
     for gap in gaps:
         now += gap
         times.append(now)

@@ -8,39 +8,27 @@ import pytest
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.rate_limit import RateLimiter
 from storage.tiering.tier_stage import task_upload_limit
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 0.0
-        self.slept: list[float] = []
-
-    def clock(self) -> float:
-        return self.now
-
-    async def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
+from tests.fakes.clocks import SleepingClock
 
 
 async def test_bursts_up_to_a_second_then_waits_at_the_rate() -> None:
-    time = FakeTime()
-    limiter = RateLimiter(1000, clock=time.clock, sleep=time.sleep)
+    time = SleepingClock()
+    limiter = RateLimiter(1000, clock=time.monotonic, sleep=time.sleep)
     await limiter.acquire(1000)  # one second's worth, at once
-    assert time.slept == []
+    assert time.sleeps == []
     await limiter.acquire(500)
-    assert time.slept == [0.5]
+    assert time.sleeps == [0.5]
     await limiter.acquire(4000)  # larger than a burst: waits for all of it, never split
-    assert time.slept == [0.5, 4.0]
+    assert time.sleeps == [0.5, 4.0]
     time.now += 10  # idle: the bucket fills to one second's worth, no more
     await limiter.acquire(1500)
-    assert time.slept == [0.5, 4.0, 0.5]
+    assert time.sleeps == [0.5, 4.0, 0.5]
     assert limiter.waited_seconds == pytest.approx(5.0)
 
 
 async def test_average_rate_over_many_uploads() -> None:
-    time = FakeTime()
-    limiter = RateLimiter(1_000_000, clock=time.clock, sleep=time.sleep)
+    time = SleepingClock()
+    limiter = RateLimiter(1_000_000, clock=time.monotonic, sleep=time.sleep)
     for _ in range(100):
         await limiter.acquire(100_000)
     # 10 MB at 1 MB/s with a 1 MB burst: 9 s.

@@ -37,6 +37,7 @@ from proxy.remote.offsets import EARLIEST, LATEST, RemoteRange
 from storage.kafka_client import READ_COMMITTED, BrokerConnectionError, ListedOffset
 from storage.model import TopicIdPartition
 from tests.conditions import wait_for
+from tests.fakes.clocks import ManualClock
 from tests.unit.proxy.conftest import through
 from tests.unit.proxy.fake_broker import metadata_topics
 from tests.unit.proxy.remote.env import (
@@ -130,14 +131,6 @@ def fields(caplog: pytest.LogCaptureFixture, name: str) -> list[dict[str, object
         for record in caplog.records
         if record.getMessage() == name
     ]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def offsets(
@@ -235,7 +228,7 @@ async def test_a_slow_leader_holds_the_answer_only_briefly_and_is_still_learned(
 async def test_error_answers_are_not_raised_and_back_off(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     lister, view = Lister(errors={1: KafkaError.TOPIC_AUTHORIZATION_FAILED}), BrokerView()
     learner = BrokerOffsets(
         broker_view=view, ranges=Tier(), lister=lister, retry_after_seconds=30, clock=clock

@@ -9,19 +9,12 @@ import pytest
 
 from protocol.messages import ApiKey
 from proxy.remote.client_quotas import ClientQuotas, QuotaEntity
+from tests.fakes.clocks import ManualClock
 from tests.unit.proxy.remote.env import TOPIC, Env, EnvFactory, fetch, only
 from tests.unit.proxy.remote.scripted_broker import fetch_request
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def quotas(clock: Clock, **bounds: int) -> ClientQuotas:
+def quotas(clock: ManualClock[float], **bounds: int) -> ClientQuotas:
     return ClientQuotas(
         default_bytes_per_second=1000,
         bounds={
@@ -36,7 +29,7 @@ def quotas(clock: Clock, **bounds: int) -> ClientQuotas:
 
 
 def test_the_most_specific_bound_applies() -> None:
-    q = quotas(Clock(), both=1, user=2, client=3)
+    q = quotas(ManualClock(1000.0), both=1, user=2, client=3)
     assert q.bound(QuotaEntity(principal="User:alice", client_id="app")) == 1
     assert q.bound(QuotaEntity(principal="User:alice", client_id="other")) == 2
     assert q.bound(QuotaEntity(principal="User:bob", client_id="app")) == 3
@@ -44,7 +37,7 @@ def test_the_most_specific_bound_applies() -> None:
 
 
 def test_a_fetch_over_quota_is_throttled_as_kafka_computes_and_not_counted() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     q = quotas(clock)
     entity = QuotaEntity(principal=None, client_id="x")
     assert q.record(entity, 5000) == 0  # 5000 B over the 10 s minimum span: 500 B/s

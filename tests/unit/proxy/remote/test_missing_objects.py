@@ -20,15 +20,8 @@ from proxy.remote.missing_objects import (
 )
 from storage.model import RemoteLogSegmentMetadata
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
+from tests.fakes.clocks import ManualClock
 from tests.unit.storage.rlmm.reference import TP, seg
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Probe:
@@ -61,7 +54,7 @@ def lines(caplog: pytest.LogCaptureFixture, name: str = "remote.object.missing")
 def test_a_segment_is_logged_once_a_minute_and_counted_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock, wall = Clock(), Clock()
+    clock, wall = ManualClock(1000.0), ManualClock(1000.0)
     missing = MissingObjects(readable=lambda _s: True, clock=clock, wall_clock=wall)
     [segment] = segments(1)
     with caplog.at_level(logging.WARNING, logger="tierproxy.remote"):
@@ -87,7 +80,7 @@ def test_a_segment_is_logged_once_a_minute_and_counted_once(
 def test_lines_across_segments_are_rate_limited_and_the_rest_counted(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     missing = MissingObjects(readable=lambda _s: True, clock=clock)
     many = segments(LOG_BURST + 5)
     with caplog.at_level(logging.WARNING, logger="tierproxy.remote"):
@@ -145,7 +138,7 @@ async def test_recheck_forgets_what_is_back_or_no_longer_listed(
 
 
 async def test_recheck_rounds_are_bounded_and_take_turns() -> None:
-    clock = Clock()
+    clock = ManualClock(1000.0)
     missing = MissingObjects(readable=lambda _s: True, clock=clock)
     for segment in segments(RECHECK_PER_ROUND + 10):
         missing.object_missing(segment, "k")

@@ -9,14 +9,7 @@ import pytest
 
 from proxy.remote.pool import ReaderPool, ReaderPoolFullError
 from tests.conditions import wait_for
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.fakes.clocks import ManualClock
 
 
 async def test_at_most_workers_run_at_once() -> None:
@@ -143,7 +136,7 @@ async def test_close_cancels_queued_reads() -> None:
 
 
 async def test_idle_ratio_measures_busy_time_between_calls() -> None:
-    clock = Clock()
+    clock = ManualClock(0.0)
     pool = ReaderPool(workers=2, max_pending=10, clock=clock)
     pool.start()
     gate = asyncio.Event()

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from proxy.remote.offload import OffloadPolicy
 from proxy.remote.purgatory import RemoteFetchPurgatory
 from proxy.remote.quota import FetchQuota
+from tests.fakes.clocks import ManualClock
 
 # -- purgatory -----------------------------------------------------------------------------
 
@@ -54,16 +55,8 @@ async def test_nothing_to_wait_for_returns_at_once() -> None:
 # -- quota ---------------------------------------------------------------------------------
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_quota_measures_over_at_least_window_num_minus_one_windows() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     quota = FetchQuota(bytes_per_second=100, window_num=11, window_seconds=1, clock=clock)
     quota.record(900)
     assert quota.rate() == pytest.approx(90)  # 900 bytes over 10 windows, not over 0 s
@@ -74,7 +67,7 @@ def test_the_quota_measures_over_at_least_window_num_minus_one_windows() -> None
 
 
 def test_old_windows_leave_the_measurement() -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     quota = FetchQuota(bytes_per_second=100, window_num=3, window_seconds=1, clock=clock)
     quota.record(1000)
     assert quota.exceeded()
@@ -85,7 +78,7 @@ def test_old_windows_leave_the_measurement() -> None:
 
 @given(st.lists(st.tuples(st.floats(0, 3), st.integers(0, 10_000)), max_size=50))
 def test_rate_is_never_above_the_bytes_recorded_in_the_span(steps: list[tuple[float, int]]) -> None:
-    clock = Clock()
+    clock = ManualClock(100.0)
     quota = FetchQuota(bytes_per_second=1, window_num=5, window_seconds=1, clock=clock)
     for advance, nbytes in steps:
         clock.now += advance

@@ -22,6 +22,7 @@ from storage.tiering.copy_stage import CopyJob
 from storage.tiering.fetch_stage import BrokerSettings, FetchWindow, WindowResult
 from storage.tiering.scan import WindowScanner
 from storage.tiering.tier_stage import MetadataSink, PartitionTask, PartitionWork, plan_partition
+from tests.fakes.clocks import ManualClock
 
 TP = TopicIdPartition(topic_id=uuid.UUID(int=7), topic="orders", partition=3)
 SINK = MetadataSink(topic="__remote_log_metadata", partition_count=50, timeout_ms=1_000)
@@ -108,7 +109,11 @@ class Storage:
     takes ``upload_ms`` of ``clock``."""
 
     def __init__(
-        self, journal: Journal, fail_at: int, clock: Clock | None = None, upload_ms: int = 0
+        self,
+        journal: Journal,
+        fail_at: int,
+        clock: ManualClock[int] | None = None,
+        upload_ms: int = 0,
     ) -> None:
         self._journal = journal
         self._fail_at = fail_at
@@ -128,14 +133,6 @@ class Storage:
         self._journal.events.append(("removed", metadata.segment_id.id))
 
 
-class Clock:
-    def __init__(self, now: int) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
-
-
 class Holds:
     """Holds for the first ``checks`` questions, then no more."""
 
@@ -153,7 +150,7 @@ def task_of(
     journal: Journal,
     storage: Storage,
     *,
-    clock: Clock | None = None,
+    clock: ManualClock[int] | None = None,
     holds: Holds | None = None,
     **sink: Any,
 ) -> PartitionTask:
@@ -163,7 +160,7 @@ def task_of(
         Producer(journal),
         storage,  # type: ignore[arg-type]
         holds=holds or Holds(journal),
-        clock=clock or Clock(0),
+        clock=clock or ManualClock(0),
     )
 
 
@@ -241,7 +238,7 @@ def test_nothing_is_announced_past_the_jobs_deadline(tmp_path: Path) -> None:
     sees no result for it and copies it next cycle."""
     jobs = three_segments(tmp_path)
     journal = Journal()
-    clock = Clock(10_000)
+    clock = ManualClock(10_000)
     task = task_of(
         journal, Storage(journal, fail_at=-1, clock=clock), clock=clock, deadline_ms=10_000
     )
@@ -257,7 +254,7 @@ def test_a_segment_uploaded_past_the_deadline_is_removed_and_not_finished(
     that nobody finishes it."""
     jobs = three_segments(tmp_path)
     journal = Journal()
-    clock = Clock(1_000)
+    clock = ManualClock(1_000)
     storage = Storage(journal, fail_at=-1, clock=clock, upload_ms=600)
     task = task_of(journal, storage, clock=clock, deadline_ms=2_000)
     copies = asyncio.run(task.copy_in_order(jobs))
