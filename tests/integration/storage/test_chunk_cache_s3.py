@@ -22,10 +22,11 @@ import pytest
 from bench import forwarder
 from protocol.buffers import Buffers
 from storage.chunk_cache import ChunkCache
-from storage.model import RemoteLogSegmentMetadata, RemoteLogSegmentState
+from storage.model import RemoteLogSegmentMetadata
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.s3 import S3RemoteStorage
-from tests.integration.storage.test_rsm_s3 import config, new_metadata, segment_data
+from tests.fakes.segments import segment_data, segment_metadata
+from tests.integration.storage.test_rsm_s3 import TOPIC, config
 
 pytestmark = pytest.mark.integration
 
@@ -70,17 +71,13 @@ def delayed(config: RemoteStorageConfig, tmp_path: Path) -> Iterator[RemoteStora
 
 async def uploaded(config: RemoteStorageConfig, log: bytes) -> RemoteLogSegmentMetadata:
     """Metadata of a segment whose ``.log`` is ``log``, copied to the store."""
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC, size=len(log))
     uploader = S3RemoteStorage(config)
     try:
         await uploader.copy_log_segment(metadata, segment_data(log))
     finally:
         await uploader.close()
-    return dataclasses.replace(
-        metadata,
-        segment_size_in_bytes=len(log),
-        state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-    )
+    return metadata
 
 
 async def test_a_fast_reader_gets_many_ranged_gets_at_once_and_none_past_the_end(

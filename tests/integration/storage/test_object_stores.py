@@ -24,7 +24,6 @@ from proxy.embedded.object_stores import AzureInfo, GcsInfo
 from storage.config import from_settings
 from storage.model import (
     IndexType,
-    LogSegmentData,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
@@ -33,7 +32,7 @@ from storage.rsm.base import RemoteRangeError, RemoteResourceNotFoundError, Remo
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.factory import check_remote_storage, create_object_store, create_remote_storage
 from storage.rsm.objects import ObjectStore
-from tests.segment_metadata import segment_metadata
+from tests.fakes.segments import segment_data, segment_metadata
 
 pytestmark = pytest.mark.integration
 
@@ -142,14 +141,7 @@ async def test_segments_in_every_mode(
     }
     rsm = create_remote_storage(from_settings(RemoteStorageConfig, settings))
     log = (os.urandom(1000) * 500)[:450_000]
-    data = LogSegmentData(
-        log=log,
-        offset_index=os.urandom(800),
-        time_index=os.urandom(1200),
-        transaction_index=b"",
-        producer_snapshot=os.urandom(90),
-        leader_epoch_checkpoint=b"0\n1\n0 0\n",
-    )
+    data = segment_data(log)
     meta = metadata(len(log))
     try:
         await rsm.copy_log_segment(meta, data)

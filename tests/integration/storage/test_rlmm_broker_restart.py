@@ -20,7 +20,9 @@ from protocol.metadata_records import RemoteLogSegmentMetadataRecord
 from proxy.embedded import KAFKA_4, KafkaBroker, ensure_jars
 from storage.model import RemoteLogSegmentState, TopicIdPartition
 from storage.rlmm.config import RemoteLogMetadataConfig
+from storage.rlmm.records import segment_record
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
+from tests.fakes.segments import segment_metadata
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -28,19 +30,15 @@ TP = TopicIdPartition(topic_id=uuid.UUID(int=0x51), topic="orders", partition=0)
 
 
 def segment(start: int) -> RemoteLogSegmentMetadataRecord:
-    return RemoteLogSegmentMetadataRecord(
-        topic=TP.topic,
-        topic_id=TP.topic_id,
-        partition=TP.partition,
-        segment_id=uuid.UUID(int=start + 1),
-        start_offset=start,
-        end_offset=start + 9,
-        leader_epoch=0,
-        max_timestamp=1_700_000_000_000,
-        event_timestamp=1_700_000_000_000,
-        segment_leader_epochs=((0, start),),
-        segment_size_in_bytes=1024,
-        state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+    return segment_record(
+        segment_metadata(
+            TP,
+            start_offset=start,
+            size=1024,
+            timestamp=1_700_000_000_000,
+            segment_id=uuid.UUID(int=start + 1),
+            state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+        )
     )
 
 

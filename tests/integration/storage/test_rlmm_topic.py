@@ -37,9 +37,11 @@ from storage.kafka_client.consumer import AssignedConsumer
 from storage.model import RemoteLogSegmentState, RemotePartitionDeleteState, TopicIdPartition
 from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.config import RemoteLogMetadataConfig
+from storage.rlmm.records import segment_record
 from storage.rlmm.snapshot import SNAPSHOT_FILE_PREFIX
 from storage.rlmm.state import InvalidStateTransitionError
 from storage.rlmm.topic_manager import MetadataTopicError, TopicBasedRemoteLogMetadataManager
+from tests.fakes.segments import segment_metadata
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -84,19 +86,18 @@ def start_record(
     end: int,
     epochs: tuple[tuple[int, int], ...],
 ) -> RemoteLogSegmentMetadataRecord:
-    return RemoteLogSegmentMetadataRecord(
-        topic=tp.topic,
-        topic_id=tp.topic_id,
-        partition=tp.partition,
-        segment_id=segment_id,
-        start_offset=start,
-        end_offset=end,
-        leader_epoch=epochs[-1][0],
-        max_timestamp=1_700_000_000_000 + end,
-        event_timestamp=1_700_000_000_000,
-        segment_leader_epochs=epochs,
-        segment_size_in_bytes=1024 * (end - start + 1),
-        state=S.COPY_SEGMENT_STARTED,
+    return segment_record(
+        segment_metadata(
+            tp,
+            start_offset=start,
+            end_offset=end,
+            epochs=epochs,
+            size=1024 * (end - start + 1),
+            timestamp=1_700_000_000_000 + end,
+            event_timestamp=1_700_000_000_000,
+            segment_id=segment_id,
+            state=S.COPY_SEGMENT_STARTED,
+        )
     )
 
 

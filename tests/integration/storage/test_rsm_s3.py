@@ -27,10 +27,6 @@ from hypothesis import strategies as st
 from proxy.embedded import S3Info, SeaweedFS, free_port
 from storage.model import (
     IndexType,
-    LogSegmentData,
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentState,
     TopicIdPartition,
 )
 from storage.rlmm.config import RemoteLogMetadataConfig
@@ -45,6 +41,7 @@ from storage.rsm.layout import RemoteLayout
 from storage.rsm.s3 import S3RemoteStorage
 from storage.startup import announce_remote_tier
 from tests.aws_files import AwsFiles, isolate_aws_environment
+from tests.fakes.segments import segment_data, segment_metadata
 
 pytestmark = pytest.mark.integration
 
@@ -52,31 +49,6 @@ MIB = 1024 * 1024
 PART = 5 * MIB
 TOPIC = TopicIdPartition(topic_id=uuid.uuid4(), topic="it-rsm", partition=4)
 DEADLINE_MS = 3_000
-
-
-def new_metadata(start_offset: int = 0) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId.generate(TOPIC),
-        start_offset=start_offset,
-        end_offset=start_offset + 999,
-        max_timestamp=0,
-        leader_epoch=0,
-        event_timestamp=0,
-        segment_leader_epochs=((0, start_offset),),
-        segment_size_in_bytes=0,
-        state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
-    )
-
-
-def segment_data(log: bytes) -> LogSegmentData:
-    return LogSegmentData(
-        log=log,
-        offset_index=os.urandom(800),
-        time_index=os.urandom(1200),
-        transaction_index=b"",
-        producer_snapshot=os.urandom(90),
-        leader_epoch_checkpoint=b"0\n1\n0 0\n",
-    )
 
 
 @pytest.fixture
@@ -127,7 +99,7 @@ def raw_client(config: RemoteStorageConfig) -> Any:
 async def test_copy_fetch_delete_round_trip(
     storage: S3RemoteStorage, config: RemoteStorageConfig
 ) -> None:
-    metadata = new_metadata(1_000)
+    metadata = segment_metadata(TOPIC, start_offset=1_000)
     data = segment_data(os.urandom(300_000))
     await storage.copy_log_segment(metadata, data)
 
@@ -156,7 +128,7 @@ async def test_copy_fetch_delete_round_trip(
 async def test_delete_leaves_other_segments_of_the_partition(
     storage: S3RemoteStorage, config: RemoteStorageConfig
 ) -> None:
-    kept, deleted = new_metadata(0), new_metadata(0)
+    kept, deleted = segment_metadata(TOPIC, start_offset=0), segment_metadata(TOPIC, start_offset=0)
     await storage.copy_log_segment(kept, segment_data(b"kept"))
     await storage.copy_log_segment(deleted, segment_data(b"deleted"))
     await storage.delete_log_segment(deleted)
@@ -167,7 +139,7 @@ async def test_delete_leaves_other_segments_of_the_partition(
 async def test_delete_removes_the_leftovers_of_a_partial_copy(
     storage: S3RemoteStorage, config: RemoteStorageConfig
 ) -> None:
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     leftover = RemoteLayout(prefix="it").index_key(metadata, IndexType.TIMESTAMP)
     async with raw_client(config) as client:
         await client.put_object(Bucket=config.s3_bucket, Key=leftover, Body=b"partial")
@@ -178,7 +150,7 @@ async def test_delete_removes_the_leftovers_of_a_partial_copy(
 async def test_large_log_goes_up_in_parts_and_reads_back(
     storage: S3RemoteStorage, config: RemoteStorageConfig
 ) -> None:
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     log = os.urandom(2 * PART + 12_345)
     await storage.copy_log_segment(metadata, segment_data(log))
     async with raw_client(config) as client:
@@ -199,7 +171,7 @@ async def test_large_log_goes_up_in_parts_and_reads_back(
 
 
 def test_ranged_reads_at_random_boundaries_equal_the_slice(config: RemoteStorageConfig) -> None:
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     log = os.urandom(PART + 54_321)
     with asyncio.Runner() as runner:
         rsm = S3RemoteStorage(config)
@@ -225,7 +197,7 @@ def test_ranged_reads_at_random_boundaries_equal_the_slice(config: RemoteStorage
 
 
 async def test_range_edges(storage: S3RemoteStorage) -> None:
-    metadata, empty = new_metadata(), new_metadata(10)
+    metadata, empty = segment_metadata(TOPIC), segment_metadata(TOPIC, start_offset=10)
     await storage.copy_log_segment(metadata, segment_data(b"0123456789"))
     await storage.copy_log_segment(empty, segment_data(b""))
 
@@ -243,7 +215,7 @@ async def test_missing_bucket_is_a_permanent_error(config: RemoteStorageConfig) 
     rsm = S3RemoteStorage(dataclasses.replace(config, s3_bucket="no-such-bucket"))
     try:
         with pytest.raises(RemoteStorageError) as caught:
-            await rsm.fetch_log_segment(new_metadata(), 0)
+            await rsm.fetch_log_segment(segment_metadata(TOPIC), 0)
         assert caught.value.retriable is False
         assert not isinstance(caught.value, RemoteResourceNotFoundError)
     finally:
@@ -253,7 +225,7 @@ async def test_missing_bucket_is_a_permanent_error(config: RemoteStorageConfig) 
 async def test_outage_gives_retriable_errors_within_the_deadline_then_recovers(
     storage: S3RemoteStorage, seaweedfs: SeaweedFS
 ) -> None:
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     data = segment_data(os.urandom(100_000))
     await storage.copy_log_segment(metadata, data)
 
@@ -262,7 +234,7 @@ async def test_outage_gives_retriable_errors_within_the_deadline_then_recovers(
         outcomes = await asyncio.gather(
             timed(storage.fetch_log_segment(metadata, 0, 100)),
             timed(storage.fetch_index(metadata, IndexType.OFFSET)),
-            timed(storage.copy_log_segment(new_metadata(), data)),
+            timed(storage.copy_log_segment(segment_metadata(TOPIC), data)),
             timed(storage.delete_log_segment(metadata)),
         )
         for error, elapsed in outcomes:
@@ -355,7 +327,7 @@ async def test_credentials_from_a_profile_of_the_shared_credentials_file(
 
     rsm = S3RemoteStorage(profiled)
     try:
-        metadata = new_metadata()
+        metadata = segment_metadata(TOPIC)
         data = segment_data(os.urandom(100_000))
         await rsm.copy_log_segment(metadata, data)
         assert await rsm.fetch_log_segment(metadata, 1_000, 2_000) == data.log[1_000:2_000]
@@ -402,7 +374,7 @@ async def test_sse_s3_uploads_are_stored_encrypted(config: RemoteStorageConfig) 
     """Single PUTs and multipart uploads alike; ranged reads decrypt transparently."""
     encrypted = dataclasses.replace(config, s3_sse_algorithm="AES256")
     rsm = S3RemoteStorage(encrypted)
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     log = os.urandom(PART + 4_321)  # above the threshold: a multipart upload
     data = segment_data(log)
     layout = RemoteLayout(prefix="it")
@@ -416,7 +388,7 @@ async def test_sse_s3_uploads_are_stored_encrypted(config: RemoteStorageConfig) 
         assert await rsm.fetch_index(metadata, IndexType.OFFSET) == data.offset_index
     finally:
         await rsm.close()
-    plain = new_metadata()
+    plain = segment_metadata(TOPIC)
     unencrypted = S3RemoteStorage(config)
     try:
         await unencrypted.copy_log_segment(plain, segment_data(b"plain"))

@@ -23,8 +23,7 @@ from storage.model import (
 )
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
 from storage.rsm.local import LocalRemoteStorage
-from tests.segment_metadata import segment_metadata
-from tests.unit.storage.test_rsm_local import segment_data
+from tests.fakes.segments import segment_data, segment_metadata
 
 TP = TopicIdPartition(topic_id=uuid.uuid4(), topic="t", partition=0)
 

@@ -9,34 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from protocol.metadata_records import RemoteLogSegmentState
 from storage.config import from_settings
 from storage.index_cache import CACHE_DIR_NAME, IndexCacheConfig, RemoteIndexCache
 from storage.model import (
     IndexType,
     LogSegmentData,
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
 from storage.rsm.base import RemoteStorageError, RemoteStorageManager
 from tests.fakes.clocks import ManualClock
+from tests.fakes.segments import segment_metadata
 
 TP = TopicIdPartition(topic_id=uuid.uuid4(), topic="t", partition=0)
 
 
 def segment(start: int = 0) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId.generate(TP),
-        start_offset=start,
-        end_offset=start + 99,
-        max_timestamp=0,
-        leader_epoch=0,
-        event_timestamp=0,
-        segment_leader_epochs=((0, start),),
-        segment_size_in_bytes=1000,
-        state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
-    )
+    return segment_metadata(TP, start_offset=start, end_offset=start + 99, size=1000)
 
 
 class FakeStorage:

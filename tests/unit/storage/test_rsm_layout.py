@@ -18,22 +18,18 @@ from storage.model import (
     TopicIdPartition,
 )
 from storage.rsm.layout import RemoteLayout, kafka_uuid_string
+from tests.fakes.segments import segment_metadata
 
 TOPIC_ID = uuid.UUID(int=1)
 SEGMENT_ID = uuid.UUID(int=2**128 - 1)
 
 
 def metadata(start_offset: int = 42, partition: int = 7) -> RemoteLogSegmentMetadata:
-    tip = TopicIdPartition(topic_id=TOPIC_ID, topic="orders", partition=partition)
-    return RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId(topic_id_partition=tip, id=SEGMENT_ID),
+    return segment_metadata(
+        TopicIdPartition(topic_id=TOPIC_ID, topic="orders", partition=partition),
         start_offset=start_offset,
         end_offset=start_offset + 10,
-        max_timestamp=0,
-        leader_epoch=0,
-        event_timestamp=0,
-        segment_leader_epochs=((0, start_offset),),
-        segment_size_in_bytes=0,
+        segment_id=SEGMENT_ID,
         state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
     )
 

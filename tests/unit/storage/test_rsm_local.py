@@ -16,10 +16,6 @@ from hypothesis import strategies as st
 
 from storage.model import (
     IndexType,
-    LogSegmentData,
-    RemoteLogSegmentId,
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentState,
     TopicIdPartition,
 )
 from storage.rsm.base import (
@@ -29,33 +25,9 @@ from storage.rsm.base import (
 )
 from storage.rsm.layout import RemoteLayout
 from storage.rsm.local import LocalRemoteStorage
+from tests.fakes.segments import segment_data, segment_metadata
 
 TOPIC = TopicIdPartition(topic_id=uuid.uuid4(), topic="payments", partition=2)
-
-
-def new_metadata(start_offset: int = 100) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId.generate(TOPIC),
-        start_offset=start_offset,
-        end_offset=start_offset + 99,
-        max_timestamp=1_700_000_000_000,
-        leader_epoch=3,
-        event_timestamp=1_700_000_000_000,
-        segment_leader_epochs=((3, start_offset),),
-        segment_size_in_bytes=0,
-        state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
-    )
-
-
-def segment_data(log: bytes) -> LogSegmentData:
-    return LogSegmentData(
-        log=log,
-        offset_index=b"offset-index" * 3,
-        time_index=b"time-index" * 2,
-        transaction_index=b"",
-        producer_snapshot=b"producer-snapshot",
-        leader_epoch_checkpoint=b"0\n1\n3 100\n",
-    )
 
 
 LOG = os.urandom(64 * 1024 + 17)
@@ -67,7 +39,7 @@ def files_under(root: Path) -> set[Path]:
 
 async def test_copy_then_fetch_everything_back(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     data = segment_data(LOG)
     await storage.copy_log_segment(metadata, data)
     assert await storage.fetch_log_segment(metadata, 0) == LOG
@@ -77,7 +49,7 @@ async def test_copy_then_fetch_everything_back(tmp_path: Path) -> None:
 
 async def test_files_sit_at_the_layout_paths_with_no_temporaries_left(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path, prefix="cluster-a")
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     await storage.copy_log_segment(metadata, segment_data(LOG))
     expected = {tmp_path / key for key in RemoteLayout(prefix="cluster-a").segment_keys(metadata)}
     assert files_under(tmp_path) == expected
@@ -99,13 +71,13 @@ async def test_files_sit_at_the_layout_paths_with_no_temporaries_left(tmp_path: 
 )
 async def test_ranged_reads_equal_the_slice(tmp_path: Path, start: int, end: int | None) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     await storage.copy_log_segment(metadata, segment_data(LOG))
     assert await storage.fetch_log_segment(metadata, start, end) == LOG[start:end]
 
 
 def test_ranged_and_mapped_reads_at_random_boundaries_equal_the_slice(tmp_path: Path) -> None:
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     with asyncio.Runner() as runner:
         storage = LocalRemoteStorage(tmp_path)
         runner.run(storage.copy_log_segment(metadata, segment_data(LOG)))
@@ -128,7 +100,7 @@ def test_ranged_and_mapped_reads_at_random_boundaries_equal_the_slice(tmp_path: 
 
 async def test_start_beyond_the_end_is_a_range_error(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     await storage.copy_log_segment(metadata, segment_data(b"0123456789"))
     with pytest.raises(RemoteRangeError, match="beyond its size 10") as caught:
         await storage.fetch_log_segment(metadata, 11, 20)
@@ -142,12 +114,12 @@ async def test_impossible_ranges_are_the_callers_bug(
 ) -> None:
     storage = LocalRemoteStorage(tmp_path)
     with pytest.raises(ValueError):
-        await storage.fetch_log_segment(new_metadata(), start, end)
+        await storage.fetch_log_segment(segment_metadata(TOPIC), start, end)
 
 
 async def test_empty_log_reads_empty(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     await storage.copy_log_segment(metadata, segment_data(b""))
     assert await storage.fetch_log_segment(metadata, 0) == b""
     assert await storage.fetch_index(metadata, IndexType.TRANSACTION) == b""
@@ -155,7 +127,7 @@ async def test_empty_log_reads_empty(tmp_path: Path) -> None:
 
 async def test_missing_segment_is_not_found_for_every_call(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     with pytest.raises(RemoteResourceNotFoundError) as caught:
         await storage.fetch_log_segment(metadata, 0, 10)
     assert caught.value.retriable is False
@@ -169,7 +141,7 @@ async def test_a_missing_object_names_its_path_and_the_probe_stats_without_readi
     tmp_path: Path,
 ) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     log_path = tmp_path / RemoteLayout().log_key(metadata)
     with pytest.raises(RemoteResourceNotFoundError) as caught:
         await storage.log_segment_size(metadata)
@@ -183,7 +155,10 @@ async def test_a_missing_object_names_its_path_and_the_probe_stats_without_readi
 
 async def test_delete_removes_every_file_then_reports_not_found(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    kept, deleted = new_metadata(0), new_metadata(100)
+    kept, deleted = (
+        segment_metadata(TOPIC, start_offset=0),
+        segment_metadata(TOPIC, start_offset=100),
+    )
     await storage.copy_log_segment(kept, segment_data(LOG))
     await storage.copy_log_segment(deleted, segment_data(LOG))
     await storage.delete_log_segment(deleted)
@@ -198,7 +173,7 @@ async def test_delete_removes_every_file_then_reports_not_found(tmp_path: Path) 
 
 async def test_delete_removes_the_leftovers_of_a_partial_copy(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     leftover = tmp_path / RemoteLayout().index_key(metadata, IndexType.TIMESTAMP)
     leftover.parent.mkdir(parents=True)
     leftover.write_bytes(b"partial")
@@ -208,7 +183,10 @@ async def test_delete_removes_the_leftovers_of_a_partial_copy(tmp_path: Path) ->
 
 async def test_copy_attempts_of_one_segment_do_not_collide(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    first, retry = new_metadata(100), new_metadata(100)
+    first, retry = (
+        segment_metadata(TOPIC, start_offset=100),
+        segment_metadata(TOPIC, start_offset=100),
+    )
     await storage.copy_log_segment(first, segment_data(b"first attempt"))
     await storage.copy_log_segment(retry, segment_data(b"second attempt"))
     assert await storage.fetch_log_segment(first, 0) == b"first attempt"
@@ -217,7 +195,7 @@ async def test_copy_attempts_of_one_segment_do_not_collide(tmp_path: Path) -> No
 
 async def test_concurrent_reads_and_copies(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    segments = [new_metadata(offset) for offset in range(0, 1000, 100)]
+    segments = [segment_metadata(TOPIC, start_offset=offset) for offset in range(0, 1000, 100)]
     await asyncio.gather(*(storage.copy_log_segment(m, segment_data(LOG)) for m in segments))
     reads = await asyncio.gather(
         *(storage.fetch_log_segment(m, 7 * i, 7 * i + 4096) for i, m in enumerate(segments))
@@ -234,7 +212,7 @@ async def test_a_failed_write_leaves_no_temporary_file(
     monkeypatch.setattr(os, "replace", broken_replace)
     storage = LocalRemoteStorage(tmp_path)
     with pytest.raises(RemoteStorageError, match="No space left") as caught:
-        await storage.copy_log_segment(new_metadata(), segment_data(LOG))
+        await storage.copy_log_segment(segment_metadata(TOPIC), segment_data(LOG))
     assert caught.value.retriable is False
     assert files_under(tmp_path) == set()
 
@@ -243,7 +221,7 @@ async def test_calls_after_close_fail(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
     await storage.close()
     with pytest.raises(RemoteStorageError, match="closed"):
-        await storage.fetch_log_segment(new_metadata(), 0)
+        await storage.fetch_log_segment(segment_metadata(TOPIC), 0)
 
 
 # -- mapped ranges (the chunk cache's reads: the file's pages, uncopied) -----------------
@@ -251,7 +229,7 @@ async def test_calls_after_close_fail(tmp_path: Path) -> None:
 
 async def test_a_mapped_range_is_read_only(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     await storage.copy_log_segment(metadata, segment_data(LOG))
     view = await storage.map_log_segment(metadata, 5000, 9000)
     assert view.readonly
@@ -261,7 +239,7 @@ async def test_a_mapped_range_is_read_only(tmp_path: Path) -> None:
 
 async def test_a_mapped_range_outlives_its_deleted_segment(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     await storage.copy_log_segment(metadata, segment_data(LOG))
     view = await storage.map_log_segment(metadata, 4096, len(LOG))
     await storage.delete_log_segment(metadata)
@@ -270,7 +248,7 @@ async def test_a_mapped_range_outlives_its_deleted_segment(tmp_path: Path) -> No
 
 async def test_mapped_ranges_fail_as_reads_do(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     with pytest.raises(RemoteResourceNotFoundError):
         await storage.map_log_segment(metadata, 0, 10)
     await storage.copy_log_segment(metadata, segment_data(b"0123456789"))
@@ -287,7 +265,7 @@ async def test_mapped_ranges_fail_as_reads_do(tmp_path: Path) -> None:
 
 async def test_an_empty_log_maps_empty(tmp_path: Path) -> None:
     storage = LocalRemoteStorage(tmp_path)
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     await storage.copy_log_segment(metadata, segment_data(b""))
     assert len(await storage.map_log_segment(metadata, 0, 100)) == 0
 
@@ -297,7 +275,7 @@ async def test_an_unmapped_range_is_unmapped_by_the_next_mappings_thread(tmp_pat
     # One pool thread: it lets go of the first mapping's call before it takes the next.
     asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=1))
     storage = LocalRemoteStorage(tmp_path)
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     await storage.copy_log_segment(metadata, segment_data(LOG))
     view = await storage.map_log_segment(metadata, 0, 8192)
     unmapped_in: list[threading.Thread] = []

@@ -25,34 +25,16 @@ from botocore.exceptions import (
 from storage.model import (
     IndexType,
     LogSegmentData,
-    RemoteLogSegmentMetadata,
-    RemoteLogSegmentState,
     TopicIdPartition,
 )
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
 from storage.rsm.config import RemoteStorageConfig
 from storage.rsm.s3 import S3RemoteStorage
 from storage.rsm.s3_errors import translate_s3_error
-from tests.segment_metadata import segment_metadata
+from tests.fakes.segments import segment_data, segment_metadata
 
 TOPIC = TopicIdPartition(topic_id=uuid.uuid4(), topic="clicks", partition=0)
 MIB = 1024 * 1024
-
-
-def new_metadata() -> RemoteLogSegmentMetadata:
-    return segment_metadata(TOPIC, state=RemoteLogSegmentState.COPY_SEGMENT_STARTED)
-
-
-def segment_data(log: bytes) -> LogSegmentData:
-    """A segment with ``log`` and small index files (one of them empty, as often)."""
-    return LogSegmentData(
-        log=log,
-        offset_index=b"i",
-        time_index=b"t",
-        transaction_index=b"",
-        producer_snapshot=b"p",
-        leader_epoch_checkpoint=b"l",
-    )
 
 
 def client_error(status: int, code: str, operation: str = "GetObject") -> ClientError:
@@ -177,7 +159,7 @@ async def test_transient_failures_are_retried_until_success() -> None:
         ]
     )
     storage = storage_with(client)
-    assert await storage.fetch_log_segment(new_metadata(), 3, 6) == b"345"
+    assert await storage.fetch_log_segment(segment_metadata(TOPIC), 3, 6) == b"345"
     assert client.names() == ["get_object"] * 3
     assert client.calls[0][1]["Range"] == "bytes=3-5"
 
@@ -186,7 +168,7 @@ async def test_persistent_outage_gives_a_retriable_error_after_max_attempts() ->
     client = FakeS3(get_object=[EndpointConnectionError(endpoint_url="http://s3")])
     storage = storage_with(client, retry_max_attempts=3)
     with pytest.raises(RemoteStorageError, match="Could not connect") as caught:
-        await storage.fetch_log_segment(new_metadata(), 0)
+        await storage.fetch_log_segment(segment_metadata(TOPIC), 0)
     assert caught.value.retriable is True
     assert len(client.calls) == 3
 
@@ -195,7 +177,7 @@ async def test_not_found_is_not_retried() -> None:
     client = FakeS3(get_object=[client_error(404, "NoSuchKey")])
     storage = storage_with(client)
     with pytest.raises(RemoteResourceNotFoundError):
-        await storage.fetch_log_segment(new_metadata(), 0)
+        await storage.fetch_log_segment(segment_metadata(TOPIC), 0)
     assert len(client.calls) == 1
 
 
@@ -203,8 +185,8 @@ async def test_open_ended_range_and_a_server_that_ignores_range() -> None:
     # RFC 9110 lets a server answer 200 with the whole object; we slice it ourselves.
     client = FakeS3(get_object=[{"Body": Body(b"0123456789")}])
     storage = storage_with(client)
-    assert await storage.fetch_log_segment(new_metadata(), 4, 7) == b"456"
-    assert await storage.fetch_log_segment(new_metadata(), 8) == b"89"
+    assert await storage.fetch_log_segment(segment_metadata(TOPIC), 4, 7) == b"456"
+    assert await storage.fetch_log_segment(segment_metadata(TOPIC), 8) == b"89"
     assert client.calls[1][1]["Range"] == "bytes=8-"
 
 
@@ -223,7 +205,7 @@ async def test_failed_multipart_upload_is_aborted() -> None:
         leader_epoch_checkpoint=b"",
     )
     with pytest.raises(RemoteStorageError, match="AccessDenied") as caught:
-        await storage.copy_log_segment(new_metadata(), data)
+        await storage.copy_log_segment(segment_metadata(TOPIC), data)
     assert caught.value.retriable is False
     aborts = [kwargs for name, kwargs in client.calls if name == "abort_multipart_upload"]
     assert [kwargs["UploadId"] for kwargs in aborts] == ["u-1"]
@@ -235,7 +217,7 @@ async def test_multipart_parts_are_numbered_and_completed_in_order() -> None:
     storage = storage_with(client, s3_multipart_threshold_bytes=5 * MIB, s3_part_size_bytes=5 * MIB)
     log = bytes(range(256)) * (12 * MIB // 256)
     data = segment_data(log)
-    await storage.copy_log_segment(new_metadata(), data)
+    await storage.copy_log_segment(segment_metadata(TOPIC), data)
     parts = [kwargs for name, kwargs in client.calls if name == "upload_part"]
     assert sorted(part["PartNumber"] for part in parts) == [1, 2, 3]
     assert b"".join(p["Body"] for p in sorted(parts, key=lambda p: p["PartNumber"])) == log
@@ -251,7 +233,7 @@ async def test_delete_reports_per_key_failures() -> None:
     )
     storage = storage_with(client)
     with pytest.raises(RemoteStorageError, match="AccessDenied") as caught:
-        await storage.delete_log_segment(new_metadata())
+        await storage.delete_log_segment(segment_metadata(TOPIC))
     assert caught.value.retriable is False
 
 
@@ -259,7 +241,7 @@ async def test_delete_of_a_segment_without_objects_is_not_found() -> None:
     client = FakeS3(list_objects_v2=[{"KeyCount": 0}])
     storage = storage_with(client)
     with pytest.raises(RemoteResourceNotFoundError):
-        await storage.delete_log_segment(new_metadata())
+        await storage.delete_log_segment(segment_metadata(TOPIC))
     assert "delete_objects" not in client.names()
 
 
@@ -267,7 +249,7 @@ async def test_calls_after_close_fail() -> None:
     storage = storage_with(FakeS3())
     await storage.close()
     with pytest.raises(RemoteStorageError, match="closed"):
-        await storage.fetch_index(new_metadata(), IndexType.OFFSET)
+        await storage.fetch_index(segment_metadata(TOPIC), IndexType.OFFSET)
 
 
 @pytest.mark.parametrize(
@@ -297,7 +279,7 @@ async def test_encryption_goes_on_every_put_and_nowhere_else(
         client, s3_multipart_threshold_bytes=5 * MIB, s3_part_size_bytes=5 * MIB, **settings
     )
     data = segment_data(bytes(6 * MIB))
-    metadata = new_metadata()
+    metadata = segment_metadata(TOPIC)
     await storage.copy_log_segment(metadata, data)
     await storage.fetch_log_segment(metadata, 0, 1)
     await storage.delete_log_segment(metadata)
@@ -367,7 +349,9 @@ async def test_every_body_carries_its_crc32c() -> None:
     upload created for CRC-32C and completed with the parts' checksums."""
     client = FakeS3(create_multipart_upload=[{"UploadId": "u-4"}], upload_part=[{"ETag": '"e"'}])
     storage = storage_with(client, s3_multipart_threshold_bytes=5 * MIB, s3_part_size_bytes=5 * MIB)
-    await storage.copy_log_segment(new_metadata(), segment_data(bytes(range(256)) * 40_000))
+    await storage.copy_log_segment(
+        segment_metadata(TOPIC), segment_data(bytes(range(256)) * 40_000)
+    )
     bodies = [kwargs for name, kwargs in client.calls if name in ("put_object", "upload_part")]
     assert len(bodies) == 5 + 2
     for kwargs in bodies:

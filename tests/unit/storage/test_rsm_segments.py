@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from protocol.records import Compression
 from storage.model import (
     IndexType,
-    LogSegmentData,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
@@ -30,7 +29,7 @@ from storage.rsm.layout import RemoteLayout
 from storage.rsm.local import LocalRemoteStorage
 from storage.rsm.manifest import decode_manifest
 from storage.rsm.segments import MappedSegmentStorage, SegmentStorage
-from tests.segment_metadata import segment_metadata
+from tests.fakes.segments import segment_data, segment_metadata
 from tests.unit.proxy.remote.tiered_log import data_batch
 
 TOPIC = TopicIdPartition(topic_id=uuid.uuid4(), topic="payments", partition=0)
@@ -42,17 +41,6 @@ MODES = ("plain", "compressed", "encrypted", "both")
 
 def metadata(size: int) -> RemoteLogSegmentMetadata:
     return segment_metadata(TOPIC, size=size, end_offset=99, timestamp=1)
-
-
-def segment(log: bytes) -> LogSegmentData:
-    return LogSegmentData(
-        log=log,
-        offset_index=bytes(range(256)) * 40,
-        time_index=b"time" * 300,
-        transaction_index=b"",
-        producer_snapshot=b"snapshot" * 10,
-        leader_epoch_checkpoint=b"0\n1\n0 0\n",
-    )
 
 
 def files_under(root: Path, pattern: str = "*") -> list[Path]:
@@ -93,7 +81,7 @@ async def test_every_mode_reads_back_what_was_written(
     log = compressible(10 * CHUNK + 123)
     meta = metadata(len(log))
     rsm = storage(tmp_path, mode, mapped=mapped)
-    await rsm.copy_log_segment(meta, segment(log))
+    await rsm.copy_log_segment(meta, segment_data(log))
     reader = storage(tmp_path, mode, mapped=mapped)  # a fresh process: reads the manifest
     for start, end in [(0, CHUNK), (CHUNK, 2 * CHUNK), (10, 5 * CHUNK + 7), (0, None)]:
         assert bytes(await reader.fetch_log_segment(meta, start, end)) == log[start:end]
@@ -102,7 +90,7 @@ async def test_every_mode_reads_back_what_was_written(
         assert bytes(view) == log[3 * CHUNK : 4 * CHUNK]
         reader.unmap(view)
     for index_type in IndexType:
-        assert await reader.fetch_index(meta, index_type) == segment(log).file_for(index_type)
+        assert await reader.fetch_index(meta, index_type) == segment_data(log).file_for(index_type)
     assert await reader.fetch_log_segment(meta, len(log)) == b""
     with pytest.raises(RemoteRangeError):
         await reader.fetch_log_segment(meta, len(log) + 1, len(log) + 5)
@@ -121,7 +109,7 @@ async def test_stored_objects_and_what_they_say(tmp_path: Path, mode: str) -> No
     log = compressible(3 * CHUNK)
     meta = metadata(len(log))
     rsm = storage(tmp_path, mode)
-    await rsm.copy_log_segment(meta, segment(log))
+    await rsm.copy_log_segment(meta, segment_data(log))
     layout = RemoteLayout()
     manifest = decode_manifest((tmp_path / layout.manifest_key(meta)).read_bytes())
     plain_store = LocalRemoteStorage(tmp_path)
@@ -147,11 +135,11 @@ async def test_stored_objects_and_what_they_say(tmp_path: Path, mode: str) -> No
 async def test_a_segment_without_manifest_reads_as_before(tmp_path: Path) -> None:
     log = os.urandom(2 * CHUNK)
     meta = metadata(len(log))
-    await LocalRemoteStorage(tmp_path).copy_log_segment(meta, segment(log))
+    await LocalRemoteStorage(tmp_path).copy_log_segment(meta, segment_data(log))
     rsm = storage(tmp_path, "both")
     assert bytes(await rsm.fetch_log_segment(meta, 100, 5000)) == log[100:5000]
     assert bytes(await rsm.map_log_segment(meta, 0, CHUNK)) == log[:CHUNK]  # type: ignore[attr-defined]
-    assert await rsm.fetch_index(meta, IndexType.OFFSET) == segment(log).offset_index
+    assert await rsm.fetch_index(meta, IndexType.OFFSET) == segment_data(log).offset_index
     assert rsm.counters.manifest_gets == 1  # the missing manifest is remembered
     await rsm.delete_log_segment(meta)
     await rsm.close()
@@ -163,7 +151,7 @@ async def test_a_damaged_chunk_is_a_retriable_integrity_error_never_data(
 ) -> None:
     log = compressible(4 * CHUNK)
     meta = metadata(len(log))
-    await storage(tmp_path, mode).copy_log_segment(meta, segment(log))
+    await storage(tmp_path, mode).copy_log_segment(meta, segment_data(log))
     (stored,) = files_under(tmp_path, "*.log*")
     damaged = bytearray(stored.read_bytes())
     damaged[len(damaged) // 2] ^= 0x01
@@ -181,7 +169,7 @@ async def test_a_damaged_chunk_is_a_retriable_integrity_error_never_data(
 async def test_a_damaged_manifest_is_an_integrity_error(tmp_path: Path) -> None:
     log = compressible(CHUNK)
     meta = metadata(len(log))
-    await storage(tmp_path, "plain").copy_log_segment(meta, segment(log))
+    await storage(tmp_path, "plain").copy_log_segment(meta, segment_data(log))
     manifest = tmp_path / RemoteLayout().manifest_key(meta)
     raw = bytearray(manifest.read_bytes())
     raw[-3] ^= 0x20
@@ -195,7 +183,7 @@ async def test_a_damaged_manifest_is_an_integrity_error(tmp_path: Path) -> None:
 async def test_missing_or_wrong_keys_name_the_key_id(tmp_path: Path) -> None:
     log = compressible(2 * CHUNK)
     meta = metadata(len(log))
-    await storage(tmp_path, "encrypted").copy_log_segment(meta, segment(log))
+    await storage(tmp_path, "encrypted").copy_log_segment(meta, segment_data(log))
     for keys, problem in [
         (None, "encrypted with key 'a' and no encryption keys are loaded"),
         (KeyRing({"b": KEY_B}, active=None), "encryption key 'a' is not loaded"),
@@ -225,10 +213,10 @@ async def test_rotated_keys_keep_old_segments_readable(tmp_path: Path) -> None:
     old, new = compressible(CHUNK), compressible(CHUNK)
     meta_old, meta_new = metadata(len(old)), metadata(len(new))
     await storage(tmp_path, "encrypted", keys=KeyRing({"a": KEY_A}, active="a")).copy_log_segment(
-        meta_old, segment(old)
+        meta_old, segment_data(old)
     )
     rotated = KeyRing({"a": KEY_A, "b": KEY_B}, active="b")
-    await storage(tmp_path, "encrypted", keys=rotated).copy_log_segment(meta_new, segment(new))
+    await storage(tmp_path, "encrypted", keys=rotated).copy_log_segment(meta_new, segment_data(new))
     manifest = decode_manifest((tmp_path / RemoteLayout().manifest_key(meta_new)).read_bytes())
     assert manifest.encryption is not None and manifest.encryption.key_id == "b"
     reader = storage(tmp_path, "encrypted", keys=rotated)
@@ -243,7 +231,7 @@ async def test_batches_the_producer_compressed_are_not_compressed_again(tmp_path
     )
     meta = metadata(len(batches))
     rsm = storage(tmp_path, "compressed")
-    await rsm.copy_log_segment(meta, segment(batches))
+    await rsm.copy_log_segment(meta, segment_data(batches))
     manifest = decode_manifest((tmp_path / RemoteLayout().manifest_key(meta)).read_bytes())
     assert not any(chunk.compressed for chunk in manifest.log.chunks)
     assert bytes(await rsm.fetch_log_segment(meta, 0)) == batches
@@ -253,7 +241,7 @@ async def test_incompressible_data_is_stored_as_is_after_its_first_chunk(tmp_pat
     log = os.urandom(5 * CHUNK)
     meta = metadata(len(log))
     rsm = storage(tmp_path, "compressed")
-    await rsm.copy_log_segment(meta, segment(log))
+    await rsm.copy_log_segment(meta, segment_data(log))
     manifest = decode_manifest((tmp_path / RemoteLayout().manifest_key(meta)).read_bytes())
     assert [c.stored_size for c in manifest.log.chunks] == [CHUNK] * 5
     assert bytes(await rsm.fetch_log_segment(meta, 0)) == log
@@ -300,7 +288,7 @@ async def test_any_range_reads_the_original_bytes(
         encrypt=encrypt,
         keys=KeyRing({"a": KEY_A}, active="a") if encrypt else None,
     )
-    await rsm.copy_log_segment(meta, segment(log))
+    await rsm.copy_log_segment(meta, segment_data(log))
     for start, length in ranges:
         if start > size and length:  # an empty range is answered without storage
             with pytest.raises(RemoteRangeError):
@@ -320,5 +308,5 @@ async def test_a_failed_upload_raises_the_storage_error_not_a_group(
     (tmp_path / "file").write_text("a regular file")
     store = storage(tmp_path / "file" / "tier", "plain", mapped=mapped)
     with pytest.raises(RemoteStorageError, match="Not a directory") as caught:
-        await store.copy_log_segment(metadata(4096), segment(os.urandom(4096)))
+        await store.copy_log_segment(metadata(4096), segment_data(os.urandom(4096)))
     assert caught.value.retriable is False

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field, replace
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from storage.model import (
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
 )
 from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.state import is_valid_segment_transition
+from tests.fakes.segments import segment_metadata
 
 S = RemoteLogSegmentState
 TP = TopicIdPartition(topic_id=uuid.UUID(int=0xA11CE), topic="orders", partition=3)
@@ -40,17 +40,17 @@ def seg(
     state: RemoteLogSegmentState = S.COPY_SEGMENT_STARTED,
     max_timestamp: int = 0,
 ) -> RemoteLogSegmentMetadata:
-    """A segment copy; ``number`` gives it the readable id ``UUID(int=number)``."""
-    segment_id = uuid.uuid4() if number is None else uuid.UUID(int=number)
-    return RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId(topic_id_partition=tp, id=segment_id),
+    """A segment copy of 1 KiB an offset; ``number`` gives it the readable id
+    ``UUID(int=number)``."""
+    return segment_metadata(
+        tp,
         start_offset=start,
         end_offset=end,
-        max_timestamp=max_timestamp,
-        leader_epoch=epochs[-1][0],
+        epochs=epochs,
+        size=1024 * (end - start + 1),
+        timestamp=max_timestamp,
         event_timestamp=1_700_000_000_000,
-        segment_leader_epochs=epochs,
-        segment_size_in_bytes=1024 * (end - start + 1),
+        segment_id=None if number is None else uuid.UUID(int=number),
         state=state,
     )
 

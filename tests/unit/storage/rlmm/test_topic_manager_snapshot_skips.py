@@ -14,25 +14,22 @@ from proxy.embedded import free_port
 from proxy.embedded.ports import LOOPBACK
 from storage.model import RemoteLogSegmentState
 from storage.rlmm.config import RemoteLogMetadataConfig
+from storage.rlmm.records import segment_record
 from storage.rlmm.state import RemoteLogMetadataError
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
+from tests.fakes.segments import segment_metadata
 from tests.unit.storage.rlmm.reference import TP
 
 
 def record(start: int) -> RemoteLogSegmentMetadataRecord:
-    return RemoteLogSegmentMetadataRecord(
-        topic=TP.topic,
-        topic_id=TP.topic_id,
-        partition=TP.partition,
-        segment_id=uuid.UUID(int=start + 1),
-        start_offset=start,
-        end_offset=start + 9,
-        leader_epoch=0,
-        max_timestamp=0,
-        event_timestamp=0,
-        segment_leader_epochs=((0, start),),
-        segment_size_in_bytes=100,
-        state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+    return segment_record(
+        segment_metadata(
+            TP,
+            start_offset=start,
+            size=100,
+            segment_id=uuid.UUID(int=start + 1),
+            state=RemoteLogSegmentState.COPY_SEGMENT_STARTED,
+        )
     )
 
 

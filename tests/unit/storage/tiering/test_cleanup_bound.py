@@ -10,30 +10,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from storage.model import (
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
 )
 from storage.tiering.cleanup import may_still_upload
 from storage.tiering.cycle import CLOCK_MARGIN_MS, EndedJobs
+from tests.fakes.segments import segment_metadata
 
 TP = TopicIdPartition(topic_id=uuid.UUID(int=1), topic="t", partition=0)
 TIMEOUT_MS = 900_000
 
 
 def segment(state: RemoteLogSegmentState, event_ms: int) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId(topic_id_partition=TP, id=uuid.uuid4()),
-        start_offset=0,
-        end_offset=9,
-        max_timestamp=event_ms,
-        leader_epoch=0,
-        event_timestamp=event_ms,
-        segment_leader_epochs=((0, 0),),
-        segment_size_in_bytes=100,
-        state=state,
-    )
+    return segment_metadata(TP, size=100, timestamp=event_ms, state=state)
 
 
 @given(

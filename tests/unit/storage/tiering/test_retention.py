@@ -8,28 +8,19 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from storage.model import (
-    RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
-    RemoteLogSegmentState,
     TopicIdPartition,
 )
 from storage.tiering.retention import expired_segments, local_log_start_target
+from tests.fakes.segments import segment_metadata
 
 TP = TopicIdPartition(topic_id=uuid.UUID(int=1), topic="t", partition=0)
 NOW = 10_000_000
 
 
 def segment(start: int, end: int, *, size: int = 100, ts: int = 0) -> RemoteLogSegmentMetadata:
-    return RemoteLogSegmentMetadata(
-        segment_id=RemoteLogSegmentId(topic_id_partition=TP, id=uuid.uuid4()),
-        start_offset=start,
-        end_offset=end,
-        max_timestamp=ts,
-        leader_epoch=0,
-        event_timestamp=0,
-        segment_leader_epochs=((0, start),),
-        segment_size_in_bytes=size,
-        state=RemoteLogSegmentState.COPY_SEGMENT_FINISHED,
+    return segment_metadata(
+        TP, start_offset=start, end_offset=end, size=size, timestamp=ts, event_timestamp=0
     )
 
 
