@@ -16,63 +16,19 @@ from hypothesis import strategies as st
 from protocol.buffers import Buffers
 from storage.chunk_cache import ChunkCache, _RecentLRU
 from storage.model import (
-    IndexType,
-    LogSegmentData,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
 from storage.rsm.local import LocalRemoteStorage
 from tests.fakes.segments import segment_data, segment_metadata
+from tests.fakes.synthetic_storage import SyntheticStorage, log_content
 
 TP = TopicIdPartition(topic_id=uuid.uuid4(), topic="t", partition=0)
 
 
 def segment(size: int) -> RemoteLogSegmentMetadata:
     return segment_metadata(TP, size=size, end_offset=99)
-
-
-def content(metadata: RemoteLogSegmentMetadata) -> bytes:
-    seed = metadata.segment_id.id.bytes
-    size = metadata.segment_size_in_bytes
-    return (seed * (size // len(seed) + 1))[:size]
-
-
-class FakeStorage:
-    """Serves ``content(metadata)`` ranges; records GETs; can block or fail."""
-
-    def __init__(self) -> None:
-        self.gets: list[tuple[uuid.UUID, int, int | None]] = []
-        self.gate: asyncio.Event | None = None
-        self.error: RemoteStorageError | None = None
-        self.truncate_to: int | None = None
-
-    async def copy_log_segment(
-        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
-    ) -> None:
-        raise NotImplementedError
-
-    async def fetch_log_segment(
-        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
-    ) -> bytes:
-        self.gets.append((metadata.segment_id.id, start, end))
-        if self.gate is not None:
-            await self.gate.wait()
-        if self.error is not None:
-            raise self.error
-        data = content(metadata)
-        if self.truncate_to is not None:
-            data = data[: self.truncate_to]
-        return data[start:end]
-
-    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        raise NotImplementedError
-
-    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
-        raise NotImplementedError
-
-    async def close(self) -> None:
-        return None
 
 
 async def settle() -> None:
@@ -91,10 +47,10 @@ def test_any_range_reads_the_same_bytes_as_the_object(
 ) -> None:
     async def run() -> None:
         meta = segment(size)
-        cache = ChunkCache(FakeStorage(), max_bytes=3 * chunk, chunk_bytes=chunk)
+        cache = ChunkCache(SyntheticStorage(), max_bytes=3 * chunk, chunk_bytes=chunk)
         for start, length in ranges:
             got = await cache.read(meta, start, start + length)
-            assert bytes(got) == content(meta)[start : start + length]
+            assert bytes(got) == log_content(meta)[start : start + length]
         assert cache.size_bytes <= 3 * chunk
 
     asyncio.run(run())
@@ -158,19 +114,19 @@ async def test_evicted_chunks_of_a_local_directory_go_back_to_be_unmapped(
 
 
 async def test_chunks_are_aligned_and_read_once() -> None:
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     meta = segment(100)
     cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=32)
-    assert bytes(await cache.read(meta, 10, 40)) == content(meta)[10:40]
-    assert bytes(await cache.read(meta, 0, 64)) == content(meta)[0:64]
+    assert bytes(await cache.read(meta, 10, 40)) == log_content(meta)[10:40]
+    assert bytes(await cache.read(meta, 0, 64)) == log_content(meta)[0:64]
     assert sorted((s, e) for _, s, e in storage.gets) == [(0, 32), (32, 64)]
     assert (cache.hits, cache.misses) == (2, 2)
-    assert bytes(await cache.read(meta, 90, 500)) == content(meta)[90:100]
+    assert bytes(await cache.read(meta, 90, 500)) == log_content(meta)[90:100]
     assert storage.gets[-1][1:] == (96, 100)
 
 
 async def test_lru_by_bytes_evicts_least_recently_used() -> None:
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     meta = segment(100)
     cache = ChunkCache(storage, max_bytes=64, chunk_bytes=32)
     await cache.read(meta, 0, 1)
@@ -187,7 +143,7 @@ async def test_lru_by_bytes_evicts_least_recently_used() -> None:
 
 
 async def test_concurrent_readers_share_one_get() -> None:
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     storage.gate = asyncio.Event()
     meta = segment(100)
     cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=100)
@@ -195,12 +151,12 @@ async def test_concurrent_readers_share_one_get() -> None:
     await settle()
     storage.gate.set()
     results = await asyncio.gather(*readers)
-    assert [bytes(r) for r in results] == [content(meta)[i : i + 10] for i in range(5)]
+    assert [bytes(r) for r in results] == [log_content(meta)[i : i + 10] for i in range(5)]
     assert len(storage.gets) == 1
 
 
 async def test_a_cancelled_reader_does_not_cancel_the_get() -> None:
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     storage.gate = asyncio.Event()
     meta = segment(100)
     cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=100)
@@ -212,12 +168,12 @@ async def test_a_cancelled_reader_does_not_cancel_the_get() -> None:
     storage.gate.set()
     await settle()
     assert len(cache) == 1
-    assert bytes(await cache.read(meta, 0, 10)) == content(meta)[:10]
+    assert bytes(await cache.read(meta, 0, 10)) == log_content(meta)[:10]
     assert len(storage.gets) == 1
 
 
 async def test_errors_reach_every_waiter_and_are_not_cached() -> None:
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     storage.gate = asyncio.Event()
     storage.error = RemoteStorageError("down", retriable=True)
     meta = segment(100)
@@ -228,12 +184,12 @@ async def test_errors_reach_every_waiter_and_are_not_cached() -> None:
     results = await asyncio.gather(*readers, return_exceptions=True)
     assert all(isinstance(r, RemoteStorageError) for r in results)
     storage.error = None
-    assert bytes(await cache.read(meta, 0, 10)) == content(meta)[:10]
+    assert bytes(await cache.read(meta, 0, 10)) == log_content(meta)[:10]
     assert len(storage.gets) == 2
 
 
 async def test_a_missing_segment_raises_not_found() -> None:
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     storage.error = RemoteResourceNotFoundError("gone")
     cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=100)
     with pytest.raises(RemoteResourceNotFoundError):
@@ -241,26 +197,26 @@ async def test_a_missing_segment_raises_not_found() -> None:
 
 
 async def test_a_short_object_ends_the_read() -> None:
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     storage.truncate_to = 40
     meta = segment(100)
     cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=32)
-    assert bytes(await cache.read(meta, 20, 90)) == content(meta)[20:40]
+    assert bytes(await cache.read(meta, 20, 90)) == log_content(meta)[20:40]
 
 
 async def test_invalid_ranges_are_refused() -> None:
-    cache = ChunkCache(FakeStorage(), max_bytes=1000, chunk_bytes=32)
+    cache = ChunkCache(SyntheticStorage(), max_bytes=1000, chunk_bytes=32)
     with pytest.raises(ValueError, match="invalid range"):
         await cache.read(segment(100), -1, 10)
     with pytest.raises(ValueError, match="invalid range"):
         await cache.read(segment(100), 10, 9)
     assert not await cache.read(segment(100), 100, 200)
     with pytest.raises(ValueError, match="positive"):
-        ChunkCache(FakeStorage(), max_bytes=10, chunk_bytes=0)
+        ChunkCache(SyntheticStorage(), max_bytes=10, chunk_bytes=0)
 
 
 async def test_sequential_reads_prefetch_the_next_chunks() -> None:
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     meta = segment(320)
     cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=32, prefetch_chunks=2)
     await cache.read(meta, 0, 10)
@@ -274,7 +230,7 @@ async def test_sequential_reads_prefetch_the_next_chunks() -> None:
 
 
 async def test_random_reads_do_not_prefetch() -> None:
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     meta = segment(320)
     cache = ChunkCache(storage, max_bytes=1000, chunk_bytes=32, prefetch_chunks=2)
     await cache.read(meta, 200, 210)
@@ -284,7 +240,7 @@ async def test_random_reads_do_not_prefetch() -> None:
 
 
 async def test_prefetch_is_bounded_and_stops_at_the_segment_end() -> None:
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     storage.gate = asyncio.Event()
     meta = segment(96)
     cache = ChunkCache(
@@ -307,7 +263,7 @@ async def test_prefetch_is_bounded_and_stops_at_the_segment_end() -> None:
 
 
 async def test_disk_tier_serves_evicted_chunks_and_survives_restarts(tmp_path: Path) -> None:
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     meta = segment(100)
     cache = ChunkCache(storage, max_bytes=32, chunk_bytes=32, disk_dir=tmp_path, disk_max_bytes=64)
     await cache.read(meta, 0, 10)
@@ -317,7 +273,7 @@ async def test_disk_tier_serves_evicted_chunks_and_survives_restarts(tmp_path: P
     files = sorted(p.name for p in (tmp_path / "chunks-32").iterdir())
     assert files == [f"{meta.segment_id.id}-0.chunk", f"{meta.segment_id.id}-1.chunk"]
     gets = len(storage.gets)
-    assert bytes(await cache.read(meta, 0, 10)) == content(meta)[:10]
+    assert bytes(await cache.read(meta, 0, 10)) == log_content(meta)[:10]
     assert cache.disk_hits == 1
     assert len(storage.gets) == gets
 
@@ -326,7 +282,7 @@ async def test_disk_tier_serves_evicted_chunks_and_survives_restarts(tmp_path: P
     restarted = ChunkCache(
         storage, max_bytes=32, chunk_bytes=32, disk_dir=tmp_path, disk_max_bytes=64
     )
-    assert bytes(await restarted.read(meta, 32, 40)) == content(meta)[32:40]
+    assert bytes(await restarted.read(meta, 32, 40)) == log_content(meta)[32:40]
     assert restarted.disk_hits == 1
     assert len(storage.gets) == gets
     assert sorted(p.name for p in (tmp_path / "chunks-32").iterdir()) == files
@@ -336,8 +292,8 @@ async def test_disk_tier_serves_evicted_chunks_and_survives_restarts(tmp_path: P
     assert len(list((tmp_path / "chunks-32").iterdir())) == 2
 
 
-class TimedStorage(FakeStorage):
-    """A FakeStorage whose every GET takes ``get_seconds`` on a fake clock."""
+class TimedStorage(SyntheticStorage):
+    """A SyntheticStorage whose every GET takes ``get_seconds`` on a fake clock."""
 
     def __init__(self, get_seconds: float) -> None:
         super().__init__()
@@ -405,7 +361,7 @@ async def test_read_ahead_stays_within_its_budget_whatever_the_cache() -> None:
 
 async def test_read_ahead_evicts_no_chunk_from_the_cache() -> None:
     """A reader reads a segment again after another's deep read-ahead: still cached."""
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     meta, other = segment(32 * 2), segment(32 * 20)
     cache = ChunkCache(
         storage, max_bytes=32 * 3, chunk_bytes=32, prefetch_chunks=8, read_ahead_max_bytes=32 * 8
@@ -414,7 +370,7 @@ async def test_read_ahead_evicts_no_chunk_from_the_cache() -> None:
     await cache.read(other, 0, 10)
     await settle()
     assert len(storage.gets) == 2 + 9
-    assert bytes(await cache.read(meta, 0, 64)) == content(meta)
+    assert bytes(await cache.read(meta, 0, 64)) == log_content(meta)
     assert len(storage.gets) == 2 + 9
 
 
@@ -422,7 +378,7 @@ async def test_readers_still_reading_never_drop_each_others_chunks_read_ahead() 
     """Two readers share a budget of 5 chunks, 3 read ahead of each: the second reader's
     third chunk does not fit and is not read ahead (nothing of the first's is dropped for
     it); reading both segments through, every chunk is read from storage once."""
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     first, second = segment(32 * 10), segment(32 * 10)
     cache = ChunkCache(
         storage, max_bytes=32 * 4, chunk_bytes=32, prefetch_chunks=3, read_ahead_max_bytes=32 * 5
@@ -434,7 +390,9 @@ async def test_readers_still_reading_never_drop_each_others_chunks_read_ahead() 
     assert cache.prefetches == 3 + 2
     for start in range(32, 32 * 10, 32):
         for meta in (first, second):
-            assert bytes(await cache.read(meta, start, start + 32)) == content(meta)[start:][:32]
+            assert (
+                bytes(await cache.read(meta, start, start + 32)) == log_content(meta)[start:][:32]
+            )
             await settle()
             assert cache.size_bytes <= 32 * (4 + 5)
     assert len(storage.gets) == len(set(storage.gets)) == 20
@@ -443,7 +401,7 @@ async def test_readers_still_reading_never_drop_each_others_chunks_read_ahead() 
 async def test_a_stopped_readers_chunks_make_room_for_another_readers_read_ahead() -> None:
     """Chunks no read has wanted for five seconds are a stopped reader's: a full budget
     drops them, least recently wanted first, for a reader still reading."""
-    storage, now = FakeStorage(), [0.0]
+    storage, now = SyntheticStorage(), [0.0]
     first, second = segment(32 * 10), segment(32 * 10)
     cache = ChunkCache(
         storage,
@@ -460,7 +418,7 @@ async def test_a_stopped_readers_chunks_make_room_for_another_readers_read_ahead
     await settle()
     assert cache.prefetches == 3 + 3
     assert cache.evictions == 1
-    assert bytes(await cache.read(second, 32 * 3, 32 * 4)) == content(second)[32 * 3 : 32 * 4]
+    assert bytes(await cache.read(second, 32 * 3, 32 * 4)) == log_content(second)[32 * 3 : 32 * 4]
     assert cache.misses == 2  # the first chunk of each segment only
 
 
@@ -485,7 +443,7 @@ async def test_a_deep_read_ahead_is_not_evicted_before_it_is_read(read_bytes: in
     """A reader through small segments (1.9 chunks), with read-ahead into the following
     segments as the remote reader does it, in a cache of 8 chunks: every chunk is read
     from storage once. Chunks read ahead stay more recent than the chunks already read."""
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     size = 7782
     segments = [segment(size) for _ in range(17)]
     cache = ChunkCache(storage, max_bytes=8 * 4096, chunk_bytes=4096, prefetch_chunks=2)
@@ -547,8 +505,8 @@ async def test_the_readers_rate_carries_into_the_segment_it_reads_next(
     assert len([s for seg, s, _ in storage.gets if seg == following.segment_id.id]) == expected
 
 
-class RecyclingStorage(FakeStorage):
-    """A FakeStorage that takes evicted chunks back."""
+class RecyclingStorage(SyntheticStorage):
+    """A SyntheticStorage that takes evicted chunks back."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -564,8 +522,8 @@ async def test_evicted_chunks_go_back_to_storage_that_recycles_them() -> None:
     cache = ChunkCache(storage, max_bytes=32, chunk_bytes=32)
     first = bytes(await cache.read(meta, 0, 10))
     await cache.read(meta, 32, 40)
-    assert [bytes(data) for data in storage.recycled] == [content(meta)[:32]]
-    assert first == content(meta)[:10]
+    assert [bytes(data) for data in storage.recycled] == [log_content(meta)[:32]]
+    assert first == log_content(meta)[:10]
 
 
 async def test_a_reader_of_whole_segments_reads_ahead_at_its_rate() -> None:
@@ -629,7 +587,7 @@ def test_sequential_readers_get_exact_bytes_within_bounds_and_chunks_in_order(
     chunk = 16
 
     async def run() -> None:
-        storage = FakeStorage()
+        storage = SyntheticStorage()
         cache = ChunkCache(
             storage,
             max_bytes=cache_chunks * chunk,
@@ -644,7 +602,7 @@ def test_sequential_readers_get_exact_bytes_within_bounds_and_chunks_in_order(
             meta, position = metas[number], positions[number]
             if position < meta.segment_size_in_bytes:
                 read = await cache.read(meta, position, position + read_bytes)
-                assert bytes(read) == content(meta)[position : position + read_bytes]
+                assert bytes(read) == log_content(meta)[position : position + read_bytes]
                 positions[number] += len(read)
             if turn % 2:
                 await settle()
@@ -696,7 +654,7 @@ async def test_a_reader_not_measured_yet_reads_ahead_at_the_pace_last_measured()
 async def test_read_ahead_across_segments_never_drops_a_nearer_chunk_for_a_farther_one() -> None:
     """Read-ahead into five 1-chunk segments after the one read, with a budget of 3: the
     three nearest are kept; the farther ones do not fit (nothing is GET twice)."""
-    storage = FakeStorage()
+    storage = SyntheticStorage()
     segments = [segment(32) for _ in range(6)]
     cache = ChunkCache(
         storage, max_bytes=32 * 4, chunk_bytes=32, prefetch_chunks=1, read_ahead_max_bytes=32 * 3
@@ -706,7 +664,7 @@ async def test_read_ahead_across_segments_never_drops_a_nearer_chunk_for_a_farth
         cache.prefetch(following, 0, 32, after=before)
         await settle()
     for meta in segments[1:4]:
-        assert bytes(await cache.read(meta, 0, 32)) == content(meta)
+        assert bytes(await cache.read(meta, 0, 32)) == log_content(meta)
     assert len(storage.gets) == len({seg for seg, _, _ in storage.gets})  # none GET twice
     assert cache.hits == 3
 

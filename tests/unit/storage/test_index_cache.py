@@ -13,13 +13,13 @@ from storage.config import from_settings
 from storage.index_cache import CACHE_DIR_NAME, IndexCacheConfig, RemoteIndexCache
 from storage.model import (
     IndexType,
-    LogSegmentData,
     RemoteLogSegmentMetadata,
     TopicIdPartition,
 )
 from storage.rsm.base import RemoteStorageError, RemoteStorageManager
 from tests.fakes.clocks import ManualClock
 from tests.fakes.segments import segment_metadata
+from tests.fakes.synthetic_storage import SyntheticStorage
 
 TP = TopicIdPartition(topic_id=uuid.uuid4(), topic="t", partition=0)
 
@@ -28,65 +28,27 @@ def segment(start: int = 0) -> RemoteLogSegmentMetadata:
     return segment_metadata(TP, start_offset=start, end_offset=start + 99, size=1000)
 
 
-class FakeStorage:
-    """Serves index files of a fixed size; counts fetches; can block or fail on demand."""
-
-    def __init__(self, size: int = 40) -> None:
-        self.size = size
-        self.fetches: list[tuple[uuid.UUID, IndexType]] = []
-        self.gate: asyncio.Event | None = None
-        self.error: RemoteStorageError | None = None
-
-    def content(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        seed = f"{metadata.segment_id.id}{index_type.value}".encode()
-        return (seed * (self.size // len(seed) + 1))[: self.size]
-
-    async def copy_log_segment(
-        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
-    ) -> None:
-        raise NotImplementedError
-
-    async def fetch_log_segment(
-        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
-    ) -> bytes:
-        raise NotImplementedError
-
-    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        self.fetches.append((metadata.segment_id.id, index_type))
-        if self.gate is not None:
-            await self.gate.wait()
-        if self.error is not None:
-            raise self.error
-        return self.content(metadata, index_type)
-
-    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
-        raise NotImplementedError
-
-    async def close(self) -> None:
-        return None
-
-
 def test_fake_conforms_to_the_protocol() -> None:
-    storage: RemoteStorageManager = FakeStorage()
+    storage: RemoteStorageManager = SyntheticStorage()
     assert storage is not None
 
 
 async def test_second_get_is_a_hit() -> None:
-    rsm = FakeStorage()
+    rsm = SyntheticStorage()
     cache = RemoteIndexCache(rsm, max_bytes=1000, ttl_seconds=60)
     seg = segment()
     first = await cache.get(seg, IndexType.OFFSET)
-    assert first == rsm.content(seg, IndexType.OFFSET)
+    assert first == rsm.index_content(seg, IndexType.OFFSET)
     assert await cache.get(seg, IndexType.OFFSET) == first
-    assert (cache.hits, cache.misses, len(rsm.fetches)) == (1, 1, 1)
-    assert await cache.get(seg, IndexType.TIMESTAMP) == rsm.content(seg, IndexType.TIMESTAMP)
-    assert len(rsm.fetches) == 2
+    assert (cache.hits, cache.misses, len(rsm.index_gets)) == (1, 1, 1)
+    assert await cache.get(seg, IndexType.TIMESTAMP) == rsm.index_content(seg, IndexType.TIMESTAMP)
+    assert len(rsm.index_gets) == 2
     assert cache.size_bytes == 80
     assert len(cache) == 2
 
 
 async def test_concurrent_misses_share_one_download() -> None:
-    rsm = FakeStorage()
+    rsm = SyntheticStorage()
     rsm.gate = asyncio.Event()
     cache = RemoteIndexCache(rsm, max_bytes=1000, ttl_seconds=60)
     seg = segment()
@@ -94,13 +56,13 @@ async def test_concurrent_misses_share_one_download() -> None:
     await asyncio.sleep(0)
     rsm.gate.set()
     results = await asyncio.gather(*waiters)
-    assert len(rsm.fetches) == 1
-    assert set(results) == {rsm.content(seg, IndexType.OFFSET)}
+    assert len(rsm.index_gets) == 1
+    assert set(results) == {rsm.index_content(seg, IndexType.OFFSET)}
     assert cache.misses == 10
 
 
 async def test_lru_eviction_by_total_bytes() -> None:
-    rsm = FakeStorage(size=40)
+    rsm = SyntheticStorage(index_bytes=40)
     cache = RemoteIndexCache(rsm, max_bytes=100, ttl_seconds=60)
     a, b, c = segment(0), segment(100), segment(200)
     await cache.get(a, IndexType.OFFSET)
@@ -109,30 +71,30 @@ async def test_lru_eviction_by_total_bytes() -> None:
     await cache.get(c, IndexType.OFFSET)
     assert cache.evictions == 1
     assert cache.size_bytes == 80
-    fetched = len(rsm.fetches)
+    fetched = len(rsm.index_gets)
     await cache.get(a, IndexType.OFFSET)
-    assert len(rsm.fetches) == fetched
+    assert len(rsm.index_gets) == fetched
     await cache.get(b, IndexType.OFFSET)
-    assert len(rsm.fetches) == fetched + 1
+    assert len(rsm.index_gets) == fetched + 1
 
 
 async def test_entries_expire_after_the_ttl() -> None:
-    rsm, clock = FakeStorage(), ManualClock(1_700_000_000.0)
+    rsm, clock = SyntheticStorage(), ManualClock(1_700_000_000.0)
     cache = RemoteIndexCache(rsm, max_bytes=1000, ttl_seconds=60, clock=clock)
     seg = segment()
     await cache.get(seg, IndexType.TRANSACTION)
     clock.now += 59
     await cache.get(seg, IndexType.TRANSACTION)
-    assert len(rsm.fetches) == 1
+    assert len(rsm.index_gets) == 1
     clock.now += 2
     await cache.get(seg, IndexType.TRANSACTION)
-    assert len(rsm.fetches) == 2
+    assert len(rsm.index_gets) == 2
     assert cache.expirations == 1
     assert cache.evictions == 0
 
 
 async def test_errors_reach_every_waiter_and_are_not_cached() -> None:
-    rsm = FakeStorage()
+    rsm = SyntheticStorage()
     rsm.gate = asyncio.Event()
     rsm.error = RemoteStorageError("boom", retriable=True)
     cache = RemoteIndexCache(rsm, max_bytes=1000, ttl_seconds=60)
@@ -143,12 +105,12 @@ async def test_errors_reach_every_waiter_and_are_not_cached() -> None:
     results = await asyncio.gather(*waiters, return_exceptions=True)
     assert all(isinstance(r, RemoteStorageError) for r in results)
     rsm.error = None
-    assert await cache.get(seg, IndexType.OFFSET) == rsm.content(seg, IndexType.OFFSET)
-    assert len(rsm.fetches) == 2
+    assert await cache.get(seg, IndexType.OFFSET) == rsm.index_content(seg, IndexType.OFFSET)
+    assert len(rsm.index_gets) == 2
 
 
 async def test_cancelled_callers_do_not_cancel_the_download() -> None:
-    rsm = FakeStorage()
+    rsm = SyntheticStorage()
     rsm.gate = asyncio.Event()
     cache = RemoteIndexCache(rsm, max_bytes=1000, ttl_seconds=60)
     seg = segment()
@@ -157,12 +119,12 @@ async def test_cancelled_callers_do_not_cancel_the_download() -> None:
     await asyncio.sleep(0)
     quitter.cancel()
     rsm.gate.set()
-    assert await stayer == rsm.content(seg, IndexType.OFFSET)
+    assert await stayer == rsm.index_content(seg, IndexType.OFFSET)
     assert quitter.cancelled()
 
 
 async def test_a_download_everyone_left_still_warms_the_cache() -> None:
-    rsm = FakeStorage()
+    rsm = SyntheticStorage()
     rsm.gate = asyncio.Event()
     cache = RemoteIndexCache(rsm, max_bytes=1000, ttl_seconds=60)
     seg = segment()
@@ -174,11 +136,11 @@ async def test_a_download_everyone_left_still_warms_the_cache() -> None:
         await asyncio.sleep(0)
     await cache.get(seg, IndexType.OFFSET)
     assert cache.hits == 1
-    assert len(rsm.fetches) == 1
+    assert len(rsm.index_gets) == 1
 
 
 async def test_files_larger_than_the_cache_are_served_but_not_kept(tmp_path: Path) -> None:
-    rsm = FakeStorage(size=200)
+    rsm = SyntheticStorage(index_bytes=200)
     cache = RemoteIndexCache(rsm, max_bytes=100, ttl_seconds=60, disk_dir=tmp_path)
     seg = segment()
     assert len(await cache.get(seg, IndexType.OFFSET)) == 200
@@ -189,39 +151,41 @@ async def test_files_larger_than_the_cache_are_served_but_not_kept(tmp_path: Pat
 async def test_disk_copy_keeps_a_restart_warm(tmp_path: Path) -> None:
     clock = ManualClock(1_700_000_000.0)
     seg = segment()
-    first = RemoteIndexCache(FakeStorage(), max_bytes=1000, ttl_seconds=60, disk_dir=tmp_path)
+    first = RemoteIndexCache(SyntheticStorage(), max_bytes=1000, ttl_seconds=60, disk_dir=tmp_path)
     expected = await first.get(seg, IndexType.OFFSET)
     files = list((tmp_path / CACHE_DIR_NAME).iterdir())
     assert [f.read_bytes() for f in files] == [expected]
     os.utime(files[0], (clock.now, clock.now))
 
-    rsm = FakeStorage()
+    rsm = SyntheticStorage()
     second = RemoteIndexCache(rsm, max_bytes=1000, ttl_seconds=60, disk_dir=tmp_path, clock=clock)
     assert await second.get(seg, IndexType.OFFSET) == expected
-    assert rsm.fetches == []
+    assert rsm.index_gets == []
     clock.now += 61
     await second.get(seg, IndexType.OFFSET)
-    assert len(rsm.fetches) == 1
+    assert len(rsm.index_gets) == 1
 
 
 async def test_stale_disk_files_are_refetched(tmp_path: Path) -> None:
     clock = ManualClock(1_700_000_000.0)
     seg = segment()
-    await RemoteIndexCache(FakeStorage(), max_bytes=1000, ttl_seconds=60, disk_dir=tmp_path).get(
-        seg, IndexType.OFFSET
-    )
+    await RemoteIndexCache(
+        SyntheticStorage(), max_bytes=1000, ttl_seconds=60, disk_dir=tmp_path
+    ).get(seg, IndexType.OFFSET)
     (path,) = (tmp_path / CACHE_DIR_NAME).iterdir()
     os.utime(path, (clock.now, clock.now))
     clock.now += 30
-    rsm = FakeStorage()
+    rsm = SyntheticStorage()
     cache = RemoteIndexCache(rsm, max_bytes=1000, ttl_seconds=20, disk_dir=tmp_path, clock=clock)
     assert not path.exists()
     await cache.get(seg, IndexType.OFFSET)
-    assert len(rsm.fetches) == 1
+    assert len(rsm.index_gets) == 1
 
 
 async def test_eviction_removes_the_disk_copy(tmp_path: Path) -> None:
-    cache = RemoteIndexCache(FakeStorage(size=60), max_bytes=100, ttl_seconds=60, disk_dir=tmp_path)
+    cache = RemoteIndexCache(
+        SyntheticStorage(index_bytes=60), max_bytes=100, ttl_seconds=60, disk_dir=tmp_path
+    )
     a, b = segment(0), segment(100)
     await cache.get(a, IndexType.OFFSET)
     await cache.get(b, IndexType.OFFSET)
@@ -239,12 +203,14 @@ def test_startup_trims_leftovers_and_excess(tmp_path: Path) -> None:
         path.write_bytes(b"x" * 40)
         mtime = clock.now - (1000 if name.startswith("old") else 10 - age)
         os.utime(path, (mtime, mtime))
-    RemoteIndexCache(FakeStorage(), max_bytes=100, ttl_seconds=60, disk_dir=tmp_path, clock=clock)
+    RemoteIndexCache(
+        SyntheticStorage(), max_bytes=100, ttl_seconds=60, disk_dir=tmp_path, clock=clock
+    )
     assert sorted(p.name for p in directory.iterdir()) == ["b.index", "c.index"]
 
 
 async def test_close_cancels_downloads() -> None:
-    rsm = FakeStorage()
+    rsm = SyntheticStorage()
     rsm.gate = asyncio.Event()
     cache = RemoteIndexCache(rsm, max_bytes=1000, ttl_seconds=60)
     waiter = asyncio.create_task(cache.get(segment(), IndexType.OFFSET))
@@ -257,6 +223,6 @@ async def test_close_cancels_downloads() -> None:
 def test_config_defaults_and_construction(tmp_path: Path) -> None:
     config = from_settings(IndexCacheConfig, {"remote.log.index.file.cache.dir": str(tmp_path)})
     assert (config.total_size_mb, config.ttl_ms) == (1024, 3_600_000)
-    cache = RemoteIndexCache.from_config(FakeStorage(), config)
+    cache = RemoteIndexCache.from_config(SyntheticStorage(), config)
     assert (tmp_path / CACHE_DIR_NAME).is_dir()
     assert len(cache) == 0

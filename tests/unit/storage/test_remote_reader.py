@@ -28,8 +28,6 @@ from protocol.records import (
     parse_batch_header,
 )
 from storage.model import (
-    IndexType,
-    LogSegmentData,
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
     TopicIdPartition,
@@ -43,6 +41,7 @@ from storage.remote_reader import (
 from storage.rsm.base import RemoteResourceNotFoundError
 from storage.rsm.layout import RemoteLayout
 from storage.rsm.local import LocalRemoteStorage
+from tests.fakes.faulty_storage import FaultyStorage
 from tests.unit.proxy.remote.tiered_log import (
     BASE_TIMESTAMP,
     TP,
@@ -207,41 +206,13 @@ def test_timestamp_lookups_find_the_first_record_at_or_after_the_target(
 # -- examples ------------------------------------------------------------------------------
 
 
-class CountingReads:
-    """The local-directory RSM, counting ranged reads of ``.log`` objects."""
-
-    def __init__(self, inner: LocalRemoteStorage) -> None:
-        self.inner = inner
-        self.log_reads = 0
-
-    async def copy_log_segment(
-        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
-    ) -> None:
-        await self.inner.copy_log_segment(metadata, data)
-
-    async def fetch_log_segment(
-        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
-    ) -> bytes:
-        self.log_reads += 1
-        return await self.inner.fetch_log_segment(metadata, start, end)
-
-    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        return await self.inner.fetch_index(metadata, index_type)
-
-    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
-        await self.inner.delete_log_segment(metadata)
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
 async def test_one_read_stays_within_one_segment_and_prefetches_the_next(tmp_path: Path) -> None:
     first = [data_batch(0, 2, value_size=100), data_batch(2, 2, value_size=100)]
     second = [data_batch(4, 2, value_size=100)]
-    counters: list[CountingReads] = []
+    counters: list[FaultyStorage] = []
 
-    def wrap(inner: LocalRemoteStorage) -> CountingReads:
-        counters.append(CountingReads(inner))
+    def wrap(inner: LocalRemoteStorage) -> FaultyStorage:
+        counters.append(FaultyStorage(inner))
         return counters[0]
 
     log = TieredLog.create(tmp_path, chunk_bytes=1024, wrap=wrap)
@@ -254,11 +225,11 @@ async def test_one_read_stays_within_one_segment_and_prefetches_the_next(tmp_pat
         assert log.chunks.prefetches >= 1
         for _ in range(2):
             await asyncio.sleep(0)  # the prefetch task starts its GET
-        assert counters[0].log_reads == 2
+        assert len(counters[0].log_reads) == 2
         assert bytes((await log.reader.read(TP, 4, 1 << 20)).records) == second[0]
         # One GET per segment: the second read was served by the prefetch (cached or still
         # in flight), not by a GET of its own.
-        assert counters[0].log_reads == 2
+        assert len(counters[0].log_reads) == 2
     finally:
         await log.close()
 
@@ -294,7 +265,7 @@ async def test_a_read_looks_up_each_following_segment_once(
         await log.close()
 
 
-class GatedFirstSegment(CountingReads):
+class GatedFirstSegment(FaultyStorage):
     """Holds GETs of the segment at offset 0 until ``gate`` is set; records GETs started
     (``two_started`` once there are two)."""
 

@@ -3,7 +3,6 @@ front of the in-process scripted broker model, and helpers to fetch through it."
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from collections.abc import Callable, Sequence
@@ -23,10 +22,9 @@ from proxy.remote.config import RemoteFetchConfig
 from proxy.remote.metrics import RemoteMetrics
 from proxy.server import ProxyServer
 from storage.kafka_client import ListedOffset
-from storage.model import IndexType, LogSegmentData, RemoteLogSegmentMetadata
-from storage.rsm.base import RemoteStorageError
 from storage.rsm.local import LocalRemoteStorage
 from storage.tiering.config import TieringConfig
+from tests.fakes.faulty_storage import MappedFaultyStorage
 from tests.unit.proxy.fake_broker import FakeBroker
 from tests.unit.proxy.remote.scripted_broker import (
     KafkaClient,
@@ -45,59 +43,6 @@ TOPIC = TP.topic
 TIERED_END = 29
 """The default remote tier holds offsets 0-29 (three segments); the broker 30-39."""
 LAST = 39
-
-
-class FaultyStorage:
-    """The real local-directory RSM with injectable latency and failures."""
-
-    def __init__(self, inner: LocalRemoteStorage) -> None:
-        self.inner = inner
-        self.delay = 0.0
-        self.error: RemoteStorageError | None = None
-        self.log_reads: list[int] = []
-        """Start offsets of the segments whose ``.log`` was read, in order."""
-        self.index_reads = 0
-        """Index files requested (counted when the request starts)."""
-
-    async def _fault(self) -> None:
-        if self.delay:
-            await asyncio.sleep(self.delay)
-        if self.error is not None:
-            raise self.error
-
-    async def copy_log_segment(
-        self, metadata: RemoteLogSegmentMetadata, data: LogSegmentData
-    ) -> None:
-        await self.inner.copy_log_segment(metadata, data)
-
-    async def fetch_log_segment(
-        self, metadata: RemoteLogSegmentMetadata, start: int, end: int | None = None
-    ) -> bytes:
-        self.log_reads.append(metadata.start_offset)
-        await self._fault()
-        return await self.inner.fetch_log_segment(metadata, start, end)
-
-    async def map_log_segment(
-        self, metadata: RemoteLogSegmentMetadata, start: int, end: int
-    ) -> memoryview:
-        """The chunk cache's reads, as the proxy makes them from a local directory."""
-        self.log_reads.append(metadata.start_offset)
-        await self._fault()
-        return await self.inner.map_log_segment(metadata, start, end)
-
-    def unmap(self, view: memoryview) -> None:
-        self.inner.unmap(view)
-
-    async def fetch_index(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
-        self.index_reads += 1
-        await self._fault()
-        return await self.inner.fetch_index(metadata, index_type)
-
-    async def delete_log_segment(self, metadata: RemoteLogSegmentMetadata) -> None:
-        await self.inner.delete_log_segment(metadata)
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 class ModelLister:
@@ -142,7 +87,7 @@ class Env:
     """Closes the read path's services."""
     proxy: ProxyServer
     client: KafkaClient
-    storage: FaultyStorage
+    storage: MappedFaultyStorage
     all_batches: list[bytes]
 
 
@@ -225,10 +170,10 @@ async def start_env(
         segments = [batches[0:5], batches[5:10], batches[10:15]]
     if local is None:
         local = [data_batch(o, 2, value_size=50) for o in range(TIERED_END + 1, LAST + 1, 2)]
-    wrappers: list[FaultyStorage] = []
+    wrappers: list[MappedFaultyStorage] = []
 
-    def wrap(inner: LocalRemoteStorage) -> FaultyStorage:
-        wrappers.append(FaultyStorage(inner))
+    def wrap(inner: LocalRemoteStorage) -> MappedFaultyStorage:
+        wrappers.append(MappedFaultyStorage(inner))
         return wrappers[0]
 
     log = TieredLog.create(tmp_path / f"remote{index}", chunk_bytes=512, wrap=wrap)
