@@ -9,7 +9,6 @@ response as long as the broker's.
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from protocol.fetch_tail import TailFinder, read_tail
-from protocol.messages import ApiKey, build, nested_class
-from protocol.messages import request_class as request_of
+from protocol.messages import ApiKey
 from proxy.embedded import KAFKA_4, create_topic, ensure_jars
 from proxy.embedded.kafka_cluster import KafkaCluster
 from proxy.embedded.tierproxy import TierproxyServer
 from storage.kafka_client import KafkaClient
+from tests.fakes.kafka_requests import fetch_request
 from tests.integration.proxy.conftest import start_proxy
 from tests.integration.tiered.wire import ask_raw
 
@@ -43,34 +42,6 @@ def proxy(cluster: KafkaCluster, tmp_path: Path) -> Iterator[TierproxyServer]:
     server = start_proxy(cluster.info, tmp_path)
     yield server
     server.stop()
-
-
-def fetch_request(version: int, topic_id: uuid.UUID) -> object:
-    body_class = request_of(ApiKey.FETCH, version)
-    topic_class = nested_class(body_class, "topics")
-    partition_class = nested_class(topic_class, "partitions")
-    partition = build(
-        partition_class,
-        partition=0,
-        current_leader_epoch=-1,
-        fetch_offset=0,
-        last_fetched_epoch=-1,
-        log_start_offset=-1,
-        partition_max_bytes=1 << 20,
-    )
-    return build(
-        body_class,
-        replica_id=-1,
-        max_wait=datetime.timedelta(milliseconds=100),
-        min_bytes=1,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        session_id=0,
-        session_epoch=-1,
-        topics=(build(topic_class, topic_id=topic_id, partitions=(partition,)),),
-        forgotten_topics_data=(),
-        rack_id="",
-    )
 
 
 def tail_of(payload: bytes, version: int) -> tuple[int, bytes]:
@@ -97,7 +68,7 @@ async def test_a_moved_leaders_endpoint_comes_back_as_the_proxys_address(
         brokers = (await client.metadata()).brokers
     proxied = {node: f"{b.host}:{b.port}" for node, b in brokers.items()}
     direct = {node: f"{b.host}:{b.port}" for node, b in metadata.brokers.items()}
-    request = fetch_request(version, described.topic_id)
+    request = fetch_request(version, [(described.topic_id, 0, 0, 1 << 20)], max_wait_ms=100)
 
     from_broker = await ask_raw(direct[elsewhere], ApiKey.FETCH, version, request)
     through_proxy = await ask_raw(proxied[elsewhere], ApiKey.FETCH, version, request)

@@ -29,8 +29,8 @@ from proxy.embedded import BrokerInfo
 from proxy.embedded.tierproxy import TierproxyServer
 from proxy.interceptors.api_versions import restrict_api_versions
 from tests.conditions import GENEROUS_S, wait_for, wait_until
+from tests.fakes.kafka_requests import fetch_request
 from tests.integration.proxy.conftest import start_proxy
-from tests.unit.proxy.remote.scripted_broker import fetch_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.brokers("kafka", "kafka3", "tansu")]
 

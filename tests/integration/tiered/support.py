@@ -32,7 +32,7 @@ from proxy.embedded.tierproxy import TierproxyServer, storage_settings
 from storage.tiering.job import open_pipeline, settings_from_flat
 from storage.tiering.report import CycleReport
 from tests.conditions import GENEROUS_S
-from tests.unit.proxy.remote.scripted_broker import fetch_request
+from tests.fakes.kafka_requests import fetch_request
 
 Record = tuple[int, int, bytes | None, bytes | None]
 

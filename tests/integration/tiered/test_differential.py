@@ -31,6 +31,7 @@ from protocol.messages import ApiKey
 from proxy.embedded import KAFKA_4, BrokerInfo, KafkaBroker, S3Info, ensure_jars
 from proxy.embedded.kafka_node import NATIVE_TIERED_TOPIC_CONFIGS
 from proxy.embedded.tierproxy import proxy_process, storage_settings
+from tests.fakes.kafka_requests import fetch_request
 from tests.integration.tiered.support import (
     running,
     tier_topic,
@@ -41,7 +42,6 @@ from tests.integration.tiered.wire import (
     end_offset_for_epoch,
     list_offsets,
 )
-from tests.unit.proxy.remote.scripted_broker import fetch_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

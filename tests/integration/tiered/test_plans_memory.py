@@ -29,6 +29,7 @@ from protocol.records import iter_batches
 from proxy.embedded import BrokerInfo, S3Info
 from proxy.embedded.kafka_jars import KafkaDistribution
 from proxy.embedded.tierproxy import proxy_process, storage_settings
+from tests.fakes.kafka_requests import fetch_request
 from tests.integration.tiered.support import (
     consume_confluent,
     earliest_offsets,
@@ -40,7 +41,6 @@ from tests.integration.tiered.support import (
 from tests.integration.tiered.test_java_clients import JavaRead, read_with_java
 from tests.integration.tiered.wire import ask
 from tests.integration.tiering.workload import create_topic
-from tests.unit.proxy.remote.scripted_broker import fetch_request
 
 # Tiering 1,000 partitions and reading them four times over takes minutes on two cores.
 pytestmark = [pytest.mark.integration, pytest.mark.spark, pytest.mark.timeout(1500)]

@@ -23,6 +23,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from protocol.headers import encode_request_header
 from protocol.messages import ApiKey, encode_request
 from proxy.embedded import BrokerInfo
+from tests.fakes.kafka_requests import fetch_request
 from tests.integration.tiered.conftest import MakeProxy
 from tests.integration.tiered.support import (
     READ_UNCOMMITTED,
@@ -31,7 +32,6 @@ from tests.integration.tiered.support import (
     consume_confluent,
 )
 from tests.integration.tiering.workload import create_topic
-from tests.unit.proxy.remote.scripted_broker import fetch_request
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 

@@ -4,13 +4,12 @@ answer to exactly the same question (ListOffsets, OffsetForLeaderEpoch, Fetch)."
 from __future__ import annotations
 
 import asyncio
-import datetime
 import struct
 from typing import Any
 
 from protocol.headers import encode_request_header, parse_response_header, response_header_version
-from protocol.messages import ApiKey, build, decode_response, encode_request, nested_class
-from protocol.messages import request_class as request_of
+from protocol.messages import ApiKey, decode_response, encode_request
+from tests.fakes.kafka_requests import list_offsets_request, offset_for_leader_epoch_request
 
 LIST_OFFSETS_VERSION = 9
 OFLE_VERSION = 4
@@ -43,24 +42,7 @@ async def list_offsets(
     bootstrap: str, topic: str, timestamp: int, partitions: int, version: int = LIST_OFFSETS_VERSION
 ) -> list[tuple[int, ...]]:
     """(error, offset, timestamp, leader epoch) of each partition, asked at ``version``."""
-    body_class = request_of(ApiKey.LIST_OFFSETS, version)
-    topic_class = nested_class(body_class, "topics")
-    partition_class = nested_class(topic_class, "partitions")
-    body = build(
-        body_class,
-        replica_id=-1,
-        isolation_level=0,
-        timeout=datetime.timedelta(seconds=30),
-        topics=(
-            topic_class(
-                name=topic,
-                partitions=tuple(
-                    build(partition_class, partition_index=p, timestamp=timestamp)
-                    for p in range(partitions)
-                ),
-            ),
-        ),
-    )
+    body = list_offsets_request(version, timestamp, topic=topic, partitions=range(partitions))
     response = await ask(bootstrap, ApiKey.LIST_OFFSETS, version, body)
     return [
         (int(p.error_code), int(p.offset), int(p.timestamp), int(p.leader_epoch))
@@ -71,21 +53,8 @@ async def list_offsets(
 async def end_offset_for_epoch(
     bootstrap: str, topic: str, epoch: int, partitions: int
 ) -> list[tuple[int, ...]]:
-    body_class = request_of(ApiKey.OFFSET_FOR_LEADER_EPOCH, OFLE_VERSION)
-    topic_class = nested_class(body_class, "topics")
-    partition_class = nested_class(topic_class, "partitions")
-    body = build(
-        body_class,
-        replica_id=-1,
-        topics=(
-            topic_class(
-                topic=topic,
-                partitions=tuple(
-                    build(partition_class, partition=p, current_leader_epoch=-1, leader_epoch=epoch)
-                    for p in range(partitions)
-                ),
-            ),
-        ),
+    body = offset_for_leader_epoch_request(
+        OFLE_VERSION, epoch, topic=topic, partitions=range(partitions)
     )
     response = await ask(bootstrap, ApiKey.OFFSET_FOR_LEADER_EPOCH, OFLE_VERSION, body)
     return [

@@ -15,7 +15,7 @@ from protocol.fetch_bodies import (
     read_fetch_request,
 )
 from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, decode_response, encode_response
-from tests.unit.proxy.remote.scripted_broker import fetch_request
+from tests.fakes.kafka_requests import fetch_request
 
 VERSIONS = INTERCEPTED_VERSIONS[ApiKey.FETCH]
 

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import os
-import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, ClassVar
 
 import pytest
 
-from protocol.frames import FrameDecoder
 from proxy import connection
 from proxy.config import ProxyConfig
 from proxy.interceptors.base import Call, Forward, Interceptor
@@ -21,15 +17,15 @@ from proxy.server import ProxyServer
 from proxy.splice import Prelude, SpliceDone, Splicer
 from storage.kafka_security import KafkaSecurityConfig
 from storage.log_format import FORMAT_VARIABLE, LEVEL_VARIABLE
-from tests.conditions import GENEROUS_S
-from tests.unit.proxy.fake_broker import FakeBroker
+from tests.fakes.frame_client import FrameClient
+from tests.fakes.wire_broker import WireBroker
 
 ProxyFactory = Callable[..., Awaitable[ProxyServer]]
 
 
 @pytest.fixture
-async def fake_broker() -> AsyncIterator[FakeBroker]:
-    broker = await FakeBroker().start()
+async def fake_broker() -> AsyncIterator[WireBroker]:
+    broker = await WireBroker().start()
     yield broker
     await broker.close()
 
@@ -62,7 +58,7 @@ async def make_proxy() -> AsyncIterator[ProxyFactory]:
     started: list[ProxyServer] = []
 
     async def start(
-        broker: FakeBroker,
+        broker: WireBroker,
         *,
         interceptors: tuple[Interceptor, ...] = (),
         security: KafkaSecurityConfig | None = None,
@@ -83,76 +79,14 @@ async def make_proxy() -> AsyncIterator[ProxyFactory]:
         await server.close(1.0)
 
 
-class Client:
-    """A bare Kafka-framing client: writes frames, reads whole response payloads.
-
-    Every client still open when its test ends is closed then (:func:`_close_clients`), so
-    that a test that failed half-way leaks no socket into the tests after it.
-    """
-
-    still_open: ClassVar[set[Client]] = set()
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-        self._decoder = FrameDecoder(1 << 30)
-        self.still_open.add(self)
-
-    @classmethod
-    async def connect(cls, server: ProxyServer, node_index: int = 0) -> Client:
-        address = server.routes[node_index].advertised
-        reader, writer = await asyncio.open_connection(address.host, address.port)
-        return cls(reader, writer)
-
-    async def send(self, framed: bytes) -> None:
-        self.writer.write(framed)
-        await self.writer.drain()
-
-    async def receive(self, seconds: float = GENEROUS_S) -> bytes:
-        async with asyncio.timeout(seconds):
-            while True:
-                frame = self._decoder.next_frame()
-                if isinstance(frame, bytes):
-                    return frame
-                assert frame is None, frame
-                data = await self.reader.read(1 << 20)
-                if not data:
-                    raise ConnectionError("proxy closed the connection")
-                self._decoder.feed(data)
-
-    async def closed(self, seconds: float = GENEROUS_S) -> bool:
-        """Whether the proxy closes this connection within ``seconds`` (reading to EOF);
-        if it did, our side is closed too."""
-        try:
-            async with asyncio.timeout(seconds):
-                while await self.reader.read(1 << 20):
-                    pass
-        except TimeoutError:
-            return False
-        except ConnectionError:
-            pass
-        await self.close()
-        return True
-
-    async def close(self) -> None:
-        self.still_open.discard(self)
-        self.writer.close()
-        with contextlib.suppress(ConnectionError):
-            await self.writer.wait_closed()
-
-
 @pytest.fixture(autouse=True)
 async def _close_clients() -> AsyncIterator[None]:
     """Close, in the test's own event loop, the clients it left open (it failed before
     closing them): left to the garbage collector, they would warn (ResourceWarning, an error
     under ``filterwarnings = error``) in whichever later test happens to collect them."""
     yield
-    while Client.still_open:
-        await Client.still_open.pop().close()
-
-
-def frame(payload: bytes) -> bytes:
-    return struct.pack(">i", len(payload)) + payload
+    while FrameClient.still_open:
+        await FrameClient.still_open.pop().close()
 
 
 async def through(interceptor: Interceptor, call: Call, response: Any) -> Any:

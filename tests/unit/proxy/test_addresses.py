@@ -30,11 +30,8 @@ from proxy.config import HostPort
 from proxy.interceptors.addresses import AddressRewriter, BrokerAddress
 from proxy.interceptors.base import Call, ConnectionInfo, Forward, Interceptor, OnResponse
 from proxy.router import Router
-from tests.unit.proxy.fake_broker import (
-    empty_fetch_request,
-    fetch_response_payload,
-    share_response_payload,
-)
+from tests.fakes.kafka_requests import empty_fetch_request
+from tests.fakes.kafka_responses import fetch_response_payload, share_response_payload
 
 BROKERS = ((1, "kafka-1.internal", 9092), (2, "kafka-2.internal", 9093))
 PROXIED = {1: HostPort(host="proxy", port=19092), 2: HostPort(host="proxy", port=19093)}

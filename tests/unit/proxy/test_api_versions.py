@@ -2,30 +2,15 @@
 
 from __future__ import annotations
 
-import datetime
 from types import SimpleNamespace
 
 import pytest
 
-from protocol.messages import INTERCEPTED_VERSIONS, ApiKey, ErrorCode, build, nested_class
-from protocol.messages import response_class as response_of
+from protocol.messages import INTERCEPTED_VERSIONS, ApiKey
 from proxy.broker_versions import BrokerVersions
 from proxy.interceptors.api_versions import ApiVersionsInterceptor, restrict_api_versions
+from tests.fakes.kafka_responses import api_versions_body
 from tests.unit.proxy.conftest import through
-
-
-def versions_response(ranges: dict[int, tuple[int, int]], version: int = 3) -> object:
-    body_class = response_of(ApiKey.API_VERSIONS, version)
-    entry = nested_class(body_class, "api_keys")
-    return build(
-        body_class,
-        error_code=ErrorCode.none,
-        api_keys=tuple(
-            entry(api_key=key, min_version=low, max_version=high)
-            for key, (low, high) in ranges.items()
-        ),
-        throttle_time=datetime.timedelta(0),
-    )
 
 
 def ranges_of(response: object) -> dict[int, tuple[int, int]]:
@@ -37,7 +22,7 @@ def ranges_of(response: object) -> dict[int, tuple[int, int]]:
 
 def test_intercepted_apis_are_cut_to_the_proxy_versions() -> None:
     fetch = INTERCEPTED_VERSIONS[ApiKey.FETCH]
-    response = versions_response({1: (0, 99), 2: (0, 3), 12: (0, 99), 18: (0, 4)})
+    response = api_versions_body(3, {1: (0, 99), 2: (0, 3), 12: (0, 99), 18: (0, 4)})
     restricted = ranges_of(restrict_api_versions(response))
     assert restricted[1] == (fetch[0], fetch[-1])
     assert restricted[2] == (1, 3)  # ListOffsets starts at v1 in the proxy
@@ -46,19 +31,19 @@ def test_intercepted_apis_are_cut_to_the_proxy_versions() -> None:
 
 
 def test_an_api_the_proxy_cannot_carry_is_left_out() -> None:
-    response = versions_response({1: (0, 3), 3: (0, 12)})
+    response = api_versions_body(3, {1: (0, 3), 3: (0, 12)})
     restricted = ranges_of(restrict_api_versions(response))
     assert 1 not in restricted
     assert 3 in restricted
 
 
 def test_an_answer_within_the_proxy_ranges_is_the_same_object() -> None:
-    response = versions_response({3: (0, 12), 12: (0, 4)})
+    response = api_versions_body(3, {3: (0, 12), 12: (0, 4)})
     assert restrict_api_versions(response) is response
 
 
 def test_v0_bodies_are_restricted_too() -> None:
-    response = versions_response({1: (0, 17)}, version=0)
+    response = api_versions_body(0, {1: (0, 17)})
     assert ranges_of(restrict_api_versions(response))[1][0] == 4
 
 
@@ -79,7 +64,7 @@ def test_list_offsets_is_advertised_up_to_v11_when_the_broker_speaks_v7(
 ) -> None:
     """EARLIEST_LOCAL (v8), LATEST_TIERED (v9) and EARLIEST_PENDING_UPLOAD (v11) are the
     proxy's answers: a broker of Kafka 3.0-3.4 (v7) still gets them, asked as v7."""
-    response = versions_response({2: broker})
+    response = api_versions_body(3, {2: broker})
     served = {int(ApiKey.LIST_OFFSETS): range(7, 12)}
     assert ranges_of(restrict_api_versions(response, served))[2] == advertised
 
@@ -98,7 +83,7 @@ def test_list_offsets_is_advertised_up_to_v11_when_the_broker_speaks_v7(
 def test_apis_that_may_name_brokers_are_advertised_only_where_the_proxy_rewrites_them(
     api_key: ApiKey, broker: tuple[int, int], advertised: tuple[int, int] | None
 ) -> None:
-    response = versions_response({int(api_key): broker})
+    response = api_versions_body(3, {int(api_key): broker})
     assert ranges_of(restrict_api_versions(response)).get(int(api_key)) == advertised
 
 
@@ -106,7 +91,7 @@ async def test_the_brokers_own_ranges_are_recorded_per_node() -> None:
     versions = BrokerVersions()
     interceptor = ApiVersionsInterceptor(versions, {int(ApiKey.LIST_OFFSETS): range(7, 10)})
     call = SimpleNamespace(connection=SimpleNamespace(node_id=3), request=None)
-    advertised = await through(interceptor, call, versions_response({1: (0, 17), 2: (0, 7)}))  # type: ignore[arg-type]
+    advertised = await through(interceptor, call, api_versions_body(3, {1: (0, 17), 2: (0, 7)}))  # type: ignore[arg-type]
     assert ranges_of(advertised)[2] == (1, 9)
     assert versions.supported(3, int(ApiKey.LIST_OFFSETS)) == range(0, 8)
     assert versions.supported(3, int(ApiKey.FETCH)) == range(0, 18)

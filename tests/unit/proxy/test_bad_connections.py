@@ -20,8 +20,9 @@ from proxy.bad_connections import (
 )
 from proxy.metrics import ProxyMetrics
 from tests.fakes.clocks import ManualClock
-from tests.unit.proxy.conftest import Client, ProxyFactory
-from tests.unit.proxy.fake_broker import FakeBroker, raw_request
+from tests.fakes.frame_client import FrameClient
+from tests.fakes.wire_broker import WireBroker, raw_request
+from tests.unit.proxy.conftest import ProxyFactory
 
 
 def test_token_bucket_allows_a_burst_then_refills_at_its_rate() -> None:
@@ -91,11 +92,11 @@ def test_a_flood_is_logged_in_bursts_and_counted_in_full(
 
 
 async def test_a_request_trickled_too_slowly_is_closed_and_others_are_not(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory, captured: pytest.LogCaptureFixture
+    fake_broker: WireBroker, make_proxy: ProxyFactory, captured: pytest.LogCaptureFixture
 ) -> None:
     proxy = await make_proxy(fake_broker, request_receive_timeout_ms=300)
-    bystander = await Client.connect(proxy)
-    slowloris = await Client.connect(proxy)
+    bystander = await FrameClient.connect(proxy)
+    slowloris = await FrameClient.connect(proxy)
     # A size prefix and half a header, then nothing: held past the deadline.
     await slowloris.send(struct.pack(">i", 1000) + b"\x00\x03")
     assert await slowloris.closed()
@@ -111,10 +112,10 @@ async def test_a_request_trickled_too_slowly_is_closed_and_others_are_not(
 
 
 async def test_idle_connections_are_closed_after_connections_max_idle_ms(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory, captured: pytest.LogCaptureFixture
+    fake_broker: WireBroker, make_proxy: ProxyFactory, captured: pytest.LogCaptureFixture
 ) -> None:
     proxy = await make_proxy(fake_broker, connections_max_idle_ms=300)
-    idle = await Client.connect(proxy)
+    idle = await FrameClient.connect(proxy)
     await idle.send(raw_request(1, b"hello"))
     assert await idle.receive() == struct.pack(">i", 1) + b"echo:hello"
     assert await idle.closed()
@@ -122,10 +123,10 @@ async def test_idle_connections_are_closed_after_connections_max_idle_ms(
 
 
 async def test_whole_requests_never_run_the_request_clock(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     proxy = await make_proxy(fake_broker, request_receive_timeout_ms=300)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     for correlation_id in range(4):
         await client.send(raw_request(correlation_id, b"x"))
         assert await client.receive() == struct.pack(">i", correlation_id) + b"echo:x"
@@ -136,15 +137,15 @@ async def test_whole_requests_never_run_the_request_clock(
 
 
 async def test_a_client_closing_mid_request_is_a_truncated_request(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory, captured: pytest.LogCaptureFixture
+    fake_broker: WireBroker, make_proxy: ProxyFactory, captured: pytest.LogCaptureFixture
 ) -> None:
     proxy = await make_proxy(fake_broker)
-    clean = await Client.connect(proxy)
+    clean = await FrameClient.connect(proxy)
     await clean.send(raw_request(1, b"whole"))
     assert await clean.receive() == struct.pack(">i", 1) + b"echo:whole"
     clean.writer.write_eof()
     assert await clean.closed()
-    truncated = await Client.connect(proxy)
+    truncated = await FrameClient.connect(proxy)
     await truncated.send(raw_request(2, b"cut short")[:-3])
     truncated.writer.write_eof()
     assert await truncated.closed()

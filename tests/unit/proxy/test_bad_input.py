@@ -25,8 +25,8 @@ from protocol.messages import ApiKey, decode_response
 from proxy.config import ProxyConfig
 from proxy.server import ProxyServer
 from tests.conditions import GENEROUS_S
-from tests.unit.proxy.conftest import frame
-from tests.unit.proxy.fake_broker import FakeBroker, raw_request
+from tests.fakes.frame_client import frame
+from tests.fakes.wire_broker import WireBroker, raw_request
 from tests.unit.proxy.test_server import api_versions_frame, metadata_frame
 
 MAX_REQUEST = 1024 * 1024
@@ -40,7 +40,7 @@ class ThreadedProxy:
         self.errors: list[dict[str, Any]] = []
         self.loop.set_exception_handler(lambda _loop, context: self.errors.append(context))
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.broker: FakeBroker | None = None
+        self.broker: WireBroker | None = None
         self.proxy: ProxyServer | None = None
         self.address: tuple[str, int] = ("", 0)
 
@@ -48,7 +48,7 @@ class ThreadedProxy:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(30)
 
     async def _start(self) -> None:
-        self.broker = await FakeBroker().start()
+        self.broker = await WireBroker().start()
         config = ProxyConfig(
             bootstrap_servers=f"127.0.0.1:{self.broker.port}",
             listeners="127.0.0.1:0",

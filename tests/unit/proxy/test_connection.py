@@ -1,6 +1,6 @@
 """Connection pairs against the scripted fake broker: order, pipelining, back-pressure, closing.
 
-Every test runs a real ProxyServer on 127.0.0.1 in front of a FakeBroker (see
+Every test runs a real ProxyServer on 127.0.0.1 in front of a WireBroker (see
 fake_broker.py) and talks to it with a bare framing client.
 """
 
@@ -20,18 +20,15 @@ from protocol.messages import ApiKey, encode_request
 from proxy.interceptors.base import Answer, Call, Forward, Interceptor, OnResponse
 from proxy.splice import SPLICE_AVAILABLE
 from tests.conditions import GENEROUS_S, wait_for
-from tests.unit.proxy.conftest import Client, ProxyFactory, frame
-from tests.unit.proxy.fake_broker import (
-    FakeBroker,
-    echo,
-    empty_fetch_request,
+from tests.fakes.frame_client import FrameClient, frame
+from tests.fakes.kafka_requests import empty_fetch_request, list_offsets_request
+from tests.fakes.kafka_responses import (
     fetch_response_payload,
-    list_offsets_request,
     list_offsets_response,
-    raw_request,
-    raw_response_body,
     response_payload,
 )
+from tests.fakes.wire_broker import WireBroker, echo, raw_request, raw_response_body
+from tests.unit.proxy.conftest import ProxyFactory
 
 
 def list_offsets_frame(correlation_id: int) -> bytes:
@@ -67,10 +64,10 @@ class Gate(Interceptor):
 
 
 async def test_raw_requests_and_responses_pass_byte_for_byte(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     body = bytes(range(256)) * 4
     await client.send(raw_request(41, body))
     assert await client.receive() == struct.pack(">i", 41) + b"echo:" + body
@@ -97,11 +94,11 @@ class Jitter(Interceptor):
 
 
 async def test_pipelined_requests_come_back_in_request_order(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     fake_broker.script = list_offsets_or_echo
     proxy = await make_proxy(fake_broker, interceptors=(Jitter(),))
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     count = 300
     # Raw, intercepted (delayed by a few ms) and locally answered requests, all in flight.
     await client.send(
@@ -119,12 +116,12 @@ async def test_pipelined_requests_come_back_in_request_order(
 
 
 async def test_a_slow_intercepted_response_holds_back_later_ones(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     fake_broker.script = list_offsets_or_echo
     gate = Gate()
     proxy = await make_proxy(fake_broker, interceptors=(gate,))
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     await client.send(
         list_offsets_frame(1)
         + raw_request(2, b"x")
@@ -143,14 +140,14 @@ async def test_a_slow_intercepted_response_holds_back_later_ones(
 
 @pytest.mark.parametrize("version", [3, 10])
 async def test_produce_with_acks_zero_is_never_waited_for(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory, version: int
+    fake_broker: WireBroker, make_proxy: ProxyFactory, version: int
 ) -> None:
     async def no_answer_to_produce(header: RequestHeader, body: bytes) -> bytes | None:
         return None if header.api_key == ApiKey.PRODUCE else await echo(header, body)
 
     fake_broker.script = no_answer_to_produce
     proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     header = encode_request_header(ApiKey.PRODUCE, version, 5, "test")
     if version >= 9:
         body = b"\x00" + struct.pack(">hi", 0, 1000) + b"\x01\x00"
@@ -162,10 +159,10 @@ async def test_produce_with_acks_zero_is_never_waited_for(
 
 
 async def test_multi_mib_responses_and_requests_stream_through(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     big = bytes(range(251)) * (12 * 1024 * 1024 // 251)
     await client.send(raw_request(1, big) + raw_request(2, b"small"))
     assert raw_response_body(await client.receive()) == (1, b"echo:" + big)
@@ -174,7 +171,7 @@ async def test_multi_mib_responses_and_requests_stream_through(
 
 
 async def test_a_client_that_stops_reading_stops_the_broker_side(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory, spliced: list[int]
+    fake_broker: WireBroker, make_proxy: ProxyFactory, spliced: list[int]
 ) -> None:
     answered: list[int] = []
     chunk = b"z" * (4 * 1024 * 1024)
@@ -189,7 +186,7 @@ async def test_a_client_that_stops_reading_stops_the_broker_side(
         buffer_high_water_bytes=256 * 1024,
         buffer_low_water_bytes=64 * 1024,
     )
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     count = 40  # 160 MiB of answers in all
     await client.send(b"".join(raw_request(i, b"") for i in range(count)))
 
@@ -215,12 +212,12 @@ async def test_a_client_that_stops_reading_stops_the_broker_side(
 
 
 async def test_a_broker_that_stops_reading_stops_the_client_side(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     proxy = await make_proxy(
         fake_broker, buffer_high_water_bytes=256 * 1024, buffer_low_water_bytes=64 * 1024
     )
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     await client.send(raw_request(0, b"hello"))
     assert raw_response_body(await client.receive()) == (0, b"echo:hello")
     for transport in fake_broker.connections:
@@ -244,10 +241,10 @@ async def test_a_broker_that_stops_reading_stops_the_client_side(
 
 
 async def test_the_broker_closing_closes_the_client_promptly(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     await client.send(raw_request(1, b"a"))
     await client.receive()
     for transport in fake_broker.connections:
@@ -257,10 +254,10 @@ async def test_the_broker_closing_closes_the_client_promptly(
 
 
 async def test_the_client_closing_closes_the_broker_side(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     await client.send(raw_request(1, b"a"))
     await client.receive()
     fake_broker.disconnected.clear()
@@ -271,10 +268,10 @@ async def test_the_client_closing_closes_the_broker_side(
 
 
 async def test_half_closed_clients_still_get_their_answers(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     await client.send(raw_request(1, b"a") + raw_request(2, b"b"))
     client.writer.write_eof()
     assert raw_response_body(await client.receive())[0] == 1
@@ -283,18 +280,18 @@ async def test_half_closed_clients_still_get_their_answers(
 
 
 async def test_an_unreachable_broker_closes_the_client(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     proxy = await make_proxy(fake_broker)
     await fake_broker.close()
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     await client.send(raw_request(1, b"a"))
     assert await client.closed()
 
 
 @pytest.mark.parametrize("moved", [False, True], ids=["no-endpoints", "endpoints"])
 async def test_multi_mib_fetch_v16_responses_stream_with_their_endpoints_rewritten(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory, spliced: list[int], moved: bool
+    fake_broker: WireBroker, make_proxy: ProxyFactory, spliced: list[int], moved: bool
 ) -> None:
     records = bytes(range(251)) * (3 * 1024 * 1024 // 251)
     peers = [(1, "127.0.0.1", fake_broker.port), (2, "kafka-2.internal", fake_broker.port)]
@@ -306,7 +303,7 @@ async def test_multi_mib_fetch_v16_responses_stream_with_their_endpoints_rewritt
     fake_broker.script = fetch
     fake_broker.peers = peers[1:]
     proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     request = encode_request_header(ApiKey.FETCH, 16, 9, "c") + encode_request(
         empty_fetch_request(16)
     )

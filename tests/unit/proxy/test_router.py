@@ -37,7 +37,8 @@ from proxy.interceptors.base import (
     OnResponse,
 )
 from proxy.router import Router
-from tests.unit.proxy.fake_broker import list_offsets_request, list_offsets_response
+from tests.fakes.kafka_requests import list_offsets_request
+from tests.fakes.kafka_responses import list_offsets_response
 
 CONNECTION = ConnectionInfo(connection_id=1, client="127.0.0.1:1", node_id=1)
 

@@ -16,15 +16,16 @@ from proxy.config import ProxyConfig
 from proxy.discovery import DiscoveryError
 from proxy.server import ProxyServer
 from storage.kafka_security import KafkaSecurityConfig
-from tests.unit.proxy.conftest import Client, ProxyFactory, frame
-from tests.unit.proxy.fake_broker import FakeBroker, raw_request, raw_response_body
+from tests.fakes.frame_client import FrameClient, frame
+from tests.fakes.wire_broker import WireBroker, raw_request, raw_response_body
+from tests.unit.proxy.conftest import ProxyFactory
 
 USERS = {"proxy": "proxy-secret", "alice": "alice-secret"}
 
 
 @pytest.fixture
-async def sasl_broker() -> AsyncIterator[FakeBroker]:
-    broker = await FakeBroker(sasl_users=USERS).start()
+async def sasl_broker() -> AsyncIterator[WireBroker]:
+    broker = await WireBroker(sasl_users=USERS).start()
     yield broker
     await broker.close()
 
@@ -49,14 +50,14 @@ def login_frames(user: str, password: str) -> tuple[bytes, bytes]:
 
 
 async def test_clients_log_in_end_to_end_through_the_proxy(
-    sasl_broker: FakeBroker, make_proxy: ProxyFactory
+    sasl_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     proxy = await make_proxy(
         sasl_broker,
         security=PROXY_LOGIN,
     )
     assert sasl_broker.logins == ["proxy"]  # discovery's own login
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     handshake, authenticate = login_frames("alice", "alice-secret")
     await client.send(handshake + authenticate + raw_request(3, b"as alice"))
     handshaken = decode_response(ApiKey.SASL_HANDSHAKE, 1, (await client.receive())[4:])
@@ -70,25 +71,25 @@ async def test_clients_log_in_end_to_end_through_the_proxy(
 
 
 async def test_a_client_that_skips_sasl_is_closed_by_the_broker_and_the_proxy(
-    sasl_broker: FakeBroker, make_proxy: ProxyFactory
+    sasl_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     proxy = await make_proxy(
         sasl_broker,
         security=PROXY_LOGIN,
     )
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     await client.send(raw_request(1, b"no login"))
     assert await client.closed()
 
 
 async def test_a_wrong_password_is_the_clients_answer_to_read(
-    sasl_broker: FakeBroker, make_proxy: ProxyFactory
+    sasl_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     proxy = await make_proxy(
         sasl_broker,
         security=PROXY_LOGIN,
     )
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     handshake, authenticate = login_frames("alice", "wrong")
     await client.send(handshake + authenticate)
     await client.receive()
@@ -98,7 +99,7 @@ async def test_a_wrong_password_is_the_clients_answer_to_read(
     await client.close()
 
 
-async def test_discovery_needs_credentials_on_a_sasl_listener(sasl_broker: FakeBroker) -> None:
+async def test_discovery_needs_credentials_on_a_sasl_listener(sasl_broker: WireBroker) -> None:
     config = ProxyConfig(bootstrap_servers=f"127.0.0.1:{sasl_broker.port}", listeners="127.0.0.1:0")
     with pytest.raises(DiscoveryError):
         await ProxyServer(config).start()

@@ -18,14 +18,9 @@ from proxy.health import Readiness
 from proxy.health_endpoint import serving
 from proxy.server import ProxyServer
 from tests.conditions import GENEROUS_S, wait_for
-from tests.unit.proxy.conftest import Client, ProxyFactory, frame
-from tests.unit.proxy.fake_broker import (
-    RAW_API,
-    FakeBroker,
-    echo,
-    raw_request,
-    raw_response_body,
-)
+from tests.fakes.frame_client import FrameClient, frame
+from tests.fakes.wire_broker import RAW_API, WireBroker, echo, raw_request, raw_response_body
+from tests.unit.proxy.conftest import ProxyFactory
 
 
 def free_port() -> int:
@@ -57,15 +52,15 @@ def api_versions_frame(correlation_id: int, version: int = 3) -> bytes:
 
 
 async def test_start_up_discovers_the_brokers_and_listens_for_each(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
-    second = await FakeBroker(node_id=2).start()
+    second = await WireBroker(node_id=2).start()
     try:
         fake_broker.peers.append((2, "127.0.0.1", second.port))
         proxy = await make_proxy(fake_broker)
         assert [r.node_id for r in proxy.routes] == [1, 2]
         assert [r.upstream.port for r in proxy.routes] == [fake_broker.port, second.port]
-        client = await Client.connect(proxy, node_index=1)
+        client = await FrameClient.connect(proxy, node_index=1)
         await client.send(raw_request(1, b"to broker 2"))
         await client.receive()
         assert second.requests[-1] == (12, 0, 1)
@@ -75,16 +70,16 @@ async def test_start_up_discovers_the_brokers_and_listens_for_each(
 
 
 async def test_metadata_is_rewritten_and_new_brokers_get_a_listener(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     await client.send(metadata_frame(1))
     brokers = decode_response(ApiKey.METADATA, 12, (await client.receive())[5:]).brokers
     assert [(b.node_id, b.port) for b in brokers] == [(1, proxy.routes[0].advertised.port)]
 
     # A broker joins: the next Metadata names it, and its proxy address works at once.
-    joined = await FakeBroker(node_id=9).start()
+    joined = await WireBroker(node_id=9).start()
     try:
         fake_broker.peers.append((9, "127.0.0.1", joined.port))
         await client.send(metadata_frame(2))
@@ -94,7 +89,7 @@ async def test_metadata_is_rewritten_and_new_brokers_get_a_listener(
         assert joined.port not in {port for _, port in by_id.values()}
         host, port = by_id[9]
         reader, writer = await asyncio.open_connection(host, port)
-        second = Client(reader, writer)
+        second = FrameClient(reader, writer)
         await second.send(raw_request(5, b"hi 9"))
         assert raw_response_body(await second.receive()) == (5, b"echo:hi 9")
         assert joined.requests[-1] == (12, 0, 5)
@@ -104,8 +99,8 @@ async def test_metadata_is_rewritten_and_new_brokers_get_a_listener(
     await client.close()
 
 
-async def test_port_per_broker_uses_base_port_plus_index(fake_broker: FakeBroker) -> None:
-    second = await FakeBroker(node_id=2).start()
+async def test_port_per_broker_uses_base_port_plus_index(fake_broker: WireBroker) -> None:
+    second = await WireBroker(node_id=2).start()
     base = free_port()
     config = ProxyConfig(
         bootstrap_servers=f"127.0.0.1:{fake_broker.port}",
@@ -127,10 +122,10 @@ async def test_port_per_broker_uses_base_port_plus_index(fake_broker: FakeBroker
 
 
 async def test_api_versions_are_restricted_through_the_proxy(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     await client.send(api_versions_frame(3))
     answer = await client.receive()
     body = decode_response(ApiKey.API_VERSIONS, 3, answer[4:])
@@ -141,11 +136,11 @@ async def test_api_versions_are_restricted_through_the_proxy(
 
 
 async def test_metrics_endpoint_counts_requests(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     port = free_port()
     proxy = await make_proxy(fake_broker, metrics_port=port)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     await client.send(raw_request(1, b"x" * 100) + api_versions_frame(2))
     await client.receive()
     await client.receive()
@@ -167,7 +162,7 @@ async def test_metrics_endpoint_counts_requests(
 
 
 async def test_graceful_close_finishes_in_flight_requests_until_the_deadline(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
+    fake_broker: WireBroker, make_proxy: ProxyFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
     async def slow(header: RequestHeader, body: bytes) -> bytes | None:
         await asyncio.sleep(float(body.decode()))
@@ -175,8 +170,8 @@ async def test_graceful_close_finishes_in_flight_requests_until_the_deadline(
 
     fake_broker.script = slow
     proxy = await make_proxy(fake_broker)
-    quick = await Client.connect(proxy)
-    stuck = await Client.connect(proxy)
+    quick = await FrameClient.connect(proxy)
+    stuck = await FrameClient.connect(proxy)
     await quick.send(raw_request(1, b"0.2"))
     await stuck.send(raw_request(2, b"30"))
     await wait_for(
@@ -211,12 +206,12 @@ async def test_no_broker_no_start() -> None:
 
 
 async def closing_with_a_request_in_flight(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory, body: bytes
-) -> tuple[ProxyServer, Client, asyncio.Task[None]]:
+    fake_broker: WireBroker, make_proxy: ProxyFactory, body: bytes
+) -> tuple[ProxyServer, FrameClient, asyncio.Task[None]]:
     """A proxy whose client sent one request (``body``) that reached the broker, and the
     proxy's close (10 s to drain) started after it."""
     proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     await client.send(raw_request(1, body))
     await wait_for(
         lambda: sum(key == RAW_API for key, _version, _id in fake_broker.requests) == 1,
@@ -226,7 +221,7 @@ async def closing_with_a_request_in_flight(
 
 
 async def test_a_drain_answers_requests_sent_after_it_then_half_closes(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     async def slow(header: RequestHeader, body: bytes) -> bytes | None:
         await asyncio.sleep(float(body.decode()))
@@ -246,7 +241,7 @@ async def test_a_drain_answers_requests_sent_after_it_then_half_closes(
 
 
 async def test_a_drained_response_is_never_cut_by_a_reset(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory
+    fake_broker: WireBroker, make_proxy: ProxyFactory
 ) -> None:
     """A large response still in the socket buffers when the pair closes, with the client's
     next request unread: closing then would reset the connection and drop the response's

@@ -1,4 +1,4 @@
-"""Zero-copy forwarding (proxy.splice) through a real ProxyServer in front of the FakeBroker:
+"""Zero-copy forwarding (proxy.splice) through a real ProxyServer in front of the WireBroker:
 responses the proxy need not read go broker socket → pipe → client socket, byte for byte,
 bounded by the pipe while the client is slow, and either side closing mid-splice closes the
 pair. A slow client stopping the splice and the broker, and the records of a streamed Fetch
@@ -18,12 +18,9 @@ from hypothesis import strategies as st
 from protocol.headers import RequestHeader
 from proxy.splice import SPLICE_AVAILABLE, SpliceFailure, Splicer
 from tests.conditions import GENEROUS_S, wait_for
-from tests.unit.proxy.conftest import Client, ProxyFactory
-from tests.unit.proxy.fake_broker import (
-    FakeBroker,
-    raw_request,
-    raw_response_body,
-)
+from tests.fakes.frame_client import FrameClient
+from tests.fakes.wire_broker import WireBroker, raw_request, raw_response_body
+from tests.unit.proxy.conftest import ProxyFactory
 
 pytestmark = pytest.mark.skipif(not SPLICE_AVAILABLE, reason="splice(2) is Linux only")
 
@@ -32,10 +29,10 @@ MIB = 1024 * 1024
 
 @pytest.mark.parametrize("enabled", [True, False], ids=["spliced", "copied"])
 async def test_large_raw_responses_pass_byte_for_byte(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory, spliced: list[int], enabled: bool
+    fake_broker: WireBroker, make_proxy: ProxyFactory, spliced: list[int], enabled: bool
 ) -> None:
     proxy = await make_proxy(fake_broker, splice_enable=enabled)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     big = bytes(range(251)) * (9 * MIB // 251)
     await client.send(
         raw_request(1, big) + raw_request(2, b"small") + raw_request(3, big[: 3 * MIB])
@@ -53,12 +50,12 @@ async def test_large_raw_responses_pass_byte_for_byte(
 
 
 async def test_a_client_gone_mid_splice_closes_the_pair(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory, spliced: list[int]
+    fake_broker: WireBroker, make_proxy: ProxyFactory, spliced: list[int]
 ) -> None:
     proxy = await make_proxy(
         fake_broker, buffer_high_water_bytes=256 * 1024, buffer_low_water_bytes=64 * 1024
     )
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     await client.send(raw_request(1, b"x" * (32 * MIB)))
     await wait_for(lambda: bool(spliced), what="the proxy splicing the answer")
     fake_broker.disconnected.clear()
@@ -69,7 +66,7 @@ async def test_a_client_gone_mid_splice_closes_the_pair(
 
 
 async def test_a_broker_gone_mid_splice_closes_the_client(
-    fake_broker: FakeBroker, make_proxy: ProxyFactory, spliced: list[int]
+    fake_broker: WireBroker, make_proxy: ProxyFactory, spliced: list[int]
 ) -> None:
     async def half_an_answer(header: RequestHeader, body: bytes) -> bytes | None:
         transport = fake_broker.connections[-1]
@@ -79,7 +76,7 @@ async def test_a_broker_gone_mid_splice_closes_the_client(
 
     fake_broker.script = half_an_answer
     proxy = await make_proxy(fake_broker)
-    client = await Client.connect(proxy)
+    client = await FrameClient.connect(proxy)
     await client.send(raw_request(1, b""))
     assert await client.closed()
     await wait_for(lambda: proxy.connections == 0, what="the proxy dropped the pair")

@@ -22,8 +22,8 @@ from proxy.settings import settings_from_flat
 from storage.config import ConfigError
 from storage.kafka_security import KafkaSecurityConfig
 from tests.certificates import Pki
-from tests.unit.proxy.conftest import Client
-from tests.unit.proxy.fake_broker import FakeBroker, raw_request, raw_response_body
+from tests.fakes.frame_client import FrameClient
+from tests.fakes.wire_broker import WireBroker, raw_request, raw_response_body
 from tests.unit.proxy.test_server import metadata_frame
 
 pytestmark = pytest.mark.skipif(
@@ -50,17 +50,17 @@ def certificates(tmp_path: Path) -> dict[str, tuple[Path, Path]]:
     return {name: make_certificate(tmp_path, name) for name in ("proxy", "broker", "stranger")}
 
 
-async def tls_broker(cert: Path, key: Path) -> FakeBroker:
+async def tls_broker(cert: Path, key: Path) -> WireBroker:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    return await FakeBroker().start(tls=context)
+    return await WireBroker().start(tls=context)
 
 
-async def tls_client(proxy: ProxyServer, ca: Path) -> Client:
+async def tls_client(proxy: ProxyServer, ca: Path) -> FrameClient:
     context = ssl.create_default_context(cafile=str(ca))
     address = proxy.routes[0].advertised
     reader, writer = await asyncio.open_connection(address.host, address.port, ssl=context)
-    return Client(reader, writer)
+    return FrameClient(reader, writer)
 
 
 async def test_tls_to_clients_and_to_the_broker(
@@ -136,7 +136,7 @@ async def test_large_responses_over_tls_are_copied_not_spliced(
 ) -> None:
     """splice(2) cannot encrypt: with TLS on either side every byte goes through Python."""
     cert, key = certificates["proxy"]
-    broker = await (tls_broker(cert, key) if tls_side == "broker" else FakeBroker().start())
+    broker = await (tls_broker(cert, key) if tls_side == "broker" else WireBroker().start())
     client_tls = tls_side == "client"
     config = ProxyConfig(
         bootstrap_servers=f"127.0.0.1:{broker.port}",
@@ -153,7 +153,7 @@ async def test_large_responses_over_tls_are_copied_not_spliced(
     big = bytes(range(251)) * (4 * 1024 * 1024 // 251)
     try:
         await proxy.start()
-        client = await (tls_client(proxy, cert) if client_tls else Client.connect(proxy))
+        client = await (tls_client(proxy, cert) if client_tls else FrameClient.connect(proxy))
         await client.send(raw_request(1, big))
         assert raw_response_body(await client.receive()) == (1, b"echo:" + big)
         await client.close()

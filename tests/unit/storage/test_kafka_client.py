@@ -19,6 +19,7 @@ from protocol.errors import KafkaError
 from protocol.messages import (
     ApiKey,
     ErrorCode,
+    build,
     nested_class,
     response_class,
 )
@@ -33,13 +34,12 @@ from storage.kafka_client import (
     broker_kind_from_api_versions,
     parse_bootstrap,
 )
-from tests.unit.storage.fake_broker import (
+from tests.fakes.kio_broker import (
     KAFKA_APIS,
     TANSU_APIS,
-    FakeBroker,
     Handler,
-    build,
-    metadata_response,
+    KioBroker,
+    metadata_answer,
     running,
 )
 
@@ -47,14 +47,14 @@ TOPIC_ID = uuid.UUID("01a1fe04-05ee-7793-8bf4-91641a48cb44")
 
 
 @pytest.fixture
-async def broker() -> AsyncIterator[FakeBroker]:
-    async with running(FakeBroker(apis=dict(KAFKA_APIS))) as fake:
+async def broker() -> AsyncIterator[KioBroker]:
+    async with running(KioBroker(apis=dict(KAFKA_APIS))) as fake:
         yield fake
 
 
 def metadata_handler(port: int) -> Handler:
     def handle(request: Any, version: int) -> Any:
-        return metadata_response(
+        return metadata_answer(
             version,
             brokers={1: port},
             topic="t",
@@ -105,7 +105,7 @@ def fetch_handler(records: bytes, *, error: ErrorCode = ErrorCode.none) -> Handl
     return handle
 
 
-async def test_versions_are_negotiated_and_the_broker_kind_detected(broker: FakeBroker) -> None:
+async def test_versions_are_negotiated_and_the_broker_kind_detected(broker: KioBroker) -> None:
     broker.handlers[ApiKey.METADATA] = metadata_handler(broker.port)
     async with KafkaClient(f"127.0.0.1:{broker.port}") as client:
         assert await client.detect_broker_kind() == "kafka"
@@ -127,7 +127,7 @@ def test_broker_kinds_from_api_lists() -> None:
     assert broker_kind_from_api_versions({0: range(0, 9)}, -1) == "other"
 
 
-async def test_a_large_fetch_answer_is_decoded_from_its_own_buffer(broker: FakeBroker) -> None:
+async def test_a_large_fetch_answer_is_decoded_from_its_own_buffer(broker: KioBroker) -> None:
     """Above 64 KiB a response is read into a bytearray of its own, not joined."""
     batch = build_record_batch(
         base_offset=0, records=[Record(value=bytes(1000), timestamp=1)] * 300
@@ -141,11 +141,11 @@ async def test_a_large_fetch_answer_is_decoded_from_its_own_buffer(broker: FakeB
     assert answer.records == batch * 3
 
 
-async def test_an_answer_that_cannot_be_decoded_fails_its_request(broker: FakeBroker) -> None:
+async def test_an_answer_that_cannot_be_decoded_fails_its_request(broker: KioBroker) -> None:
     """Responses are decoded as their frames arrive; a failure goes to the awaiting request
     at once, not after its timeout, and the connection stays usable."""
     good = fetch_handler(b"")
-    broker.handlers[ApiKey.FETCH] = lambda request, version: metadata_response(
+    broker.handlers[ApiKey.FETCH] = lambda request, version: metadata_answer(
         version, brokers={1: broker.port}, topic="t", leaders={0: 1}
     )
     target = FetchTarget(topic="t", partition=0, offset=0, max_bytes=100)
@@ -157,7 +157,7 @@ async def test_an_answer_that_cannot_be_decoded_fails_its_request(broker: FakeBr
     assert answer.error == KafkaError.NONE
 
 
-async def test_fetch_returns_raw_batches_and_offsets(broker: FakeBroker) -> None:
+async def test_fetch_returns_raw_batches_and_offsets(broker: KioBroker) -> None:
     batch = build_record_batch(base_offset=0, records=[Record(value=b"v", timestamp=1)])
     broker.handlers[ApiKey.FETCH] = fetch_handler(batch * 2)
     async with KafkaClient(f"127.0.0.1:{broker.port}") as client:
@@ -175,7 +175,7 @@ async def test_fetch_returns_raw_batches_and_offsets(broker: FakeBroker) -> None
     assert broker.received[-1] == (ApiKey.FETCH, 12)
 
 
-async def test_pipelined_requests_are_matched_in_order(broker: FakeBroker) -> None:
+async def test_pipelined_requests_are_matched_in_order(broker: KioBroker) -> None:
     broker.handlers[ApiKey.FETCH] = fetch_handler(b"")
     async with KafkaClient(f"127.0.0.1:{broker.port}") as client:
         answers = await asyncio.gather(
@@ -188,7 +188,7 @@ async def test_pipelined_requests_are_matched_in_order(broker: FakeBroker) -> No
 
 
 async def test_a_closed_connection_fails_in_flight_requests_and_reconnects(
-    broker: FakeBroker,
+    broker: KioBroker,
 ) -> None:
     broker.handlers[ApiKey.FETCH] = fetch_handler(b"")
     broker.close_on = ApiKey.FETCH
@@ -202,7 +202,7 @@ async def test_a_closed_connection_fails_in_flight_requests_and_reconnects(
     assert broker.received.count((ApiKey.API_VERSIONS, 3)) == 2
 
 
-async def test_a_slow_answer_times_out(broker: FakeBroker) -> None:
+async def test_a_slow_answer_times_out(broker: KioBroker) -> None:
     broker.handlers[ApiKey.FETCH] = fetch_handler(b"")
     broker.delay[ApiKey.FETCH] = 1.0
     async with KafkaClient(f"127.0.0.1:{broker.port}", request_timeout_ms=100) as client:
@@ -210,7 +210,7 @@ async def test_a_slow_answer_times_out(broker: FakeBroker) -> None:
             await client.fetch(None, [FetchTarget(topic="t", partition=0, offset=0, max_bytes=1)])
 
 
-async def test_delete_records_is_never_sent_to_tansu(broker: FakeBroker) -> None:
+async def test_delete_records_is_never_sent_to_tansu(broker: KioBroker) -> None:
     broker.apis = dict(TANSU_APIS)
     async with KafkaClient(f"127.0.0.1:{broker.port}") as client:
         with pytest.raises(DeleteRecordsUnsupportedError, match="tansu"):
@@ -218,7 +218,7 @@ async def test_delete_records_is_never_sent_to_tansu(broker: FakeBroker) -> None
     assert all(key != ApiKey.DELETE_RECORDS for key, _ in broker.received)
 
 
-async def test_delete_records_and_list_offsets_on_kafka(broker: FakeBroker) -> None:
+async def test_delete_records_and_list_offsets_on_kafka(broker: KioBroker) -> None:
     def delete(request: Any, version: int) -> Any:
         cls = response_class(ApiKey.DELETE_RECORDS, version)
         topic_cls = nested_class(cls, "topics")
@@ -281,7 +281,7 @@ async def test_delete_records_and_list_offsets_on_kafka(broker: FakeBroker) -> N
     assert (ApiKey.LIST_OFFSETS, 8) in broker.received
 
 
-async def test_describe_configs_reports_values_sources_and_errors(broker: FakeBroker) -> None:
+async def test_describe_configs_reports_values_sources_and_errors(broker: KioBroker) -> None:
     def describe(request: Any, version: int) -> Any:
         cls = response_class(ApiKey.DESCRIBE_CONFIGS, version)
         result_cls = nested_class(cls, "results")
@@ -324,7 +324,7 @@ async def test_describe_configs_reports_values_sources_and_errors(broker: FakeBr
     assert configs["gone"] == KafkaError.UNKNOWN_TOPIC_OR_PARTITION
 
 
-async def test_no_common_version_is_an_error(broker: FakeBroker) -> None:
+async def test_no_common_version_is_an_error(broker: KioBroker) -> None:
     broker.apis = {ApiKey.API_VERSIONS: (0, 4), ApiKey.FETCH: (13, 17)}  # names gone in v13
     async with KafkaClient(f"127.0.0.1:{broker.port}") as client:
         with pytest.raises(KafkaClientError, match="no version of FETCH"):

@@ -1,6 +1,6 @@
 """The metadata topic's producer and consumer against two scripted brokers.
 
-A small cluster of two :class:`FakeBroker` nodes keeps one log per partition and answers
+A small cluster of two :class:`KioBroker` nodes keeps one log per partition and answers
 Metadata, InitProducerId, Produce, ListOffsets and Fetch like Apache Kafka does; moving a
 partition's leader between them exercises NOT_LEADER_OR_FOLLOWER, the metadata refresh and
 the retry with back-off, byte for byte over real sockets.
@@ -28,13 +28,7 @@ from storage.kafka_client.leaders import TopicAuthorizationError
 from storage.kafka_client.producer import TopicProducer
 from storage.retry import RetryPolicy
 from storage.retry_log import RetryLog
-from tests.unit.storage.fake_broker import (
-    KAFKA_APIS,
-    TANSU_APIS,
-    FakeBroker,
-    metadata_response,
-    running,
-)
+from tests.fakes.kio_broker import KAFKA_APIS, TANSU_APIS, KioBroker, metadata_answer, running
 
 TOPIC = "__meta"
 PARTITIONS = 2
@@ -46,7 +40,7 @@ APIS = {**KAFKA_APIS, ApiKey.PRODUCE: (3, 12), ApiKey.INIT_PRODUCER_ID: (0, 5)}
 class Cluster:
     """Two brokers sharing one view of leaders and logs; each answers for its node id."""
 
-    nodes: dict[int, FakeBroker] = field(default_factory=dict)
+    nodes: dict[int, KioBroker] = field(default_factory=dict)
     leaders: dict[int, int] = field(default_factory=lambda: dict.fromkeys(range(PARTITIONS), 1))
     logs: dict[int, list[bytes]] = field(default_factory=lambda: {p: [] for p in range(PARTITIONS)})
     """Each partition's batches, with their base offsets set as a broker sets them."""
@@ -65,7 +59,7 @@ class Cluster:
         return ErrorCode.none
 
     def metadata(self, request: Any, version: int) -> Any:
-        return metadata_response(
+        return metadata_answer(
             version,
             brokers={node: broker.port for node, broker in self.nodes.items()},
             topic=TOPIC,
@@ -168,7 +162,7 @@ async def cluster() -> AsyncIterator[Cluster]:
     found = Cluster()
     async with AsyncExitStack() as stack:
         for node in (1, 2):
-            fake = FakeBroker(apis=dict(APIS))
+            fake = KioBroker(apis=dict(APIS))
             fake.handlers[ApiKey.METADATA] = found.metadata
             fake.handlers[ApiKey.INIT_PRODUCER_ID] = init_producer_id
             fake.handlers[ApiKey.PRODUCE] = functools.partial(found.produce, node)
@@ -178,7 +172,7 @@ async def cluster() -> AsyncIterator[Cluster]:
         yield found
 
 
-def produced(broker: FakeBroker) -> list[tuple[int, int, int]]:
+def produced(broker: KioBroker) -> list[tuple[int, int, int]]:
     """``(partition, producer id, base sequence)`` of every batch ``broker`` was sent."""
     rows = []
     for key, request in broker.requests:

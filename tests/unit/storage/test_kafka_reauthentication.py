@@ -20,12 +20,7 @@ from storage.kafka_client import connection as connection_module
 from storage.kafka_security import KafkaSecurityConfig
 from tests.conditions import wait_for
 from tests.fakes.clocks import ManualClock
-from tests.unit.storage.fake_broker import (
-    KAFKA_APIS,
-    SASL_APIS,
-    FakeBroker,
-    running,
-)
+from tests.fakes.kio_broker import KAFKA_APIS, SASL_APIS, KioBroker, running
 from tests.unit.storage.test_kafka_client import fetch_handler, metadata_handler
 
 LIFETIME_MS = 10_000
@@ -40,17 +35,15 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> ManualClock[float]:
 
 
 @pytest.fixture
-async def broker(clock: ManualClock[float]) -> AsyncIterator[FakeBroker]:
-    fake = FakeBroker(
-        apis={**KAFKA_APIS, **SASL_APIS}, session_lifetime_ms=LIFETIME_MS, clock=clock
-    )
+async def broker(clock: ManualClock[float]) -> AsyncIterator[KioBroker]:
+    fake = KioBroker(apis={**KAFKA_APIS, **SASL_APIS}, session_lifetime_ms=LIFETIME_MS, clock=clock)
     async with running(fake) as started:
         started.handlers[ApiKey.METADATA] = metadata_handler(started.port)
         started.handlers[ApiKey.FETCH] = fetch_handler(b"")
         yield started
 
 
-def plain_client(broker: FakeBroker) -> KafkaClient:
+def plain_client(broker: KioBroker) -> KafkaClient:
     security = KafkaSecurityConfig(
         security_protocol="SASL_PLAINTEXT",
         sasl_mechanism="PLAIN",
@@ -60,12 +53,12 @@ def plain_client(broker: FakeBroker) -> KafkaClient:
     return KafkaClient(f"127.0.0.1:{broker.port}", security=security)
 
 
-def requests_after(broker: FakeBroker, count: int) -> list[ApiKey]:
+def requests_after(broker: KioBroker, count: int) -> list[ApiKey]:
     return [key for key, _ in broker.requests[count:]]
 
 
 async def test_a_session_is_renewed_on_the_same_connection_before_it_expires(
-    broker: FakeBroker, clock: ManualClock[float]
+    broker: KioBroker, clock: ManualClock[float]
 ) -> None:
     async with plain_client(broker) as client:
         await client.metadata(())
@@ -83,7 +76,7 @@ async def test_a_session_is_renewed_on_the_same_connection_before_it_expires(
 
 
 async def test_a_connection_idle_past_its_session_renews_it_before_its_next_request(
-    broker: FakeBroker, clock: ManualClock[float]
+    broker: KioBroker, clock: ManualClock[float]
 ) -> None:
     async with plain_client(broker) as client:
         await client.metadata(())
@@ -96,7 +89,7 @@ async def test_a_connection_idle_past_its_session_renews_it_before_its_next_requ
 
 
 async def test_requests_in_flight_are_answered_and_the_others_wait_for_the_new_login(
-    broker: FakeBroker, clock: ManualClock[float]
+    broker: KioBroker, clock: ManualClock[float]
 ) -> None:
     broker.delay[ApiKey.FETCH] = 0.5
     async with plain_client(broker) as client:
@@ -117,7 +110,7 @@ async def test_requests_in_flight_are_answered_and_the_others_wait_for_the_new_l
 
 
 async def test_a_refused_renewal_fails_the_request_and_the_next_one_logs_in_afresh(
-    broker: FakeBroker, clock: ManualClock[float]
+    broker: KioBroker, clock: ManualClock[float]
 ) -> None:
     broker.refused_logins.add(2)
     async with plain_client(broker) as client:
@@ -132,7 +125,7 @@ async def test_a_refused_renewal_fails_the_request_and_the_next_one_logs_in_afre
 
 
 async def test_a_broker_that_does_not_limit_sessions_is_never_asked_again(
-    broker: FakeBroker, clock: ManualClock[float]
+    broker: KioBroker, clock: ManualClock[float]
 ) -> None:
     broker.session_lifetime_ms = 0
     async with plain_client(broker) as client:

@@ -42,13 +42,8 @@ from storage.rsm.base import RemoteResourceNotFoundError
 from storage.rsm.layout import RemoteLayout
 from storage.rsm.local import LocalRemoteStorage
 from tests.fakes.faulty_storage import FaultyStorage
-from tests.unit.proxy.remote.tiered_log import (
-    BASE_TIMESTAMP,
-    TP,
-    TieredLog,
-    data_batch,
-    marker,
-)
+from tests.fakes.record_batches import BASE_TIMESTAMP, data_batch, marker
+from tests.fakes.tiered_log import TP, TieredLog
 
 # -- brute force ---------------------------------------------------------------------------
 

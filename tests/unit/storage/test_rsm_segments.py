@@ -29,8 +29,8 @@ from storage.rsm.layout import RemoteLayout
 from storage.rsm.local import LocalRemoteStorage
 from storage.rsm.manifest import decode_manifest
 from storage.rsm.segments import MappedSegmentStorage, SegmentStorage
+from tests.fakes.record_batches import data_batch
 from tests.fakes.segments import segment_data, segment_metadata
-from tests.unit.proxy.remote.tiered_log import data_batch
 
 TOPIC = TopicIdPartition(topic_id=uuid.uuid4(), topic="payments", partition=0)
 KEY_A = os.urandom(32)

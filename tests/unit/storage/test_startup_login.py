@@ -18,26 +18,26 @@ from storage.config import ConfigError
 from storage.kafka_security import KafkaSecurityConfig
 from storage.startup import check_cluster_login
 from tests.certificates import KeyPair, Pki
-from tests.unit.proxy.fake_broker import FakeBroker
+from tests.fakes.wire_broker import WireBroker
 
 LOG = logging.getLogger("tests.startup_login")
 
 
-async def tls_broker(pair: KeyPair) -> FakeBroker:
+async def tls_broker(pair: KeyPair) -> WireBroker:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(pair.certificate, pair.key)
-    return await FakeBroker().start(tls=context)
+    return await WireBroker().start(tls=context)
 
 
 @pytest.fixture
-async def broker(pki: Pki) -> AsyncIterator[FakeBroker]:
+async def broker(pki: Pki) -> AsyncIterator[WireBroker]:
     server = await tls_broker(pki.broker)
     yield server
     await server.close()
 
 
 @pytest.fixture
-async def mismatched(pki: Pki) -> AsyncIterator[FakeBroker]:
+async def mismatched(pki: Pki) -> AsyncIterator[WireBroker]:
     server = await tls_broker(pki.mismatched)
     yield server
     await server.close()
@@ -48,7 +48,7 @@ def tls(ca: Path, **more: str) -> KafkaSecurityConfig:
 
 
 async def test_a_broker_certificate_from_the_configured_ca_passes_and_says_how(
-    broker: FakeBroker, pki: Pki, caplog: pytest.LogCaptureFixture
+    broker: WireBroker, pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=LOG.name)
 
@@ -58,7 +58,7 @@ async def test_a_broker_certificate_from_the_configured_ca_passes_and_says_how(
 
 
 async def test_a_certificate_for_another_host_is_refused_naming_the_names_to_fix(
-    mismatched: FakeBroker, pki: Pki
+    mismatched: WireBroker, pki: Pki
 ) -> None:
     with pytest.raises(ConfigError) as refused:
         await check_cluster_login(f"127.0.0.1:{mismatched.port}", tls(pki.ca), log=LOG)
@@ -73,7 +73,7 @@ async def test_a_certificate_for_another_host_is_refused_naming_the_names_to_fix
 
 
 async def test_without_endpoint_identification_the_host_is_not_checked(
-    mismatched: FakeBroker, pki: Pki
+    mismatched: WireBroker, pki: Pki
 ) -> None:
     """``upstream.ssl.endpoint.identification.algorithm = ""``, as in Kafka: CA only."""
     config = tls(pki.ca, ssl_endpoint_identification_algorithm="")
@@ -82,7 +82,7 @@ async def test_without_endpoint_identification_the_host_is_not_checked(
 
 
 async def test_a_certificate_from_another_ca_is_refused_naming_the_ca_setting(
-    broker: FakeBroker, pki: Pki
+    broker: WireBroker, pki: Pki
 ) -> None:
     with pytest.raises(ConfigError) as refused:
         await check_cluster_login(f"127.0.0.1:{broker.port}", tls(pki.stranger_ca), log=LOG)

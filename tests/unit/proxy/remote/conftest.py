@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from tests.unit.proxy.fake_broker import FakeBroker
+from tests.fakes.wire_broker import WireBroker
 from tests.unit.proxy.remote.env import Env, EnvFactory, start_env
 
 
 @pytest.fixture
 async def make_env(
-    tmp_path: Path, fake_broker: FakeBroker, make_proxy: Any
+    tmp_path: Path, fake_broker: WireBroker, make_proxy: Any
 ) -> AsyncIterator[EnvFactory]:
     """Start environments (at most one per test is usual); torn down after the test."""
     made: list[Env] = []

@@ -25,16 +25,13 @@ from storage.kafka_client import ListedOffset
 from storage.rsm.local import LocalRemoteStorage
 from storage.tiering.config import TieringConfig
 from tests.fakes.faulty_storage import MappedFaultyStorage
-from tests.unit.proxy.fake_broker import FakeBroker
-from tests.unit.proxy.remote.scripted_broker import (
-    KafkaClient,
-    ModelPartition,
-    ScriptedBroker,
-    batches_of,
-    fetch_request,
-    partitions_of,
-)
-from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch
+from tests.fakes.kafka_requests import fetch_request
+from tests.fakes.kafka_responses import partitions_of
+from tests.fakes.kio_client import KioClient
+from tests.fakes.model_broker import ModelBroker, ModelPartition
+from tests.fakes.record_batches import batches_of, data_batch
+from tests.fakes.tiered_log import TP, TieredLog
+from tests.fakes.wire_broker import WireBroker
 
 PIPELINE_CLIENT_ID = TieringConfig().client_id
 """The tiering pipeline's client id, as ``tierproxy serve`` takes it from the settings."""
@@ -49,7 +46,7 @@ class ModelLister:
     """The proxy's own ListOffsets, answered in-process as the scripted broker answers them
     (the wire is the product's Kafka client's, tested against Apache Kafka)."""
 
-    def __init__(self, broker: ScriptedBroker) -> None:
+    def __init__(self, broker: ModelBroker) -> None:
         self.broker = broker
 
     async def list_offsets(
@@ -79,14 +76,14 @@ class ModelLister:
 @dataclass
 class Env:
     log: TieredLog
-    broker: ScriptedBroker
+    broker: ModelBroker
     model: ModelPartition
     path: ReadPath
     metrics: RemoteMetrics
     running: contextlib.AsyncExitStack
     """Closes the read path's services."""
     proxy: ProxyServer
-    client: KafkaClient
+    client: KioClient
     storage: MappedFaultyStorage
     all_batches: list[bytes]
 
@@ -143,7 +140,7 @@ async def consume(env: Env, version: int, **options: Any) -> list[bytes]:
 
 async def start_env(
     tmp_path: Path,
-    fake_broker: FakeBroker,
+    fake_broker: WireBroker,
     make_proxy: Any,
     *,
     index: int,
@@ -185,7 +182,7 @@ async def start_env(
     partitions = {(TOPIC, 0): model}
     for number, batches in (untiered or {}).items():
         partitions[(TOPIC, number)] = ModelPartition(batches=batches)
-    broker = ScriptedBroker(partitions=partitions, topic_ids={TOPIC: TP.topic_id})
+    broker = ModelBroker(partitions=partitions, topic_ids={TOPIC: TP.topic_id})
     fake_broker.script = broker.script
     if proxy_asks_offsets:
         fake_broker.topics = {TOPIC: (TP.topic_id, len(partitions))}
@@ -206,7 +203,7 @@ async def start_env(
         path, config=config, publish=log.publish, pipeline_client_id=PIPELINE_CLIENT_ID
     )
     proxy = await make_proxy(fake_broker, interceptors=interceptors, **(proxy_settings or {}))
-    client = await KafkaClient.connect(proxy)
+    client = await KioClient.connect(proxy)
     env = Env(
         log=log,
         broker=broker,

@@ -17,6 +17,7 @@ from protocol.errors import KafkaError
 from protocol.fetch_bodies import FetchPosition, PartitionKey
 from protocol.records import parse_batch_header
 from proxy.remote.broker_checks import BrokerChecks
+from tests.fakes.record_batches import batches_of
 from tests.unit.proxy.remote.env import (
     LAST,
     TIERED_END,
@@ -27,7 +28,6 @@ from tests.unit.proxy.remote.env import (
     fetch,
     only,
 )
-from tests.unit.proxy.remote.scripted_broker import batches_of
 
 _REUSE_FOREVER = 3_600_000
 """A reuse interval no test outlives: whether the broker is asked depends on the rules only."""

@@ -38,8 +38,9 @@ from storage.kafka_client import READ_COMMITTED, BrokerConnectionError, ListedOf
 from storage.model import TopicIdPartition
 from tests.conditions import wait_for
 from tests.fakes.clocks import ManualClock
+from tests.fakes.kafka_responses import metadata_topics
+from tests.fakes.record_batches import batches_of
 from tests.unit.proxy.conftest import through
-from tests.unit.proxy.fake_broker import metadata_topics
 from tests.unit.proxy.remote.env import (
     LAST,
     TIERED_END,
@@ -50,7 +51,6 @@ from tests.unit.proxy.remote.env import (
     metadata_call,
     only,
 )
-from tests.unit.proxy.remote.scripted_broker import batches_of
 
 TOPIC_ID = uuid.UUID(int=7)
 REMOTE_END = 29

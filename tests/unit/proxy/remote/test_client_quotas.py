@@ -10,8 +10,8 @@ import pytest
 from protocol.messages import ApiKey
 from proxy.remote.client_quotas import ClientQuotas, QuotaEntity
 from tests.fakes.clocks import ManualClock
+from tests.fakes.kafka_requests import fetch_request
 from tests.unit.proxy.remote.env import TOPIC, Env, EnvFactory, fetch, only
-from tests.unit.proxy.remote.scripted_broker import fetch_request
 
 
 def quotas(clock: ManualClock[float], **bounds: int) -> ClientQuotas:

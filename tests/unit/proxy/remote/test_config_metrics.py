@@ -15,7 +15,8 @@ from proxy.remote.metrics import RemoteMetrics
 from proxy.settings import settings_from_flat
 from storage.config import ConfigError, from_settings
 from storage.rsm.segments import StorageCounters
-from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch
+from tests.fakes.record_batches import data_batch
+from tests.fakes.tiered_log import TP, TieredLog
 
 
 def test_kafka_names_and_defaults() -> None:

@@ -10,13 +10,14 @@ from typing import Any
 from protocol.errors import KafkaError
 from protocol.messages import ApiKey, build, nested_class, request_class
 from protocol.records import parse_batch_header
+from tests.fakes.kio_client import KioClient
+from tests.fakes.record_batches import batches_of
+from tests.fakes.tiered_log import TP
 from tests.unit.proxy.remote.env import LAST, TIERED_END, TOPIC, EnvFactory, fetch, only
-from tests.unit.proxy.remote.scripted_broker import KafkaClient, batches_of
 from tests.unit.proxy.remote.test_offsets_interceptors import list_offset
-from tests.unit.proxy.remote.tiered_log import TP
 
 
-async def delete_records(client: KafkaClient, offset: int, client_id: str = "ops") -> Any:
+async def delete_records(client: KioClient, offset: int, client_id: str = "ops") -> Any:
     body_class = request_class(ApiKey.DELETE_RECORDS, 2)
     topic_class = nested_class(body_class, "topics")
     partition_class = nested_class(topic_class, "partitions")

@@ -17,9 +17,11 @@ from protocol.messages import ApiKey, encode_request
 from protocol.records import parse_batch_header
 from proxy.exchange_memory import ExchangeMemory
 from tests.conditions import wait_for
-from tests.unit.proxy.fake_broker import FakeBroker, Script
+from tests.fakes.kafka_requests import fetch_request
+from tests.fakes.kio_client import KioClient
+from tests.fakes.record_batches import batches_of
+from tests.fakes.wire_broker import Script, WireBroker
 from tests.unit.proxy.remote.env import TOPIC, Env, EnvFactory, only
-from tests.unit.proxy.remote.scripted_broker import KafkaClient, batches_of, fetch_request
 
 
 def holds(part: object, offset: int) -> bool:
@@ -37,7 +39,7 @@ def memory_of(env: Env) -> ExchangeMemory:
 
 
 async def test_a_long_polled_fetch_keeps_its_plan_while_memory_is_short(
-    make_env: EnvFactory, fake_broker: FakeBroker
+    make_env: EnvFactory, fake_broker: WireBroker
 ) -> None:
     """The first Fetch waits at the broker (its probe long-polled) while a second client
     asks; the bound is below one plan. The second Fetch waits to be read, and the first is
@@ -59,7 +61,7 @@ async def test_a_long_polled_fetch_keeps_its_plan_while_memory_is_short(
         env.client.call(ApiKey.FETCH, 12, fetch_request(12, [(TOPIC, 0, 3, 1 << 20)]), 30)
     )
     await wait_for(lambda: bool(fetches), what="the first Fetch reached the broker")
-    other = await KafkaClient.connect(env.proxy)
+    other = await KioClient.connect(env.proxy)
     try:
         second = asyncio.create_task(
             other.call(ApiKey.FETCH, 12, fetch_request(12, [(TOPIC, 0, 5, 1 << 20)]), 30)
@@ -75,7 +77,7 @@ async def test_a_long_polled_fetch_keeps_its_plan_while_memory_is_short(
 
 
 async def test_a_closed_connection_releases_the_plans_of_its_fetches_in_flight(
-    make_env: EnvFactory, fake_broker: FakeBroker
+    make_env: EnvFactory, fake_broker: WireBroker
 ) -> None:
     env = await make_env()
     release = asyncio.Event()

@@ -24,6 +24,11 @@ from storage.model import RemoteLogSegmentState as S
 from storage.rsm.base import RemoteResourceNotFoundError, RemoteStorageError
 from storage.rsm.layout import RemoteLayout
 from tests.conditions import wait_for
+from tests.fakes.kafka_requests import fetch_request
+from tests.fakes.kafka_responses import partitions_of
+from tests.fakes.kio_client import KioClient
+from tests.fakes.model_broker import ModelPartition
+from tests.fakes.record_batches import batches_of, data_batch, marker
 from tests.unit.proxy.remote.env import (
     LAST,
     TIERED_END,
@@ -33,14 +38,6 @@ from tests.unit.proxy.remote.env import (
     fetch,
     only,
 )
-from tests.unit.proxy.remote.scripted_broker import (
-    KafkaClient,
-    ModelPartition,
-    batches_of,
-    fetch_request,
-    partitions_of,
-)
-from tests.unit.proxy.remote.tiered_log import data_batch, marker
 
 
 @pytest.mark.parametrize("version", INTERCEPTED_VERSIONS[ApiKey.FETCH])
@@ -164,7 +161,7 @@ async def test_slow_storage_returns_within_max_wait_and_warms_the_cache(
 async def test_a_full_reader_queue_gives_retriable_errors(make_env: EnvFactory) -> None:
     env = await make_env(reader_threads=1, reader_max_pending_tasks=0)
     env.storage.delay = 0.3
-    other = await KafkaClient.connect(env.proxy)
+    other = await KioClient.connect(env.proxy)
     try:
         first = asyncio.create_task(fetch(env, 12, 0))
         await wait_for(lambda: env.storage.index_reads > 0, what="the one reader is busy")
@@ -355,7 +352,7 @@ async def test_an_undecodable_answer_to_a_rewritten_fetch_closes_that_connection
     """Passed on raw, the broker's answer to a probe would put the probe's records at the
     client's position: the connection is closed instead, and other clients go on."""
     env = await make_env()
-    bystander = await KafkaClient.connect(env.proxy)
+    bystander = await KioClient.connect(env.proxy)
     try:
         env.broker.garble_fetches = True
         with pytest.raises(ConnectionError):
@@ -423,7 +420,7 @@ async def test_closed_connections_take_their_fetch_sessions_along(make_env: EnvF
         ApiKey.FETCH, 12, fetch_request(12, [(TOPIC, 0, 0, 1 << 20)], session_epoch=0)
     )
     for _ in range(10):
-        passer_by = await KafkaClient.connect(env.proxy)
+        passer_by = await KioClient.connect(env.proxy)
         request = fetch_request(12, [(TOPIC, 0, 5, 1 << 20)], session_epoch=0)
         await passer_by.call(ApiKey.FETCH, 12, request)
         await passer_by.close()
@@ -470,7 +467,7 @@ async def test_no_remote_read_before_the_broker_lets_the_connection_read(
     reads = env.metrics.requests.labels(TOPIC)
     before = reads._value.get()
     env.model.error = KafkaError.TOPIC_AUTHORIZATION_FAILED
-    stranger = await KafkaClient.connect(env.proxy)
+    stranger = await KioClient.connect(env.proxy)
     try:
         request = fetch_request(12, [(TOPIC, 0, 10, 1 << 20)])
         part = only(await stranger.call(ApiKey.FETCH, 12, request))
@@ -502,7 +499,7 @@ async def test_a_refusal_cancels_the_read_started_with_the_request(
         return await read(tp, offset, *args, **kwargs)
 
     monkeypatch.setattr(env.path.reader, "read", recorded)
-    other = await KafkaClient.connect(env.proxy)
+    other = await KioClient.connect(env.proxy)
     try:
         busy = asyncio.create_task(
             other.call(ApiKey.FETCH, 12, fetch_request(12, [(TOPIC, 0, 20, 1 << 20)]))

@@ -14,8 +14,8 @@ from prometheus_client import generate_latest
 
 from protocol.errors import KafkaError
 from protocol.records import parse_batch_header
+from tests.fakes.record_batches import batches_of
 from tests.unit.proxy.remote.env import LAST, TIERED_END, TOPIC, EnvFactory, fetch, only
-from tests.unit.proxy.remote.scripted_broker import batches_of
 from tests.unit.proxy.remote.test_offsets_interceptors import list_offset
 
 BROKER_START = TIERED_END + 5

@@ -11,42 +11,19 @@ import pytest
 
 from protocol.errors import KafkaError
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
-from protocol.messages import ApiKey, build, nested_class, request_class, response_class
+from protocol.messages import ApiKey, build, nested_class, response_class
 from proxy.interceptors.topic_ids import MetadataTopicIds
 from storage.rsm.base import RemoteStorageError
+from tests.fakes.kafka_requests import list_offsets_request, offset_for_leader_epoch_request
+from tests.fakes.record_batches import BASE_TIMESTAMP, data_batch
+from tests.fakes.tiered_log import TP
 from tests.unit.proxy.conftest import through
 from tests.unit.proxy.remote.env import LAST, TIERED_END, TOPIC, Env, EnvFactory, metadata_call
-from tests.unit.proxy.remote.tiered_log import BASE_TIMESTAMP, TP, data_batch
-
-
-def list_offsets_request(version: int, timestamp: int, topic: str = TOPIC) -> Any:
-    body_class = request_class(ApiKey.LIST_OFFSETS, version)
-    topic_class = nested_class(body_class, "topics")
-    partition_class = nested_class(topic_class, "partitions")
-    return build(
-        body_class,
-        replica_id=-1,
-        isolation_level=0,
-        timeout=datetime.timedelta(seconds=30),
-        topics=(
-            topic_class(
-                name=topic,
-                partitions=(
-                    build(
-                        partition_class,
-                        partition_index=0,
-                        current_leader_epoch=-1,
-                        timestamp=timestamp,
-                    ),
-                ),
-            ),
-        ),
-    )
 
 
 async def list_offset(env: Env, version: int, timestamp: int) -> Any:
     response = await env.client.call(
-        ApiKey.LIST_OFFSETS, version, list_offsets_request(version, timestamp)
+        ApiKey.LIST_OFFSETS, version, list_offsets_request(version, timestamp, topic=TOPIC)
     )
     return response.topics[0].partitions[0]
 
@@ -167,24 +144,6 @@ async def test_broker_errors_stand(make_env: EnvFactory) -> None:
 # -- OffsetForLeaderEpoch ------------------------------------------------------------------
 
 
-def epoch_request(version: int, epoch: int) -> Any:
-    body_class = request_class(ApiKey.OFFSET_FOR_LEADER_EPOCH, version)
-    topic_class = nested_class(body_class, "topics")
-    partition_class = nested_class(topic_class, "partitions")
-    return build(
-        body_class,
-        replica_id=-1,
-        topics=(
-            topic_class(
-                topic=TOPIC,
-                partitions=(
-                    partition_class(partition=0, current_leader_epoch=-1, leader_epoch=epoch),
-                ),
-            ),
-        ),
-    )
-
-
 @pytest.mark.parametrize("version", [2, 3, 4])
 async def test_epochs_only_the_remote_tier_knows(make_env: EnvFactory, version: int) -> None:
     tiered = [data_batch(0, 5, epoch=0), data_batch(5, 5, epoch=1)]
@@ -198,7 +157,9 @@ async def test_epochs_only_the_remote_tier_knows(make_env: EnvFactory, version: 
     answers = []
     for epoch in (0, 1, 2):
         response = await env.client.call(
-            ApiKey.OFFSET_FOR_LEADER_EPOCH, version, epoch_request(version, epoch)
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            version,
+            offset_for_leader_epoch_request(version, epoch, topic=TOPIC),
         )
         part = response.topics[0].partitions[0]
         answers.append((part.leader_epoch, part.end_offset))

@@ -8,8 +8,8 @@ import uuid
 from proxy.remote.topic_ids import TopicIds
 from storage.model import RemotePartitionDeleteState
 from tests.conditions import wait_for
+from tests.fakes.tiered_log import TP
 from tests.unit.proxy.remote.env import TOPIC, EnvFactory, fetch, only
-from tests.unit.proxy.remote.tiered_log import TP
 
 
 async def test_names_asked_without_ids_are_looked_up_at_once() -> None:

@@ -19,7 +19,8 @@ from storage.spark_source.options import parse_options
 from storage.spark_source.planner import concurrently, plan_tasks
 from storage.spark_source.read import remote_columns, transactions_of
 from storage.spark_source.slices import RemoteSlice
-from tests.unit.proxy.remote.tiered_log import TP, TieredLog, data_batch
+from tests.fakes.record_batches import data_batch
+from tests.fakes.tiered_log import TP, TieredLog
 
 PART = PartitionInfo(topic=TP.topic, partition=TP.partition, leader=0, tp=TP)
 

@@ -1,9 +1,10 @@
-"""Build a real remote tier in a directory: segments from record batches, their indexes, the
-objects in a local-directory RSM and their metadata in a metadata cache.
+"""A builder of a real remote tier in a directory: segments from record batches, their
+indexes, the objects in a local-directory RSM and their metadata in a metadata cache.
 
-Shared by the remote reader's and the interceptors' unit tests. Nothing here is a fake:
-the segment builder, the local remote storage, the metadata cache and the caches are the
-production classes, so a read goes through exactly the code the proxy runs.
+Shared by the remote reader's, the interceptors' and the Spark source's unit tests. Nothing
+here is a fake: the segment builder, the local remote storage, the metadata cache and the
+caches are the production classes, so a read goes through exactly the code the proxy runs.
+Only the metadata topic is left out: a record published applies to the cache at once.
 """
 
 from __future__ import annotations
@@ -16,14 +17,7 @@ from pathlib import Path
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.indexes.producer_snapshot import ProducerSnapshotEntry
 from protocol.metadata_records import MetadataRecord
-from protocol.records import (
-    Compression,
-    ControlType,
-    Record,
-    build_control_batch,
-    build_record_batch,
-    parse_batch_header,
-)
+from protocol.records import parse_batch_header
 from storage.chunk_cache import ChunkCache
 from storage.index_cache import RemoteIndexCache
 from storage.model import (
@@ -37,52 +31,9 @@ from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rsm.base import RemoteStorageManager
 from storage.rsm.local import LocalRemoteStorage
 from storage.segment.builder import SegmentBuilder
+from tests.fakes.record_batches import BASE_TIMESTAMP
 
 TP = TopicIdPartition(topic_id=uuid.UUID(int=7), topic="tiered", partition=0)
-BASE_TIMESTAMP = 1_700_000_000_000
-
-
-def data_batch(
-    offset: int,
-    count: int,
-    *,
-    epoch: int = 0,
-    value_size: int = 10,
-    timestamp: int | None = None,
-    compression: Compression = Compression.NONE,
-    producer_id: int = -1,
-    transactional: bool = False,
-) -> bytes:
-    """A batch of ``count`` records from ``offset``; record ``o`` has timestamp base + o."""
-    start = BASE_TIMESTAMP + offset if timestamp is None else timestamp
-    records = [
-        Record(
-            key=str(offset + i).encode(), value=bytes([i % 251]) * value_size, timestamp=start + i
-        )
-        for i in range(count)
-    ]
-    return build_record_batch(
-        base_offset=offset,
-        records=records,
-        compression=compression,
-        partition_leader_epoch=epoch,
-        producer_id=producer_id,
-        producer_epoch=0 if producer_id >= 0 else -1,
-        base_sequence=0 if producer_id >= 0 else -1,
-        is_transactional=transactional,
-    )
-
-
-def marker(offset: int, producer_id: int, control: ControlType, *, epoch: int = 0) -> bytes:
-    """A COMMIT or ABORT marker of ``producer_id`` at ``offset``."""
-    return build_control_batch(
-        base_offset=offset,
-        control_type=control,
-        producer_id=producer_id,
-        producer_epoch=0,
-        timestamp=BASE_TIMESTAMP + offset,
-        partition_leader_epoch=epoch,
-    )
 
 
 @dataclass

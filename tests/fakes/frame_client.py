@@ -1,0 +1,82 @@
+"""A bare Kafka-framing client for the proxy's unit tests: it writes frames and reads whole
+response payloads, and decodes nothing.
+
+Rules: a read waits at most ``seconds`` (generous by default, as :mod:`tests.conditions`
+explains) and fails with ``ConnectionError`` if the peer closes first. Every client still
+open is listed in :attr:`FrameClient.still_open`, so that a fixture can close, in the test's
+own event loop, those a failing test left open (the proxy tests' ``_close_clients``):
+left to the garbage collector, they would warn (a ResourceWarning, an error under
+``filterwarnings = error``) in whichever later test happens to collect them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from typing import ClassVar
+
+from protocol.frames import FrameDecoder
+from proxy.server import ProxyServer
+from tests.conditions import GENEROUS_S
+
+__all__ = ["FrameClient", "frame"]
+
+
+def frame(payload: bytes) -> bytes:
+    """``payload`` with its size in front, as one Kafka frame."""
+    return struct.pack(">i", len(payload)) + payload
+
+
+class FrameClient:
+    """One connection to a proxy's listener (see the module)."""
+
+    still_open: ClassVar[set[FrameClient]] = set()
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self._decoder = FrameDecoder(1 << 30)
+        self.still_open.add(self)
+
+    @classmethod
+    async def connect(cls, server: ProxyServer, node_index: int = 0) -> FrameClient:
+        address = server.routes[node_index].advertised
+        reader, writer = await asyncio.open_connection(address.host, address.port)
+        return cls(reader, writer)
+
+    async def send(self, framed: bytes) -> None:
+        self.writer.write(framed)
+        await self.writer.drain()
+
+    async def receive(self, seconds: float = GENEROUS_S) -> bytes:
+        async with asyncio.timeout(seconds):
+            while True:
+                received = self._decoder.next_frame()
+                if isinstance(received, bytes):
+                    return received
+                assert received is None, received
+                data = await self.reader.read(1 << 20)
+                if not data:
+                    raise ConnectionError("proxy closed the connection")
+                self._decoder.feed(data)
+
+    async def closed(self, seconds: float = GENEROUS_S) -> bool:
+        """Whether the proxy closes this connection within ``seconds`` (reading to EOF);
+        if it did, our side is closed too."""
+        try:
+            async with asyncio.timeout(seconds):
+                while await self.reader.read(1 << 20):
+                    pass
+        except TimeoutError:
+            return False
+        except ConnectionError:
+            pass
+        await self.close()
+        return True
+
+    async def close(self) -> None:
+        self.still_open.discard(self)
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()
