@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from kio.static.primitive import Records
@@ -31,6 +31,7 @@ __all__ = [
     "list_offsets_response",
     "metadata_body",
     "metadata_topics",
+    "partition_answers",
     "partitions_of",
     "plain_authenticate_body",
     "plain_handshake_body",
@@ -146,6 +147,37 @@ def plain_authenticate_body(
         auth_bytes=b"",
         session_lifetime=datetime.timedelta(milliseconds=session_lifetime_ms),
     )
+
+
+def partition_answers(
+    api_key: ApiKey,
+    version: int,
+    request: Any,
+    answer: Callable[[str, Any], dict[str, Any]],
+    *,
+    topic_field: str = "name",
+    partition_field: str = "partition_index",
+) -> Any:
+    """The answer to a request whose topics list partitions, as ListOffsets, DeleteRecords
+    and OffsetForLeaderEpoch do: every partition asked for, in order, with the fields
+    ``answer(topic, requested partition)`` gives. ``topic_field`` and ``partition_field``
+    name the topic and the partition index in the request and the answer alike."""
+    body_class = response_class(api_key, version)
+    topic_class = nested_class(body_class, "topics")
+    partition_class = nested_class(topic_class, "partitions")
+    topics = []
+    for topic in request.topics:
+        name = getattr(topic, topic_field)
+        parts = tuple(
+            build(
+                partition_class,
+                **{partition_field: getattr(part, partition_field)},
+                **answer(name, part),
+            )
+            for part in topic.partitions
+        )
+        topics.append(build(topic_class, **{topic_field: name}, partitions=parts))
+    return build(body_class, throttle_time=datetime.timedelta(0), topics=tuple(topics))
 
 
 def list_offsets_response(version: int = 1, offset: int = 5) -> Any:

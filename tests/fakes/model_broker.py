@@ -35,7 +35,7 @@ from protocol.messages import (
     response_class,
 )
 from protocol.records import parse_batch_header
-from tests.fakes.kafka_responses import response_payload
+from tests.fakes.kafka_responses import partition_answers, response_payload
 from tests.fakes.record_batches import record_timestamps
 
 
@@ -218,21 +218,18 @@ class ModelBroker:
         topic_field: str = "name",
         partition_field: str = "partition_index",
     ) -> Any:
-        """The ``api_key`` answer to ``request``: every partition asked for, in order, with
-        the fields ``answer`` gives for its model and the request's partition."""
-        body_class = response_class(api_key, version)
-        topic_class = nested_class(body_class, "topics")
-        partition_class = nested_class(topic_class, "partitions")
-        topics = []
-        for topic in request.topics:
-            name = getattr(topic, topic_field)
-            parts = []
-            for part in topic.partitions:
-                index = getattr(part, partition_field)
-                fields = answer(self.partitions[(name, index)], part)
-                parts.append(build(partition_class, **{partition_field: index}, **fields))
-            topics.append(build(topic_class, **{topic_field: name}, partitions=tuple(parts)))
-        return build(body_class, throttle_time=datetime.timedelta(0), topics=tuple(topics))
+        """The ``api_key`` answer to ``request``, each partition's fields from ``answer``
+        for its model and the request's partition."""
+        return partition_answers(
+            api_key,
+            version,
+            request,
+            lambda topic, part: answer(
+                self.partitions[(topic, getattr(part, partition_field))], part
+            ),
+            topic_field=topic_field,
+            partition_field=partition_field,
+        )
 
     def _list_offsets(self, version: int, request: Any) -> Any:
         return self._per_partition(ApiKey.LIST_OFFSETS, version, request, self._list_offset)

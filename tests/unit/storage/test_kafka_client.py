@@ -34,6 +34,7 @@ from storage.kafka_client import (
     broker_kind_from_api_versions,
     parse_bootstrap,
 )
+from tests.fakes.kafka_responses import partition_answers
 from tests.fakes.kio_broker import (
     KAFKA_APIS,
     TANSU_APIS,
@@ -220,55 +221,24 @@ async def test_delete_records_is_never_sent_to_tansu(broker: KioBroker) -> None:
 
 async def test_delete_records_and_list_offsets_on_kafka(broker: KioBroker) -> None:
     def delete(request: Any, version: int) -> Any:
-        cls = response_class(ApiKey.DELETE_RECORDS, version)
-        topic_cls = nested_class(cls, "topics")
-        partition_cls = nested_class(topic_cls, "partitions")
-        return build(
-            cls,
-            throttle_time=datetime.timedelta(0),
-            topics=tuple(
-                build(
-                    topic_cls,
-                    name=t.name,
-                    partitions=tuple(
-                        build(
-                            partition_cls,
-                            partition_index=p.partition_index,
-                            low_watermark=p.offset,
-                            error_code=ErrorCode.none,
-                        )
-                        for p in t.partitions
-                    ),
-                )
-                for t in request.topics
-            ),
+        return partition_answers(
+            ApiKey.DELETE_RECORDS,
+            version,
+            request,
+            lambda _topic, p: {"low_watermark": p.offset, "error_code": ErrorCode.none},
         )
 
     def list_offsets(request: Any, version: int) -> Any:
-        cls = response_class(ApiKey.LIST_OFFSETS, version)
-        topic_cls = nested_class(cls, "topics")
-        partition_cls = nested_class(topic_cls, "partitions")
-        return build(
-            cls,
-            throttle_time=datetime.timedelta(0),
-            topics=tuple(
-                build(
-                    topic_cls,
-                    name=t.name,
-                    partitions=tuple(
-                        build(
-                            partition_cls,
-                            partition_index=p.partition_index,
-                            error_code=ErrorCode.none,
-                            timestamp=-1,
-                            offset=-p.timestamp * 10,
-                            leader_epoch=3,
-                        )
-                        for p in t.partitions
-                    ),
-                )
-                for t in request.topics
-            ),
+        return partition_answers(
+            ApiKey.LIST_OFFSETS,
+            version,
+            request,
+            lambda _topic, p: {
+                "error_code": ErrorCode.none,
+                "timestamp": -1,
+                "offset": -p.timestamp * 10,
+                "leader_epoch": 3,
+            },
         )
 
     broker.handlers[ApiKey.DELETE_RECORDS] = delete

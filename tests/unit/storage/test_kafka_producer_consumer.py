@@ -28,6 +28,7 @@ from storage.kafka_client.leaders import TopicAuthorizationError
 from storage.kafka_client.producer import TopicProducer
 from storage.retry import RetryPolicy
 from storage.retry_log import RetryLog
+from tests.fakes.kafka_responses import partition_answers
 from tests.fakes.kio_broker import KAFKA_APIS, TANSU_APIS, KioBroker, metadata_answer, running
 
 TOPIC = "__meta"
@@ -126,24 +127,16 @@ class Cluster:
         )
 
     def list_offsets(self, node: int, request: Any, version: int) -> Any:
-        cls = response_class(ApiKey.LIST_OFFSETS, version)
-        topic_cls = nested_class(cls, "topics")
-        partition_cls = nested_class(topic_cls, "partitions")
-        answers = tuple(
-            build_entity(
-                partition_cls,
-                partition_index=p.partition_index,
-                error_code=self.error_for(node, p.partition_index),
-                timestamp=-1,
-                offset=self.log_start if p.timestamp == -2 else self.end(p.partition_index),
-                leader_epoch=0,
-            )
-            for p in request.topics[0].partitions
-        )
-        return build_entity(
-            cls,
-            throttle_time=datetime.timedelta(0),
-            topics=(build_entity(topic_cls, name=TOPIC, partitions=answers),),
+        return partition_answers(
+            ApiKey.LIST_OFFSETS,
+            version,
+            request,
+            lambda _topic, p: {
+                "error_code": self.error_for(node, p.partition_index),
+                "timestamp": -1,
+                "offset": self.log_start if p.timestamp == -2 else self.end(p.partition_index),
+                "leader_epoch": 0,
+            },
         )
 
 
