@@ -1,7 +1,7 @@
 """Connection pairs against the scripted fake broker: order, pipelining, back-pressure, closing.
 
 Every test runs a real ProxyServer on 127.0.0.1 in front of a WireBroker (see
-fake_broker.py) and talks to it with a bare framing client.
+:mod:`tests.fakes.wire_broker`) and talks to it with a bare framing client.
 """
 
 from __future__ import annotations

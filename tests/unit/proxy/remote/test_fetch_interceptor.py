@@ -1,7 +1,7 @@
 """The Fetch interceptor in a real proxy in front of an IN-PROCESS SCRIPTED BROKER MODEL.
 
 The remote tier is real (segment builder, local-directory RSM, metadata cache, caches); the
-broker is :mod:`tests.unit.proxy.remote.scripted_broker`, whose local log starts after the
+broker is :mod:`tests.fakes.model_broker`, whose local log starts after the
 tiered range, so consumers from offset 0 take the OFFSET_OUT_OF_RANGE branch.
 """
 
