@@ -1,5 +1,5 @@
 """A bare Kafka-framing client for the proxy's unit tests: it writes frames and reads whole
-response payloads, and decodes nothing.
+response payloads, and decodes nothing; and the framed requests such a client sends.
 
 Rules: a read waits at most ``seconds`` (generous by default, as :mod:`tests.conditions`
 explains) and fails with ``ConnectionError`` if the peer closes first. Every client still
@@ -14,18 +14,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from protocol.frames import FrameDecoder
+from protocol.headers import encode_request_header
+from protocol.messages import ApiKey, encode_request
 from proxy.server import ProxyServer
 from tests.conditions import GENEROUS_S
+from tests.fakes.kafka_requests import api_versions_request, metadata_request
 
-__all__ = ["FrameClient", "frame"]
+__all__ = ["FrameClient", "api_versions_frame", "frame", "metadata_frame", "request_frame"]
 
 
 def frame(payload: bytes) -> bytes:
     """``payload`` with its size in front, as one Kafka frame."""
     return struct.pack(">i", len(payload)) + payload
+
+
+def request_frame(
+    api_key: int, version: int, correlation_id: int, body: Any, *, client_id: str = "t"
+) -> bytes:
+    """``body`` as one framed request of ``version`` from ``client_id``."""
+    header = encode_request_header(api_key, version, correlation_id, client_id)
+    return frame(header + encode_request(body))
+
+
+def metadata_frame(correlation_id: int, version: int = 12) -> bytes:
+    """A framed Metadata request for every topic."""
+    return request_frame(ApiKey.METADATA, version, correlation_id, metadata_request(version))
+
+
+def api_versions_frame(correlation_id: int, version: int = 3) -> bytes:
+    """A framed ApiVersions request."""
+    return request_frame(
+        ApiKey.API_VERSIONS, version, correlation_id, api_versions_request(version)
+    )
 
 
 class FrameClient:

@@ -16,9 +16,11 @@ from typing import Any
 from protocol.messages import ApiKey, build, nested_class, request_class
 
 __all__ = [
+    "api_versions_request",
     "empty_fetch_request",
     "fetch_request",
     "list_offsets_request",
+    "metadata_request",
     "offset_for_leader_epoch_request",
 ]
 
@@ -157,4 +159,28 @@ def offset_for_leader_epoch_request(
                 ),
             ),
         ),
+    )
+
+
+def metadata_request(version: int, topics: Sequence[str] | None = None) -> Any:
+    """A client's Metadata of ``topics`` (all topics for ``None``), creating none."""
+    body_class = request_class(ApiKey.METADATA, version)
+    topic_class = nested_class(body_class, "topics")
+    return build(
+        body_class,
+        topics=None
+        if topics is None
+        else tuple(build(topic_class, name=name, topic_id=uuid.UUID(int=0)) for name in topics),
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+
+
+def api_versions_request(version: int) -> Any:
+    """A client's ApiVersions, naming itself ``t`` version ``1`` (v3+)."""
+    return build(
+        request_class(ApiKey.API_VERSIONS, version),
+        client_software_name="t",
+        client_software_version="1",
     )

@@ -25,9 +25,8 @@ from protocol.messages import ApiKey, decode_response
 from proxy.config import ProxyConfig
 from proxy.server import ProxyServer
 from tests.conditions import GENEROUS_S
-from tests.fakes.frame_client import frame
+from tests.fakes.frame_client import api_versions_frame, frame, metadata_frame
 from tests.fakes.wire_broker import WireBroker, raw_request
-from tests.unit.proxy.test_server import api_versions_frame, metadata_frame
 
 MAX_REQUEST = 1024 * 1024
 

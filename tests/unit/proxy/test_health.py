@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from proxy.config import ProxyConfig
+from proxy.embedded import free_port
 from proxy.health import STALE_INTERVALS, Liveness, Readiness, Verdict
 from proxy.health_endpoint import EndpointError, endpoint_settings, serving
 from proxy.metrics import ProxyMetrics
@@ -23,7 +24,6 @@ from storage.config import ConfigError
 from tests.certificates import Pki
 from tests.conditions import wait_for
 from tests.fakes.clocks import ManualClock
-from tests.unit.proxy.test_server import free_port
 
 
 def test_ready_only_when_every_check_passes_and_reasons_name_the_failing_ones() -> None:

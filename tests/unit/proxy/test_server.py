@@ -5,50 +5,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import urllib.request
 
 import pytest
 
-from protocol.headers import RequestHeader, encode_request_header
-from protocol.messages import ApiKey, build, decode_response, encode_request, request_class
+from protocol.headers import RequestHeader
+from protocol.messages import ApiKey, decode_response
 from proxy.config import ProxyConfig
 from proxy.discovery import DiscoveryError
+from proxy.embedded import free_port
 from proxy.health import Readiness
 from proxy.health_endpoint import serving
 from proxy.server import ProxyServer
 from tests.conditions import GENEROUS_S, wait_for
-from tests.fakes.frame_client import FrameClient, frame
+from tests.fakes.frame_client import FrameClient, api_versions_frame, metadata_frame
 from tests.fakes.wire_broker import RAW_API, WireBroker, echo, raw_request, raw_response_body
 from tests.unit.proxy.conftest import ProxyFactory
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def metadata_frame(correlation_id: int, version: int = 12) -> bytes:
-    body = build(
-        request_class(ApiKey.METADATA, version),
-        topics=None,
-        allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-        include_cluster_authorized_operations=False,
-    )
-    header = encode_request_header(ApiKey.METADATA, version, correlation_id, "t")
-    return frame(header + encode_request(body))
-
-
-def api_versions_frame(correlation_id: int, version: int = 3) -> bytes:
-    body = build(
-        request_class(ApiKey.API_VERSIONS, version),
-        client_software_name="t",
-        client_software_version="1",
-    )
-    header = encode_request_header(ApiKey.API_VERSIONS, version, correlation_id, "t")
-    return frame(header + encode_request(body))
 
 
 async def test_start_up_discovers_the_brokers_and_listens_for_each(

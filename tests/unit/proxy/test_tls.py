@@ -22,9 +22,8 @@ from proxy.settings import settings_from_flat
 from storage.config import ConfigError
 from storage.kafka_security import KafkaSecurityConfig
 from tests.certificates import Pki
-from tests.fakes.frame_client import FrameClient
+from tests.fakes.frame_client import FrameClient, metadata_frame
 from tests.fakes.wire_broker import WireBroker, raw_request, raw_response_body
-from tests.unit.proxy.test_server import metadata_frame
 
 pytestmark = pytest.mark.skipif(
     shutil.which("openssl") is None, reason="the openssl command makes the test certificate"

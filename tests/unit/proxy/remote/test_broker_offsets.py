@@ -24,8 +24,6 @@ from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.messages import (
     ApiKey,
     build,
-    nested_class,
-    request_class,
     response_class,
 )
 from protocol.records import parse_batch_header
@@ -38,6 +36,7 @@ from storage.kafka_client import READ_COMMITTED, BrokerConnectionError, ListedOf
 from storage.model import TopicIdPartition
 from tests.conditions import wait_for
 from tests.fakes.clocks import ManualClock
+from tests.fakes.kafka_requests import metadata_request
 from tests.fakes.kafka_responses import metadata_topics
 from tests.fakes.record_batches import batches_of
 from tests.unit.proxy.conftest import through
@@ -378,18 +377,6 @@ async def test_metadata_answers_name_their_tiered_partitions_with_leaders(versio
 
 
 # -- through the proxy --------------------------------------------------------------------
-
-
-def metadata_request(version: int, topics: Sequence[str]) -> Any:
-    body_class = request_class(ApiKey.METADATA, version)
-    topic_class = nested_class(body_class, "topics")
-    return build(
-        body_class,
-        topics=tuple(build(topic_class, name=name, topic_id=uuid.UUID(int=0)) for name in topics),
-        allow_auto_topic_creation=False,
-        include_cluster_authorized_operations=False,
-        include_topic_authorized_operations=False,
-    )
 
 
 def first_probe(env: Env) -> Any:
