@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -38,72 +37,17 @@ from tests.fakes.kafka_responses import partition_answers
 from tests.fakes.kio_broker import (
     KAFKA_APIS,
     TANSU_APIS,
-    Handler,
     KioBroker,
     metadata_answer,
     running,
 )
-
-TOPIC_ID = uuid.UUID("01a1fe04-05ee-7793-8bf4-91641a48cb44")
+from tests.fakes.kio_handlers import TOPIC_ID, fetch_handler, metadata_handler
 
 
 @pytest.fixture
 async def broker() -> AsyncIterator[KioBroker]:
     async with running(KioBroker(apis=dict(KAFKA_APIS))) as fake:
         yield fake
-
-
-def metadata_handler(port: int) -> Handler:
-    def handle(request: Any, version: int) -> Any:
-        return metadata_answer(
-            version,
-            brokers={1: port},
-            topic="t",
-            leaders={1: 1, 0: 1},
-            topic_id=TOPIC_ID,
-            leader_epoch=7,
-        )
-
-    return handle
-
-
-def fetch_handler(records: bytes, *, error: ErrorCode = ErrorCode.none) -> Handler:
-    def handle(request: Any, version: int) -> Any:
-        cls = response_class(ApiKey.FETCH, version)
-        topic_cls = nested_class(cls, "responses")
-        partition_cls = nested_class(topic_cls, "partitions")
-        aborted_cls = nested_class(partition_cls, "aborted_transactions")
-        return build(
-            cls,
-            throttle_time=datetime.timedelta(0),
-            error_code=ErrorCode.none,
-            session_id=0,
-            responses=tuple(
-                build(
-                    topic_cls,
-                    topic=t.topic,
-                    partitions=tuple(
-                        build(
-                            partition_cls,
-                            partition_index=p.partition,
-                            error_code=error,
-                            high_watermark=10 + p.fetch_offset,
-                            last_stable_offset=5 + p.fetch_offset,
-                            log_start_offset=p.fetch_offset,
-                            aborted_transactions=(
-                                build(aborted_cls, producer_id=9, first_offset=p.fetch_offset),
-                            ),
-                            preferred_read_replica=-1,
-                            records=records[: p.partition_max_bytes],
-                        )
-                        for p in t.partitions
-                    ),
-                )
-                for t in request.topics
-            ),
-        )
-
-    return handle
 
 
 async def test_versions_are_negotiated_and_the_broker_kind_detected(broker: KioBroker) -> None:

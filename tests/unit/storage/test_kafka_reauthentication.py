@@ -21,7 +21,7 @@ from storage.kafka_security import KafkaSecurityConfig
 from tests.conditions import wait_for
 from tests.fakes.clocks import ManualClock
 from tests.fakes.kio_broker import KAFKA_APIS, SASL_APIS, KioBroker, running
-from tests.unit.storage.test_kafka_client import fetch_handler, metadata_handler
+from tests.fakes.kio_handlers import fetch_handler, metadata_handler
 
 LIFETIME_MS = 10_000
 LOGIN = (ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE)
