@@ -28,9 +28,8 @@ from proxy.embedded import BrokerInfo
 from storage.kafka_client import FetchTarget, KafkaClient
 from storage.segment.builder import BuiltSegment, SegmentBuilder
 from storage.segment.reader import read_batches
+from tests.fakes.synthetic_partition import Batch, parsed_batches
 from tests.unit.storage.test_segment_builder import (
-    Batch,
-    batches_of,
     brute_aborted,
     brute_lineage,
     check_offset_index,
@@ -113,7 +112,7 @@ async def fetch_segment(client: KafkaClient, topic: str, interval: int) -> Built
             builder.append(part.records)
             markers += sum(
                 1
-                for b in batches_of(part.records[: builder.size_in_bytes - before])
+                for b in parsed_batches(part.records[: builder.size_in_bytes - before])
                 if b.header.is_control
             )
             if markers >= MARKERS and builder.next_offset >= part.high_watermark:
@@ -142,7 +141,7 @@ async def test_segment_from_real_batches(broker: BrokerInfo, new_topic: NewTopic
                 max_wait_ms=FETCH_WAIT_MS,
             )
 
-    batches = batches_of(bytes(built.data.log))
+    batches = parsed_batches(bytes(built.data.log))
     assert built.data.log == whole.records[: len(built.data.log)]
     assert dense.data.log == built.data.log
     kinds = {b.header.compression for b in batches}

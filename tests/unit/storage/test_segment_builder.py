@@ -6,14 +6,14 @@ go backwards. The expected files are derived here independently of the builder: 
 time index entries from LogSegment.recover's rule and from what a lookup must guarantee,
 aborted transactions by scanning the event list, producer state by replaying it.
 
-The helpers (``Batch``, ``partitions``, ``brute_*``) are also used by the reader tests and
-the broker integration test.
+The synthetic partitions come from :mod:`tests.fakes.synthetic_partition`; the brute-force
+helpers (``brute_*``, ``check_*``) are also used by the reader tests and the broker
+integration test.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 import pytest
 from hypothesis import given, settings
@@ -29,112 +29,13 @@ from protocol.indexes.producer_snapshot import parse_producer_snapshot
 from protocol.indexes.time_index import TimeIndex
 from protocol.indexes.transaction_index import AbortedTxn, parse_transaction_index
 from protocol.records import (
-    BatchHeader,
-    Compression,
     ControlType,
     Record,
     build_control_batch,
     build_record_batch,
-    iter_batches,
-    read_control_record,
 )
 from storage.segment.builder import BuiltSegment, SegmentBuilder, SegmentBuildError
-
-# ---------------------------------------------------------------------------------------
-# Synthetic partitions
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Batch:
-    """One batch of a synthetic partition: its bytes and where it sits."""
-
-    data: bytes
-    position: int
-    header: BatchHeader
-    control: ControlType | None
-
-
-def batches_of(log: bytes) -> list[Batch]:
-    """The batches of a ``.log``, parsed (the brute-force view of a segment)."""
-    out = []
-    for position, header in iter_batches(log):
-        control = read_control_record(log, position, header).type if header.is_control else None
-        out.append(
-            Batch(
-                data=log[position : position + header.size],
-                position=position,
-                header=header,
-                control=control,
-            )
-        )
-    return out
-
-
-def synthetic_partition(seed: int, count: int, *, base_offset: int = 0) -> bytes:
-    """``count`` batches of a partition as its leader would have written them."""
-    rng = random.Random(seed)
-    offset, epoch, timestamp = base_offset, rng.randint(0, 2), 1_700_000_000_000
-    sequences: dict[int, int] = {}
-    open_txns: set[int] = set()
-    out = []
-    for _ in range(count):
-        if rng.random() < 0.1:
-            epoch += rng.randint(1, 3)
-        timestamp += rng.randint(-500, 1000)
-        kind = rng.random()
-        if kind < 0.2 and open_txns:
-            pid = rng.choice(sorted(open_txns))
-            open_txns.discard(pid)
-            out.append(
-                build_control_batch(
-                    base_offset=offset,
-                    control_type=rng.choice([ControlType.ABORT, ControlType.COMMIT]),
-                    producer_id=pid,
-                    producer_epoch=0,
-                    timestamp=timestamp,
-                    coordinator_epoch=rng.randint(0, 3),
-                    partition_leader_epoch=epoch,
-                )
-            )
-            offset += 1
-            continue
-        records = [
-            Record(
-                key=None,
-                value=rng.randbytes(rng.choice([0, 10, 300, 2500])),
-                timestamp=timestamp + rng.randint(-100, 100),
-            )
-            for _ in range(rng.randint(1, 5))
-        ]
-        pid, transactional = -1, False
-        if kind < 0.55:
-            pid = rng.randint(10, 13)
-            transactional = True
-            open_txns.add(pid)
-        elif kind < 0.7:
-            pid = rng.randint(1, 3)
-        sequence = sequences.get(pid, 0) if pid >= 0 else -1
-        if pid >= 0:
-            sequences[pid] = sequence + len(records)
-        out.append(
-            build_record_batch(
-                base_offset=offset,
-                records=records,
-                compression=rng.choice([Compression.NONE, Compression.GZIP]),
-                partition_leader_epoch=epoch,
-                producer_id=pid,
-                producer_epoch=0 if pid >= 0 else -1,
-                base_sequence=sequence,
-                is_transactional=transactional,
-            )
-        )
-        offset += len(records)
-    return b"".join(out)
-
-
-partitions = st.builds(synthetic_partition, st.integers(0, 2**32), st.integers(1, 40))
-"""Examples take milliseconds but brute-force every offset, so the property tests run
-without Hypothesis's per-example deadline on the shared two-core machine."""
+from tests.fakes.synthetic_partition import Batch, parsed_batches, partitions, synthetic_partition
 
 # ---------------------------------------------------------------------------------------
 # Brute force
@@ -235,7 +136,7 @@ def brute_lineage(batches: list[Batch], prior: list[EpochEntry]) -> list[EpochEn
 
 def build_in_chunks(log: bytes, seed: int, *, index_interval_bytes: int = 4096) -> BuiltSegment:
     """Feed ``log`` in random pieces, refetching from ``next_offset`` after a partial batch."""
-    batches = batches_of(log)
+    batches = parsed_batches(log)
     base = batches[0].header.base_offset
     builder = SegmentBuilder(base_offset=base, index_interval_bytes=index_interval_bytes)
     rng = random.Random(seed)
@@ -262,7 +163,7 @@ def build_in_chunks(log: bytes, seed: int, *, index_interval_bytes: int = 4096) 
 @given(partitions, st.integers(0, 2**32), st.sampled_from([0, 100, 1000, 4096]))
 def test_segment_files_match_brute_force(log: bytes, seed: int, interval: int) -> None:
     built = build_in_chunks(log, seed, index_interval_bytes=interval)
-    batches = batches_of(log)
+    batches = parsed_batches(log)
     base = batches[0].header.base_offset
     assert built.data.log == log
     assert built.size_in_bytes == len(log)
@@ -285,7 +186,7 @@ def test_segment_files_match_brute_force(log: bytes, seed: int, interval: int) -
 @given(partitions, st.data())
 def test_split_segments_carry_transactions_and_epochs(log: bytes, data: st.DataObject) -> None:
     """Two consecutive segments built with the first's state equal one segment."""
-    batches = batches_of(log)
+    batches = parsed_batches(log)
     cut = data.draw(st.integers(1, len(batches))) if len(batches) > 1 else 1
     whole = build_in_chunks(log, 0, index_interval_bytes=4096)
     head = SegmentBuilder(base_offset=batches[0].header.base_offset)
@@ -517,7 +418,7 @@ def test_a_segment_of_one_chunk_is_that_chunk_without_a_copy() -> None:
     mapped spill file, and a segment from one chunk must be uploaded from it as is."""
     log = synthetic_partition(7, 20)
     chunk = bytearray(log) + b"\x00\x00\x00"  # a partial batch header after the whole ones
-    builder = SegmentBuilder(base_offset=batches_of(log)[0].header.base_offset)
+    builder = SegmentBuilder(base_offset=parsed_batches(log)[0].header.base_offset)
     builder.append(chunk)
     built = builder.finish()
     assert isinstance(built.data.log, memoryview)

@@ -13,12 +13,7 @@ from protocol.indexes.offset_index import OffsetIndex
 from protocol.records import CorruptRecordBatchError
 from storage.segment.builder import SegmentBuilder
 from storage.segment.reader import BatchRange, NeedBytes, locate_batches, read_batches
-from tests.unit.storage.test_segment_builder import (
-    Batch,
-    batches_of,
-    partitions,
-    synthetic_partition,
-)
+from tests.fakes.synthetic_partition import Batch, parsed_batches, partitions, synthetic_partition
 
 
 def brute_read(batches: list[Batch], target: int, max_bytes: int) -> bytes:
@@ -50,7 +45,7 @@ class Log:
 
 
 def segment(log: bytes, interval: int) -> tuple[OffsetIndex, int]:
-    batches = batches_of(log)
+    batches = parsed_batches(log)
     builder = SegmentBuilder(
         base_offset=batches[0].header.base_offset, index_interval_bytes=interval
     )
@@ -78,7 +73,7 @@ async def test_reads_match_brute_force(
         segment_size=size,
         read_ahead_bytes=read_ahead,
     )
-    batches = batches_of(log)
+    batches = parsed_batches(log)
     assert bytes(got) == brute_read(batches, target, max_bytes)
     # The target's batch starts at most one index interval plus one batch after the
     # indexed position: with that much read-ahead, only a straddling batch costs a read.
@@ -137,7 +132,7 @@ async def test_a_default_read_needs_one_round_trip_when_it_fits(
     log: bytes, target: int, max_bytes: int
 ) -> None:
     """With Kafka's index interval and batches below it, the first window suffices."""
-    batches = batches_of(log)
+    batches = parsed_batches(log)
     index, size = segment(log, 4096)
     store = Log(log)
     await default_read(store, index, target, max_bytes, size)
@@ -150,7 +145,7 @@ async def test_a_default_read_needs_one_round_trip_when_it_fits(
 
 async def test_reads_stop_at_the_segment_size() -> None:
     log = _log()
-    batches = batches_of(log)
+    batches = parsed_batches(log)
     cut = batches[3].position
     index, _ = segment(log, 0)
     store = Log(log)
@@ -167,7 +162,7 @@ async def test_reads_stop_at_the_segment_size() -> None:
 
 async def test_a_short_object_ends_the_segment() -> None:
     log = _log()
-    batches = batches_of(log)
+    batches = parsed_batches(log)
     index, size = segment(log, 0)
 
     async def short_fetch(start: int, end: int) -> bytes:
@@ -186,7 +181,7 @@ async def test_a_short_object_ends_the_segment() -> None:
 async def test_target_beyond_the_segment_reads_nothing() -> None:
     log = _log()
     index, size = segment(log, 0)
-    last = batches_of(log)[-1].header.last_offset
+    last = parsed_batches(log)[-1].header.last_offset
     got = await read_batches(
         fetch=Log(log).fetch,
         offset_index=index,
@@ -212,7 +207,7 @@ async def test_negative_budget_is_refused() -> None:
 
 def test_locate_asks_for_the_rest_of_a_straddling_batch() -> None:
     log = _log()
-    first = batches_of(log)[0]
+    first = parsed_batches(log)[0]
     found = locate_batches(log[:100], 0, target_offset=0, max_bytes=0, segment_size=len(log))
     assert found == NeedBytes(start=100, end=first.header.size)
     assert locate_batches(
@@ -222,7 +217,7 @@ def test_locate_asks_for_the_rest_of_a_straddling_batch() -> None:
 
 def test_locate_skips_unneeded_bytes() -> None:
     log = _log()
-    batches = batches_of(log)
+    batches = parsed_batches(log)
     target = batches[2].header.base_offset
     found = locate_batches(
         log[:61], 0, target_offset=target, max_bytes=50, segment_size=len(log), read_ahead_bytes=9
@@ -240,5 +235,5 @@ def test_locate_reports_corrupt_headers() -> None:
 def _log() -> bytes:
     """A fixed partition whose first batch is larger than 100 bytes."""
     log = synthetic_partition(3, 8)
-    assert batches_of(log)[0].header.size > 161
+    assert parsed_batches(log)[0].header.size > 161
     return log
