@@ -15,7 +15,7 @@ from typing import Any
 
 import crc32c
 import pytest
-from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -42,7 +42,7 @@ from storage.rsm.base import RemoteResourceNotFoundError
 from storage.rsm.layout import RemoteLayout
 from storage.rsm.local import LocalRemoteStorage
 from tests.fakes.faulty_storage import FaultyStorage
-from tests.fakes.record_batches import BASE_TIMESTAMP, data_batch, marker
+from tests.fakes.record_batches import BASE_TIMESTAMP, data_batch, marker, record_timestamps
 from tests.fakes.tiered_log import TP, TieredLog
 
 # -- brute force ---------------------------------------------------------------------------
@@ -68,15 +68,6 @@ def expected_read(
             out += batch
         return out
     raise AssertionError("offset beyond the log")
-
-
-def record_timestamps(batches: list[bytes]) -> list[tuple[int, int]]:
-    """``(offset, timestamp)`` of every record, decoded with aiokafka's record reader."""
-    found = []
-    for batch in batches:
-        for record in DefaultRecordBatch(bytearray(batch)):
-            found.append((record.offset, record.timestamp))
-    return found
 
 
 # -- strategies ----------------------------------------------------------------------------
