@@ -208,31 +208,20 @@ class ModelBroker:
 
     # -- ListOffsets, DeleteRecords and OffsetForLeaderEpoch -------------------------------
 
-    def _per_partition(
+    def _of_model(
         self,
-        api_key: ApiKey,
-        version: int,
-        request: Any,
         answer: Callable[[ModelPartition, Any], dict[str, Any]],
-        *,
-        topic_field: str = "name",
         partition_field: str = "partition_index",
-    ) -> Any:
-        """The ``api_key`` answer to ``request``, each partition's fields from ``answer``
-        for its model and the request's partition."""
-        return partition_answers(
-            api_key,
-            version,
-            request,
-            lambda topic, part: answer(
-                self.partitions[(topic, getattr(part, partition_field))], part
-            ),
-            topic_field=topic_field,
-            partition_field=partition_field,
+    ) -> Callable[[str, Any], dict[str, Any]]:
+        """``answer`` for the model of the partition a request names."""
+        return lambda topic, part: answer(
+            self.partitions[(topic, getattr(part, partition_field))], part
         )
 
     def _list_offsets(self, version: int, request: Any) -> Any:
-        return self._per_partition(ApiKey.LIST_OFFSETS, version, request, self._list_offset)
+        return partition_answers(
+            ApiKey.LIST_OFFSETS, version, request, self._of_model(self._list_offset)
+        )
 
     def _list_offset(self, model: ModelPartition, part: Any) -> dict[str, Any]:
         code, timestamp, offset = KafkaError.NONE, -1, -1
@@ -269,7 +258,9 @@ class ModelBroker:
         return -1, -1
 
     def _delete_records(self, version: int, request: Any) -> Any:
-        return self._per_partition(ApiKey.DELETE_RECORDS, version, request, self._delete_below)
+        return partition_answers(
+            ApiKey.DELETE_RECORDS, version, request, self._of_model(self._delete_below)
+        )
 
     @staticmethod
     def _delete_below(model: ModelPartition, part: Any) -> dict[str, Any]:
@@ -287,11 +278,11 @@ class ModelBroker:
         return {"low_watermark": low, "error_code": err(code)}
 
     def _epochs(self, version: int, request: Any) -> Any:
-        return self._per_partition(
+        return partition_answers(
             ApiKey.OFFSET_FOR_LEADER_EPOCH,
             version,
             request,
-            self._epoch_end,
+            self._of_model(self._epoch_end, "partition"),
             topic_field="topic",
             partition_field="partition",
         )
