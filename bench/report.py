@@ -164,6 +164,14 @@ BENCHMARKS = (
         "and the consumers); CPU-s per GiB reported.",
     ),
     Benchmark(
+        name="scale_metadata",
+        question="A large remote log metadata topic: `tierproxy serve` start to /readyz 200 "
+        "from the topic alone and from the snapshot it wrote, with 100,000 segments over "
+        "2,000 partitions and 1,000,000, and the proxy's RSS per segment.",
+        goals="ready ≤ 3 s at 100,000 segments and ≤ 10 s at 1,000,000 from the snapshot; "
+        "≤ 100 B of RSS per segment.",
+    ),
+    Benchmark(
         name="spark_source",
         question='Spark: a full-history scan with format("tierproxy") from the remote tier vs '
         "Spark's Kafka source through the broker, in the same Spark.",

@@ -28,8 +28,9 @@ Cases, ``--repetitions`` times each, alternating (topic, snapshot; snapshot, top
   waited for, so its final snapshot is complete).
 
 Measured per run: seconds from launching the process to ``/readyz`` answering 200 (polled
-every 50 ms; the remote tier's ``remote_metadata`` check passes once the metadata view caught
-up with the topic's end), and the proxy's RSS (VmRSS) 2 s after it is ready. Bytes per
+every 100 ms; the remote tier's ``remote_metadata`` check passes once the metadata view
+caught up with the topic's end), the CPU seconds the proxy used until then (which a busy
+machine does not stretch), and the proxy's RSS (VmRSS) 2 s after it is ready. Bytes per
 segment: the median RSS of a case minus the median RSS of a proxy started the same way on an
 empty metadata topic (``--repetitions`` runs, measured first), over ``SEGMENTS``. Each run
 records the 1-minute load average when it started: the machine may be shared. Reported:
@@ -61,7 +62,7 @@ from typing import Any
 
 import confluent_kafka
 
-from bench.common import MIB, bar_chart, git_state, median, rss_bytes, save_json
+from bench.common import MIB, bar_chart, cpu_seconds, git_state, median, rss_bytes, save_json
 from bench.metadata_cache import segments
 from bench.tiering import remote_tier, servers_from_env, tier_settings
 from protocol.metadata_records import encode_metadata_record
@@ -79,7 +80,7 @@ METADATA_PARTITIONS = 50
 """The product's default (``remote.log.metadata.topic.partitions``, KIP-405's 50)."""
 READY_TIMEOUT_S = 900.0
 STOP_TIMEOUT_S = 600.0
-POLL_S = 0.05
+POLL_S = 0.1
 SETTLE_S = 2.0
 GOALS = {100_000: 3.0, 1_000_000: 10.0}
 """Seconds to ready from the snapshot, by segment count."""
@@ -103,6 +104,9 @@ class Run:
     case: str
     repetition: int
     ready_seconds: float
+    cpu_seconds: float
+    """CPU the proxy spent from its launch to ready: the figure the machine's load does not
+    stretch."""
     rss_mib: float
     restored_segments: int
     """Segments the proxy loaded from snapshots, as its log says (0: none)."""
@@ -235,9 +239,10 @@ def measure(server: TierproxyServer, case: str, repetition: int) -> Run:
                 raise RuntimeError("the proxy was not ready in time")
             time.sleep(POLL_S)
         ready = time.perf_counter() - started
-        time.sleep(SETTLE_S)
         pid = server.process.pid
         assert pid is not None
+        cpu = cpu_seconds(pid)
+        time.sleep(SETTLE_S)
         rss = rss_bytes(pid) / MIB
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
@@ -250,13 +255,14 @@ def measure(server: TierproxyServer, case: str, repetition: int) -> Run:
         case=case,
         repetition=repetition,
         ready_seconds=ready,
+        cpu_seconds=cpu,
         rss_mib=rss,
         restored_segments=int(restored[1]) if restored else 0,
         load_average_1m=load,
     )
     print(
-        f"  {case:8} #{repetition}: ready in {ready:6.2f} s, RSS {rss:6.1f} MiB, "
-        f"{run.restored_segments:,} segments from snapshots (load {load:.1f})",
+        f"  {case:8} #{repetition}: ready in {ready:6.2f} s ({cpu:5.2f} CPU-s), "
+        f"RSS {rss:6.1f} MiB, {run.restored_segments:,} segments from snapshots (load {load:.1f})",
         flush=True,
     )
     return run
@@ -305,6 +311,7 @@ def summarise(
         mine = [run for run in runs if run.case == case]
         rss = median([run.rss_mib for run in mine])
         summary[f"{case}_ready_seconds"] = median([run.ready_seconds for run in mine])
+        summary[f"{case}_ready_cpu_seconds"] = median([run.cpu_seconds for run in mine])
         summary[f"{case}_rss_mib"] = rss
         summary[f"{case}_bytes_per_segment"] = (rss - empty_rss_mib) * MIB / size.segments
         summary[f"{case}_load_average_1m"] = median([run.load_average_1m for run in mine])
@@ -324,21 +331,37 @@ def directory_mib(path: Path) -> float:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    stamp = git_state()
+    """Every size's runs; the results file is rewritten after each size, so a run cut
+    short keeps what it measured."""
     summary: dict[str, Any] = {}
     all_runs: dict[str, list[dict[str, Any]]] = {}
     produced: dict[str, float] = {}
+    result: dict[str, Any] = {
+        **git_state(),
+        "benchmark": "scale_metadata",
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "repetitions": args.repetitions,
+        "metadata_topic_partitions": METADATA_PARTITIONS,
+        "cpus": os.cpu_count() or 0,
+        "summary": summary,
+        "write_seconds": produced,
+        "runs": all_runs,
+    }
     with (
         servers_from_env(with_s3=False) as servers,
         remote_tier("local", None, "bench-scale-metadata") as target,
     ):
         broker = servers.broker
+        result["broker"] = broker.kind
         empty_topic = f"__rlm-bench-scale-empty-{uuid.uuid4().hex[:8]}"
         await create_metadata_topic(broker, empty_topic)
         with scratch() as work:
             print("empty metadata topic:", flush=True)
             empty = runs_for(broker, tier_settings_for(target, empty_topic), work, args.repetitions)
         empty_rss = median([run.rss_mib for run in empty])
+        result["empty_topic_rss_mib"] = empty_rss
+        result["empty_topic_ready_seconds"] = median([run.ready_seconds for run in empty])
+        result["empty_topic_ready_cpu_seconds"] = median([run.cpu_seconds for run in empty])
         all_runs["empty"] = [asdict(run) for run in empty]
         for size in args.sizes:
             metadata_topic = f"__rlm-bench-scale-{uuid.uuid4().hex[:8]}"
@@ -356,20 +379,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             summary[size.label] = summarise(size, runs, empty_rss, snapshot_mib)
             all_runs[size.label] = [asdict(run) for run in runs]
             print(f"{size.label}: {summary[size.label]}", flush=True)
-    return {
-        **stamp,
-        "benchmark": "scale_metadata",
-        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "broker": broker.kind,
-        "repetitions": args.repetitions,
-        "metadata_topic_partitions": METADATA_PARTITIONS,
-        "empty_topic_rss_mib": empty_rss,
-        "empty_topic_ready_seconds": median([run.ready_seconds for run in empty]),
-        "cpus": os.cpu_count() or 0,
-        "summary": summary,
-        "write_seconds": produced,
-        "runs": all_runs,
-    }
+            save_json("scale_metadata", result)
+    return result
 
 
 def tier_settings_for(target: Any, metadata_topic: str) -> dict[str, Any]:

@@ -160,7 +160,7 @@ def validate_segment(metadata: RemoteLogSegmentMetadata) -> None:
     :raises InvalidSegmentMetadataError: for offsets, sizes, epochs or timestamps out of
         range, or leader epochs that do not ascend from the start offset.
     """
-    what = describe_segment(metadata.segment_id)
+    what = _Described(metadata.segment_id)
     if not 0 <= metadata.start_offset <= metadata.end_offset <= _INT64_MAX:
         raise InvalidSegmentMetadataError(
             f"{what} has offsets {metadata.start_offset}..{metadata.end_offset}"
@@ -188,6 +188,19 @@ def validate_segment(metadata: RemoteLogSegmentMetadata) -> None:
         raise InvalidSegmentMetadataError(f"{what} has leader epochs {epochs!r} not ascending")
     if epochs[0][0] < 0 or epochs[-1][0] > _INT32_MAX or epochs[-1][1] > _INT64_MAX:
         raise InvalidSegmentMetadataError(f"{what} has leader epochs {epochs!r} out of range")
+
+
+class _Described:
+    """A segment's description, formatted only when an error message needs it (the checks
+    run for every segment loaded, and almost all pass)."""
+
+    __slots__ = ("segment_id",)
+
+    def __init__(self, segment_id: RemoteLogSegmentId) -> None:
+        self.segment_id = segment_id
+
+    def __str__(self) -> str:
+        return describe_segment(self.segment_id)
 
 
 def describe_segment(segment_id: RemoteLogSegmentId) -> str:
