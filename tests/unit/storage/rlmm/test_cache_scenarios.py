@@ -242,15 +242,18 @@ def test_invalid_transitions_are_refused_counted_and_change_nothing() -> None:
 
 def test_impossible_segment_metadata_is_refused() -> None:
     cache = RemoteLogMetadataCache()
-    for bad in (
-        seg(5, 4, ((0, 4),)),
-        seg(5, 9, ((0, 6),)),
-        seg(5, 9, ((1, 0), (0, 6))),
-        replace(seg(5, 9, ((0, 5),)), segment_leader_epochs=()),
-        replace(seg(5, 9, ((0, 5),)), segment_size_in_bytes=1 << 31),
+    for bad, reason in (
+        (seg(5, 4, ((0, 4),)), "has offsets 5..4"),
+        (seg(5, 9, ((0, 6),)), "do not cover its start offset 5"),
+        (seg(5, 9, ((1, 0), (0, 6))), "not ascending"),
+        (replace(seg(5, 9, ((0, 5),)), segment_leader_epochs=()), "do not cover"),
+        (replace(seg(5, 9, ((0, 5),)), segment_size_in_bytes=1 << 31), "has size 2147483648"),
     ):
-        with pytest.raises(InvalidSegmentMetadataError):
+        with pytest.raises(InvalidSegmentMetadataError) as refused:
             cache.add_segment(bad)
+        named = f"segment {bad.segment_id.id} of {TP} ({TP.topic_id}) "
+        assert str(refused.value).startswith(named)
+        assert reason in str(refused.value)
     assert len(cache) == 0
     assert cache.partitions() == []
 
