@@ -29,10 +29,11 @@ naming the record and field.
 
 from __future__ import annotations
 
+import operator
 import re
 import struct
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, TypeAlias
@@ -44,6 +45,7 @@ __all__ = [
     "FLAT_FILE_MAGIC",
     "DeletePartitionStateRecord",
     "DeletePartitionStateRecordStored",
+    "FlatFileColumns",
     "FlatFileSnapshot",
     "MetadataRecord",
     "MetadataRecordError",
@@ -57,6 +59,7 @@ __all__ = [
     "StoredMetadataRecord",
     "decode_committed_offsets",
     "decode_flat_file",
+    "decode_flat_file_columns",
     "decode_metadata_record",
     "decode_stored_record",
     "encode_committed_offsets",
@@ -212,6 +215,60 @@ class FlatFileSnapshot:
     entries: tuple[StoredMetadataRecord, ...]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlatFileColumns:
+    """A flat-file store decoded for bulk loading: the segment entries field by field (item
+    ``i`` of every column belongs to the file's ``i``-th segment entry), the other entries
+    as records.
+
+    It holds what :func:`decode_flat_file` decodes from the same bytes (:meth:`segment_entry`
+    rebuilds an entry), and a file that one refuses the other refuses with the same error.
+    """
+
+    topic_id: uuid.UUID
+    metadata_topic_offset: int
+    segment_ids: Sequence[bytes]
+    """The 16 bytes of each segment UUID (``uuid.UUID(bytes=...)``)."""
+    start_offsets: Sequence[int]
+    end_offsets: Sequence[int]
+    leader_epochs: Sequence[int]
+    max_timestamps: Sequence[int]
+    event_timestamps: Sequence[int]
+    first_epochs: Sequence[int]
+    """The epoch of each segment's first SegmentLeaderEpochs entry (-1 if it has none)."""
+    first_epoch_offsets: Sequence[int]
+    """The offset of that entry (-1 if it has none)."""
+    sizes: Sequence[int]
+    states: Sequence[int]
+    """Each a :class:`RemoteLogSegmentState` value."""
+    epochs: Mapping[int, tuple[tuple[int, int], ...]]
+    """The whole SegmentLeaderEpochs of each segment that has not exactly one entry (the
+    others have ``((first_epochs[i], first_epoch_offsets[i]),)``)."""
+    others: tuple[DeletePartitionStateRecordStored | RemoteLogStartOffsetRecordStored, ...]
+    """The entries that are not segments, in file order."""
+
+    def __len__(self) -> int:
+        """The number of segment entries."""
+        return len(self.start_offsets)
+
+    def segment_entry(self, i: int) -> RemoteLogSegmentMetadataRecordStored:
+        """The ``i``-th segment entry, as :func:`decode_flat_file` decodes it."""
+        epochs = self.epochs.get(i)
+        if epochs is None:
+            epochs = ((self.first_epochs[i], self.first_epoch_offsets[i]),)
+        return RemoteLogSegmentMetadataRecordStored(
+            segment_id=uuid.UUID(bytes=self.segment_ids[i]),
+            start_offset=self.start_offsets[i],
+            end_offset=self.end_offsets[i],
+            leader_epoch=self.leader_epochs[i],
+            max_timestamp=self.max_timestamps[i],
+            event_timestamp=self.event_timestamps[i],
+            segment_leader_epochs=epochs,
+            segment_size_in_bytes=self.sizes[i],
+            state=RemoteLogSegmentState(self.states[i]),
+        )
+
+
 # Fixed-width runs of each schema, in field order.
 _ID_PARTITION_SEGMENT = struct.Struct(">16si16s")  # topicId, partition, segmentId
 _ID_PARTITION = struct.Struct(">16si")  # topicId, partition
@@ -225,6 +282,21 @@ _STORED_SEGMENT_HEAD = struct.Struct(">16sqqiqq")  # segmentId + the segment bod
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _FLAT_FILE_HEADER = struct.Struct(">b16sq")  # magic, topicId, metadataTopicOffset
+_ONE_EPOCH_SEGMENT = struct.Struct(">2s16sqqiqqiiqib")
+"""A whole stored segment entry with exactly one leader epoch, as Kafka writes nearly all
+of them: frame (type 0, version 0), segment id, offsets, leader epoch, timestamps, epoch
+count, the epoch and its offset, size and state (the columns of :class:`FlatFileColumns`)."""
+_ONE_EPOCH_FRAME = encode_unsigned_varint(0) + encode_unsigned_varint(_SCHEMA_VERSION)
+_COUNT_AT = _ONE_EPOCH_SEGMENT.size - struct.calcsize(">iqib")
+_OTHER_ENTRY_SIZES = (
+    0,
+    len(_ONE_EPOCH_FRAME) + _PARTITION_STATE_BODY.size,
+    len(_ONE_EPOCH_FRAME) + _LOG_START_BODY.size,
+    2 * len(_ONE_EPOCH_FRAME) + _PARTITION_STATE_BODY.size + _LOG_START_BODY.size,
+)
+"""Sizes of what the writer puts after the segments: nothing, a deletion state, a log
+start, or both."""
+_SEGMENT_STATES = frozenset(int(state) for state in RemoteLogSegmentState)
 _COMMITTED_OFFSET_LINE = re.compile(r"([0-9]+)[ \t]+([0-9]+)")
 
 
@@ -596,6 +668,86 @@ def decode_flat_file(data: Buffer) -> FlatFileSnapshot:
     :raises MetadataRecordError: on a short header, an unknown magic, or a bad entry.
     """
     view = memoryview(data)
+    topic_id, offset = _read_flat_file_header(view)
+    entries = []
+    position = _FLAT_FILE_HEADER.size
+    while position < len(view):
+        entry, position = read_stored_record(view, position)
+        entries.append(entry)
+    return FlatFileSnapshot(topic_id=topic_id, metadata_topic_offset=offset, entries=tuple(entries))
+
+
+def decode_flat_file_columns(data: Buffer) -> FlatFileColumns:
+    """Decode a whole flat-file store as :func:`decode_flat_file` does, into columns.
+
+    Files laid out as :func:`encode_flat_file` writes them, one-epoch segments followed by
+    at most a deletion state and a log start, are decoded by one ``struct.iter_unpack``;
+    anything else entry by entry.
+
+    :raises MetadataRecordError: as :func:`decode_flat_file`, with the same message.
+    """
+    view = memoryview(data)
+    topic_id, offset = _read_flat_file_header(view)
+    rows, position = _one_epoch_run(view, _FLAT_FILE_HEADER.size)
+    epochs: dict[int, tuple[tuple[int, int], ...]] = {}
+    others: list[DeletePartitionStateRecordStored | RemoteLogStartOffsetRecordStored] = []
+    size, end = _ONE_EPOCH_SEGMENT.size, len(view)
+    while position < end:
+        if (
+            view[position : position + 2] == _ONE_EPOCH_FRAME
+            and position + size <= end
+            and _INT32.unpack_from(view, position + _COUNT_AT)[0] == 1
+        ):
+            row = _ONE_EPOCH_SEGMENT.unpack_from(view, position)
+            if row[-1] in _SEGMENT_STATES:
+                rows.append(row)
+                position += size
+                continue
+        entry, position = read_stored_record(view, position)
+        if not isinstance(entry, RemoteLogSegmentMetadataRecordStored):
+            others.append(entry)
+            continue
+        leader_epochs = entry.segment_leader_epochs
+        if len(leader_epochs) != 1:
+            epochs[len(rows)] = leader_epochs
+        first_epoch, first_offset = leader_epochs[0] if leader_epochs else (-1, -1)
+        rows.append(
+            (
+                _ONE_EPOCH_FRAME,
+                entry.segment_id.bytes,
+                entry.start_offset,
+                entry.end_offset,
+                entry.leader_epoch,
+                entry.max_timestamp,
+                entry.event_timestamp,
+                len(leader_epochs),
+                first_epoch,
+                first_offset,
+                entry.segment_size_in_bytes,
+                int(entry.state),
+            )
+        )
+    columns: list[Sequence[Any]] = list(zip(*rows, strict=True)) if rows else [()] * 12
+    return FlatFileColumns(
+        topic_id=topic_id,
+        metadata_topic_offset=offset,
+        segment_ids=columns[1],
+        start_offsets=columns[2],
+        end_offsets=columns[3],
+        leader_epochs=columns[4],
+        max_timestamps=columns[5],
+        event_timestamps=columns[6],
+        first_epochs=columns[8],
+        first_epoch_offsets=columns[9],
+        sizes=columns[10],
+        states=columns[11],
+        epochs=epochs,
+        others=tuple(others),
+    )
+
+
+def _read_flat_file_header(view: memoryview) -> tuple[uuid.UUID, int]:
+    """The topic id and metadata topic offset of a flat-file store."""
     if len(view) < _FLAT_FILE_HEADER.size:
         raise MetadataRecordError(
             f"flat-file store is truncated: {len(view)} of {_FLAT_FILE_HEADER.size} header bytes"
@@ -603,14 +755,29 @@ def decode_flat_file(data: Buffer) -> FlatFileSnapshot:
     magic, topic_id, offset = _FLAT_FILE_HEADER.unpack_from(view)
     if magic != FLAT_FILE_MAGIC:
         raise MetadataRecordError(f"flat-file store has unknown magic {magic}")
-    entries = []
-    position = _FLAT_FILE_HEADER.size
-    while position < len(view):
-        entry, position = read_stored_record(view, position)
-        entries.append(entry)
-    return FlatFileSnapshot(
-        topic_id=uuid.UUID(bytes=topic_id), metadata_topic_offset=offset, entries=tuple(entries)
-    )
+    return uuid.UUID(bytes=topic_id), offset
+
+
+def _one_epoch_run(view: memoryview, start: int) -> tuple[list[tuple[Any, ...]], int]:
+    """The one-epoch segment entries from ``start`` up to what the writer may put after
+    them, and the position after them; none if the bytes there are not such entries.
+
+    Decoding entry by entry reads one-epoch entries exactly ``_ONE_EPOCH_SEGMENT.size``
+    bytes apart, so where every row of the run has that entry's frame, an epoch count of 1
+    and a known state, it reads exactly these rows and goes on where the run ends.
+    """
+    size = _ONE_EPOCH_SEGMENT.size
+    for tail in _OTHER_ENTRY_SIZES:
+        length = len(view) - start - tail
+        if length <= 0 or length % size:
+            continue
+        rows = list(_ONE_EPOCH_SEGMENT.iter_unpack(view[start : start + length]))
+        frames = set(map(operator.itemgetter(0), rows))
+        counts = set(map(operator.itemgetter(7), rows))
+        states = set(map(operator.itemgetter(11), rows))
+        if frames == {_ONE_EPOCH_FRAME} and counts == {1} and states <= _SEGMENT_STATES:
+            return rows, start + length
+    return [], start
 
 
 def decode_committed_offsets(text: str) -> dict[int, int]:

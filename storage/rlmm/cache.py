@@ -21,6 +21,7 @@ from typing import TypeVar
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.metadata_records import (
+    FlatFileColumns,
     MetadataRecord,
     RemoteLogSegmentMetadataRecord,
     RemoteLogSegmentMetadataUpdateRecord,
@@ -36,6 +37,7 @@ from storage.model import (
 from storage.rlmm.lineage import LineageView, PartitionChain
 from storage.rlmm.records import (
     InvalidSegmentMetadataError,
+    columns_valid,
     describe_segment,
     metadata_of,
     segment_id_of,
@@ -57,6 +59,11 @@ __all__ = [
 ]
 
 _FINISHED = int(RemoteLogSegmentState.COPY_SEGMENT_FINISHED)
+_RESTORABLE_STATES = frozenset(
+    int(state)
+    for state in RemoteLogSegmentState
+    if state != RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
+)
 _StateT = TypeVar("_StateT", RemoteLogSegmentState, RemotePartitionDeleteState)
 
 
@@ -217,6 +224,36 @@ class RemoteLogMetadataCache:
             self._segment_count += 1
         partition.delete_status = delete_status
         partition.log_start = log_start
+
+    def restore_columns(
+        self,
+        tp: TopicIdPartition,
+        columns: FlatFileColumns,
+        delete_status: PartitionDeleteStatus | None,
+        log_start: int = 0,
+    ) -> bool:
+        """Load a partition's materialised state from a decoded snapshot in bulk: the same
+        cache as :meth:`restore_partition` of each segment entry in file order, built a
+        column at a time with the chain walked once.
+
+        Returns ``False``, changing nothing, when it cannot vouch for the entries in bulk:
+        the partition is already held, or :meth:`restore_partition` would refuse a segment
+        (impossible metadata, DELETE_SEGMENT_FINISHED, a repeated id). The caller then
+        restores them with :meth:`restore_partition`, which names the refused segment.
+        """
+        if (
+            self._find_partition(tp) is not None
+            or not _RESTORABLE_STATES.issuperset(columns.states)
+            or len(set(columns.segment_ids)) != len(columns)
+            or not columns_valid(columns)
+        ):
+            return False
+        partition = self._partition(tp)
+        partition.fill(columns)
+        self._segment_count += len(columns)
+        partition.delete_status = delete_status
+        partition.log_start = log_start
+        return True
 
     def drop_partition(self, tp: TopicIdPartition) -> None:
         """Forget a partition entirely (before re-reading its metadata from the topic)."""

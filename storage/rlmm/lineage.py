@@ -30,7 +30,8 @@ The cache's own lineage
 Costs: offset lookups bisect the start-offset index and look back only as far as the
 longest segment. The chain is spliced on every change: a re-walk starts where the change
 can matter and stops where it meets the old chain, so appending a copy, deleting the
-oldest, or a late duplicate costs a few steps, not a walk of the partition.
+oldest, or a late duplicate costs a few steps, not a walk of the partition. A partition
+restored from a snapshot in bulk walks its chain once.
 """
 
 from __future__ import annotations
@@ -38,9 +39,11 @@ from __future__ import annotations
 import bisect
 import operator
 from array import array
+from collections import Counter
 from collections.abc import Sequence
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
+from protocol.metadata_records import FlatFileColumns
 from storage.model import RemoteLogSegmentMetadata, RemoteLogSegmentState, TopicIdPartition
 from storage.rlmm.state import PartitionDeleteStatus
 from storage.rlmm.store import DEAD, EpochRange, PartitionSegments, clipped_ranges
@@ -87,6 +90,24 @@ class PartitionChain:
         slot = self.seg.insert(metadata)
         if metadata.state == RemoteLogSegmentState.COPY_SEGMENT_FINISHED:
             self._finished(slot)
+
+    def fill(self, columns: FlatFileColumns) -> None:
+        """Load a decoded snapshot's segments into this empty partition
+        (:meth:`PartitionSegments.fill`) and build the chain once, by the walk from the tip
+        that defines it, rather than splicing it at every segment."""
+        seg = self.seg
+        seg.fill(columns)
+        states, first_epoch = seg.state, seg.first_epoch
+        finished = [slot for slot in range(len(states)) if states[slot] == _FINISHED]
+        spanning = seg.spanning()
+        last_epochs = Counter(first_epoch[slot] for slot in finished if slot not in spanning)
+        for slot in spanning:
+            if states[slot] == _FINISHED:
+                last_epochs[seg.ranges(slot)[-1][0]] += 1
+        self._last_epochs = dict(last_epochs)
+        tip = self._find_tip()
+        if tip is not None:
+            self._splice(tip, 0, seg.start[tip])
 
     def set_state(
         self, slot: int, state: RemoteLogSegmentState, leader_epoch: int, event_timestamp: int

@@ -11,9 +11,12 @@ can have, before a cache stores it or a writer publishes it.
 from __future__ import annotations
 
 import itertools
+import operator
+from collections.abc import Sequence
 
 from protocol.metadata_records import (
     DeletePartitionStateRecord,
+    FlatFileColumns,
     RemoteLogSegmentMetadataRecord,
     RemoteLogSegmentMetadataUpdateRecord,
     RemoteLogStartOffsetRecord,
@@ -29,6 +32,7 @@ from storage.rlmm.state import RemoteLogMetadataError
 
 __all__ = [
     "InvalidSegmentMetadataError",
+    "columns_valid",
     "describe_segment",
     "log_start_record",
     "metadata_of",
@@ -175,19 +179,51 @@ def validate_segment(metadata: RemoteLogSegmentMetadata) -> None:
         if not -limit - 1 <= value <= limit:
             raise InvalidSegmentMetadataError(f"{what} has {name} {value} out of range")
     epochs = metadata.segment_leader_epochs
-    if not epochs or not 0 <= epochs[0][1] <= metadata.start_offset:
-        raise InvalidSegmentMetadataError(
-            f"{what} has leader epochs {epochs!r} that do not cover its start offset "
-            f"{metadata.start_offset}"
-        )
+    problem = _epochs_problem(epochs, metadata.start_offset)
+    if problem is not None:
+        raise InvalidSegmentMetadataError(f"{what} has leader epochs {epochs!r} {problem}")
+
+
+def columns_valid(columns: FlatFileColumns) -> bool:
+    """Whether :func:`validate_segment` accepts every segment of ``columns``, checked a
+    column at a time (the checks are the same; the first failing segment is not named)."""
+    if not len(columns):
+        return True
+    starts, ends = columns.start_offsets, columns.end_offsets
+    first_offsets = columns.first_epoch_offsets
+    return (
+        _within(starts, 0, _INT64_MAX)
+        and _within(ends, 0, _INT64_MAX)
+        and all(map(operator.le, starts, ends))
+        and _within(columns.sizes, 0, _INT32_MAX)
+        and _within(columns.leader_epochs, -_INT32_MAX - 1, _INT32_MAX)
+        and _within(columns.max_timestamps, -_INT64_MAX - 1, _INT64_MAX)
+        and _within(columns.event_timestamps, -_INT64_MAX - 1, _INT64_MAX)
+        and _within(columns.first_epochs, 0, _INT32_MAX)
+        and _within(first_offsets, 0, _INT64_MAX)
+        and all(map(operator.le, first_offsets, starts))
+        and all(_epochs_problem(epochs, starts[i]) is None for i, epochs in columns.epochs.items())
+    )
+
+
+def _epochs_problem(epochs: tuple[tuple[int, int], ...], start_offset: int) -> str | None:
+    """Why a segment starting at ``start_offset`` cannot have leader epochs ``epochs``, or
+    ``None`` if it can."""
+    if not epochs or not 0 <= epochs[0][1] <= start_offset:
+        return f"that do not cover its start offset {start_offset}"
     pairs = itertools.pairwise(epochs)
     if any(
         b_epoch <= a_epoch or b_offset < a_offset
         for (a_epoch, a_offset), (b_epoch, b_offset) in pairs
     ):
-        raise InvalidSegmentMetadataError(f"{what} has leader epochs {epochs!r} not ascending")
+        return "not ascending"
     if epochs[0][0] < 0 or epochs[-1][0] > _INT32_MAX or epochs[-1][1] > _INT64_MAX:
-        raise InvalidSegmentMetadataError(f"{what} has leader epochs {epochs!r} out of range")
+        return "out of range"
+    return None
+
+
+def _within(values: Sequence[int], low: int, high: int) -> bool:
+    return low <= min(values) and max(values) <= high
 
 
 class _Described:

@@ -41,7 +41,7 @@ import json
 import logging
 import struct
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -50,13 +50,14 @@ import crc32c
 
 from protocol.metadata_records import (
     DeletePartitionStateRecordStored,
+    FlatFileColumns,
     FlatFileSnapshot,
     MetadataRecordError,
     RemoteLogSegmentMetadataRecordStored,
     RemoteLogStartOffsetRecordStored,
     StoredMetadataRecord,
     decode_committed_offsets,
-    decode_flat_file,
+    decode_flat_file_columns,
     encode_committed_offsets,
     encode_flat_file,
 )
@@ -201,9 +202,10 @@ class SnapshotStore:
                     f"{metadata_partition}, past its end",
                 )
                 return _nothing()
-            segments, status, log_start = _materialise(tp, snapshot.entries)
+            status, log_start = _partition_state(snapshot.others)
             try:
-                cache.restore_partition(tp, segments, status, log_start)
+                if not cache.restore_columns(tp, snapshot, status, log_start):
+                    cache.restore_partition(tp, _segments(tp, snapshot), status, log_start)
             except RemoteLogMetadataError as err:
                 cache.drop_partition(tp)
                 replay.add(self._rebuild(path, str(tp), err))
@@ -312,7 +314,7 @@ class SnapshotStore:
 
     def _read(
         self, path: Path, replay: set[int]
-    ) -> tuple[TopicIdPartition, FlatFileSnapshot] | None:
+    ) -> tuple[TopicIdPartition, FlatFileColumns] | None:
         """The partition and content of one snapshot file; ``None`` (logged, and its metadata
         partition added to ``replay`` when it is damaged) if it cannot be used."""
         name = path.parent.name
@@ -399,7 +401,7 @@ def _encode_snapshot(cache: RemoteLogMetadataCache, tp: TopicIdPartition, positi
     return body + _CHECKSUM.pack(crc32c.crc32c(body))
 
 
-def _read_snapshot(path: Path) -> FlatFileSnapshot:
+def _read_snapshot(path: Path) -> FlatFileColumns:
     data = path.read_bytes()
     if len(data) < _CHECKSUM.size:
         raise MetadataRecordError(f"{len(data)} bytes is too short for a snapshot")
@@ -407,16 +409,16 @@ def _read_snapshot(path: Path) -> FlatFileSnapshot:
     (expected,) = _CHECKSUM.unpack_from(data, len(body))
     if crc32c.crc32c(body) != expected:
         raise MetadataRecordError("checksum mismatch (truncated or damaged)")
-    snapshot = decode_flat_file(body)
+    snapshot = decode_flat_file_columns(body)
     if path.name != f"{SNAPSHOT_FILE_PREFIX}{snapshot.topic_id.hex}":
         raise MetadataRecordError(f"holds topic id {snapshot.topic_id}, not the one its name says")
     return snapshot
 
 
-def _materialise(
-    tp: TopicIdPartition, entries: Iterable[StoredMetadataRecord]
-) -> tuple[list[RemoteLogSegmentMetadata], PartitionDeleteStatus | None, int]:
-    segments = []
+def _partition_state(
+    entries: Iterable[DeletePartitionStateRecordStored | RemoteLogStartOffsetRecordStored],
+) -> tuple[PartitionDeleteStatus | None, int]:
+    """The deletion status and log start a snapshot's entries leave (the last of each)."""
     status = None
     log_start = 0
     for entry in entries:
@@ -424,21 +426,25 @@ def _materialise(
             status = PartitionDeleteStatus(
                 state=entry.state, epoch=entry.epoch, event_timestamp=entry.event_timestamp
             )
-            continue
-        if isinstance(entry, RemoteLogStartOffsetRecordStored):
+        else:
             log_start = entry.start_offset
-            continue
-        segments.append(
-            RemoteLogSegmentMetadata(
-                segment_id=RemoteLogSegmentId(topic_id_partition=tp, id=entry.segment_id),
-                start_offset=entry.start_offset,
-                end_offset=entry.end_offset,
-                max_timestamp=entry.max_timestamp,
-                leader_epoch=entry.leader_epoch,
-                event_timestamp=entry.event_timestamp,
-                segment_leader_epochs=entry.segment_leader_epochs,
-                segment_size_in_bytes=entry.segment_size_in_bytes,
-                state=entry.state,
-            )
+    return status, log_start
+
+
+def _segments(
+    tp: TopicIdPartition, snapshot: FlatFileColumns
+) -> Iterator[RemoteLogSegmentMetadata]:
+    """A snapshot's segments one by one, for :meth:`RemoteLogMetadataCache.restore_partition`."""
+    for i in range(len(snapshot)):
+        entry = snapshot.segment_entry(i)
+        yield RemoteLogSegmentMetadata(
+            segment_id=RemoteLogSegmentId(topic_id_partition=tp, id=entry.segment_id),
+            start_offset=entry.start_offset,
+            end_offset=entry.end_offset,
+            max_timestamp=entry.max_timestamp,
+            leader_epoch=entry.leader_epoch,
+            event_timestamp=entry.event_timestamp,
+            segment_leader_epochs=entry.segment_leader_epochs,
+            segment_size_in_bytes=entry.segment_size_in_bytes,
+            state=entry.state,
         )
-    return segments, status, log_start

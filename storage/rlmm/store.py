@@ -23,10 +23,14 @@ usual retention order) costs O(1) amortised instead of a memmove of the whole in
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
+import sys
 import uuid
 from array import array
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 
+from protocol.metadata_records import FlatFileColumns
 from storage.model import (
     RemoteLogSegmentId,
     RemoteLogSegmentMetadata,
@@ -146,6 +150,44 @@ class PartitionSegments:
         self._index_insert(slot)
         self._table_insert(slot)
         return slot
+
+    def fill(self, columns: FlatFileColumns) -> None:
+        """Store a decoded snapshot's segments in this empty store, as inserting
+        :meth:`~protocol.metadata_records.FlatFileColumns.segment_entry` of each in order
+        would: slot ``i`` for the ``i``-th. The ids must be distinct (not checked)."""
+        assert not self.start, "fill() needs an empty store"
+        count = len(columns)
+        starts, ends = columns.start_offsets, columns.end_offsets
+        halves = array("Q", b"".join(columns.segment_ids))
+        if sys.byteorder == "little":
+            halves.byteswap()  # UUIDs are big endian
+        self.start = array("q", starts)
+        self.end = array("q", ends)
+        self.max_timestamp = array("q", columns.max_timestamps)
+        self.event_timestamp = array("q", columns.event_timestamps)
+        self.size = array("i", columns.sizes)
+        self.leader_epoch = array("i", columns.leader_epochs)
+        self.state = array("B", columns.states)
+        self.id_hi = halves[0::2]
+        self.id_lo = halves[1::2]
+        self.first_epoch = array("i", columns.first_epochs)
+        first_epochs, first_offsets = columns.first_epochs, columns.first_epoch_offsets
+        self._extras = {
+            slot: ((first_epochs[slot], first_offsets[slot]),)
+            for slot in itertools.compress(range(count), map(operator.ne, first_offsets, starts))
+        }
+        self._extras.update(columns.epochs)
+        self.max_len = max(map(operator.sub, ends, starts), default=0)
+        if all(map(operator.le, starts, itertools.islice(starts, 1, None))):
+            self.index = array("i", range(count))
+        else:  # a stable sort: equal starts stay in arrival order
+            self.index = array("i", sorted(range(count), key=starts.__getitem__))
+        if count:
+            self._fill_table()
+
+    def spanning(self) -> Collection[int]:
+        """The slots whose segment does not have exactly one epoch starting at its start."""
+        return self._extras.keys()
 
     def remove(self, slot: int) -> None:
         """Forget the segment in ``slot``; its index entry stays dead until compaction."""
@@ -282,6 +324,22 @@ class PartitionSegments:
         self.index = kept
         self.front = 0
         self.dead = 0
+
+    def _fill_table(self) -> None:
+        """Build the id table of a store just filled (no table entries yet)."""
+        size = _MIN_TABLE
+        while size < 2 * len(self.start):
+            size *= 2
+        table = array("i", [_EMPTY]) * size
+        mask = size - 1
+        for slot, (hi, lo) in enumerate(zip(self.id_hi, self.id_lo, strict=True)):
+            position = _hash(hi, lo) & mask
+            while table[position] != _EMPTY:
+                position = (position + 1) & mask
+            table[position] = slot
+        self._table = table
+        self._used = len(self.start)
+        self._tombstones = 0
 
     def _table_insert(self, slot: int) -> None:
         if (self._used + self._tombstones + 1) * _MAX_LOAD_DEN > len(self._table) * _MAX_LOAD_NUM:
