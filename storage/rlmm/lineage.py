@@ -37,10 +37,11 @@ restored from a snapshot in bulk walks its chain once.
 from __future__ import annotations
 
 import bisect
+import itertools
 import operator
 from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.metadata_records import FlatFileColumns
@@ -93,21 +94,77 @@ class PartitionChain:
 
     def fill(self, columns: FlatFileColumns) -> None:
         """Load a decoded snapshot's segments into this empty partition
-        (:meth:`PartitionSegments.fill`) and build the chain once, by the walk from the tip
-        that defines it, rather than splicing it at every segment."""
+        (:meth:`PartitionSegments.fill`) and build the chain once, as the walk from the tip
+        that defines it chooses it, rather than splicing it at every segment.
+
+        When the FINISHED segments, by start offset, each have one epoch, do not overlap
+        and never go down in epoch (how a leader copies its log), each is the walk's
+        predecessor of the next and the last is the tip: the chain is all of them, in that
+        order, with no walk at all.
+        """
         seg = self.seg
         seg.fill(columns)
-        states, first_epoch = seg.state, seg.first_epoch
-        finished = [slot for slot in range(len(states)) if states[slot] == _FINISHED]
+        index, first_epoch = seg.index, seg.first_epoch
+        finished = list(
+            itertools.compress(index, map(_FINISHED.__eq__, map(seg.state.__getitem__, index)))
+        )
+        if not finished:
+            return
         spanning = seg.spanning()
-        last_epochs = Counter(first_epoch[slot] for slot in finished if slot not in spanning)
+        epochs = list(map(first_epoch.__getitem__, finished))
+        last_epochs = Counter(epochs)
         for slot in spanning:
-            if states[slot] == _FINISHED:
+            if seg.state[slot] == _FINISHED:
+                last_epochs[first_epoch[slot]] -= 1
                 last_epochs[seg.ranges(slot)[-1][0]] += 1
-        self._last_epochs = dict(last_epochs)
+        self._last_epochs = dict(+last_epochs)
+        starts, ends = seg.start, seg.end
+        if (
+            spanning.isdisjoint(finished)
+            and all(map(operator.le, epochs, itertools.islice(epochs, 1, None)))
+            and all(
+                map(
+                    operator.lt,
+                    map(ends.__getitem__, finished),
+                    map(starts.__getitem__, itertools.islice(finished, 1, None)),
+                )
+            )
+        ):
+            self._adopt(finished, spanning)
+            return
         tip = self._find_tip()
-        if tip is not None:
-            self._splice(tip, 0, seg.start[tip])
+        assert tip is not None  # some segment is FINISHED
+        walked = [tip]
+        while (
+            previous := self._step(starts[walked[-1]], _first_epoch(seg, walked[-1]))
+        ) is not None:
+            walked.append(previous)
+        walked.reverse()
+        self._adopt(walked, spanning)
+
+    def _adopt(self, chain: list[int], spanning: Collection[int]) -> None:
+        """Take ``chain`` (head to tip) as the chain of this partition, which had none, with
+        the lineage and holes :meth:`_splice` derives from it."""
+        seg = self.seg
+        starts, ends, first_epoch = seg.start, seg.end, seg.first_epoch
+        lineage: list[EpochEntry] = []
+        holes: list[int] = []
+        current = -1
+        for position, slot in enumerate(chain):
+            if slot in spanning:
+                last = ends[slot] if position == len(chain) - 1 else starts[chain[position + 1]] - 1
+                pieces = [(epoch, first) for epoch, first, _ in self._ranges_upto(slot, last)]
+            else:
+                pieces = [(first_epoch[slot], starts[slot])]
+            for epoch, first in pieces:
+                if epoch != current:
+                    lineage.append(EpochEntry(epoch=epoch, start_offset=first))
+                    current = epoch
+            if position and starts[slot] > ends[chain[position - 1]] + 1:
+                holes.append(starts[slot])
+        self._chain = array("i", chain)
+        self._lineage = tuple(lineage)
+        self._holes = holes
 
     def set_state(
         self, slot: int, state: RemoteLogSegmentState, leader_epoch: int, event_timestamp: int

@@ -28,7 +28,7 @@ import operator
 import sys
 import uuid
 from array import array
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator, Set
 
 from protocol.metadata_records import FlatFileColumns
 from storage.model import (
@@ -185,7 +185,7 @@ class PartitionSegments:
         if count:
             self._fill_table()
 
-    def spanning(self) -> Collection[int]:
+    def spanning(self) -> Set[int]:
         """The slots whose segment does not have exactly one epoch starting at its start."""
         return self._extras.keys()
 
