@@ -287,7 +287,8 @@ _ONE_EPOCH_SEGMENT = struct.Struct(">2s16sqqiqqiiqib")
 of them: frame (type 0, version 0), segment id, offsets, leader epoch, timestamps, epoch
 count, the epoch and its offset, size and state (the columns of :class:`FlatFileColumns`)."""
 _ONE_EPOCH_FRAME = encode_unsigned_varint(0) + encode_unsigned_varint(_SCHEMA_VERSION)
-_COUNT_AT = _ONE_EPOCH_SEGMENT.size - struct.calcsize(">iqib")
+_COUNT_AT = len(_ONE_EPOCH_FRAME) + _STORED_SEGMENT_HEAD.size
+"""Where a stored segment entry's epoch count is, from the entry's start."""
 _OTHER_ENTRY_SIZES = (
     0,
     len(_ONE_EPOCH_FRAME) + _PARTITION_STATE_BODY.size,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.serial import writers
 
@@ -22,6 +22,7 @@ from protocol.metadata_records import (
     FLAT_FILE_MAGIC,
     DeletePartitionStateRecord,
     DeletePartitionStateRecordStored,
+    FlatFileColumns,
     FlatFileSnapshot,
     MetadataRecord,
     MetadataRecordError,
@@ -35,6 +36,7 @@ from protocol.metadata_records import (
     StoredMetadataRecord,
     decode_committed_offsets,
     decode_flat_file,
+    decode_flat_file_columns,
     decode_metadata_record,
     decode_stored_record,
     encode_committed_offsets,
@@ -421,6 +423,95 @@ def test_garbage_flat_files_only_raise_metadata_record_errors(data: bytes) -> No
         pass
     else:
         assert decode_flat_file(encode_flat_file(snapshot)) == snapshot
+
+
+FEW_EPOCHS = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=3).map(tuple)
+"""Epochs and counts alike (0 to 3), so that a count and an epoch are easily mistaken."""
+common_segments = st.builds(
+    RemoteLogSegmentMetadataRecordStored,
+    segment_id=UUIDS,
+    start_offset=INT64,
+    end_offset=INT64,
+    leader_epoch=INT32,
+    max_timestamp=INT64,
+    event_timestamp=INT64,
+    segment_leader_epochs=st.tuples(st.tuples(INT32, INT64)) | FEW_EPOCHS,
+    segment_size_in_bytes=INT32,
+    state=SEGMENT_STATES,
+)
+
+
+@st.composite
+def flat_files(draw: st.DrawFn) -> bytes:
+    """Flat files laid out as the writer lays them out (one-epoch segments, then a deletion
+    state and a log start) or any other way."""
+    if draw(st.booleans()):
+        entries: list[StoredMetadataRecord] = [*draw(st.lists(common_segments, max_size=6))]
+        entries += draw(st.lists(stored_partition_states, max_size=1))
+        entries += draw(st.lists(stored_log_starts, max_size=1))
+    else:
+        entries = draw(st.lists(common_segments | stored_records, max_size=6))
+    return encode_flat_file(
+        FlatFileSnapshot(
+            topic_id=draw(UUIDS),
+            metadata_topic_offset=draw(st.integers(0, 2**63 - 1)),
+            entries=tuple(entries),
+        )
+    )
+
+
+def decoded_both_ways(data: bytes) -> tuple[object, object]:
+    """What each decoder makes of ``data``: the entries as segments and others, or the
+    error message."""
+    try:
+        snapshot = decode_flat_file(data)
+    except MetadataRecordError as err:
+        by_entry: object = str(err)
+    else:
+        by_entry = (
+            snapshot.topic_id,
+            snapshot.metadata_topic_offset,
+            [e for e in snapshot.entries if isinstance(e, RemoteLogSegmentMetadataRecordStored)],
+            [
+                e
+                for e in snapshot.entries
+                if not isinstance(e, RemoteLogSegmentMetadataRecordStored)
+            ],
+        )
+    try:
+        columns: FlatFileColumns = decode_flat_file_columns(data)
+    except MetadataRecordError as err:
+        by_column: object = str(err)
+    else:
+        by_column = (
+            columns.topic_id,
+            columns.metadata_topic_offset,
+            [columns.segment_entry(i) for i in range(len(columns))],
+            list(columns.others),
+        )
+    return by_entry, by_column
+
+
+@settings(max_examples=300)
+@given(flat_files())
+def test_columns_hold_what_the_entry_decoder_decodes(data: bytes) -> None:
+    by_entry, by_column = decoded_both_ways(data)
+    assert not isinstance(by_entry, str)
+    assert by_column == by_entry
+
+
+@settings(max_examples=300)
+@given(flat_files(), st.data())
+def test_damaged_flat_files_decode_the_same_both_ways(data: bytes, draw: st.DataObject) -> None:
+    """A truncated file, or one with a byte changed, is refused with the same error, or
+    decoded to the same entries, by both decoders."""
+    damaged = bytearray(data)
+    if draw.draw(st.booleans()):
+        del damaged[draw.draw(st.integers(0, len(damaged))) :]
+    else:
+        damaged[draw.draw(st.integers(0, len(damaged) - 1))] = draw.draw(st.integers(0, 255))
+    by_entry, by_column = decoded_both_ways(bytes(damaged))
+    assert by_column == by_entry
 
 
 def test_flat_file_refusals() -> None:

@@ -18,6 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
+from protocol.metadata_records import (
+    FlatFileSnapshot,
+    RemoteLogSegmentMetadataRecordStored,
+    decode_flat_file_columns,
+    encode_flat_file,
+)
 from storage.model import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.lineage import agreeing_end
@@ -173,31 +179,48 @@ def lineages(draw: st.DrawFn) -> tuple[EpochEntry, ...]:
 def replay(events: list[Event]) -> tuple[RemoteLogMetadataCache, ReferenceCache]:
     cache = RemoteLogMetadataCache()
     model = ReferenceCache()
-    added: list[RemoteLogSegmentMetadata] = []
+    refused = go_on([cache], model, events, [])
+    assert cache.invalid_transitions == refused
+    return cache, model
+
+
+def go_on(
+    caches: list[RemoteLogMetadataCache],
+    model: ReferenceCache,
+    events: list[Event],
+    added: list[RemoteLogSegmentMetadata],
+) -> int:
+    """Apply ``events`` to every cache and the model, checking that each cache accepts or
+    refuses each as the model does; ``added`` holds the segments added so far (updates
+    pick from it). Returns the number refused."""
     refused = 0
     for event in events:
         if isinstance(event, Add):
             added.append(event.metadata)
             expected = model.add(event.metadata)
-            outcome = _outcome(cache.add_segment, event.metadata)
+            outcomes = [_outcome(cache.add_segment, event.metadata) for cache in caches]
         elif isinstance(event, LogStart):
             model.set_log_start(event.offset)
-            expected = outcome = _outcome(cache.set_log_start, TP, event.offset)
+            expected = True
+            outcomes = [_outcome(cache.set_log_start, TP, event.offset) for cache in caches]
         else:
             target = added[event.pick % len(added)]
             expected = model.update(target.segment_id.id, event.state)
-            outcome = _outcome(
-                cache.update_segment,
-                target.segment_id,
-                event.state,
-                leader_epoch=0,
-                event_timestamp=0,
-            )
-        assert outcome == expected, event
+            outcomes = [
+                _outcome(
+                    cache.update_segment,
+                    target.segment_id,
+                    event.state,
+                    leader_epoch=0,
+                    event_timestamp=0,
+                )
+                for cache in caches
+            ]
+        assert outcomes == [expected] * len(caches), event
         refused += not expected
-        assert cache.lineage(TP) == model.lineage()
-    assert cache.invalid_transitions == refused
-    return cache, model
+        for cache in caches:
+            assert cache.lineage(TP) == model.lineage()
+    return refused
 
 
 def _outcome(action: Callable[..., None], *args: object, **kwargs: object) -> bool:
@@ -246,6 +269,103 @@ def restored(cache: RemoteLogMetadataCache) -> RemoteLogMetadataCache:
             tp, cache.segments(tp), cache.delete_status(tp), cache.log_start_offset(tp)
         )
     return fresh
+
+
+def restored_in_bulk(cache: RemoteLogMetadataCache) -> RemoteLogMetadataCache:
+    """A cache restored by :meth:`RemoteLogMetadataCache.restore_columns` from the flat
+    files of ``cache``'s partitions, as a snapshot load does."""
+    fresh = RemoteLogMetadataCache()
+    for tp in cache.partitions():
+        entries = tuple(
+            RemoteLogSegmentMetadataRecordStored(
+                segment_id=m.segment_id.id,
+                start_offset=m.start_offset,
+                end_offset=m.end_offset,
+                leader_epoch=m.leader_epoch,
+                max_timestamp=m.max_timestamp,
+                event_timestamp=m.event_timestamp,
+                segment_leader_epochs=m.segment_leader_epochs,
+                segment_size_in_bytes=m.segment_size_in_bytes,
+                state=m.state,
+            )
+            for m in cache.segments(tp)
+        )
+        data = encode_flat_file(
+            FlatFileSnapshot(topic_id=tp.topic_id, metadata_topic_offset=0, entries=entries)
+        )
+        columns = decode_flat_file_columns(data)
+        assert fresh.restore_columns(
+            tp, columns, cache.delete_status(tp), cache.log_start_offset(tp)
+        )
+    return fresh
+
+
+def assert_same(
+    cache: RemoteLogMetadataCache,
+    other_cache: RemoteLogMetadataCache,
+    ids: list[RemoteLogSegmentMetadata],
+    other: tuple[EpochEntry, ...],
+) -> None:
+    """Both caches answer every query alike: whole metadata, not only ids."""
+    assert cache.partitions() == other_cache.partitions()
+    assert len(cache) == len(other_cache)
+    for tp in cache.partitions():
+        assert cache.segments(tp) == other_cache.segments(tp)
+        assert cache.lineage(tp) == other_cache.lineage(tp)
+        assert cache.remote_log_start_offset(tp) == other_cache.remote_log_start_offset(tp)
+        assert cache.remote_log_end_offset(tp) == other_cache.remote_log_end_offset(tp)
+        assert cache.remote_log_holes(tp) == other_cache.remote_log_holes(tp)
+        assert cache.log_start_offset(tp) == other_cache.log_start_offset(tp)
+        assert cache.delete_status(tp) == other_cache.delete_status(tp)
+        assert cache.unreferenced_segments(tp) == other_cache.unreferenced_segments(tp)
+        for history in (cache.lineage(tp), other):
+            for offset in OFFSETS:
+                assert cache.segment_for(tp, offset, history) == other_cache.segment_for(
+                    tp, offset, history
+                )
+            for timestamp in (0, 17, 50, 99):
+                assert cache.segment_for_timestamp(
+                    tp, timestamp, history
+                ) == other_cache.segment_for_timestamp(tp, timestamp, history)
+    for metadata in ids:
+        assert cache.segment(metadata.segment_id) == other_cache.segment(metadata.segment_id)
+        assert cache.segment_state(metadata.segment_id) == other_cache.segment_state(
+            metadata.segment_id
+        )
+
+
+@settings(max_examples=150, deadline=None)
+@given(events=arbitrary_histories(), more=arbitrary_histories(), other=lineages())
+def test_a_bulk_restore_answers_as_the_per_segment_restore(
+    events: list[Event], more: list[Event], other: tuple[EpochEntry, ...]
+) -> None:
+    """Restored in bulk or segment by segment, a cache answers alike and as the model
+    does, and goes on alike with whatever events follow."""
+    cache, model = replay(events)
+    in_bulk, by_segment = restored_in_bulk(cache), restored(cache)
+    added = [event.metadata for event in events if isinstance(event, Add)]
+    assert_same(in_bulk, by_segment, added, other)
+    assert_agrees(in_bulk, model, other)
+    refused = go_on([in_bulk, by_segment], model, more, added)
+    assert in_bulk.invalid_transitions == by_segment.invalid_transitions == refused
+    assert_same(in_bulk, by_segment, added, other)
+    assert_agrees(in_bulk, model, other)
+
+
+@settings(max_examples=150, deadline=None)
+@given(simulation=simulated_histories(), more=arbitrary_histories(), other=lineages())
+def test_a_bulk_restore_of_a_simulated_partition_answers_as_the_per_segment_restore(
+    simulation: Simulation, more: list[Event], other: tuple[EpochEntry, ...]
+) -> None:
+    cache, model = replay(simulation.events)
+    in_bulk, by_segment = restored_in_bulk(cache), restored(cache)
+    added = [event.metadata for event in simulation.events if isinstance(event, Add)]
+    for history in (other, simulation.leader_lineage()):
+        assert_same(in_bulk, by_segment, added, history)
+        assert_agrees(in_bulk, model, history)
+    go_on([in_bulk, by_segment], model, more, added)
+    assert_same(in_bulk, by_segment, added, other)
+    assert_agrees(in_bulk, model, other)
 
 
 @settings(max_examples=150, deadline=None)
