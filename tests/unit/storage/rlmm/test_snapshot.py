@@ -3,6 +3,7 @@ is never used with another cluster's topic or past the topic's end."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import struct
 import uuid
@@ -209,6 +210,73 @@ def test_a_snapshot_the_cache_refuses_is_dropped_whole(
     assert cache.partitions() == []
     assert len(cache) == 0
     assert restored.applied_through == {}
+
+
+def good_entry(number: int, start: int) -> RemoteLogSegmentMetadataRecordStored:
+    return RemoteLogSegmentMetadataRecordStored(
+        segment_id=uuid.UUID(int=number),
+        start_offset=start,
+        end_offset=start + 9,
+        leader_epoch=0,
+        max_timestamp=0,
+        event_timestamp=0,
+        segment_leader_epochs=((0, start),),
+        segment_size_in_bytes=100,
+        state=S.COPY_SEGMENT_FINISHED,
+    )
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (dataclasses.replace(good_entry(9, 30), segment_leader_epochs=((0, 31),)), "do not cover"),
+        (dataclasses.replace(good_entry(9, 30), segment_leader_epochs=()), "do not cover"),
+        (dataclasses.replace(good_entry(9, 30), end_offset=29), "has offsets 30..29"),
+        (dataclasses.replace(good_entry(9, 30), start_offset=-1), "has offsets -1..39"),
+        (dataclasses.replace(good_entry(9, 30), segment_size_in_bytes=-1), "has size -1"),
+        (
+            dataclasses.replace(good_entry(9, 30), segment_leader_epochs=((-1, 30),)),
+            "out of range",
+        ),
+        (
+            dataclasses.replace(good_entry(9, 30), segment_leader_epochs=((1, 30), (0, 35))),
+            "not ascending",
+        ),
+        (dataclasses.replace(good_entry(9, 30), state=S.DELETE_SEGMENT_FINISHED), "is deleted"),
+        (good_entry(2, 30), "is repeated"),
+    ],
+)
+def test_a_segment_the_cache_refuses_drops_the_snapshot_and_replays_its_partition(
+    tmp_path: Path,
+    bad: RemoteLogSegmentMetadataRecordStored,
+    message: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What restoring segment by segment refuses, a bulk restore refuses too, with the
+    same error naming the segment: the partition is dropped whole and its metadata
+    partition replayed, the other partitions are restored."""
+    store = bound_store(tmp_path)
+    positions = positions_for(TP, OTHER)
+    store.write(store.plan(populated(), positions, [OTHER]))
+    entries = (good_entry(1, 0), good_entry(2, 10), good_entry(3, 20), bad)
+    body = encode_flat_file(
+        FlatFileSnapshot(topic_id=TP.topic_id, metadata_topic_offset=40, entries=entries)
+    )
+    folder = tmp_path / str(TP)
+    folder.mkdir()
+    (folder / f"{SNAPSHOT_FILE_PREFIX}{TP.topic_id.hex}").write_bytes(
+        body + struct.pack(">I", crc32c.crc32c(body))
+    )
+    cache = RemoteLogMetadataCache()
+    with caplog.at_level(logging.WARNING, logger="storage.rlmm.snapshot"):
+        restored = load(store, cache)
+    assert f"segment {bad.segment_id} of {TP}" in caplog.text
+    assert message in caplog.text
+    assert f"rebuilding {TP} from the metadata topic" in caplog.text
+    assert cache.partitions() == [OTHER]
+    assert len(cache) == 1
+    assert list(restored.applied_through) == [(OTHER.topic_id, OTHER.partition)]
+    assert metadata_partition_for(str(TP), PARTITIONS) not in restored.resume_after
 
 
 def write_populated(directory: Path) -> tuple[SnapshotStore, dict[int, int]]:
