@@ -41,7 +41,7 @@ import itertools
 import operator
 from array import array
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence, Set
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.metadata_records import FlatFileColumns
@@ -142,29 +142,43 @@ class PartitionChain:
         walked.reverse()
         self._adopt(walked, spanning)
 
-    def _adopt(self, chain: list[int], spanning: Collection[int]) -> None:
+    def _adopt(self, chain: list[int], spanning: Set[int]) -> None:
         """Take ``chain`` (head to tip) as the chain of this partition, which had none, with
         the lineage and holes :meth:`_splice` derives from it."""
         seg = self.seg
         starts, ends, first_epoch = seg.start, seg.end, seg.first_epoch
         lineage: list[EpochEntry] = []
-        holes: list[int] = []
-        current = -1
-        for position, slot in enumerate(chain):
-            if slot in spanning:
-                last = ends[slot] if position == len(chain) - 1 else starts[chain[position + 1]] - 1
-                pieces = [(epoch, first) for epoch, first, _ in self._ranges_upto(slot, last)]
-            else:
-                pieces = [(first_epoch[slot], starts[slot])]
-            for epoch, first in pieces:
-                if epoch != current:
-                    lineage.append(EpochEntry(epoch=epoch, start_offset=first))
-                    current = epoch
-            if position and starts[slot] > ends[chain[position - 1]] + 1:
-                holes.append(starts[slot])
+        if spanning.isdisjoint(chain):  # one epoch a segment: the lineage is where it changes
+            epochs = list(map(first_epoch.__getitem__, chain))
+            changes = map(operator.ne, epochs, itertools.chain((-1,), epochs))
+            lineage = [
+                EpochEntry(epoch=first_epoch[slot], start_offset=starts[slot])
+                for slot in itertools.compress(chain, changes)
+            ]
+        else:
+            current = -1
+            for position, slot in enumerate(chain):
+                if slot in spanning:
+                    last = (
+                        ends[slot]
+                        if position == len(chain) - 1
+                        else starts[chain[position + 1]] - 1
+                    )
+                    pieces = [(epoch, first) for epoch, first, _ in self._ranges_upto(slot, last)]
+                else:
+                    pieces = [(first_epoch[slot], starts[slot])]
+                for epoch, first in pieces:
+                    if epoch != current:
+                        lineage.append(EpochEntry(epoch=epoch, start_offset=first))
+                        current = epoch
+        chain_starts = list(map(starts.__getitem__, chain))
+        self._holes = [
+            start
+            for end, start in zip(map(ends.__getitem__, chain), chain_starts[1:], strict=False)
+            if start > end + 1
+        ]
         self._chain = array("i", chain)
         self._lineage = tuple(lineage)
-        self._holes = holes
 
     def set_state(
         self, slot: int, state: RemoteLogSegmentState, leader_epoch: int, event_timestamp: int
