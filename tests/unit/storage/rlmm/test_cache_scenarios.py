@@ -14,8 +14,12 @@ import pytest
 
 from protocol.metadata_records import (
     DeletePartitionStateRecord,
+    FlatFileSnapshot,
     RemoteLogSegmentMetadataRecord,
+    RemoteLogSegmentMetadataRecordStored,
     RemoteLogSegmentMetadataUpdateRecord,
+    decode_flat_file_columns,
+    encode_flat_file,
 )
 from storage.model import RemotePartitionDeleteState, TopicIdPartition
 from storage.rlmm.cache import (
@@ -357,3 +361,32 @@ def test_segments_lists_every_live_copy_optionally_by_state() -> None:
     cache.add_segment(seg(4, 5, ((1, 4),), number=3))
     assert [m.segment_id.id.int for m in cache.segments(TP)] == [1, 2, 3]
     assert [m.segment_id.id.int for m in cache.segments(TP, states=[S.COPY_SEGMENT_STARTED])] == [3]
+
+
+def test_a_partition_already_held_is_not_restored_in_bulk() -> None:
+    """Two snapshot files may name one partition (directories of two topic names with one
+    topic id): the second is not filled over the first; the bulk restore declines, changing
+    nothing, and the loader restores it segment by segment."""
+    entry = RemoteLogSegmentMetadataRecordStored(
+        segment_id=uuid.UUID(int=7),
+        start_offset=0,
+        end_offset=9,
+        leader_epoch=0,
+        max_timestamp=0,
+        event_timestamp=0,
+        segment_leader_epochs=((0, 0),),
+        segment_size_in_bytes=100,
+        state=S.COPY_SEGMENT_FINISHED,
+    )
+    columns = decode_flat_file_columns(
+        encode_flat_file(
+            FlatFileSnapshot(topic_id=TP.topic_id, metadata_topic_offset=0, entries=(entry,))
+        )
+    )
+    cache = RemoteLogMetadataCache()
+    assert cache.restore_columns(TP, columns, None)
+    held = cache.segments(TP)
+    assert not cache.restore_columns(TP, columns, None, log_start=5)
+    assert cache.segments(TP) == held
+    assert cache.log_start_offset(TP) == 0
+    assert len(cache) == 1
