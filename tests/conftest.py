@@ -36,6 +36,7 @@ fails on any skip whose reason starts with "missing server".
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
@@ -69,6 +70,8 @@ from proxy.embedded import (
 from proxy.embedded.kafka_jars import KafkaDistribution, distribution_from_home
 from proxy.embedded.object_stores import AzureInfo, Azurite, FakeGcs, GcsInfo
 from proxy.embedded.process import ServerStartError
+from proxy.logs import OUR_LOGGERS
+from storage.log_format import FORMAT_VARIABLE, LEVEL_VARIABLE
 from tests.certificates import Pki, make_pki
 
 if TYPE_CHECKING:
@@ -148,6 +151,35 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if unknown:
             raise pytest.UsageError(f"unknown broker kinds {sorted(unknown)} in {marker}")
         metafunc.parametrize("broker_kind", marker.args)
+
+
+@pytest.fixture(autouse=True)
+def restored_logging() -> Iterator[None]:
+    """The logging state :func:`storage.log_format.configure` changes, put back after every
+    test: the loggers and the environment it leaves for child processes. Commands run
+    in-process (``proxy.cli.main``) configure logs, and a later test's ``caplog`` must still
+    see tierproxy's records at the levels it asks for."""
+    root = logging.getLogger()
+    saved = [
+        (logger, logger.level, list(logger.handlers), logger.propagate)
+        for logger in (root, *(logging.getLogger(name) for name in OUR_LOGGERS))
+    ]
+    environment = {name: os.environ.get(name) for name in (LEVEL_VARIABLE, FORMAT_VARIABLE)}
+    try:
+        yield
+    finally:
+        for name, value in environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        for logger, level, handlers, propagate in saved:
+            for handler in list(logger.handlers):
+                logger.removeHandler(handler)
+            for handler in handlers:
+                logger.addHandler(handler)
+            logger.setLevel(level)
+            logger.propagate = propagate
 
 
 @pytest.fixture(scope="session", autouse=True)

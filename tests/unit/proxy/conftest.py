@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, ClassVar
 
@@ -12,11 +10,9 @@ import pytest
 from proxy import connection
 from proxy.config import ProxyConfig
 from proxy.interceptors.base import Call, Forward, Interceptor
-from proxy.logs import OUR_LOGGERS
 from proxy.server import ProxyServer
 from proxy.splice import Prelude, SpliceDone, Splicer
 from storage.kafka_security import KafkaSecurityConfig
-from storage.log_format import FORMAT_VARIABLE, LEVEL_VARIABLE
 from tests.fakes.frame_client import FrameClient
 from tests.fakes.wire_broker import WireBroker
 
@@ -98,30 +94,3 @@ async def through(interceptor: Interceptor, call: Call, response: Any) -> Any:
         return await outcome.then.on_response(response)
     finally:
         outcome.then.release()
-
-
-@pytest.fixture
-def restored_logging() -> Iterator[None]:
-    """The logging state :func:`configure` changes, put back after the test: the loggers and
-    the environment it leaves for child processes."""
-    root = logging.getLogger()
-    saved = [
-        (logger, logger.level, list(logger.handlers), logger.propagate)
-        for logger in (root, *(logging.getLogger(name) for name in OUR_LOGGERS))
-    ]
-    environment = {name: os.environ.get(name) for name in (LEVEL_VARIABLE, FORMAT_VARIABLE)}
-    try:
-        yield
-    finally:
-        for name, value in environment.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        for logger, level, handlers, propagate in saved:
-            for handler in list(logger.handlers):
-                logger.removeHandler(handler)
-            for handler in handlers:
-                logger.addHandler(handler)
-            logger.setLevel(level)
-            logger.propagate = propagate
