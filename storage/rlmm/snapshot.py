@@ -76,6 +76,7 @@ __all__ = [
     "Restored",
     "SnapshotStore",
     "StateBinding",
+    "stored_segments",
 ]
 
 log = logging.getLogger(__name__)
@@ -368,8 +369,11 @@ def _nothing() -> Restored:
     return Restored(applied_through={}, resume_after={})
 
 
-def _encode_snapshot(cache: RemoteLogMetadataCache, tp: TopicIdPartition, position: int) -> bytes:
-    entries: list[StoredMetadataRecord] = [
+def stored_segments(
+    cache: RemoteLogMetadataCache, tp: TopicIdPartition
+) -> list[RemoteLogSegmentMetadataRecordStored]:
+    """The flat-file entries of a partition's segments, in the cache's order."""
+    return [
         RemoteLogSegmentMetadataRecordStored(
             segment_id=m.segment_id.id,
             start_offset=m.start_offset,
@@ -383,6 +387,10 @@ def _encode_snapshot(cache: RemoteLogMetadataCache, tp: TopicIdPartition, positi
         )
         for m in cache.segments(tp)
     ]
+
+
+def _encode_snapshot(cache: RemoteLogMetadataCache, tp: TopicIdPartition, position: int) -> bytes:
+    entries: list[StoredMetadataRecord] = [*stored_segments(cache, tp)]
     status = cache.delete_status(tp)
     if status is not None:
         entries.append(

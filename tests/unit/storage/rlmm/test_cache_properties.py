@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
 from protocol.metadata_records import (
     FlatFileSnapshot,
-    RemoteLogSegmentMetadataRecordStored,
     decode_flat_file_columns,
     encode_flat_file,
 )
 from storage.model import RemoteLogSegmentMetadata, RemoteLogSegmentState
 from storage.rlmm.cache import RemoteLogMetadataCache
 from storage.rlmm.lineage import agreeing_end
+from storage.rlmm.snapshot import stored_segments
 from storage.rlmm.state import InvalidStateTransitionError
 from storage.rlmm.store import clipped_ranges
 from tests.unit.storage.rlmm.reference import TP, ReferenceCache, S, seg
@@ -305,20 +305,7 @@ def restored_in_bulk(cache: RemoteLogMetadataCache) -> RemoteLogMetadataCache:
     files of ``cache``'s partitions, as a snapshot load does."""
     fresh = RemoteLogMetadataCache()
     for tp in cache.partitions():
-        entries = tuple(
-            RemoteLogSegmentMetadataRecordStored(
-                segment_id=m.segment_id.id,
-                start_offset=m.start_offset,
-                end_offset=m.end_offset,
-                leader_epoch=m.leader_epoch,
-                max_timestamp=m.max_timestamp,
-                event_timestamp=m.event_timestamp,
-                segment_leader_epochs=m.segment_leader_epochs,
-                segment_size_in_bytes=m.segment_size_in_bytes,
-                state=m.state,
-            )
-            for m in cache.segments(tp)
-        )
+        entries = tuple(stored_segments(cache, tp))
         data = encode_flat_file(
             FlatFileSnapshot(topic_id=tp.topic_id, metadata_topic_offset=0, entries=entries)
         )
