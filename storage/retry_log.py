@@ -20,7 +20,7 @@ from typing import Any, Final
 
 from storage.log_event import event
 
-__all__ = ["QUIET_INTERVAL_S", "Failure", "Outage", "RetryLog", "log_recovery"]
+__all__ = ["QUIET_INTERVAL_S", "Failure", "Outage", "RetryLog", "log_failure", "log_recovery"]
 
 QUIET_INTERVAL_S: Final = 60.0
 """At most this long between two lines of one outage, whatever the attempt numbers: an
@@ -91,6 +91,35 @@ class RetryLog:
         outage = Outage(seconds=self._clock() - self._first_failed_at, attempts=self._failures + 1)
         self._failures = 0
         return outage
+
+
+def log_failure(
+    retries: RetryLog,
+    logger: logging.Logger,
+    name: str,
+    error: Exception,
+    message: Callable[[Exception, int], str],
+    *,
+    level: int = logging.WARNING,
+    **fields: Any,
+) -> Failure:
+    """Count a failed attempt of ``retries``' loop, which failed with ``error``; when it is
+    due, log event ``name`` with ``message(error, attempt)`` as the sentence, ``fields``, and
+    the attempt number as ``attempt``.
+
+    :returns: the failure counted.
+    """
+    failure = retries.record_failure()
+    if failure.logged:
+        event(
+            logger,
+            level,
+            name,
+            msg=message(error, failure.attempt),
+            **fields,
+            attempt=failure.attempt,  # last, as the loops' lines always had it
+        )
+    return failure
 
 
 def log_recovery(

@@ -26,8 +26,7 @@ from typing import Final
 
 from cachetools import LRUCache
 
-from proxy.logs import event
-from storage.retry_log import RetryLog, log_recovery
+from storage.retry_log import RetryLog, log_failure, log_recovery
 
 __all__ = ["TopicIdLookup", "TopicIds"]
 
@@ -94,16 +93,15 @@ class TopicIds:
                 try:
                     found = await self._lookup(names)
                 except Exception as err:  # the broker is away: the next round tries again
-                    failure = self._failures.record_failure()
-                    if failure.logged:
-                        event(
-                            _log,
-                            logging.WARNING,
-                            "topic_ids.retry",
-                            msg=f"cannot look up topic ids ({err}); retrying (attempt "
-                            f"{failure.attempt})",
-                            attempt=failure.attempt,
-                        )
+                    log_failure(
+                        self._failures,
+                        _log,
+                        "topic_ids.retry",
+                        err,
+                        lambda err, attempt: (
+                            f"cannot look up topic ids ({err}); retrying (attempt {attempt})"
+                        ),
+                    )
                 else:
                     log_recovery(self._failures, _log, "topic_ids.reconnected", "topic id lookup")
                     for name, topic_id in found.items():

@@ -46,7 +46,7 @@ from storage.kafka_client.values import (
 )
 from storage.log_event import event
 from storage.retry import RetryPolicy, call_with_retry
-from storage.retry_log import RetryLog, log_recovery
+from storage.retry_log import RetryLog, log_failure, log_recovery
 
 __all__ = ["CONSUMER_RETRY", "FETCH_MAX_WAIT_MS", "AssignedConsumer"]
 
@@ -119,17 +119,16 @@ class AssignedConsumer:
         except (KafkaClientError, RemoteProtocolError) as err:
             self._leaders.forget()
             wait = self._retry.backoff_seconds(self._retry_log.failures, self._uniform)
-            failure = self._retry_log.record_failure()
-            if failure.logged:
-                event(
-                    log,
-                    logging.WARNING,
-                    "metadata.consumer.retry",
-                    msg=f"consuming {self._topic}: {err}; retrying in {wait:.2f} s "
-                    f"(attempt {failure.attempt})",
-                    topic=self._topic,
-                    attempt=failure.attempt,
-                )
+            log_failure(
+                self._retry_log,
+                log,
+                "metadata.consumer.retry",
+                err,
+                lambda err, attempt: (
+                    f"consuming {self._topic}: {err}; retrying in {wait:.2f} s (attempt {attempt})"
+                ),
+                topic=self._topic,
+            )
             await asyncio.sleep(wait)
             return {}
         log_recovery(

@@ -31,7 +31,7 @@ from storage.kafka_client.leaders import PartitionLeaders, TopicAuthorizationErr
 from storage.kafka_client.values import RETRIABLE_ERRORS, KafkaClientError, ProducedBatch
 from storage.log_event import event
 from storage.retry import RetryPolicy, call_with_retry
-from storage.retry_log import RetryLog, log_recovery
+from storage.retry_log import RetryLog, log_failure, log_recovery
 
 __all__ = ["PRODUCER_RETRY", "ProduceError", "RecordWriter", "TopicProducer", "produce_on_leader"]
 
@@ -173,17 +173,17 @@ class TopicProducer:
         retries = RetryLog()
 
         def log_retry(attempt: int, error: Exception, wait: float) -> None:
-            failure = retries.record_failure()
-            if failure.logged:
-                event(
-                    log,
-                    logging.WARNING,
-                    "producer.retry",
-                    msg=f"producing to {self._topic}: {error} (attempt {attempt}); "
-                    f"retrying in {wait:.2f} s",
-                    topic=self._topic,
-                    attempt=attempt,
-                )
+            log_failure(
+                retries,
+                log,
+                "producer.retry",
+                error,
+                lambda error, number: (
+                    f"producing to {self._topic}: {error} (attempt {number}); "
+                    f"retrying in {wait:.2f} s"
+                ),
+                topic=self._topic,
+            )
 
         async with lock:  # one batch in flight per partition keeps sequences in order
             try:

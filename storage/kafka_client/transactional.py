@@ -38,9 +38,8 @@ from storage.kafka_client.leaders import PartitionLeaders, TopicAuthorizationErr
 from storage.kafka_client.producer import PRODUCER_RETRY, ProduceError, produce_on_leader
 from storage.kafka_client.transactions import TransactionDescription
 from storage.kafka_client.values import BrokerConnectionError, KafkaClientError
-from storage.log_event import event
 from storage.retry import RetryPolicy, call_with_retry
-from storage.retry_log import RetryLog, log_recovery
+from storage.retry_log import RetryLog, log_failure, log_recovery
 
 __all__ = [
     "FENCING_ERRORS",
@@ -303,17 +302,18 @@ class TransactionalProducer:
             # wait (its producer logs it at debug); a broker gone is worth a warning.
             level = logging.DEBUG if isinstance(error, _Retry) else logging.WARNING
             warned = warned or level == logging.WARNING
-            failure = retries.record_failure()
-            if failure.logged:
-                event(
-                    log,
-                    level,
-                    "transaction.retry",
-                    msg=f"transactional id {self.transactional_id}: {error} (attempt "
-                    f"{attempt_number}); retrying in {wait:.2f} s",
-                    transactional_id=self.transactional_id,
-                    attempt=attempt_number,
-                )
+            log_failure(
+                retries,
+                log,
+                "transaction.retry",
+                error,
+                lambda error, attempt: (
+                    f"transactional id {self.transactional_id}: {error} (attempt "
+                    f"{attempt}); retrying in {wait:.2f} s"
+                ),
+                level=level,
+                transactional_id=self.transactional_id,
+            )
 
         answer = await call_with_retry(
             attempt, policy=self._retry, is_retriable=retriable, on_retry=log_retry

@@ -39,7 +39,7 @@ from storage.kafka_client import (
 )
 from storage.log_event import event
 from storage.retry import RetryPolicy, call_with_retry
-from storage.retry_log import RetryLog, log_recovery
+from storage.retry_log import RetryLog, log_failure, log_recovery
 from storage.rlmm.config import (
     DEFAULT_TOPIC_NAME,
     DURABLE_MIN_INSYNC_REPLICAS,
@@ -111,17 +111,17 @@ class MetadataTopicSetup:
         failures = RetryLog()
 
         def warn(attempt: int, error: Exception, wait: float) -> None:
-            failure = failures.record_failure()
-            if failure.logged:
-                event(
-                    log,
-                    logging.WARNING,
-                    "metadata.topic.broker_retry",
-                    msg=f"no broker at {self._bootstrap} answers yet (attempt {attempt}: "
-                    f"{error}); retrying in {wait:.1f} s",
-                    bootstrap=self._bootstrap,
-                    attempt=attempt,
-                )
+            log_failure(
+                failures,
+                log,
+                "metadata.topic.broker_retry",
+                error,
+                lambda error, number: (
+                    f"no broker at {self._bootstrap} answers yet (attempt {number}: "
+                    f"{error}); retrying in {wait:.1f} s"
+                ),
+                bootstrap=self._bootstrap,
+            )
 
         answer = await call_with_retry(
             request,

@@ -12,9 +12,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from storage.log_event import event
 from storage.retry import Clock, RetryPolicy, call_with_retry
-from storage.retry_log import RetryLog, log_recovery
+from storage.retry_log import RetryLog, log_failure, log_recovery
 from storage.rsm.base import RemoteStorageError
 from storage.rsm.s3_errors import is_retriable
 
@@ -53,17 +52,16 @@ async def retried_request(
     retries = RetryLog(clock=clock.monotonic)
 
     def log_retry(attempt_number: int, err: Exception, wait: float) -> None:
-        failure = retries.record_failure()
-        if failure.logged:
-            event(
-                logger,
-                logging.INFO,
-                "remote.request.retry",
-                msg=f"attempt {attempt_number} failed ({err}); retrying in {wait:.2f} s",
-                action=action,
-                object=where,
-                attempt=attempt_number,
-            )
+        log_failure(
+            retries,
+            logger,
+            "remote.request.retry",
+            err,
+            lambda err, attempt: f"attempt {attempt} failed ({err}); retrying in {wait:.2f} s",
+            level=logging.INFO,
+            action=action,
+            object=where,
+        )
 
     try:
         answer = await call_with_retry(

@@ -41,7 +41,7 @@ from storage.log_format import (
     configure,
     configure_from_environment,
 )
-from storage.retry_log import RetryLog, log_recovery
+from storage.retry_log import RetryLog, log_failure, log_recovery
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rsm.config import RemoteStorageConfig
 from storage.startup import cluster_answers_within
@@ -434,16 +434,17 @@ async def _opened(
         except _CLUSTER_UNAVAILABLE as err:
             if once:
                 raise
-            failure = failures.record_failure()
-            if failure.logged:
-                event(
-                    log,
-                    logging.ERROR,
-                    "tiering.open.failed",
-                    msg=f"opening the pipeline failed: {err}; next attempt in "
-                    f"{_ERROR_BACKOFF_SECONDS:.0f} s (attempt {failure.attempt})",
-                    attempt=failure.attempt,
-                )
+            log_failure(
+                failures,
+                log,
+                "tiering.open.failed",
+                err,
+                lambda err, attempt: (
+                    f"opening the pipeline failed: {err}; next attempt in "
+                    f"{_ERROR_BACKOFF_SECONDS:.0f} s (attempt {attempt})"
+                ),
+                level=logging.ERROR,
+            )
             if await _sleep_or_stop(stop, _ERROR_BACKOFF_SECONDS):
                 return None
             continue
@@ -482,17 +483,18 @@ async def _unless_stopped(opening: Awaitable[_T], stop: asyncio.Event) -> _T | N
 def _log_failed_cycle(error: Exception, failures: RetryLog) -> None:
     """Count a failed cycle in ``failures``; log it if due, with the traceback of an error
     that is not the cluster being away."""
-    failure = failures.record_failure()
-    if failure.logged:
-        event(
-            log,
-            logging.ERROR,
-            "tiering.cycle.failed",
-            msg=f"tiering cycle failed: {error}; next attempt in {_ERROR_BACKOFF_SECONDS:.0f} s "
-            f"(attempt {failure.attempt})",
-            attempt=failure.attempt,
-            exc_info=not isinstance(error, _CLUSTER_UNAVAILABLE),
-        )
+    log_failure(
+        failures,
+        log,
+        "tiering.cycle.failed",
+        error,
+        lambda error, attempt: (
+            f"tiering cycle failed: {error}; next attempt in "
+            f"{_ERROR_BACKOFF_SECONDS:.0f} s (attempt {attempt})"
+        ),
+        level=logging.ERROR,
+        exc_info=not isinstance(error, _CLUSTER_UNAVAILABLE),
+    )
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> bool:

@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storage.retry_log import QUIET_INTERVAL_S, Failure, Outage, RetryLog, log_recovery
+from storage.retry_log import (
+    QUIET_INTERVAL_S,
+    Failure,
+    Outage,
+    RetryLog,
+    log_failure,
+    log_recovery,
+)
 from tests.fakes.clocks import ManualClock
 
 
@@ -67,6 +74,34 @@ def test_log_recovery_is_one_line_only_after_failures(caplog: pytest.LogCaptureF
     assert line.getMessage() == "consuming t: reconnected after 3.0 s (3 attempts)"
     assert line.tierproxy_event == "metadata.consumer.reconnected"  # type: ignore[attr-defined]
     assert line.tierproxy_fields == {"seconds": 3.0, "attempts": 3, "topic": "t"}  # type: ignore[attr-defined]
+
+
+def test_log_failure_logs_only_the_due_attempts_with_their_number(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    retries = RetryLog(clock=ManualClock(1000.0))
+    logger = logging.getLogger("storage.kafka_client.producer")
+    with caplog.at_level(logging.INFO):
+        failures = [
+            log_failure(
+                retries,
+                logger,
+                "producer.retry",
+                ConnectionError("down"),
+                lambda error, attempt: f"producing to t: {error} (attempt {attempt})",
+                level=logging.INFO,
+                topic="t",
+            )
+            for _ in range(3)
+        ]
+
+    assert [f.logged for f in failures] == [True, True, False]
+    assert caplog.messages == [
+        "producing to t: down (attempt 1)",
+        "producing to t: down (attempt 2)",
+    ]
+    assert [r.levelno for r in caplog.records] == [logging.INFO, logging.INFO]
+    assert caplog.records[1].tierproxy_fields == {"topic": "t", "attempt": 2}  # type: ignore[attr-defined]
 
 
 @given(
