@@ -20,7 +20,7 @@ from storage.model import (
     TopicIdPartition,
 )
 from storage.tiering.chain import ChainState
-from storage.tiering.copy_stage import CopyJob, CopyResult
+from storage.tiering.copy_stage import CopyJob, CopyResult, failed_copy
 from storage.tiering.copying import _log_finished, _sort_out
 from storage.tiering.cycle import Notes
 from storage.tiering.report import (
@@ -57,14 +57,8 @@ def job(metadata: RemoteLogSegmentMetadata) -> CopyJob:
     return CopyJob(metadata=metadata, pieces=(), prior=ChainState())
 
 
-def result(job: CopyJob, error: str | None = None, *, announced: bool = True) -> CopyResult:
-    return CopyResult(
-        segment_id=job.metadata.segment_id.id,
-        size=0,
-        seconds=0.0,
-        error=error,
-        announced=announced,
-    )
+def copied(job: CopyJob) -> CopyResult:
+    return CopyResult(segment_id=job.metadata.segment_id.id, size=0, seconds=0.0)
 
 
 def cycle(*failures: Failure, **topics: TopicStats) -> CycleReport:
@@ -187,10 +181,10 @@ def test_only_each_partitions_uploaded_run_is_finished() -> None:
     a = [job(segment(ORDERS, i * 10, i * 10 + 9)) for i in range(4)]
     b = [job(segment(ORDERS_1, i * 10, i * 10 + 9)) for i in range(3)]
     outcomes = [
-        result(a[0]),
-        result(a[1], "RemoteStorageError: cannot store"),  # announced, not uploaded
+        copied(a[0]),
+        failed_copy(a[1], "RemoteStorageError: cannot store"),  # announced, not uploaded
         # a[2] and a[3]: never announced (the task stopped the partition)
-        result(b[0], "COPY_SEGMENT_STARTED not published: timeout", announced=False),
+        failed_copy(b[0], "COPY_SEGMENT_STARTED not published: timeout", announced=False),
     ]
     stats = {"orders": TopicStats()}
     failures: list[Failure] = []
@@ -228,12 +222,12 @@ def test_finished_is_never_a_segment_that_was_not_uploaded(kinds: list[list[str]
             j = job(segment(tp, i * 10, i * 10 + 9))
             jobs.append(j)
             if kind == "uploaded":
-                outcomes.append(result(j))
+                outcomes.append(copied(j))
                 uploaded.add(j.metadata.segment_id.id)
             elif kind == "upload failed":
-                outcomes.append(result(j, "cannot store"))
+                outcomes.append(failed_copy(j, "cannot store"))
             elif kind == "not published":
-                outcomes.append(result(j, "not published", announced=False))
+                outcomes.append(failed_copy(j, "not published", announced=False))
             broken = broken or kind != "uploaded"
             if not broken:
                 prefix[tp].append(j.metadata.segment_id.id)
@@ -252,8 +246,9 @@ def test_the_copy_says_which_segments_were_finished_and_what_becomes_of_the_othe
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     a = [job(segment(ORDERS, i * 10, i * 10 + 9)) for i in range(3)]
-    some = _sort_out(a, [result(a[0]), result(a[1], "disk full")], {"orders": TopicStats()}, [])
-    none = _sort_out(a[1:], [result(a[1], "disk full")], {"orders": TopicStats()}, [])
+    outcomes = [copied(a[0]), failed_copy(a[1], "disk full")]
+    some = _sort_out(a, outcomes, {"orders": TopicStats()}, [])
+    none = _sort_out(a[1:], [failed_copy(a[1], "disk full")], {"orders": TopicStats()}, [])
 
     with caplog.at_level(logging.INFO):
         _log_finished(some, 3, 0.25)
