@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any, Final
 
-from storage.log_event import event, event_of, fields_of
+from storage.log_event import event_of, fields_of
 
 __all__ = [
     "FORMAT_VARIABLE",
@@ -35,7 +35,6 @@ __all__ = [
     "LogfmtFormatter",
     "configure",
     "configure_from_environment",
-    "event",
 ]
 
 LEVEL_VARIABLE: Final = "TIERPROXY_LOG_LEVEL"
