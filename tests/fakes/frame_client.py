@@ -13,22 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import struct
 from typing import Any, ClassVar
 
-from protocol.frames import FrameDecoder
+from protocol.frames import FrameDecoder, encode_frame
 from protocol.headers import encode_request_header
 from protocol.messages import ApiKey, encode_request
 from proxy.server import ProxyServer
 from tests.conditions import GENEROUS_S
 from tests.fakes.kafka_requests import api_versions_request, metadata_request
 
-__all__ = ["FrameClient", "api_versions_frame", "frame", "metadata_frame", "request_frame"]
-
-
-def frame(payload: bytes) -> bytes:
-    """``payload`` with its size in front, as one Kafka frame."""
-    return struct.pack(">i", len(payload)) + payload
+__all__ = ["FrameClient", "api_versions_frame", "metadata_frame", "request_frame"]
 
 
 def request_frame(
@@ -36,7 +30,7 @@ def request_frame(
 ) -> bytes:
     """``body`` as one framed request of ``version`` from ``client_id``."""
     header = encode_request_header(api_key, version, correlation_id, client_id)
-    return frame(header + encode_request(body))
+    return encode_frame(header + encode_request(body))
 
 
 def metadata_frame(correlation_id: int, version: int = 12) -> bytes:

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import struct
 from collections.abc import Awaitable, Callable
 from typing import cast
 
 from protocol.errors import RemoteProtocolError
-from protocol.frames import FrameDecoder
+from protocol.frames import FrameDecoder, encode_frame
 
 __all__ = ["Answer", "FrameServer", "HangUp"]
 
@@ -87,7 +86,7 @@ class FrameServer:
                     return  # a bad size prefix: no frame boundaries any more
                 payload = await answer(frame)
                 if payload is not None:
-                    writer.write(struct.pack(">i", len(payload)) + payload)
+                    writer.write(encode_frame(payload))
                     await writer.drain()
         except (ConnectionError, RemoteProtocolError, asyncio.CancelledError):
             return  # garbage, a closed peer or a hang-up: close the connection

@@ -12,10 +12,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from protocol.frames import encode_frame
 from protocol.headers import encode_request_header, parse_response_header, response_header_version
 from protocol.messages import decode_response, encode_request
 from proxy.server import ProxyServer
-from tests.fakes.frame_client import FrameClient, frame
+from tests.fakes.frame_client import FrameClient
 
 __all__ = ["KioClient"]
 
@@ -47,7 +48,7 @@ class KioClient:
         """
         correlation_id = next(self._ids)
         payload = encode_request_header(api_key, version, correlation_id, client_id)
-        await self._connection.send(frame(payload + encode_request(body)))
+        await self._connection.send(encode_frame(payload + encode_request(body)))
         answer = await self._connection.receive(seconds)
         header_version = response_header_version(api_key, version)
         assert header_version is not None

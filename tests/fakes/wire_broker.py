@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from protocol.frames import encode_frame
 from protocol.headers import RequestHeader, parse_request_header, peek_request
 from protocol.messages import ApiKey, decode_request
 from tests.fakes.frame_server import Answer, FrameServer, HangUp
@@ -60,8 +61,7 @@ ADVERTISED: dict[ApiKey, tuple[int, int]] = {
 def raw_request(correlation_id: int, body: bytes, api_key: int = RAW_API) -> bytes:
     """A framed request of a raw API with an opaque body (request header v1)."""
     header = struct.pack(">hhih", api_key, RAW_VERSION, correlation_id, 4) + b"test"
-    payload = header + body
-    return struct.pack(">i", len(payload)) + payload
+    return encode_frame(header + body)
 
 
 def raw_response_body(payload: bytes) -> tuple[int, bytes]:

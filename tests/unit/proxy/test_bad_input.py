@@ -21,11 +21,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from protocol.errors import KafkaError
+from protocol.frames import encode_frame
 from protocol.messages import ApiKey, decode_response
 from proxy.config import ProxyConfig
 from proxy.server import ProxyServer
 from tests.conditions import GENEROUS_S
-from tests.fakes.frame_client import api_versions_frame, frame, metadata_frame
+from tests.fakes.frame_client import api_versions_frame, metadata_frame
 from tests.fakes.wire_broker import WireBroker, raw_request
 
 MAX_REQUEST = 1024 * 1024
@@ -133,18 +134,18 @@ def bystander(threaded: ThreadedProxy) -> Iterator[socket.socket]:
     [
         pytest.param(struct.pack(">i", MAX_REQUEST + 1) + b"x" * 100, id="frame-over-limit"),
         pytest.param(struct.pack(">i", -5), id="negative-size"),
-        pytest.param(frame(b"\x00\x03\x00"), id="shorter-than-a-header"),
+        pytest.param(encode_frame(b"\x00\x03\x00"), id="shorter-than-a-header"),
         pytest.param(
-            frame(struct.pack(">hhih", ApiKey.METADATA, 99, 1, 2) + b"ab"),
+            encode_frame(struct.pack(">hhih", ApiKey.METADATA, 99, 1, 2) + b"ab"),
             id="intercepted-api-unknown-version",
         ),
         pytest.param(
             # Header v2 whose tagged-field count is a varint that never ends.
-            frame(struct.pack(">hhih", ApiKey.METADATA, 12, 1, 0) + b"\xff" * 6),
+            encode_frame(struct.pack(">hhih", ApiKey.METADATA, 12, 1, 0) + b"\xff" * 6),
             id="intercepted-api-unparsable-header",
         ),
         pytest.param(
-            frame(struct.pack(">hhih", ApiKey.FETCH, 2, 1, 0) + b"\x00\x00"),
+            encode_frame(struct.pack(">hhih", ApiKey.FETCH, 2, 1, 0) + b"\x00\x00"),
             id="intercepted-api-version-below-range",
         ),
     ],

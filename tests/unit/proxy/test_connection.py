@@ -15,12 +15,13 @@ from typing import Any
 import pytest
 
 from protocol.fetch_tail import read_tail
+from protocol.frames import encode_frame
 from protocol.headers import RequestHeader, encode_request_header
 from protocol.messages import ApiKey, encode_request
 from proxy.interceptors.base import Answer, Call, Forward, Interceptor, OnResponse
 from proxy.splice import SPLICE_AVAILABLE
 from tests.conditions import GENEROUS_S, wait_for
-from tests.fakes.frame_client import FrameClient, frame
+from tests.fakes.frame_client import FrameClient
 from tests.fakes.kafka_requests import empty_fetch_request, list_offsets_request
 from tests.fakes.kafka_responses import (
     fetch_response_payload,
@@ -33,7 +34,7 @@ from tests.unit.proxy.conftest import ProxyFactory
 
 def list_offsets_frame(correlation_id: int) -> bytes:
     header = encode_request_header(ApiKey.LIST_OFFSETS, 1, correlation_id, "test")
-    return frame(header + encode_request(list_offsets_request()))
+    return encode_frame(header + encode_request(list_offsets_request()))
 
 
 async def list_offsets_or_echo(header: RequestHeader, body: bytes) -> bytes | None:
@@ -153,7 +154,7 @@ async def test_produce_with_acks_zero_is_never_waited_for(
         body = b"\x00" + struct.pack(">hi", 0, 1000) + b"\x01\x00"
     else:
         body = struct.pack(">hhii", -1, 0, 1000, 0)
-    await client.send(frame(header + body) + raw_request(6, b"after"))
+    await client.send(encode_frame(header + body) + raw_request(6, b"after"))
     assert raw_response_body(await client.receive()) == (6, b"echo:after")
     await client.close()
 
@@ -307,7 +308,7 @@ async def test_multi_mib_fetch_v16_responses_stream_with_their_endpoints_rewritt
     request = encode_request_header(ApiKey.FETCH, 16, 9, "c") + encode_request(
         empty_fetch_request(16)
     )
-    await client.send(frame(request) + raw_request(10, b"after"))
+    await client.send(encode_frame(request) + raw_request(10, b"after"))
     answer = await client.receive()
     assert raw_response_body(await client.receive()) == (10, b"echo:after")
     await client.close()

@@ -10,13 +10,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from protocol.frames import encode_frame
 from protocol.headers import encode_request_header
 from protocol.messages import ApiKey, decode_response, encode_request, request_class
 from proxy.config import ProxyConfig
 from proxy.discovery import DiscoveryError
 from proxy.server import ProxyServer
 from storage.kafka_security import KafkaSecurityConfig
-from tests.fakes.frame_client import FrameClient, frame
+from tests.fakes.frame_client import FrameClient
 from tests.fakes.wire_broker import WireBroker, raw_request, raw_response_body
 from tests.unit.proxy.conftest import ProxyFactory
 
@@ -46,7 +47,7 @@ def login_frames(user: str, password: str) -> tuple[bytes, bytes]:
     authenticate = encode_request_header(ApiKey.SASL_AUTHENTICATE, 1, 2, "c") + encode_request(
         request_class(ApiKey.SASL_AUTHENTICATE, 1)(auth_bytes=message)
     )
-    return frame(handshake), frame(authenticate)
+    return encode_frame(handshake), encode_frame(authenticate)
 
 
 async def test_clients_log_in_end_to_end_through_the_proxy(
