@@ -22,10 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from protocol.errors import KafkaError
-from protocol.headers import (
-    RequestHeader,
+from protocol.headers import RequestHeader
+from protocol.indexes.leader_epoch_checkpoint import (
+    EpochEntry,
+    end_offset_for_epoch,
+    epoch_for_offset,
+    truncate_from_start,
 )
-from protocol.indexes.leader_epoch_checkpoint import EpochEntry, end_offset_for_epoch
 from protocol.messages import (
     ApiKey,
     ErrorCode,
@@ -235,15 +238,12 @@ class ModelBroker:
             code = KafkaError.INVALID_REQUEST  # a broker that knows no other sentinel
         else:
             timestamp, offset = self._by_time(model, part.timestamp)
-        epoch = -1
-        for entry in model.lineage:
-            if 0 <= entry.start_offset <= offset:
-                epoch = entry.epoch
+        epoch = epoch_for_offset(model.lineage, offset)
         return {
             "error_code": err(code),
             "timestamp": timestamp,
             "offset": offset,
-            "leader_epoch": epoch,
+            "leader_epoch": -1 if epoch is None else epoch,
         }
 
     @staticmethod
@@ -289,12 +289,10 @@ class ModelBroker:
 
     @staticmethod
     def _epoch_end(model: ModelPartition, part: Any) -> dict[str, Any]:
-        """Where ``part``'s leader epoch ends in the local log's lineage (the epochs that
-        began before the local log start begin at it)."""
-        local = [e for e in model.lineage if e.start_offset >= model.local_start]
-        earlier = [e for e in model.lineage if e.start_offset < model.local_start]
-        if earlier:
-            local.insert(0, EpochEntry(epoch=earlier[-1].epoch, start_offset=model.local_start))
+        """Where ``part``'s leader epoch ends in the local log's lineage: Kafka's after the
+        log start moved up (the epochs that began before it collapse into one that begins
+        at it)."""
+        local = truncate_from_start(model.lineage, model.local_start)
         epoch, end = end_offset_for_epoch(local, part.leader_epoch, model.high_watermark)
         return {"error_code": err(model.error), "leader_epoch": epoch, "end_offset": end}
 
