@@ -6,7 +6,9 @@ import json
 import re
 from typing import Any, Final
 
-__all__ = ["logfmt_fields", "parse_log"]
+from proxy.embedded.process import ManagedProcess
+
+__all__ = ["logfmt_fields", "parse_log", "process_log"]
 
 _PAIR: Final = re.compile(r'([^\s=]+)=("(?:[^"\\]|\\.)*"|[^\s"]*)(?:\s|$)')
 _ESCAPE: Final = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)")
@@ -52,3 +54,16 @@ def parse_log(text: str, fmt: str) -> list[dict[str, Any]]:
         else:
             parsed.append(logfmt_fields(line))
     return parsed
+
+
+def process_log(process: ManagedProcess, fmt: str) -> list[dict[str, Any]]:
+    """Every line of ``process``'s log, parsed as ``fmt``: not a line it is still writing,
+    nor the harness's own (those with ``--- `` mark each start of the process).
+
+    :raises AssertionError: a line is not in that format.
+    """
+    text = process.log_path.read_text(encoding="utf-8", errors="replace")
+    written = text[: text.rfind("\n") + 1]
+    return parse_log(
+        "".join(line for line in written.splitlines(True) if not line.startswith("--- ")), fmt
+    )

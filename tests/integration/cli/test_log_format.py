@@ -22,7 +22,7 @@ import pytest
 from proxy.embedded import KAFKA_4, KafkaBroker, ensure_jars
 from proxy.embedded.tierproxy import TierproxyServer, write_config
 from tests.conditions import wait_until
-from tests.log_lines import parse_log
+from tests.log_lines import process_log
 
 pytestmark = [pytest.mark.integration]
 
@@ -40,11 +40,7 @@ def lines_of(proxy: TierproxyServer, fmt: str) -> list[dict[str, Any]]:
         ``event``, or its ``event`` is not a dotted name (checked while the test waits, so it
         fails at the first such line).
     """
-    text = proxy.process.log_path.read_text(encoding="utf-8", errors="replace")
-    written = text[: text.rfind("\n") + 1]
-    lines = parse_log(
-        "".join(line for line in written.splitlines(True) if not line.startswith("--- ")), fmt
-    )
+    lines = process_log(proxy.process, fmt)
     for line in lines:
         assert {"ts", "level", "logger", "event"} <= line.keys(), line
         assert DOTTED.match(str(line["event"])), line

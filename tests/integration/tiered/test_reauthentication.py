@@ -53,7 +53,7 @@ from tests.integration.tiered.support import (
 )
 from tests.integration.tiered.token_endpoint import TokenEndpoint
 from tests.integration.tiering.workload import produce_numbered
-from tests.log_lines import parse_log
+from tests.log_lines import process_log
 
 pytestmark = [pytest.mark.integration, pytest.mark.spark]
 
@@ -180,16 +180,6 @@ async def tiering_cycles(
     return reports
 
 
-def log_lines(proxy: TierproxyServer, fmt: str) -> list[dict[str, Any]]:
-    """Every line of the proxy's log, parsed as ``fmt`` (a line that does not parse fails)."""
-    text = proxy.process.log_path.read_text(encoding="utf-8", errors="replace")
-    written = text[: text.rfind("\n") + 1]  # not a line the proxy is still writing
-    # Lines with "--- " are the harness's own (it marks each start of the process).
-    return parse_log(
-        "".join(line for line in written.splitlines(True) if not line.startswith("--- ")), fmt
-    )
-
-
 def consumer_lines(lines: list[dict[str, Any]], what: str) -> list[dict[str, Any]]:
     return [
         line
@@ -228,11 +218,11 @@ def test_own_connections_renew_their_sessions_under_load(
             tiering_cycles(kafka, topics, tiering, spark, tmp_path / f"spill-{uuid.uuid4()}")
         )
         wait_until(
-            lambda: len(consumer_lines(log_lines(proxy, fmt), "re-authenticated")) >= 3,
+            lambda: len(consumer_lines(process_log(proxy.process, fmt), "re-authenticated")) >= 3,
             timeout_s=120,
             what="three renewals of the metadata consumer's session",
         )
-    lines = log_lines(proxy, fmt)
+    lines = process_log(proxy.process, fmt)
 
     for report in reports:
         assert not report.errors, report.errors
