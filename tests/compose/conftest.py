@@ -31,7 +31,7 @@ import pytest
 from tests.compose.base_image import debian_image, with_downloads
 from tests.compose.engine import HealthChecks, Podman, running_service
 from tests.compose.prefetch import kafka_jars, wheels
-from tests.compose.stack import Stack
+from tests.compose.stack import PROXIES, Stack
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,6 @@ LOCK_WAIT_S = 3600.0
 HEALTHY_TIMEOUT_S = 300.0
 BUILT_SERVICES = ("kafka", "s3", "proxy", "integration")
 """One service per image: the others share these images."""
-PROXIES = ("proxy", "proxy-2")
-"""The proxy and the ``replicas`` profile's second instance."""
 
 
 def cache_dir() -> Path:

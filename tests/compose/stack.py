@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tests.compose.engine import EngineError, Podman
 
-__all__ = ["BOTH_PROXIES_BOOTSTRAP", "ComposeError", "Stack", "podman_lost_exit_race"]
+__all__ = ["BOTH_PROXIES_BOOTSTRAP", "PROXIES", "ComposeError", "Stack", "podman_lost_exit_race"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +32,8 @@ _BUILD_TIMEOUT_S = 2400.0
 _POLL_S = 1.0
 _UP_ATTEMPTS = 3
 PROFILES = ("integration", "replicas")
+PROXIES = ("proxy", "proxy-2")
+"""The proxy services: the proxy and the ``replicas`` profile's second instance."""
 BOTH_PROXIES_BOOTSTRAP = "proxy:19092,proxy-2:29092"
 """The proxy and the ``replicas`` profile's second one as the stack's clients reach them."""
 
@@ -172,21 +174,21 @@ class Stack:
         return time.monotonic() - started
 
     def restart(self, service: str) -> None:
-        started = time.monotonic()
-        self.compose("restart", service)
-        self.report(f"{service} restarted ({time.monotonic() - started:.0f} s)")
+        self._timed("restart", service, "restarted")
 
     def stop(self, service: str) -> None:
         """Stop the service's container as ``docker-compose stop`` does: SIGTERM, then
         SIGKILL after its ``stop_grace_period``."""
-        started = time.monotonic()
-        self.compose("stop", service)
-        self.report(f"{service} stopped ({time.monotonic() - started:.0f} s)")
+        self._timed("stop", service, "stopped")
 
     def start(self, service: str) -> None:
+        self._timed("start", service, "started")
+
+    def _timed(self, command: str, service: str, done: str) -> None:
+        """``docker-compose <command> <service>``, reported with its duration."""
         started = time.monotonic()
-        self.compose("start", service)
-        self.report(f"{service} started ({time.monotonic() - started:.0f} s)")
+        self.compose(command, service)
+        self.report(f"{service} {done} ({time.monotonic() - started:.0f} s)")
 
     def logs(self, *services: str, tail: int = 60) -> str:
         result = self.compose("logs", "--no-color", f"--tail={tail}", *services, check=False)
@@ -209,7 +211,7 @@ class Stack:
             raise ComposeError(
                 f"stack check step {' '.join(args)} failed (exit {result.returncode}):\n"
                 f"{result.stdout[-4000:]}{result.stderr[-4000:]}\n"
-                f"--- services ---\n{self.logs('proxy', 'proxy-2', 'tier', 'kafka')}"
+                f"--- services ---\n{self.logs(*PROXIES, 'tier', 'kafka')}"
             )
         said = result.stdout.strip().splitlines()
         self.report(f"{said[-1] if said else args[0]} ({time.monotonic() - started:.0f} s)")

@@ -23,7 +23,7 @@ import pytest
 
 from tests.compose.client import CLIENTS
 from tests.compose.client import DEFAULT_RECORDS as RECORDS
-from tests.compose.stack import BOTH_PROXIES_BOOTSTRAP, ComposeError, Stack
+from tests.compose.stack import BOTH_PROXIES_BOOTSTRAP, PROXIES, ComposeError, Stack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(3600)]
 
@@ -102,7 +102,7 @@ def _paused_read(
             reader.wait()
         if reader.stdout is not None:
             reader.stdout.close()
-    output = f"{''.join(lines)}\n--- services ---\n{stack.logs('proxy', 'proxy-2', 'kafka')}"
+    output = f"{''.join(lines)}\n--- services ---\n{stack.logs(*PROXIES, 'kafka')}"
     assert any(line.startswith(PAUSE_LINE) for line in lines), output
     assert status == 0, output
     return output
@@ -163,7 +163,7 @@ def test_stopping_the_proxy_a_consumer_reads_through_fails_it_over_to_the_other(
         for service in stopped:  # the stack as it was, for what runs after
             stack.start(service)
             stack.wait_healthy(service, timeout_s=HEALTHY_TIMEOUT_S)
-    (other,) = {"proxy", "proxy-2"} - set(stopped)
+    (other,) = set(PROXIES) - set(stopped)
     assert f"librdkafka: failed over from {stopped[0]}:" in output, output
     assert f"to {other}:" in output, output
     assert (

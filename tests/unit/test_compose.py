@@ -40,7 +40,7 @@ from tests.compose.client import (
 )
 from tests.compose.client import _parser as client_parser
 from tests.compose.engine import Podman
-from tests.compose.stack import BOTH_PROXIES_BOOTSTRAP, Stack, podman_lost_exit_race
+from tests.compose.stack import BOTH_PROXIES_BOOTSTRAP, PROXIES, Stack, podman_lost_exit_race
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -51,7 +51,6 @@ SOURCE_DIRS = ("protocol", "storage", "proxy", "tests")
 # (KAFKA_NODE_ID, MINIO_ROOT_USER, ...) belongs to the third-party images.
 OUR_PREFIXES = ("TIERPROXY_", "KAFKA_BOOTSTRAP", "S3_")
 PROJECT_IMAGES = ("tierproxy:", "tierproxy-")
-PROXIES = ("proxy", "proxy-2")
 
 
 def _compose() -> dict[str, Any]:
