@@ -10,11 +10,21 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from protocol.record_reader import ConsumedRecord
 from proxy.embedded import S3Info
 from proxy.embedded.process import ManagedProcess
 from proxy.embedded.tierproxy import storage_settings, write_config
+from storage.kafka_client import READ_UNCOMMITTED, KafkaClient
+from storage.kafka_client.consumer import AssignedConsumer
 
-__all__ = ["COPIED", "local_tier_config", "tier_command", "tier_config", "wait_for_line"]
+__all__ = [
+    "COPIED",
+    "local_tier_config",
+    "metadata_topic_records",
+    "tier_command",
+    "tier_config",
+    "wait_for_line",
+]
 
 COPIED = re.compile(r"topic=(\S+) .*copied_segments=([1-9]\d*)")
 """A cycle's report line for a topic it copied segments of."""
@@ -104,3 +114,18 @@ def wait_for_line(
         assert process.running, log[-3000:]
         assert time.monotonic() < deadline, f"{pattern.pattern!r} not logged:\n{log[-3000:]}"
         time.sleep(0.5)
+
+
+async def metadata_topic_records(bootstrap: str, topic: str) -> list[tuple[int, ConsumedRecord]]:
+    """Every record of the metadata ``topic`` (three partitions, as the configs here make
+    it) up to its end offsets when asked, aborted transactions' too, with its partition."""
+    async with KafkaClient(bootstrap) as client:
+        consumer = AssignedConsumer(
+            client, topic, 3, max_wait_ms=50, isolation_level=READ_UNCOMMITTED
+        )
+        ends = await consumer.end_offsets()
+        found: list[tuple[int, ConsumedRecord]] = []
+        while any((consumer.position(p) or 0) < ends[p] for p in ends):
+            for partition, records in (await consumer.poll()).items():
+                found += [(partition, record) for record in records]
+        return found

@@ -33,13 +33,12 @@ from protocol.metadata_records import (
 )
 from proxy.embedded import BrokerInfo
 from proxy.embedded.process import ManagedProcess, environment
-from storage.kafka_client import READ_UNCOMMITTED, KafkaClient
-from storage.kafka_client.consumer import AssignedConsumer
 from storage.rsm.layout import kafka_uuid_string
 from tests.conditions import wait_until
 from tests.integration.tiering.support import (
     COPIED,
     local_tier_config,
+    metadata_topic_records,
     tier_command,
     wait_for_line,
 )
@@ -70,22 +69,14 @@ def output(result: subprocess.CompletedProcess[str]) -> str:
 async def segment_states(bootstrap: str, metadata_topic: str) -> dict[uuid.UUID, list[_S]]:
     """Every segment state ever written to the metadata topic, per segment id, in order
     (aborted transactions included: a state written at all counts)."""
-    async with KafkaClient(bootstrap) as client:
-        consumer = AssignedConsumer(
-            client, metadata_topic, 3, max_wait_ms=50, isolation_level=READ_UNCOMMITTED
-        )
-        ends = await consumer.end_offsets()
-        states: dict[uuid.UUID, list[_S]] = defaultdict(list)
-        while any((consumer.position(p) or 0) < ends[p] for p in ends):
-            for records in (await consumer.poll()).values():
-                for r in records:
-                    record = decode_metadata_record(r.value or b"")
-                    if isinstance(
-                        record,
-                        RemoteLogSegmentMetadataRecord | RemoteLogSegmentMetadataUpdateRecord,
-                    ):
-                        states[record.segment_id].append(record.state)
-        return dict(states)
+    states: dict[uuid.UUID, list[_S]] = defaultdict(list)
+    for _, r in await metadata_topic_records(bootstrap, metadata_topic):
+        record = decode_metadata_record(r.value or b"")
+        if isinstance(
+            record, RemoteLogSegmentMetadataRecord | RemoteLogSegmentMetadataUpdateRecord
+        ):
+            states[record.segment_id].append(record.state)
+    return dict(states)
 
 
 def test_a_partition_that_cannot_be_planned_is_counted_named_and_exits_1(
