@@ -37,8 +37,6 @@ from protocol.metadata_records import decode_metadata_record
 from proxy.embedded import BrokerInfo, S3Info
 from proxy.embedded.process import ManagedProcess, environment
 from proxy.embedded.tierproxy import proxy_process, storage_settings
-from storage.kafka_client import READ_UNCOMMITTED, KafkaClient
-from storage.kafka_client.consumer import AssignedConsumer
 from storage.model import RemoteLogSegmentState
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.topic_manager import TopicBasedRemoteLogMetadataManager
@@ -50,7 +48,12 @@ from tests.integration.tiered.support import (
     running,
     watermarks,
 )
-from tests.integration.tiering.support import tier_command, tier_config, wait_for_line
+from tests.integration.tiering.support import (
+    metadata_topic_records,
+    tier_command,
+    tier_config,
+    wait_for_line,
+)
 from tests.integration.tiering.test_pipeline import bucket_keys
 from tests.integration.tiering.workload import create_topic
 
@@ -235,20 +238,12 @@ async def records_written_after(
 ) -> list[tuple[int, int, int]]:
     """``(partition, offset, event time)`` of every metadata record appended (its batch's
     timestamp) after ``appended_after_ms``, aborted transactions included."""
-    async with KafkaClient(cluster.broker.bootstrap) as client:
-        consumer = AssignedConsumer(
-            client, cluster.metadata_topic, 3, max_wait_ms=50, isolation_level=READ_UNCOMMITTED
-        )
-        ends = await consumer.end_offsets()
-        found: list[tuple[int, int, int]] = []
-        while any((consumer.position(p) or 0) < ends[p] for p in ends):
-            for partition, records in (await consumer.poll()).items():
-                found += [
-                    (partition, r.offset, decode_metadata_record(r.value or b"").event_timestamp)
-                    for r in records
-                    if r.timestamp > appended_after_ms
-                ]
-        return found
+    records = await metadata_topic_records(cluster.broker.bootstrap, cluster.metadata_topic)
+    return [
+        (partition, r.offset, decode_metadata_record(r.value or b"").event_timestamp)
+        for partition, r in records
+        if r.timestamp > appended_after_ms
+    ]
 
 
 async def assert_tiered_exactly_once(cluster: Cluster, written: int) -> None:
