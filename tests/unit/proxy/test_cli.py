@@ -34,9 +34,6 @@ def test_invalid_settings_exit_2_with_the_reason(
     assert "is not host:port" in capsys.readouterr().err
 
 
-pytestmark = pytest.mark.usefixtures("restored_logging")  # commands configure logs
-
-
 @pytest.mark.parametrize(
     ("from_file", "expected"),
     [("", "proxy.example.com"), ("SSL://old:19192", "proxy.example.com:19192")],

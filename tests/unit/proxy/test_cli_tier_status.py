@@ -25,9 +25,6 @@ TYPO_IN_TOPICS = (
 )
 
 
-pytestmark = pytest.mark.usefixtures("restored_logging")  # commands configure logs
-
-
 @pytest.mark.parametrize("command", ["tier", "status"])
 @pytest.mark.parametrize(
     ("text", "prefix"),

@@ -86,7 +86,7 @@ def log_everything() -> None:
 
 
 @pytest.mark.parametrize("fmt", ["logfmt", "json"])
-def test_every_package_logs_in_the_configured_format(fmt: str, restored_logging: None) -> None:
+def test_every_package_logs_in_the_configured_format(fmt: str) -> None:
     stream = io.StringIO()
     configure("DEBUG", fmt, stream=stream)
 
@@ -106,9 +106,7 @@ def test_every_package_logs_in_the_configured_format(fmt: str, restored_logging:
     assert "ValueError: boom" in lines[-1]["exc"]
 
 
-def test_the_level_applies_to_our_loggers_and_warnings_always_show(
-    restored_logging: None,
-) -> None:
+def test_the_level_applies_to_our_loggers_and_warnings_always_show() -> None:
     stream = io.StringIO()
     configure("WARNING", "logfmt", stream=stream)
 
@@ -118,7 +116,7 @@ def test_the_level_applies_to_our_loggers_and_warnings_always_show(
     assert messages == ["consuming t: gone", "a library's warning", "cycle failed"]
 
 
-def test_configuring_again_replaces_the_handler(restored_logging: None) -> None:
+def test_configuring_again_replaces_the_handler() -> None:
     first, second = io.StringIO(), io.StringIO()
     configure("INFO", "json", stream=first)
     configure("INFO", "logfmt", stream=second)
@@ -129,9 +127,7 @@ def test_configuring_again_replaces_the_handler(restored_logging: None) -> None:
     assert logfmt_fields(second.getvalue().strip())["msg"] == "once"
 
 
-def test_without_a_stream_the_current_stderr_is_written(
-    restored_logging: None, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_without_a_stream_the_current_stderr_is_written(capsys: pytest.CaptureFixture[str]) -> None:
     configure("INFO", "json")
     capsys.readouterr()
 
@@ -169,9 +165,7 @@ def log_sentences() -> None:
 
 
 @pytest.mark.parametrize("fmt", ["logfmt", "json"])
-def test_every_event_is_a_dotted_name_with_its_sentence_in_msg(
-    fmt: str, restored_logging: None
-) -> None:
+def test_every_event_is_a_dotted_name_with_its_sentence_in_msg(fmt: str) -> None:
     stream = io.StringIO()
     configure("INFO", fmt, stream=stream)
 
@@ -213,7 +207,7 @@ def test_an_event_with_a_sentence_reads_as_the_sentence_to_plain_handlers(
     )
 
 
-def test_a_child_process_logs_in_the_parents_format(restored_logging: None) -> None:
+def test_a_child_process_logs_in_the_parents_format() -> None:
     """Spark's Python workers configure their logs from what the pipeline's process left."""
     configure("INFO", "json", stream=io.StringIO())
     child = (

@@ -291,7 +291,7 @@ def test_the_pipelines_fencing_and_the_client_principals_are_parts_of_the_one_fi
     [("", logging.WARNING), ('log.level = "DEBUG"\n', logging.DEBUG)],
 )
 def test_status_logs_from_warning_unless_the_file_sets_a_level(
-    text: str, level: int, tmp_path: Path, restored_logging: None
+    text: str, level: int, tmp_path: Path
 ) -> None:
     path = tmp_path / "tierproxy.toml"
     path.write_text(f'{text}log.format = "json"\n', encoding="utf-8")
@@ -302,7 +302,7 @@ def test_status_logs_from_warning_unless_the_file_sets_a_level(
     assert isinstance(handler.formatter, JsonFormatter)
 
 
-def test_a_file_with_problems_configures_no_logs(tmp_path: Path, restored_logging: None) -> None:
+def test_a_file_with_problems_configures_no_logs(tmp_path: Path) -> None:
     handlers = list(logging.getLogger().handlers)
     path = tmp_path / "tierproxy.toml"
     path.write_text('log.format = "json"\nlog.level = "LOUD"\nsegment.byte = 1\n', "utf-8")
