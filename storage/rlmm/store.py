@@ -28,7 +28,7 @@ import operator
 import sys
 import uuid
 from array import array
-from collections.abc import Iterator, Set
+from collections.abc import Iterator, Sequence, Set
 
 from protocol.metadata_records import FlatFileColumns
 from storage.model import (
@@ -182,8 +182,7 @@ class PartitionSegments:
             self.index = array("i", range(count))
         else:  # a stable sort: equal starts stay in arrival order
             self.index = array("i", sorted(range(count), key=starts.__getitem__))
-        if count:
-            self._fill_table()
+        self._build_table(range(count), count)
 
     def spanning(self) -> Set[int]:
         """The slots whose segment does not have exactly one epoch starting at its start."""
@@ -325,22 +324,6 @@ class PartitionSegments:
         self.front = 0
         self.dead = 0
 
-    def _fill_table(self) -> None:
-        """Build the id table of a store just filled (no table entries yet)."""
-        size = _MIN_TABLE
-        while size < 2 * len(self.start):
-            size *= 2
-        table = array("i", [_EMPTY]) * size
-        mask = size - 1
-        for slot, (hi, lo) in enumerate(zip(self.id_hi, self.id_lo, strict=True)):
-            position = _hash(hi, lo) & mask
-            while table[position] != _EMPTY:
-                position = (position + 1) & mask
-            table[position] = slot
-        self._table = table
-        self._used = len(self.start)
-        self._tombstones = 0
-
     def _table_insert(self, slot: int) -> None:
         if (self._used + self._tombstones + 1) * _MAX_LOAD_DEN > len(self._table) * _MAX_LOAD_NUM:
             self._rebuild_table(self._used + 1)
@@ -365,16 +348,24 @@ class PartitionSegments:
         self._tombstones += 1
 
     def _rebuild_table(self, needed: int) -> None:
+        self._build_table([slot for slot in self._table if slot >= 0], needed)
+
+    def _build_table(self, slots: Sequence[int], needed: int) -> None:
+        """A fresh id table holding ``slots`` (no tombstones), sized for ``needed`` entries."""
         size = _MIN_TABLE
         while size < 2 * needed:
             size *= 2
-        old = self._table
-        self._table = array("i", [_EMPTY]) * size
-        self._used = 0
+        table = array("i", [_EMPTY]) * size
+        mask = size - 1
+        id_hi, id_lo = self.id_hi, self.id_lo
+        for slot in slots:
+            position = _hash(id_hi[slot], id_lo[slot]) & mask
+            while table[position] != _EMPTY:
+                position = (position + 1) & mask
+            table[position] = slot
+        self._table = table
+        self._used = len(slots)
         self._tombstones = 0
-        for slot in old:
-            if slot >= 0:
-                self._table_insert(slot)
 
 
 def clipped_ranges(epochs: tuple[tuple[int, int], ...], start: int, end: int) -> list[EpochRange]:
