@@ -12,6 +12,7 @@ import uuid
 from dataclasses import dataclass, field, replace
 
 from protocol.indexes.leader_epoch_checkpoint import EpochEntry
+from protocol.metadata_records import RemoteLogSegmentMetadataRecordStored
 from storage.model import (
     RemoteLogSegmentMetadata,
     RemoteLogSegmentState,
@@ -52,6 +53,22 @@ def seg(
         event_timestamp=1_700_000_000_000,
         segment_id=None if number is None else uuid.UUID(int=number),
         state=state,
+    )
+
+
+def stored_entry(number: int, start: int) -> RemoteLogSegmentMetadataRecordStored:
+    """A snapshot's entry for a finished copy of ten offsets from ``start`` in leader epoch
+    0, of 100 bytes, with the readable id ``UUID(int=number)``."""
+    return RemoteLogSegmentMetadataRecordStored(
+        segment_id=uuid.UUID(int=number),
+        start_offset=start,
+        end_offset=start + 9,
+        leader_epoch=0,
+        max_timestamp=0,
+        event_timestamp=0,
+        segment_leader_epochs=((0, start),),
+        segment_size_in_bytes=100,
+        state=S.COPY_SEGMENT_FINISHED,
     )
 
 

@@ -16,7 +16,6 @@ from protocol.metadata_records import (
     DeletePartitionStateRecord,
     FlatFileSnapshot,
     RemoteLogSegmentMetadataRecord,
-    RemoteLogSegmentMetadataRecordStored,
     RemoteLogSegmentMetadataUpdateRecord,
     decode_flat_file_columns,
     encode_flat_file,
@@ -29,7 +28,7 @@ from storage.rlmm.cache import (
 )
 from storage.rlmm.lineage import agreeing_end
 from storage.rlmm.state import InvalidStateTransitionError
-from tests.unit.storage.rlmm.reference import TP, S, copy, lineage, seg
+from tests.unit.storage.rlmm.reference import TP, S, copy, lineage, seg, stored_entry
 
 P = RemotePartitionDeleteState
 
@@ -367,17 +366,7 @@ def test_a_partition_already_held_is_not_restored_in_bulk() -> None:
     """Two snapshot files may name one partition (directories of two topic names with one
     topic id): the second is not filled over the first; the bulk restore declines, changing
     nothing, and the loader restores it segment by segment."""
-    entry = RemoteLogSegmentMetadataRecordStored(
-        segment_id=uuid.UUID(int=7),
-        start_offset=0,
-        end_offset=9,
-        leader_epoch=0,
-        max_timestamp=0,
-        event_timestamp=0,
-        segment_leader_epochs=((0, 0),),
-        segment_size_in_bytes=100,
-        state=S.COPY_SEGMENT_FINISHED,
-    )
+    entry = stored_entry(7, 0)
     columns = decode_flat_file_columns(
         encode_flat_file(
             FlatFileSnapshot(topic_id=TP.topic_id, metadata_topic_offset=0, entries=(entry,))

@@ -28,7 +28,7 @@ from storage.rlmm.snapshot import (
     SnapshotStore,
     StateBinding,
 )
-from tests.unit.storage.rlmm.reference import TP, S, copy, lineage, seg
+from tests.unit.storage.rlmm.reference import TP, S, copy, lineage, seg, stored_entry
 
 PARTITIONS = 5
 OTHER = TopicIdPartition(topic_id=uuid.UUID(int=0xB0B), topic="payments", partition=0)
@@ -183,26 +183,9 @@ def test_a_snapshot_the_cache_refuses_is_dropped_whole(
 ) -> None:
     """A well-formed file whose entries the cache refuses (here one segment twice) must
     not leave half a partition behind."""
-    entry = RemoteLogSegmentMetadataRecordStored(
-        segment_id=uuid.UUID(int=1),
-        start_offset=0,
-        end_offset=9,
-        leader_epoch=0,
-        max_timestamp=0,
-        event_timestamp=0,
-        segment_leader_epochs=((0, 0),),
-        segment_size_in_bytes=100,
-        state=S.COPY_SEGMENT_FINISHED,
-    )
-    body = encode_flat_file(
-        FlatFileSnapshot(topic_id=TP.topic_id, metadata_topic_offset=7, entries=(entry, entry))
-    )
+    entry = stored_entry(1, 0)
     store = bound_store(tmp_path)
-    folder = tmp_path / str(TP)
-    folder.mkdir()
-    (folder / f"{SNAPSHOT_FILE_PREFIX}{TP.topic_id.hex}").write_bytes(
-        body + struct.pack(">I", crc32c.crc32c(body))
-    )
+    write_snapshot_file(tmp_path, 7, (entry, entry))
     cache = RemoteLogMetadataCache()
     with caplog.at_level(logging.WARNING, logger="storage.rlmm.snapshot"):
         restored = load(store, cache)
@@ -212,38 +195,42 @@ def test_a_snapshot_the_cache_refuses_is_dropped_whole(
     assert restored.applied_through == {}
 
 
-def good_entry(number: int, start: int) -> RemoteLogSegmentMetadataRecordStored:
-    return RemoteLogSegmentMetadataRecordStored(
-        segment_id=uuid.UUID(int=number),
-        start_offset=start,
-        end_offset=start + 9,
-        leader_epoch=0,
-        max_timestamp=0,
-        event_timestamp=0,
-        segment_leader_epochs=((0, start),),
-        segment_size_in_bytes=100,
-        state=S.COPY_SEGMENT_FINISHED,
+def write_snapshot_file(
+    directory: Path, offset: int, entries: tuple[RemoteLogSegmentMetadataRecordStored, ...]
+) -> None:
+    """:data:`TP`'s snapshot file in ``directory``, with ``entries`` as of metadata topic
+    offset ``offset``, as the writer frames it (a checksum after the flat file)."""
+    body = encode_flat_file(
+        FlatFileSnapshot(topic_id=TP.topic_id, metadata_topic_offset=offset, entries=entries)
+    )
+    folder = directory / str(TP)
+    folder.mkdir()
+    (folder / f"{SNAPSHOT_FILE_PREFIX}{TP.topic_id.hex}").write_bytes(
+        body + struct.pack(">I", crc32c.crc32c(body))
     )
 
 
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
-        (dataclasses.replace(good_entry(9, 30), segment_leader_epochs=((0, 31),)), "do not cover"),
-        (dataclasses.replace(good_entry(9, 30), segment_leader_epochs=()), "do not cover"),
-        (dataclasses.replace(good_entry(9, 30), end_offset=29), "has offsets 30..29"),
-        (dataclasses.replace(good_entry(9, 30), start_offset=-1), "has offsets -1..39"),
-        (dataclasses.replace(good_entry(9, 30), segment_size_in_bytes=-1), "has size -1"),
         (
-            dataclasses.replace(good_entry(9, 30), segment_leader_epochs=((-1, 30),)),
+            dataclasses.replace(stored_entry(9, 30), segment_leader_epochs=((0, 31),)),
+            "do not cover",
+        ),
+        (dataclasses.replace(stored_entry(9, 30), segment_leader_epochs=()), "do not cover"),
+        (dataclasses.replace(stored_entry(9, 30), end_offset=29), "has offsets 30..29"),
+        (dataclasses.replace(stored_entry(9, 30), start_offset=-1), "has offsets -1..39"),
+        (dataclasses.replace(stored_entry(9, 30), segment_size_in_bytes=-1), "has size -1"),
+        (
+            dataclasses.replace(stored_entry(9, 30), segment_leader_epochs=((-1, 30),)),
             "out of range",
         ),
         (
-            dataclasses.replace(good_entry(9, 30), segment_leader_epochs=((1, 30), (0, 35))),
+            dataclasses.replace(stored_entry(9, 30), segment_leader_epochs=((1, 30), (0, 35))),
             "not ascending",
         ),
-        (dataclasses.replace(good_entry(9, 30), state=S.DELETE_SEGMENT_FINISHED), "is deleted"),
-        (good_entry(2, 30), "is repeated"),
+        (dataclasses.replace(stored_entry(9, 30), state=S.DELETE_SEGMENT_FINISHED), "is deleted"),
+        (stored_entry(2, 30), "is repeated"),
     ],
 )
 def test_a_segment_the_cache_refuses_drops_the_snapshot_and_replays_its_partition(
@@ -258,15 +245,8 @@ def test_a_segment_the_cache_refuses_drops_the_snapshot_and_replays_its_partitio
     store = bound_store(tmp_path)
     positions = positions_for(TP, OTHER)
     store.write(store.plan(populated(), positions, [OTHER]))
-    entries = (good_entry(1, 0), good_entry(2, 10), good_entry(3, 20), bad)
-    body = encode_flat_file(
-        FlatFileSnapshot(topic_id=TP.topic_id, metadata_topic_offset=40, entries=entries)
-    )
-    folder = tmp_path / str(TP)
-    folder.mkdir()
-    (folder / f"{SNAPSHOT_FILE_PREFIX}{TP.topic_id.hex}").write_bytes(
-        body + struct.pack(">I", crc32c.crc32c(body))
-    )
+    entries = (stored_entry(1, 0), stored_entry(2, 10), stored_entry(3, 20), bad)
+    write_snapshot_file(tmp_path, 40, entries)
     cache = RemoteLogMetadataCache()
     with caplog.at_level(logging.WARNING, logger="storage.rlmm.snapshot"):
         restored = load(store, cache)
