@@ -98,18 +98,26 @@ log_start_records = st.builds(
 )
 metadata_records = segment_records | update_records | partition_records | log_start_records
 
-stored_segments = st.builds(
-    RemoteLogSegmentMetadataRecordStored,
-    segment_id=UUIDS,
-    start_offset=INT64,
-    end_offset=INT64,
-    leader_epoch=INT32,
-    max_timestamp=INT64,
-    event_timestamp=INT64,
-    segment_leader_epochs=EPOCHS,
-    segment_size_in_bytes=INT32,
-    state=SEGMENT_STATES,
-)
+
+def stored_segments_with(
+    epochs: st.SearchStrategy[tuple[tuple[int, int], ...]],
+) -> st.SearchStrategy[RemoteLogSegmentMetadataRecordStored]:
+    """Stored segment entries whose SegmentLeaderEpochs are drawn from ``epochs``."""
+    return st.builds(
+        RemoteLogSegmentMetadataRecordStored,
+        segment_id=UUIDS,
+        start_offset=INT64,
+        end_offset=INT64,
+        leader_epoch=INT32,
+        max_timestamp=INT64,
+        event_timestamp=INT64,
+        segment_leader_epochs=epochs,
+        segment_size_in_bytes=INT32,
+        state=SEGMENT_STATES,
+    )
+
+
+stored_segments = stored_segments_with(EPOCHS)
 stored_partition_states = st.builds(
     DeletePartitionStateRecordStored, epoch=INT32, event_timestamp=INT64, state=PARTITION_STATES
 )
@@ -427,18 +435,7 @@ def test_garbage_flat_files_only_raise_metadata_record_errors(data: bytes) -> No
 
 FEW_EPOCHS = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), max_size=3).map(tuple)
 """Epochs and counts alike (0 to 3), so that a count and an epoch are easily mistaken."""
-common_segments = st.builds(
-    RemoteLogSegmentMetadataRecordStored,
-    segment_id=UUIDS,
-    start_offset=INT64,
-    end_offset=INT64,
-    leader_epoch=INT32,
-    max_timestamp=INT64,
-    event_timestamp=INT64,
-    segment_leader_epochs=st.tuples(st.tuples(INT32, INT64)) | FEW_EPOCHS,
-    segment_size_in_bytes=INT32,
-    state=SEGMENT_STATES,
-)
+common_segments = stored_segments_with(st.tuples(st.tuples(INT32, INT64)) | FEW_EPOCHS)
 
 
 @st.composite
