@@ -28,7 +28,7 @@ Cases, ``--repetitions`` times each, alternating (topic, snapshot; snapshot, top
   waited for, so its final snapshot is complete).
 
 Measured per run: seconds from launching the process to ``/readyz`` answering 200 (polled
-every 100 ms; the remote tier's ``remote_metadata`` check passes once the metadata view
+every 50 ms; the remote tier's ``remote_metadata`` check passes once the metadata view
 caught up with the topic's end), the CPU seconds the proxy used until then (which a busy
 machine does not stretch), and the proxy's RSS (VmRSS) 2 s after it is ready. Bytes per
 segment: the median RSS of a case minus the median RSS of a proxy started the same way on an
@@ -68,7 +68,7 @@ from bench.tiering import remote_tier, servers_from_env, tier_settings
 from protocol.metadata_records import encode_metadata_record
 from protocol.murmur2 import metadata_partition_for
 from proxy.embedded import BrokerInfo
-from proxy.embedded.tierproxy import TierproxyServer, write_config
+from proxy.embedded.tierproxy import TierproxyServer, proxy_process
 from storage.model import RemoteLogSegmentState, TopicIdPartition
 from storage.rlmm.config import RemoteLogMetadataConfig
 from storage.rlmm.records import segment_record, segment_update_record
@@ -80,7 +80,6 @@ METADATA_PARTITIONS = 50
 """The product's default (``remote.log.metadata.topic.partitions``, KIP-405's 50)."""
 READY_TIMEOUT_S = 900.0
 STOP_TIMEOUT_S = 600.0
-POLL_S = 0.1
 SETTLE_S = 2.0
 GOALS = {100_000: 3.0, 1_000_000: 10.0}
 """Seconds to ready from the snapshot, by segment count."""
@@ -207,19 +206,11 @@ def _write_share(
 
 
 def proxy(broker: BrokerInfo, work: Path, settings: dict[str, Any]) -> TierproxyServer:
-    log_dir = work / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    name = uuid.uuid4().hex[:8]
-    config = write_config(
-        work / f"tierproxy-{name}.toml",
-        {"shutdown.timeout.ms": 2000, "remote.log.storage.system.enable": True, **settings},
-    )
-    return TierproxyServer(
-        config=config,
-        log_path=log_dir / f"tierproxy-{name}.log",
-        bootstrap=broker.bootstrap,
-        start_timeout_s=READY_TIMEOUT_S,
-    )
+    """A (not started) proxy whose config and log are in a directory of its own under
+    ``work``, so its log holds its run alone."""
+    log_dir = work / "logs" / uuid.uuid4().hex[:8]
+    log_dir.mkdir(parents=True)
+    return proxy_process(broker, log_dir, settings)
 
 
 def measure(server: TierproxyServer, case: str, repetition: int) -> Run:
@@ -229,15 +220,9 @@ def measure(server: TierproxyServer, case: str, repetition: int) -> Run:
     started = time.perf_counter()
     server.process.start()
     try:
-        while True:
-            with contextlib.suppress(OSError):
-                if server.health("/readyz")[0] == 200:
-                    break
-            if not server.process.running:
-                raise RuntimeError(f"the proxy exited:\n{server.process.log_tail()}")
-            if time.perf_counter() - started > READY_TIMEOUT_S:
-                raise RuntimeError("the proxy was not ready in time")
-            time.sleep(POLL_S)
+        server.process.wait_ready(
+            lambda: server.health("/readyz")[0] == 200, timeout_s=READY_TIMEOUT_S
+        )
         ready = time.perf_counter() - started
         pid = server.process.pid
         assert pid is not None
