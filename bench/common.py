@@ -136,7 +136,7 @@ def produce_retrying(
     producer: confluent_kafka.Producer,
     topic: str,
     *,
-    key: bytes,
+    key: bytes | None,
     value: bytes,
     partition: int = 0,
 ) -> None:

@@ -62,7 +62,16 @@ from typing import Any
 
 import confluent_kafka
 
-from bench.common import MIB, bar_chart, cpu_seconds, git_state, median, rss_bytes, save_json
+from bench.common import (
+    MIB,
+    bar_chart,
+    cpu_seconds,
+    git_state,
+    median,
+    produce_retrying,
+    rss_bytes,
+    save_json,
+)
 from bench.metadata_cache import segments
 from bench.tiering import remote_tier, servers_from_env, tier_settings
 from protocol.metadata_records import encode_metadata_record
@@ -158,6 +167,12 @@ def _write_share(
     bootstrap: str, metadata_topic: str, topic_id: uuid.UUID, partitions: range, count: int
 ) -> int:
     """Produce ``count`` copies of each user partition of ``partitions``; records written."""
+    failures: list[object] = []
+
+    def delivered(error: object, _message: object) -> None:
+        if error is not None:
+            failures.append(error)
+
     producer = confluent_kafka.Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -166,14 +181,9 @@ def _write_share(
             "queue.buffering.max.messages": 1_000_000,
             "enable.idempotence": True,
             "acks": "all",
+            "on_delivery": delivered,
         }
     )
-    failures: list[object] = []
-
-    def delivered(error: object, _message: object) -> None:
-        if error is not None:
-            failures.append(error)
-
     written = 0
     for partition in partitions:
         tp = TopicIdPartition(topic_id=topic_id, topic="bench-scale", partition=partition)
@@ -187,14 +197,7 @@ def _write_share(
             )
             for record in (copy, done):
                 value = encode_metadata_record(record)
-                while True:
-                    try:
-                        producer.produce(
-                            metadata_topic, value=value, partition=target, on_delivery=delivered
-                        )
-                        break
-                    except BufferError:
-                        producer.poll(0.05)
+                produce_retrying(producer, metadata_topic, key=None, value=value, partition=target)
                 written += 1
         producer.poll(0)
     if producer.flush(600) or failures:
